@@ -1,0 +1,247 @@
+//! The `gpufile` command line: `config` and `read` (more to come: `check`, `explain`, `bench`).
+//!
+//! The same [`run`] serves the standalone binary and `python -m gpufile`, so both behave alike.
+//! It never exits the process itself: it returns the exit status.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use gpufile::config::{self, Input, Name};
+use gpufile::{FileHandle, Memory};
+
+/// Move file data into GPU and host memory, fast, and say which path ran.
+#[derive(Parser, Debug)]
+#[command(name = "gpufile", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print every effective setting and where it came from (default, environment, set).
+    Config {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read a whole file (or a range) and print bytes, time, throughput and the path taken.
+    Read(ReadArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ReadArgs {
+    /// The file to read.
+    file: PathBuf,
+    /// Worker threads (default: the `num_threads` setting).
+    #[arg(long, short = 't')]
+    threads: Option<String>,
+    /// Task size, e.g. 4MiB (default: the `task_size` setting).
+    #[arg(long)]
+    task_size: Option<String>,
+    /// compat_mode: on, off or auto (default: the `compat_mode` setting).
+    #[arg(long)]
+    compat_mode: Option<String>,
+    /// File offset to start at, e.g. 1GiB.
+    #[arg(long, default_value = "0")]
+    offset: String,
+    /// Bytes to read (default: to the end of the file).
+    #[arg(long)]
+    size: Option<String>,
+    /// Read this many times into the same buffer and report the median (the first run also pays
+    /// for touching fresh memory).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the command line `args` (the first item is the program name); returns the exit status.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Command::Config { json } => cmd_config(json),
+        Command::Read(args) => cmd_read(&args),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("gpufile: error: {e}");
+            1
+        }
+    }
+}
+
+type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+fn out(text: &str) {
+    // A closed pipe (`gpufile config | head`) is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn cmd_config(json: bool) -> CliResult {
+    let rows = config::report()?;
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|(name, value, source)| {
+                let entry = serde_json::json!({ "value": value, "source": source.to_string() });
+                (name.to_string(), entry)
+            })
+            .collect();
+        out(&format!("{}\n", serde_json::to_string_pretty(&map)?));
+        return Ok(());
+    }
+    let mut text = format!("{:<22} {:<26} {}\n", "setting", "value", "source");
+    for (name, value, source) in rows {
+        text += &format!(
+            "{:<22} {:<26} {}\n",
+            name.as_str(),
+            value.to_string(),
+            source
+        );
+    }
+    out(&text);
+    Ok(())
+}
+
+fn parse_size_arg(what: &str, text: &str) -> Result<u64, String> {
+    config::parse_size(text).map_err(|e| format!("--{what} {text:?}: {e}"))
+}
+
+fn cmd_read(args: &ReadArgs) -> CliResult {
+    let mut updates = Vec::new();
+    if let Some(t) = &args.threads {
+        updates.push((Name::NumThreads, Input::Text(t)));
+    }
+    if let Some(t) = &args.task_size {
+        updates.push((Name::TaskSize, Input::Text(t)));
+    }
+    if let Some(t) = &args.compat_mode {
+        updates.push((Name::CompatMode, Input::Text(t)));
+    }
+    config::set(&updates)?;
+    let settings = config::current()?;
+
+    let file = FileHandle::open(&args.file, "r")?;
+    let offset = parse_size_arg("offset", &args.offset)?;
+    let size = match &args.size {
+        Some(s) => parse_size_arg("size", s)?,
+        None => file.size()?.saturating_sub(offset),
+    };
+    let size = usize::try_from(size).map_err(|_| "--size is too large for this machine")?;
+    let mut buf = vec![0u8; size];
+    let path = file.io_path(Memory::Host);
+
+    let mut runs = Vec::with_capacity(args.repeat as usize);
+    for _ in 0..args.repeat {
+        let start = Instant::now();
+        let n = read_with_progress(&file, &mut buf, offset, !args.json)?;
+        runs.push(start.elapsed().as_secs_f64());
+        if n != size {
+            return Err(format!("read {n} bytes, expected {size}").into());
+        }
+    }
+    let mut sorted = runs.clone();
+    sorted.sort_by(f64::total_cmp);
+    let seconds = sorted[sorted.len() / 2];
+    let gbps = if seconds > 0.0 {
+        size as f64 / seconds / 1e9
+    } else {
+        0.0
+    };
+
+    if args.json {
+        let report = serde_json::json!({
+            "file": args.file,
+            "offset": offset,
+            "bytes": size,
+            "seconds": seconds,
+            "gb_per_s": gbps,
+            "runs_seconds": runs,
+            "memory": Memory::Host,
+            "path": { "backend": path.backend, "reason": path.reason.to_string() },
+            "num_threads": settings.num_threads,
+            "task_size": settings.task_size,
+            "compat_mode": settings.compat_mode.name(),
+        });
+        out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+    } else {
+        let runs_note = if args.repeat > 1 {
+            format!(" (median of {} runs)", args.repeat)
+        } else {
+            String::new()
+        };
+        out(&format!(
+            "file        {}\nbytes       {} ({})\nseconds     {:.6}{}\nthroughput  {:.2} GB/s\n\
+             memory      host\npath        {}\nreason      {}\nthreads     {}\ntask_size   {}\n",
+            args.file.display(),
+            size,
+            human_bytes(size as u64),
+            seconds,
+            runs_note,
+            gbps,
+            path.backend,
+            path.reason,
+            settings.num_threads,
+            settings.task_size,
+        ));
+    }
+    Ok(())
+}
+
+/// Reads into `buf`, drawing a progress bar on a terminal for reads that take a while.
+fn read_with_progress(
+    file: &FileHandle,
+    buf: &mut [u8],
+    offset: u64,
+    show_progress: bool,
+) -> gpufile::Result<usize> {
+    const BAR_MIN_BYTES: usize = 256 << 20;
+    // SAFETY: `buf` is exclusively borrowed for this whole function, and the future is waited on
+    // before returning on every path.
+    let fut = unsafe { file.pread_host(buf.as_mut_ptr(), buf.len(), offset, None) }?;
+    if !show_progress || buf.len() < BAR_MIN_BYTES {
+        return fut.wait();
+    }
+    let bar = indicatif::ProgressBar::new(buf.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let result = loop {
+        if let Some(r) = fut.wait_timeout(Duration::from_millis(50)) {
+            break r;
+        }
+        bar.set_position(fut.bytes_transferred());
+    };
+    bar.finish_and_clear();
+    result
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.2} {}", UNITS[unit])
+}

@@ -1,0 +1,123 @@
+//! The `gpufile` binary, run as a user would.
+
+use std::process::{Command, Output};
+
+fn gpufile(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpufile"));
+    cmd.args(args);
+    for var in [
+        "KVIKIO_COMPAT_MODE",
+        "KVIKIO_TASK_SIZE",
+        "GPUFILE_TASK_SIZE",
+        "KVIKIO_NTHREADS",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run gpufile")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn config_shows_values_and_sources() {
+    let o = gpufile(
+        &["config"],
+        &[("KVIKIO_TASK_SIZE", "1MiB"), ("KVIKIO_COMPAT_MODE", "on")],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        line("task_size").contains("1048576") && line("task_size").contains("env KVIKIO_TASK_SIZE")
+    );
+    assert!(line("compat_mode").contains("ON"));
+    assert!(line("gds_threshold").contains("16384") && line("gds_threshold").contains("default"));
+    assert!(line("num_threads").contains("cores="), "{text}");
+}
+
+#[test]
+fn config_json_parses() {
+    let o = gpufile(&["config", "--json"], &[("GPUFILE_TASK_SIZE", "2MiB")]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["task_size"]["value"], 2 << 20);
+    assert_eq!(v["task_size"]["source"], "env GPUFILE_TASK_SIZE");
+    assert_eq!(v["compat_mode"]["value"], "AUTO");
+}
+
+#[test]
+fn bad_env_value_is_a_clear_error() {
+    let o = gpufile(&["config"], &[("KVIKIO_COMPAT_MODE", "maybe")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("KVIKIO_COMPAT_MODE") && err.contains("maybe"),
+        "{err}"
+    );
+}
+
+#[test]
+fn read_reports_bytes_throughput_and_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.bin");
+    std::fs::write(&path, vec![7u8; 3 << 20]).unwrap();
+    let p = path.to_str().unwrap();
+    let o = gpufile(&["read", p, "--threads", "3", "--task-size", "256k"], &[]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(text.contains(&format!("bytes       {}", 3 << 20)), "{text}");
+    assert!(
+        text.contains("GB/s") && text.contains("gpufile-posix"),
+        "{text}"
+    );
+    assert!(
+        text.contains("threads     3") && text.contains("task_size   262144"),
+        "{text}"
+    );
+
+    let o = gpufile(
+        &["read", p, "--json", "--offset", "1MiB", "--repeat", "3"],
+        &[],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["bytes"], 2 << 20);
+    assert_eq!(v["path"]["backend"], "gpufile-posix");
+    assert_eq!(v["memory"], "host");
+    assert_eq!(v["runs_seconds"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn read_errors_exit_1_with_the_reason() {
+    let o = gpufile(&["read", "/nonexistent/file.bin"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("No such file or directory"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.bin");
+    std::fs::write(&path, b"abc").unwrap();
+    let o = gpufile(&["read", path.to_str().unwrap(), "--size", "10"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("past the end"),
+        "{o:?}"
+    );
+    let o = gpufile(&["read", path.to_str().unwrap(), "--threads", "0"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("num_threads"),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(gpufile(&["frobnicate"], &[]).status.code(), Some(2));
+    assert_eq!(gpufile(&["--help"], &[]).status.code(), Some(0));
+}

@@ -1,0 +1,494 @@
+//! `gpufile._native`: the PyO3 bindings. Conversion and GIL release only; the logic lives in the
+//! `gpufile` crate and the KvikIO-shaped façade in `python/gpufile/`.
+
+use std::sync::Mutex;
+
+use gpufile::config::{self, Input, Name, Source, Value};
+use gpufile::error::Op;
+use gpufile::{Error, FileHandle, IoFuture, Memory};
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
+
+pyo3::create_exception!(
+    gpufile,
+    GpufileError,
+    PyException,
+    "Base class of gpufile's own failures."
+);
+pyo3::create_exception!(
+    gpufile,
+    EndOfFileError,
+    GpufileError,
+    "A read reached the end of the file before the requested range was complete."
+);
+
+/// Maps the core error onto the Python exception a caller would expect.
+fn to_py(e: Error) -> PyErr {
+    let text = e.to_string();
+    match e {
+        Error::Os {
+            errno,
+            ref path,
+            op,
+            offset,
+            len,
+        } => {
+            // OSError(errno, strerror, filename) picks the subclass (FileNotFoundError, ...) and
+            // appends the filename itself.
+            let reason = gpufile::error::os_message(errno);
+            let what = match op {
+                Op::Read | Op::Write => format!("{op} of {len} bytes at offset {offset}: {reason}"),
+                _ => format!("{op}: {reason}"),
+            };
+            PyOSError::new_err((errno, what, path.to_string_lossy().into_owned()))
+        }
+        Error::UnexpectedEof { .. } => EndOfFileError::new_err(text),
+        Error::NotReadable { .. } | Error::NotWritable { .. } => Python::attach(|py| {
+            match py
+                .import("io")
+                .and_then(|io| io.getattr("UnsupportedOperation"))
+            {
+                Ok(ty) => PyErr::from_type(ty.cast_into().expect("io.UnsupportedOperation"), text),
+                Err(err) => err,
+            }
+        }),
+        Error::UnknownSetting { .. } => PyKeyError::new_err(text),
+        Error::Closed
+        | Error::InvalidArgument(_)
+        | Error::InvalidSetting { .. }
+        | Error::InvalidEnv { .. } => PyValueError::new_err(text),
+        _ => GpufileError::new_err(text),
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A non-negative integer argument (`None` → `default`); bad types are TypeError, negative or
+/// too large values ValueError.
+fn uint_arg(
+    name: &str,
+    obj: Option<&Bound<'_, PyAny>>,
+    default: Option<u64>,
+) -> PyResult<Option<u64>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(default);
+    };
+    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not {}",
+            type_name(obj)
+        )));
+    }
+    match obj.extract::<i128>() {
+        Ok(v) if v < 0 => Err(PyValueError::new_err(format!(
+            "{name} must not be negative, got {v}"
+        ))),
+        Ok(v) => u64::try_from(v)
+            .map(Some)
+            .map_err(|_| PyValueError::new_err(format!("{name} {v} is out of range"))),
+        Err(_) => Err(PyValueError::new_err(format!("{name} is out of range"))),
+    }
+}
+
+/// A host buffer exported through the buffer protocol, held (and so kept alive and unresizable)
+/// for as long as this value lives.
+struct HostView {
+    buf: PyUntypedBuffer,
+}
+
+impl HostView {
+    fn new(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
+        let buf = PyUntypedBuffer::get(obj).map_err(|_| {
+            let has = |attr| obj.hasattr(attr).unwrap_or(false);
+            if has("__cuda_array_interface__") || has("__dlpack__") {
+                PyTypeError::new_err(format!(
+                    "{} is a device array; this build of gpufile reads into host memory only",
+                    type_name(obj)
+                ))
+            } else {
+                PyTypeError::new_err(format!(
+                    "expected a buffer (NumPy array, bytearray, memoryview), got {}",
+                    type_name(obj)
+                ))
+            }
+        })?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err(
+                "buffer must be C-contiguous (got a strided view; numpy.ascontiguousarray makes a copy)",
+            ));
+        }
+        if writable && buf.readonly() {
+            return Err(PyTypeError::new_err(format!(
+                "the destination {} is read-only",
+                type_name(obj)
+            )));
+        }
+        Ok(HostView { buf })
+    }
+
+    fn addr(&self) -> usize {
+        self.buf.buf_ptr() as usize
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len_bytes()
+    }
+
+    /// The byte count of a request: `size` (default: the whole buffer), at most the buffer.
+    fn request_len(&self, size: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let n = uint_arg("size", size, Some(self.len() as u64))?.unwrap_or(0);
+        if n > self.len() as u64 {
+            return Err(PyValueError::new_err(format!(
+                "size {n} is larger than the buffer ({} bytes)",
+                self.len()
+            )));
+        }
+        Ok(n as usize)
+    }
+}
+
+/// An open file (the engine under `gpufile.CuFile`).
+#[pyclass(frozen, module = "gpufile._native")]
+struct NativeFile {
+    handle: Mutex<Option<FileHandle>>,
+}
+
+#[derive(Clone, Copy)]
+enum Dir {
+    Read,
+    Write,
+}
+
+impl NativeFile {
+    fn handle(&self) -> PyResult<FileHandle> {
+        let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        guard.clone().ok_or_else(|| to_py(Error::Closed))
+    }
+
+    /// Validates the arguments and starts the request; argument errors leave the buffer alone.
+    fn start(
+        &self,
+        py: Python<'_>,
+        dir: Dir,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(IoFuture, HostView)> {
+        let handle = self.handle()?;
+        let view = HostView::new(buf, matches!(dir, Dir::Read))?;
+        let len = view.request_len(size)?;
+        let offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
+        let task_size = uint_arg("task_size", task_size, None)?
+            .map(|t| usize::try_from(t).unwrap_or(usize::MAX));
+        let addr = view.addr();
+        let fut = py.detach(move || {
+            // SAFETY: `view` holds the buffer export, so the memory stays valid and unresized
+            // until the view is dropped; every caller keeps the view until the future is done.
+            unsafe {
+                match dir {
+                    Dir::Read => handle.pread_host(addr as *mut u8, len, offset, task_size),
+                    Dir::Write => handle.pwrite_host(addr as *const u8, len, offset, task_size),
+                }
+            }
+        });
+        Ok((fut.map_err(to_py)?, view))
+    }
+
+    fn blocking(
+        &self,
+        py: Python<'_>,
+        dir: Dir,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let (fut, view) = self.start(py, dir, buf, size, file_offset, task_size)?;
+        let result = py.detach(|| fut.wait());
+        drop(view);
+        result.map_err(to_py)
+    }
+
+    fn future(
+        slf: &Bound<'_, Self>,
+        dir: Dir,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        let py = slf.py();
+        let (fut, view) = slf
+            .get()
+            .start(py, dir, buf, size, file_offset, task_size)?;
+        Ok(NativeFuture {
+            fut,
+            _view: Some(view),
+            _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
+        })
+    }
+}
+
+#[pymethods]
+impl NativeFile {
+    #[new]
+    fn new(py: Python<'_>, path: std::path::PathBuf, flags: &str) -> PyResult<Self> {
+        let flags = flags.to_owned();
+        let handle = py
+            .detach(move || FileHandle::open(path, &flags))
+            .map_err(to_py)?;
+        Ok(NativeFile {
+            handle: Mutex::new(Some(handle)),
+        })
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.blocking(py, Dir::Read, buf, size, file_offset, task_size)
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.blocking(py, Dir::Write, buf, size, file_offset, task_size)
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn pread(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        Self::future(slf, Dir::Read, buf, size, file_offset, task_size)
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn pwrite(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        Self::future(slf, Dir::Write, buf, size, file_offset, task_size)
+    }
+
+    /// Closes the handle; requests in flight finish first (they hold the descriptor).
+    fn close(&self) {
+        self.handle.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.handle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    fn fileno(&self) -> PyResult<i32> {
+        Ok(self.handle()?.fd())
+    }
+
+    fn open_flags(&self) -> PyResult<i32> {
+        self.handle()?.open_flags().map_err(to_py)
+    }
+
+    fn nbytes(&self) -> PyResult<u64> {
+        self.handle()?.size().map_err(to_py)
+    }
+
+    fn is_direct_io_supported(&self, py: Python<'_>) -> PyResult<bool> {
+        let handle = self.handle()?;
+        Ok(py.detach(move || handle.is_direct_io_supported()))
+    }
+
+    /// `(backend, reason)` of requests with host buffers.
+    fn io_path(&self) -> PyResult<(String, String)> {
+        let path = self.handle()?.io_path(Memory::Host);
+        Ok((path.backend.to_string(), path.reason.to_string()))
+    }
+
+    #[getter]
+    fn path(&self) -> PyResult<std::path::PathBuf> {
+        Ok(self.handle()?.path().to_owned())
+    }
+
+    #[getter]
+    fn flags(&self) -> PyResult<&'static str> {
+        Ok(self.handle()?.mode().as_str())
+    }
+}
+
+/// A request in flight. Holds the buffer export and the objects involved until it is done.
+#[pyclass(frozen, module = "gpufile._native")]
+struct NativeFuture {
+    fut: IoFuture,
+    _view: Option<HostView>,
+    _owners: Vec<Py<PyAny>>,
+}
+
+#[pymethods]
+impl NativeFuture {
+    /// Waits for the request (GIL released); the bytes transferred.
+    fn get(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.fut.wait()).map_err(to_py)
+    }
+
+    /// Whether the request has finished.
+    fn done(&self) -> bool {
+        self.fut.is_done()
+    }
+}
+
+impl Drop for NativeFuture {
+    fn drop(&mut self) {
+        // The workers may still write into the buffer: keep the export until they are done.
+        let _ = self.fut.wait();
+    }
+}
+
+fn value_to_py(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
+    Ok(match value {
+        Value::CompatMode(m) => (m as u8).into_pyobject(py)?.into_any().unbind(),
+        Value::Int(n) => n.into_pyobject(py)?.into_any().unbind(),
+        Value::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
+        Value::IntList(v) => PyList::new(py, v)?.into_any().unbind(),
+    })
+}
+
+fn parse_name(name: &str) -> PyResult<Name> {
+    name.parse::<Name>().map_err(to_py)
+}
+
+/// The current value of a setting (compat_mode as its int value).
+#[pyfunction]
+fn settings_get(py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+    let value = config::get(parse_name(name)?).map_err(to_py)?;
+    value_to_py(py, value)
+}
+
+/// Saved settings, for `defaults.set(...)` used as a context manager.
+#[pyclass(frozen, module = "gpufile._native")]
+struct SettingsSnapshot {
+    saved: Vec<(Name, Value, Source)>,
+}
+
+#[pymethods]
+impl SettingsSnapshot {
+    /// Puts the saved values (and their sources) back.
+    fn restore(&self) -> PyResult<()> {
+        config::restore(&self.saved).map_err(to_py)
+    }
+}
+
+/// Applies every update or none; returns what was there before.
+#[pyfunction]
+fn settings_set(updates: &Bound<'_, PyDict>) -> PyResult<SettingsSnapshot> {
+    let mut texts: Vec<(Name, String)> = Vec::new();
+    let mut parsed: Vec<(Name, Input<'static>)> = Vec::new();
+    for (key, value) in updates.iter() {
+        let key: String = key.extract().map_err(|_| {
+            PyTypeError::new_err(format!("setting names are str, not {}", type_name(&key)))
+        })?;
+        let name = parse_name(&key)?;
+        if value.is_instance_of::<PyBool>() {
+            parsed.push((name, Input::Bool(value.extract()?)));
+        } else if value.is_instance_of::<PyInt>() {
+            let n: i128 = value.extract().map_err(|_| {
+                PyValueError::new_err(format!("invalid value for setting {key:?}: out of range"))
+            })?;
+            parsed.push((name, Input::Int(n)));
+        } else if value.is_instance_of::<PyString>() {
+            texts.push((name, value.extract()?));
+        } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+            let items: Vec<i128> = value
+                .extract()
+                .map_err(|_| PyTypeError::new_err(format!("{key} expects a list of ints")))?;
+            parsed.push((name, Input::IntList(items)));
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "invalid type for setting {key:?}: {}",
+                type_name(&value)
+            )));
+        }
+    }
+    let mut all: Vec<(Name, Input<'_>)> = parsed;
+    all.extend(texts.iter().map(|(n, t)| (*n, Input::Text(t.as_str()))));
+    let names: Vec<Name> = all.iter().map(|(n, _)| *n).collect();
+    let saved = config::snapshot(&names).map_err(to_py)?;
+    config::set(&all).map_err(to_py)?;
+    Ok(SettingsSnapshot { saved })
+}
+
+/// Every setting with its source, for a later `restore()`.
+#[pyfunction]
+fn settings_snapshot() -> PyResult<SettingsSnapshot> {
+    Ok(SettingsSnapshot {
+        saved: config::snapshot(&Name::ALL).map_err(to_py)?,
+    })
+}
+
+/// `[(name, value, source)]` for every setting.
+#[pyfunction]
+fn settings_report(py: Python<'_>) -> PyResult<Vec<(String, Py<PyAny>, String)>> {
+    config::report()
+        .map_err(to_py)?
+        .into_iter()
+        .map(|(n, v, s)| Ok((n.to_string(), value_to_py(py, v)?, s.to_string())))
+        .collect()
+}
+
+/// Blocks (GIL released) until no request is in flight; registered with `atexit`.
+#[pyfunction]
+fn wait_idle(py: Python<'_>) {
+    py.detach(gpufile::pool::wait_idle);
+}
+
+/// Runs the `gpufile` command line in this process; returns its exit status.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.detach(move || gpufile_cli::run(argv))
+}
+
+/// gpufile's native extension.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", gpufile::VERSION)?;
+    m.add("GpufileError", py.get_type::<GpufileError>())?;
+    m.add("EndOfFileError", py.get_type::<EndOfFileError>())?;
+    m.add_class::<NativeFile>()?;
+    m.add_class::<NativeFuture>()?;
+    m.add_class::<SettingsSnapshot>()?;
+    m.add_function(wrap_pyfunction!(settings_get, m)?)?;
+    m.add_function(wrap_pyfunction!(settings_set, m)?)?;
+    m.add_function(wrap_pyfunction!(settings_report, m)?)?;
+    m.add_function(wrap_pyfunction!(settings_snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_idle, m)?)?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,825 @@
+//! Settings: KvikIO's names, defaults and environment variables, plus where each value came from.
+//!
+//! How to use:
+//! 1. [`current()`] gives a snapshot of the process-wide settings (read from the environment on
+//!    first use; a variable that does not parse is an [`Error::InvalidEnv`] naming it).
+//! 2. [`get`] / [`set`] read and change single settings by name, as `kvikio.defaults` does.
+//! 3. [`report`] lists every setting with its value and source, for `gpufile config`.
+//!
+//! Environment: `KVIKIO_<NAME>` is honoured so that KvikIO's documented commands work as written;
+//! `GPUFILE_<NAME>` of the same suffix wins over it.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{OnceLock, RwLock};
+
+use crate::error::{Error, Result};
+
+/// Whether gpufile may use cuFile (KvikIO's `CompatMode`, same numeric values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+#[repr(u8)]
+pub enum CompatMode {
+    /// Use cuFile, or fail saying why it cannot be used.
+    Off = 0,
+    /// Never use cuFile: gpufile's own POSIX path only.
+    On = 1,
+    /// Use cuFile only where its accelerated path exists, else gpufile's POSIX path.
+    Auto = 2,
+}
+
+impl CompatMode {
+    /// KvikIO's `.name`: "OFF", "ON" or "AUTO".
+    pub fn name(self) -> &'static str {
+        match self {
+            CompatMode::Off => "OFF",
+            CompatMode::On => "ON",
+            CompatMode::Auto => "AUTO",
+        }
+    }
+
+    /// From KvikIO's enum value (OFF=0, ON=1, AUTO=2).
+    pub fn from_value(v: i128) -> Option<Self> {
+        match v {
+            0 => Some(CompatMode::Off),
+            1 => Some(CompatMode::On),
+            2 => Some(CompatMode::Auto),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CompatMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+const COMPAT_MODE_WORDS: &str = "on/off/auto (also true/false, yes/no, 1/0; any case)";
+
+impl FromStr for CompatMode {
+    type Err = String;
+
+    /// Accepts KvikIO's spellings in any case: on/true/yes/1, off/false/no/0, auto.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" | "yes" | "1" => Ok(CompatMode::On),
+            "off" | "false" | "no" | "0" => Ok(CompatMode::Off),
+            "auto" => Ok(CompatMode::Auto),
+            _ => Err(format!("expected {COMPAT_MODE_WORDS}")),
+        }
+    }
+}
+
+/// The settings, as one value.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Settings {
+    /// See [`CompatMode`].
+    pub compat_mode: CompatMode,
+    /// Worker threads that run the tasks of a request.
+    pub num_threads: usize,
+    /// Largest piece of a request handed to one worker, in bytes.
+    pub task_size: usize,
+    /// Device requests smaller than this go through gpufile's POSIX path, in bytes.
+    pub gds_threshold: usize,
+    /// Size of each pinned bounce buffer of the POSIX device path, in bytes.
+    pub bounce_buffer_size: usize,
+    /// Let the POSIX path read with O_DIRECT where the file system accepts it.
+    pub auto_direct_io_read: bool,
+    /// Let the POSIX path write with O_DIRECT where the file system accepts it.
+    pub auto_direct_io_write: bool,
+    /// KvikIO's remote-I/O retry count (kept for API compatibility; gpufile reads local files).
+    pub http_max_attempts: usize,
+    /// KvikIO's remote-I/O retryable HTTP codes (kept for API compatibility).
+    pub http_status_codes: Vec<u16>,
+    /// KvikIO's remote-I/O timeout in seconds (kept for API compatibility).
+    pub http_timeout: u64,
+}
+
+/// Most worker threads gpufile picks by itself. Measured on the H200 machine, KvikIO's POSIX path
+/// stops scaling at about 16 threads (47.4 GB/s at 16 vs 41.5 at 8).
+pub const MAX_DEFAULT_THREADS: usize = 16;
+/// Upper bound on `num_threads`, so a typo cannot ask for a million OS threads.
+pub const MAX_THREADS: usize = 1024;
+
+/// The machine-chosen thread count and why: one worker per core, capped.
+pub fn default_num_threads() -> (usize, String) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = cores.clamp(1, MAX_DEFAULT_THREADS);
+    (n, format!("min(cores={cores}, {MAX_DEFAULT_THREADS})"))
+}
+
+impl Default for Settings {
+    /// KvikIO's documented defaults, except `num_threads` (KvikIO: 1), which gpufile chooses
+    /// from the machine.
+    fn default() -> Self {
+        Settings {
+            compat_mode: CompatMode::Auto,
+            num_threads: default_num_threads().0,
+            task_size: 4 << 20,
+            gds_threshold: 16 << 10,
+            bounce_buffer_size: 16 << 20,
+            auto_direct_io_read: false,
+            auto_direct_io_write: true,
+            http_max_attempts: 3,
+            http_status_codes: vec![429, 500, 502, 503, 504],
+            http_timeout: 60,
+        }
+    }
+}
+
+/// A setting's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Name {
+    /// `compat_mode`
+    CompatMode,
+    /// `num_threads`
+    NumThreads,
+    /// `task_size`
+    TaskSize,
+    /// `gds_threshold`
+    GdsThreshold,
+    /// `bounce_buffer_size`
+    BounceBufferSize,
+    /// `auto_direct_io_read`
+    AutoDirectIoRead,
+    /// `auto_direct_io_write`
+    AutoDirectIoWrite,
+    /// `http_max_attempts`
+    HttpMaxAttempts,
+    /// `http_status_codes`
+    HttpStatusCodes,
+    /// `http_timeout`
+    HttpTimeout,
+}
+
+/// What kind of value a setting holds, which decides how text and numbers are parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A [`CompatMode`].
+    CompatMode,
+    /// A count (at least 1).
+    Count,
+    /// A byte size (at least 1), text may carry a binary suffix: 4MiB, 16k.
+    PositiveSize,
+    /// A byte size that may be 0.
+    Size,
+    /// true/false.
+    Bool,
+    /// A list of integers (comma separated as text).
+    IntList,
+    /// Seconds (at least 1).
+    Seconds,
+}
+
+impl Name {
+    /// Every setting, in the order `gpufile config` prints them.
+    pub const ALL: [Name; 10] = [
+        Name::CompatMode,
+        Name::NumThreads,
+        Name::TaskSize,
+        Name::GdsThreshold,
+        Name::BounceBufferSize,
+        Name::AutoDirectIoRead,
+        Name::AutoDirectIoWrite,
+        Name::HttpMaxAttempts,
+        Name::HttpStatusCodes,
+        Name::HttpTimeout,
+    ];
+
+    /// The name used by `defaults.get` / `defaults.set`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Name::CompatMode => "compat_mode",
+            Name::NumThreads => "num_threads",
+            Name::TaskSize => "task_size",
+            Name::GdsThreshold => "gds_threshold",
+            Name::BounceBufferSize => "bounce_buffer_size",
+            Name::AutoDirectIoRead => "auto_direct_io_read",
+            Name::AutoDirectIoWrite => "auto_direct_io_write",
+            Name::HttpMaxAttempts => "http_max_attempts",
+            Name::HttpStatusCodes => "http_status_codes",
+            Name::HttpTimeout => "http_timeout",
+        }
+    }
+
+    /// The kind of value the setting holds.
+    pub fn kind(self) -> Kind {
+        match self {
+            Name::CompatMode => Kind::CompatMode,
+            Name::NumThreads | Name::HttpMaxAttempts => Kind::Count,
+            Name::TaskSize | Name::BounceBufferSize => Kind::PositiveSize,
+            Name::GdsThreshold => Kind::Size,
+            Name::AutoDirectIoRead | Name::AutoDirectIoWrite => Kind::Bool,
+            Name::HttpStatusCodes => Kind::IntList,
+            Name::HttpTimeout => Kind::Seconds,
+        }
+    }
+
+    /// Environment variable suffixes, most preferred first (`KVIKIO_NTHREADS` has an alias).
+    pub fn env_suffixes(self) -> &'static [&'static str] {
+        match self {
+            Name::CompatMode => &["COMPAT_MODE"],
+            Name::NumThreads => &["NTHREADS", "NUM_THREADS"],
+            Name::TaskSize => &["TASK_SIZE"],
+            Name::GdsThreshold => &["GDS_THRESHOLD"],
+            Name::BounceBufferSize => &["BOUNCE_BUFFER_SIZE"],
+            Name::AutoDirectIoRead => &["AUTO_DIRECT_IO_READ"],
+            Name::AutoDirectIoWrite => &["AUTO_DIRECT_IO_WRITE"],
+            Name::HttpMaxAttempts => &["HTTP_MAX_ATTEMPTS"],
+            Name::HttpStatusCodes => &["HTTP_STATUS_CODES"],
+            Name::HttpTimeout => &["HTTP_TIMEOUT"],
+        }
+    }
+
+    /// Every environment variable that sets this setting, in precedence order.
+    pub fn env_vars(self) -> Vec<String> {
+        ENV_PREFIXES
+            .iter()
+            .flat_map(|p| self.env_suffixes().iter().map(move |s| format!("{p}{s}")))
+            .collect()
+    }
+
+    fn index(self) -> usize {
+        Name::ALL.iter().position(|n| *n == self).unwrap_or(0)
+    }
+}
+
+impl FromStr for Name {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Name::ALL
+            .into_iter()
+            .find(|n| n.as_str() == s)
+            .ok_or_else(|| Error::UnknownSetting {
+                name: s.to_owned(),
+                known: Name::ALL.map(Name::as_str).join(", "),
+            })
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `GPUFILE_*` wins over `KVIKIO_*`.
+pub const ENV_PREFIXES: [&str; 2] = ["GPUFILE_", "KVIKIO_"];
+
+/// A validated setting value.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    /// compat_mode.
+    CompatMode(CompatMode),
+    /// Counts, sizes and seconds.
+    Int(u64),
+    /// Flags.
+    Bool(bool),
+    /// http_status_codes.
+    IntList(Vec<u64>),
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::CompatMode(m) => write!(f, "{m}"),
+            Value::Int(n) => write!(f, "{n}"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::IntList(v) => {
+                let items: Vec<String> = v.iter().map(u64::to_string).collect();
+                f.write_str(&items.join(","))
+            }
+        }
+    }
+}
+
+/// A value as a caller gave it, before validation (Python objects map onto these).
+#[derive(Clone, Debug)]
+pub enum Input<'a> {
+    /// Text, as from an environment variable or a Python `str`.
+    Text(&'a str),
+    /// An integer (Python `int` or `IntEnum`).
+    Int(i128),
+    /// A Python `bool`.
+    Bool(bool),
+    /// A sequence of integers.
+    IntList(Vec<i128>),
+}
+
+impl fmt::Display for Input<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Input::Text(s) => write!(f, "{s:?}"),
+            Input::Int(n) => write!(f, "{n}"),
+            Input::Bool(b) => write!(f, "{b}"),
+            Input::IntList(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// Parses a byte size: a plain integer or one with a binary suffix (k, KiB, M, MiB, G, GiB, T,
+/// TiB; K/KB mean 1024 too, as sizes of I/O are binary in KvikIO's docs).
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    if digits.is_empty() {
+        return Err("expected a size in bytes such as 4194304, 4MiB or 16k".into());
+    }
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => {
+            return Err(format!(
+                "unknown size suffix {other:?} (use k, MiB, G, ...)"
+            ))
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "size does not fit in 64 bits".to_string())?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| "size does not fit in 64 bits".to_string())
+}
+
+fn parse_bool(text: &str) -> std::result::Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        _ => Err("expected true/false (also on/off, yes/no, 1/0)".into()),
+    }
+}
+
+/// Checks an input against a setting's kind and range; the reason is the error text.
+pub fn validate(name: Name, input: &Input<'_>) -> std::result::Result<Value, String> {
+    let int_of = |input: &Input<'_>,
+                  parse_text: &dyn Fn(&str) -> std::result::Result<u64, String>| {
+        match input {
+            Input::Int(n) => u64::try_from(*n).map_err(|_| "must not be negative".to_string()),
+            Input::Text(t) => parse_text(t),
+            Input::Bool(_) => Err("expected an integer, not a bool".to_string()),
+            Input::IntList(_) => Err("expected an integer, not a list".to_string()),
+        }
+    };
+    let plain_int = |t: &str| -> std::result::Result<u64, String> {
+        t.trim()
+            .parse::<u64>()
+            .map_err(|_| "expected a non-negative integer".to_string())
+    };
+    match name.kind() {
+        Kind::CompatMode => match input {
+            Input::Text(t) => t.parse().map(Value::CompatMode),
+            Input::Int(n) => CompatMode::from_value(*n)
+                .map(Value::CompatMode)
+                .ok_or_else(|| format!("expected OFF=0, ON=1 or AUTO=2, or {COMPAT_MODE_WORDS}")),
+            Input::Bool(b) => Ok(Value::CompatMode(if *b {
+                CompatMode::On
+            } else {
+                CompatMode::Off
+            })),
+            Input::IntList(_) => Err("expected a CompatMode, not a list".into()),
+        },
+        Kind::Count => {
+            let n = int_of(input, &plain_int)?;
+            let max = if name == Name::NumThreads {
+                MAX_THREADS as u64
+            } else {
+                u64::MAX
+            };
+            if n == 0 || n > max {
+                return Err(format!("must be between 1 and {max}"));
+            }
+            Ok(Value::Int(n))
+        }
+        Kind::PositiveSize => {
+            let n = int_of(input, &parse_size)?;
+            if n == 0 {
+                return Err("must be at least 1 byte".into());
+            }
+            usize::try_from(n).map_err(|_| "too large for this machine".to_string())?;
+            Ok(Value::Int(n))
+        }
+        Kind::Size => {
+            let n = int_of(input, &parse_size)?;
+            usize::try_from(n).map_err(|_| "too large for this machine".to_string())?;
+            Ok(Value::Int(n))
+        }
+        Kind::Seconds => {
+            let n = int_of(input, &plain_int)?;
+            if n == 0 {
+                return Err("must be at least 1 second".into());
+            }
+            Ok(Value::Int(n))
+        }
+        Kind::Bool => match input {
+            Input::Bool(b) => Ok(Value::Bool(*b)),
+            Input::Int(0) => Ok(Value::Bool(false)),
+            Input::Int(1) => Ok(Value::Bool(true)),
+            Input::Int(_) => Err("expected true/false or 1/0".into()),
+            Input::Text(t) => parse_bool(t).map(Value::Bool),
+            Input::IntList(_) => Err("expected a bool, not a list".into()),
+        },
+        Kind::IntList => {
+            let items: Vec<i128> = match input {
+                Input::IntList(v) => v.clone(),
+                Input::Text(t) => t
+                    .split(',')
+                    .map(|s| s.trim().parse::<i128>())
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|_| "expected comma-separated integers such as 429,500,503")?,
+                Input::Int(_) | Input::Bool(_) => return Err("expected a list of integers".into()),
+            };
+            items
+                .into_iter()
+                .map(|n| match u16::try_from(n) {
+                    Ok(c) if (100..=599).contains(&c) => Ok(u64::from(c)),
+                    _ => Err(format!("{n} is not an HTTP status code (100-599)")),
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map(Value::IntList)
+        }
+    }
+}
+
+impl Settings {
+    /// The current value of one setting.
+    pub fn get(&self, name: Name) -> Value {
+        match name {
+            Name::CompatMode => Value::CompatMode(self.compat_mode),
+            Name::NumThreads => Value::Int(self.num_threads as u64),
+            Name::TaskSize => Value::Int(self.task_size as u64),
+            Name::GdsThreshold => Value::Int(self.gds_threshold as u64),
+            Name::BounceBufferSize => Value::Int(self.bounce_buffer_size as u64),
+            Name::AutoDirectIoRead => Value::Bool(self.auto_direct_io_read),
+            Name::AutoDirectIoWrite => Value::Bool(self.auto_direct_io_write),
+            Name::HttpMaxAttempts => Value::Int(self.http_max_attempts as u64),
+            Name::HttpStatusCodes => Value::IntList(
+                self.http_status_codes
+                    .iter()
+                    .map(|c| u64::from(*c))
+                    .collect(),
+            ),
+            Name::HttpTimeout => Value::Int(self.http_timeout),
+        }
+    }
+
+    /// Stores a value produced by [`validate`] for the same name.
+    fn put(&mut self, name: Name, value: Value) {
+        // `validate` guarantees the variant and range for each name; sizes fit usize.
+        match (name, value) {
+            (Name::CompatMode, Value::CompatMode(m)) => self.compat_mode = m,
+            (Name::NumThreads, Value::Int(n)) => self.num_threads = n as usize,
+            (Name::TaskSize, Value::Int(n)) => self.task_size = n as usize,
+            (Name::GdsThreshold, Value::Int(n)) => self.gds_threshold = n as usize,
+            (Name::BounceBufferSize, Value::Int(n)) => self.bounce_buffer_size = n as usize,
+            (Name::AutoDirectIoRead, Value::Bool(b)) => self.auto_direct_io_read = b,
+            (Name::AutoDirectIoWrite, Value::Bool(b)) => self.auto_direct_io_write = b,
+            (Name::HttpMaxAttempts, Value::Int(n)) => self.http_max_attempts = n as usize,
+            (Name::HttpStatusCodes, Value::IntList(v)) => {
+                self.http_status_codes = v.into_iter().map(|c| c as u16).collect()
+            }
+            (Name::HttpTimeout, Value::Int(n)) => self.http_timeout = n,
+            (name, value) => unreachable!("validate() gave {value:?} for {name}"),
+        }
+    }
+}
+
+/// Where a setting's value came from.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "lowercase")]
+pub enum Source {
+    /// KvikIO's default.
+    Default,
+    /// Chosen from this machine; the text says how.
+    Machine(String),
+    /// An environment variable (its name).
+    Env(String),
+    /// Set by the program (`defaults.set`, a CLI flag).
+    Set,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::Machine(how) => write!(f, "default: {how}"),
+            Source::Env(var) => write!(f, "env {var}"),
+            Source::Set => f.write_str("set"),
+        }
+    }
+}
+
+/// Settings with the source of each value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct State {
+    /// The values.
+    pub settings: Settings,
+    sources: Vec<Source>,
+}
+
+impl State {
+    /// Defaults overlaid with the environment as seen through `lookup` (a pure function of it, so
+    /// tests need not touch the process environment).
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<State> {
+        let mut settings = Settings::default();
+        let mut sources: Vec<Source> = Name::ALL
+            .iter()
+            .map(|n| match n {
+                Name::NumThreads => Source::Machine(default_num_threads().1),
+                _ => Source::Default,
+            })
+            .collect();
+        for name in Name::ALL {
+            let Some((var, text)) = name
+                .env_vars()
+                .into_iter()
+                .find_map(|v| lookup(&v).map(|t| (v, t)))
+            else {
+                continue;
+            };
+            let value =
+                validate(name, &Input::Text(&text)).map_err(|reason| Error::InvalidEnv {
+                    var: var.clone(),
+                    value: text.clone(),
+                    reason,
+                })?;
+            settings.put(name, value);
+            sources[name.index()] = Source::Env(var);
+        }
+        Ok(State { settings, sources })
+    }
+
+    /// Where `name`'s value came from.
+    pub fn source(&self, name: Name) -> &Source {
+        &self.sources[name.index()]
+    }
+
+    /// Validates every update first, then applies all of them (all or nothing).
+    pub fn set(&mut self, updates: &[(Name, Input<'_>)]) -> Result<()> {
+        let mut checked = Vec::with_capacity(updates.len());
+        for (name, input) in updates {
+            let value = validate(*name, input).map_err(|reason| Error::InvalidSetting {
+                name: name.as_str(),
+                value: input.to_string(),
+                reason,
+            })?;
+            checked.push((*name, value));
+        }
+        for (name, value) in checked {
+            self.settings.put(name, value);
+            self.sources[name.index()] = Source::Set;
+        }
+        Ok(())
+    }
+
+    /// Puts back values (and sources) captured earlier with [`State::snapshot`].
+    pub fn restore(&mut self, saved: &[(Name, Value, Source)]) {
+        for (name, value, source) in saved {
+            self.settings.put(*name, value.clone());
+            self.sources[name.index()] = source.clone();
+        }
+    }
+
+    /// The value and source of each named setting, for a later [`State::restore`].
+    pub fn snapshot(&self, names: &[Name]) -> Vec<(Name, Value, Source)> {
+        names
+            .iter()
+            .map(|n| (*n, self.settings.get(*n), self.source(*n).clone()))
+            .collect()
+    }
+}
+
+static STATE: OnceLock<Result<RwLock<State>>> = OnceLock::new();
+
+fn state() -> Result<&'static RwLock<State>> {
+    STATE
+        .get_or_init(|| State::from_env(|v| std::env::var(v).ok()).map(RwLock::new))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// A snapshot of the process-wide settings.
+pub fn current() -> Result<Settings> {
+    Ok(state()?
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .settings
+        .clone())
+}
+
+/// One setting's current value.
+pub fn get(name: Name) -> Result<Value> {
+    Ok(current()?.get(name))
+}
+
+/// Changes settings (all or nothing); a bad value is an [`Error::InvalidSetting`].
+pub fn set(updates: &[(Name, Input<'_>)]) -> Result<()> {
+    state()?
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .set(updates)
+}
+
+/// Saves the named settings with their sources.
+pub fn snapshot(names: &[Name]) -> Result<Vec<(Name, Value, Source)>> {
+    Ok(state()?
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .snapshot(names))
+}
+
+/// Restores what [`snapshot`] saved.
+pub fn restore(saved: &[(Name, Value, Source)]) -> Result<()> {
+    state()?
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .restore(saved);
+    Ok(())
+}
+
+/// Every setting with its value and source, in [`Name::ALL`] order.
+pub fn report() -> Result<Vec<(Name, Value, Source)>> {
+    snapshot(&Name::ALL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_match_kvikio() {
+        let s = State::from_env(env(&[])).unwrap();
+        assert_eq!(s.settings.compat_mode, CompatMode::Auto);
+        assert_eq!(s.settings.gds_threshold, 16384);
+        assert_eq!(s.settings.task_size, 4 << 20);
+        assert_eq!(s.settings.bounce_buffer_size, 16 << 20);
+        assert!(s.settings.num_threads >= 1 && s.settings.num_threads <= MAX_DEFAULT_THREADS);
+        assert!(matches!(s.source(Name::NumThreads), Source::Machine(_)));
+        assert_eq!(s.source(Name::TaskSize), &Source::Default);
+    }
+
+    #[test]
+    fn kvikio_env_names_are_honoured_and_gpufile_wins() {
+        let s = State::from_env(env(&[
+            ("KVIKIO_COMPAT_MODE", "off"),
+            ("KVIKIO_TASK_SIZE", "1048576"),
+            ("GPUFILE_TASK_SIZE", "2MiB"),
+            ("KVIKIO_NUM_THREADS", "3"),
+            ("KVIKIO_GDS_THRESHOLD", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(s.settings.compat_mode, CompatMode::Off);
+        assert_eq!(s.settings.task_size, 2 << 20);
+        assert_eq!(
+            s.source(Name::TaskSize),
+            &Source::Env("GPUFILE_TASK_SIZE".into())
+        );
+        assert_eq!(s.settings.num_threads, 3);
+        assert_eq!(
+            s.source(Name::NumThreads),
+            &Source::Env("KVIKIO_NUM_THREADS".into())
+        );
+        assert_eq!(s.settings.gds_threshold, 0);
+    }
+
+    #[test]
+    fn nthreads_wins_over_its_alias() {
+        let s = State::from_env(env(&[
+            ("KVIKIO_NTHREADS", "5"),
+            ("KVIKIO_NUM_THREADS", "3"),
+        ]))
+        .unwrap();
+        assert_eq!(s.settings.num_threads, 5);
+    }
+
+    #[test]
+    fn bad_env_value_names_the_variable() {
+        for (var, value) in [
+            ("KVIKIO_COMPAT_MODE", "maybe"),
+            ("KVIKIO_TASK_SIZE", "0"),
+            ("KVIKIO_TASK_SIZE", "lots"),
+            ("KVIKIO_NTHREADS", "0"),
+            ("GPUFILE_AUTO_DIRECT_IO_READ", "perhaps"),
+        ] {
+            let err = State::from_env(env(&[(var, value)])).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, Error::InvalidEnv { .. }), "{text}");
+            assert!(text.contains(var) && text.contains(value), "{text}");
+        }
+    }
+
+    #[test]
+    fn compat_mode_spellings() {
+        for (text, mode) in [
+            ("ON", CompatMode::On),
+            ("true", CompatMode::On),
+            ("Yes", CompatMode::On),
+            ("1", CompatMode::On),
+            ("off", CompatMode::Off),
+            ("FALSE", CompatMode::Off),
+            ("no", CompatMode::Off),
+            ("0", CompatMode::Off),
+            ("Auto", CompatMode::Auto),
+        ] {
+            assert_eq!(text.parse::<CompatMode>(), Ok(mode), "{text}");
+        }
+        assert!("maybe".parse::<CompatMode>().is_err());
+        assert!(validate(Name::CompatMode, &Input::Int(7)).is_err());
+        assert_eq!(
+            validate(Name::CompatMode, &Input::Int(2)),
+            Ok(Value::CompatMode(CompatMode::Auto))
+        );
+    }
+
+    #[test]
+    fn set_is_all_or_nothing_and_restore_puts_back() {
+        let mut s = State::from_env(env(&[])).unwrap();
+        let saved = s.snapshot(&[Name::TaskSize, Name::NumThreads]);
+        let err = s
+            .set(&[
+                (Name::TaskSize, Input::Int(1024)),
+                (Name::NumThreads, Input::Int(0)),
+            ])
+            .unwrap_err();
+        assert!(err.to_string().contains("num_threads"), "{err}");
+        assert_eq!(
+            s.settings.task_size,
+            4 << 20,
+            "nothing applied when one value is bad"
+        );
+        s.set(&[
+            (Name::TaskSize, Input::Int(1024)),
+            (Name::NumThreads, Input::Int(8)),
+        ])
+        .unwrap();
+        assert_eq!((s.settings.task_size, s.settings.num_threads), (1024, 8));
+        assert_eq!(s.source(Name::TaskSize), &Source::Set);
+        s.restore(&saved);
+        assert_eq!(s.settings.task_size, 4 << 20);
+        assert_eq!(s.source(Name::TaskSize), &Source::Default);
+    }
+
+    #[test]
+    fn unknown_name_lists_known_ones() {
+        let err = "colour".parse::<Name>().unwrap_err();
+        assert!(err.to_string().contains("task_size"));
+    }
+
+    #[test]
+    fn sizes_and_lists() {
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("16k"), Ok(16 << 10));
+        assert_eq!(parse_size(" 1G "), Ok(1 << 30));
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("4 parsecs").is_err());
+        assert!(parse_size("99999999999999999999").is_err());
+        assert_eq!(
+            validate(Name::HttpStatusCodes, &Input::Text("429, 503")),
+            Ok(Value::IntList(vec![429, 503]))
+        );
+        assert!(validate(Name::HttpStatusCodes, &Input::IntList(vec![42])).is_err());
+        assert!(validate(Name::TaskSize, &Input::Int(-1)).is_err());
+        assert!(validate(Name::TaskSize, &Input::Bool(true)).is_err());
+        assert!(validate(Name::NumThreads, &Input::Int(MAX_THREADS as i128 + 1)).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_positive_size_round_trips_through_env(n in 1u64..(1 << 40)) {
+            let text = n.to_string();
+            let s = State::from_env(env(&[("KVIKIO_TASK_SIZE", &text)])).unwrap();
+            prop_assert_eq!(s.settings.task_size as u64, n);
+        }
+
+        #[test]
+        fn env_parsing_never_panics(value in "\\PC{0,12}", which in 0usize..Name::ALL.len()) {
+            let name = Name::ALL[which];
+            let var = name.env_vars()[0].clone();
+            match State::from_env(env(&[(&var, &value)])) {
+                Ok(s) => prop_assert_eq!(s.source(name), &Source::Env(var)),
+                Err(e) => prop_assert!(e.to_string().contains(&var)),
+            }
+        }
+
+        #[test]
+        fn size_suffixes_scale(n in 0u64..1024, unit in 0usize..4) {
+            let (suffix, shift) = [("", 0), ("KiB", 10), ("MiB", 20), ("GiB", 30)][unit];
+            prop_assert_eq!(parse_size(&format!("{n}{suffix}")), Ok(n << shift));
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The one error type of gpufile.
+//!
+//! Every failure carries the context a user needs to act on it: the file, the offset and length
+//! of the request, and the OS `errno` where the kernel said no. Errors are `Clone` (the errno is
+//! stored, not the `io::Error`) so that a future can hand the same error to every `get()`.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias used across gpufile.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a failed system call was doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `open(2)`.
+    Open,
+    /// `pread(2)`.
+    Read,
+    /// `pwrite(2)`.
+    Write,
+    /// `fstat(2)`.
+    Stat,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Open => "open",
+            Op::Read => "pread",
+            Op::Write => "pwrite",
+            Op::Stat => "fstat",
+        })
+    }
+}
+
+/// Every way a gpufile call can fail.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A system call failed; `errno` is the OS error number.
+    #[error("{}: {}", self.os_context(), os_message(*.errno))]
+    Os {
+        /// The call that failed.
+        op: Op,
+        /// The file.
+        path: PathBuf,
+        /// File offset of the failed transfer (0 for open/stat).
+        offset: u64,
+        /// Bytes the transfer asked for (0 for open/stat).
+        len: usize,
+        /// The OS error number.
+        errno: i32,
+    },
+    /// A read reached the end of the file before the requested range was complete.
+    ///
+    /// KvikIO fails the same way (its POSIX path raises "EOF"); gpufile checks the file size before
+    /// any byte is transferred, so the destination is left untouched.
+    #[error(
+        "read of {len} bytes at offset {offset} goes past the end of {path} ({file_size} bytes)"
+    )]
+    UnexpectedEof {
+        /// The file.
+        path: PathBuf,
+        /// Requested file offset.
+        offset: u64,
+        /// Requested length.
+        len: usize,
+        /// File size seen when the request ran.
+        file_size: u64,
+    },
+    /// The handle was opened without read access.
+    #[error("{path} is not open for reading (flags {flags:?})")]
+    NotReadable {
+        /// The file.
+        path: PathBuf,
+        /// The flags it was opened with.
+        flags: String,
+    },
+    /// The handle was opened without write access.
+    #[error("{path} is not open for writing (flags {flags:?})")]
+    NotWritable {
+        /// The file.
+        path: PathBuf,
+        /// The flags it was opened with.
+        flags: String,
+    },
+    /// An operation on a handle that was closed.
+    #[error("I/O operation on closed file")]
+    Closed,
+    /// An argument of a call is out of range or malformed.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A setting name that gpufile does not know.
+    #[error("unknown setting {name:?}; known settings: {known}")]
+    UnknownSetting {
+        /// The name asked for.
+        name: String,
+        /// Every known name, comma separated.
+        known: String,
+    },
+    /// A setting value that does not parse or is out of range.
+    #[error("invalid value {value} for setting {name:?}: {reason}")]
+    InvalidSetting {
+        /// The setting.
+        name: &'static str,
+        /// The value as given.
+        value: String,
+        /// What would have been accepted.
+        reason: String,
+    },
+    /// An environment variable whose value does not parse.
+    #[error("environment variable {var}={value:?} is invalid: {reason}")]
+    InvalidEnv {
+        /// The variable.
+        var: String,
+        /// Its value.
+        value: String,
+        /// What would have been accepted.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// The OS error number, where the kernel reported one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Os { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+
+    /// For [`Error::Os`]: what was being done, without the OS's reason ("pread of 10 bytes at
+    /// offset 4096 in /data/x.bin").
+    pub fn os_context(&self) -> String {
+        match self {
+            Error::Os {
+                op: op @ (Op::Read | Op::Write),
+                path,
+                offset,
+                len,
+                ..
+            } => {
+                format!(
+                    "{op} of {len} bytes at offset {offset} in {}",
+                    path.display()
+                )
+            }
+            Error::Os { op, path, .. } => format!("{op} {}", path.display()),
+            other => other.to_string(),
+        }
+    }
+
+    pub(crate) fn os(
+        op: Op,
+        path: &std::path::Path,
+        offset: u64,
+        len: usize,
+        err: io::Error,
+    ) -> Self {
+        Error::Os {
+            op,
+            path: path.to_owned(),
+            offset,
+            len,
+            errno: err.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+/// The OS's text for `errno` ("No such file or directory").
+pub fn os_message(errno: i32) -> String {
+    let text = io::Error::from_raw_os_error(errno).to_string();
+    // io::Error appends " (os error N)"; keep the text, the errno is shown elsewhere.
+    match text.rfind(" (os error") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_error_names_call_path_offset_and_reason() {
+        let e = Error::os(
+            Op::Read,
+            std::path::Path::new("/data/x.bin"),
+            4096,
+            10,
+            io::Error::from_raw_os_error(libc::EIO),
+        );
+        let text = e.to_string();
+        assert!(text.contains("pread"), "{text}");
+        assert!(text.contains("/data/x.bin"), "{text}");
+        assert!(text.contains("offset 4096"), "{text}");
+        assert!(text.contains("Input/output error"), "{text}");
+        assert_eq!(e.errno(), Some(libc::EIO));
+    }
+}

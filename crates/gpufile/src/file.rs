@@ -1,0 +1,349 @@
+//! [`FileHandle`]: an open file and the requests made on it.
+//!
+//! How to use:
+//! 1. [`FileHandle::open`] with KvikIO's flags (`"r"`, `"r+"`, `"w"`, `"w+"`).
+//! 2. [`FileHandle::read`] / [`FileHandle::write`] for slices (blocking), or the `unsafe`
+//!    [`FileHandle::pread_host`] / [`FileHandle::pwrite_host`] for raw memory, which return an
+//!    [`IoFuture`].
+//! 3. Requests are split into `task_size` tasks and run on the process pool of `num_threads`
+//!    workers. Tasks hold the file open: closing (dropping) a handle with requests in flight is
+//!    safe, the descriptor closes when the last task ends.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::config;
+use crate::error::{Error, Op, Result};
+use crate::plan::{self, IoPath, Memory};
+use crate::pool::{self, Completion, IoFuture};
+use crate::posix;
+
+/// How a file is opened (KvikIO's flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// `"r"`: read only; the file must exist.
+    Read,
+    /// `"r+"`: read and write; the file must exist.
+    ReadWrite,
+    /// `"w"`: write only; created or truncated.
+    Write,
+    /// `"w+"`: read and write; created or truncated.
+    WriteRead,
+}
+
+impl OpenMode {
+    /// The flags as the user wrote them.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpenMode::Read => "r",
+            OpenMode::ReadWrite => "r+",
+            OpenMode::Write => "w",
+            OpenMode::WriteRead => "w+",
+        }
+    }
+
+    /// Whether reads are allowed.
+    pub fn readable(self) -> bool {
+        !matches!(self, OpenMode::Write)
+    }
+
+    /// Whether writes are allowed.
+    pub fn writable(self) -> bool {
+        !matches!(self, OpenMode::Read)
+    }
+
+    fn options(self) -> OpenOptions {
+        let mut o = OpenOptions::new();
+        match self {
+            OpenMode::Read => o.read(true),
+            OpenMode::ReadWrite => o.read(true).write(true),
+            OpenMode::Write => o.write(true).create(true).truncate(true),
+            OpenMode::WriteRead => o.read(true).write(true).create(true).truncate(true),
+        };
+        o.mode(0o644);
+        o
+    }
+}
+
+impl FromStr for OpenMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "r" => Ok(OpenMode::Read),
+            "r+" => Ok(OpenMode::ReadWrite),
+            "w" => Ok(OpenMode::Write),
+            "w+" => Ok(OpenMode::WriteRead),
+            _ => Err(Error::InvalidArgument(format!(
+                "invalid flags {s:?}: expected \"r\", \"r+\", \"w\" or \"w+\""
+            ))),
+        }
+    }
+}
+
+struct Inner {
+    file: File,
+    path: PathBuf,
+    mode: OpenMode,
+}
+
+/// An open file. Cheap to clone; clones share the descriptor.
+#[derive(Clone)]
+pub struct FileHandle {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    Read,
+    Write,
+}
+
+/// A raw pointer that crosses to a worker thread. The request's caller keeps the memory valid
+/// (the `# Safety` contract of `pread_host`/`pwrite_host`).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: the pointer is only dereferenced by the one task that owns its disjoint range, while the
+// caller guarantees the memory outlives the request.
+unsafe impl Send for SendPtr {}
+impl SendPtr {
+    // A method (not `.0`) so that closures capture the whole `SendPtr`, not the raw field.
+    fn at(self, offset: usize) -> *mut u8 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+impl FileHandle {
+    /// Opens `path` with KvikIO's `flags`. A directory is [`Error::Os`] with `EISDIR`, as in
+    /// Python's `open`.
+    pub fn open(path: impl AsRef<Path>, flags: &str) -> Result<Self> {
+        let path = path.as_ref();
+        let mode: OpenMode = flags.parse()?;
+        let file = mode
+            .options()
+            .open(path)
+            .map_err(|e| Error::os(Op::Open, path, 0, 0, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::os(Op::Stat, path, 0, 0, e))?;
+        if meta.is_dir() {
+            let e = std::io::Error::from_raw_os_error(libc::EISDIR);
+            return Err(Error::os(Op::Open, path, 0, 0, e));
+        }
+        Ok(FileHandle {
+            inner: Arc::new(Inner {
+                file,
+                path: path.to_owned(),
+                mode,
+            }),
+        })
+    }
+
+    /// The path it was opened with.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The flags it was opened with.
+    pub fn mode(&self) -> OpenMode {
+        self.inner.mode
+    }
+
+    /// The file descriptor.
+    pub fn fd(&self) -> RawFd {
+        self.inner.file.as_raw_fd()
+    }
+
+    /// The descriptor's status flags (`fcntl(F_GETFL)`), as KvikIO's `open_flags()`.
+    pub fn open_flags(&self) -> Result<i32> {
+        // SAFETY: F_GETFL on a descriptor this handle owns; no memory is passed.
+        let flags = unsafe { libc::fcntl(self.fd(), libc::F_GETFL) };
+        if flags < 0 {
+            return Err(Error::os(
+                Op::Stat,
+                self.path(),
+                0,
+                0,
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(flags)
+    }
+
+    /// The file's current size in bytes.
+    pub fn size(&self) -> Result<u64> {
+        let meta = self.inner.file.metadata();
+        meta.map(|m| m.len())
+            .map_err(|e| Error::os(Op::Stat, self.path(), 0, 0, e))
+    }
+
+    /// Whether the file system accepts `O_DIRECT` for this file.
+    pub fn is_direct_io_supported(&self) -> bool {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(self.path())
+            .is_ok()
+    }
+
+    /// The path a request into or out of `memory` takes, and why.
+    pub fn io_path(&self, memory: Memory) -> IoPath {
+        plan::choose_path(memory)
+    }
+
+    /// Reads `buf.len()` bytes at `file_offset`; blocks until done.
+    pub fn read(
+        &self,
+        buf: &mut [u8],
+        file_offset: u64,
+        task_size: Option<usize>,
+    ) -> Result<usize> {
+        // SAFETY: the slice is valid and exclusively borrowed until `wait` returns.
+        unsafe { self.pread_host(buf.as_mut_ptr(), buf.len(), file_offset, task_size) }?.wait()
+    }
+
+    /// Writes `buf` at `file_offset`; blocks until done.
+    pub fn write(&self, buf: &[u8], file_offset: u64, task_size: Option<usize>) -> Result<usize> {
+        // SAFETY: the slice is valid and borrowed until `wait` returns; it is only read.
+        unsafe { self.pwrite_host(buf.as_ptr(), buf.len(), file_offset, task_size) }?.wait()
+    }
+
+    /// Starts reading `len` bytes at `file_offset` into host memory at `ptr`.
+    ///
+    /// Argument errors (closed range, reading past the end of the file, a write-only handle) are
+    /// returned before any byte moves, so the destination is untouched.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes until the returned future is done (waited on
+    /// or seen done), and nothing else may access that memory meanwhile.
+    pub unsafe fn pread_host(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        file_offset: u64,
+        task_size: Option<usize>,
+    ) -> Result<IoFuture> {
+        self.submit(Direction::Read, SendPtr(ptr), len, file_offset, task_size)
+    }
+
+    /// Starts writing `len` bytes of host memory at `ptr` to `file_offset`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes until the returned future is done, and not
+    /// written meanwhile.
+    pub unsafe fn pwrite_host(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        file_offset: u64,
+        task_size: Option<usize>,
+    ) -> Result<IoFuture> {
+        self.submit(
+            Direction::Write,
+            SendPtr(ptr.cast_mut()),
+            len,
+            file_offset,
+            task_size,
+        )
+    }
+
+    fn check(&self, dir: Direction, len: usize, file_offset: u64) -> Result<()> {
+        let end = file_offset
+            .checked_add(len as u64)
+            .filter(|e| *e <= i64::MAX as u64);
+        let Some(end) = end else {
+            return Err(Error::InvalidArgument(format!(
+                "file_offset {file_offset} + size {len} is past the largest file offset"
+            )));
+        };
+        let (path, mode) = (self.path().to_owned(), self.mode().as_str().to_owned());
+        match dir {
+            Direction::Read if !self.mode().readable() => {
+                Err(Error::NotReadable { path, flags: mode })
+            }
+            Direction::Write if !self.mode().writable() => {
+                Err(Error::NotWritable { path, flags: mode })
+            }
+            Direction::Read => {
+                let meta = self
+                    .inner
+                    .file
+                    .metadata()
+                    .map_err(|e| Error::os(Op::Stat, &path, 0, 0, e));
+                let meta = meta?;
+                if meta.is_file() && end > meta.len() && len > 0 {
+                    return Err(Error::UnexpectedEof {
+                        path,
+                        offset: file_offset,
+                        len,
+                        file_size: meta.len(),
+                    });
+                }
+                Ok(())
+            }
+            Direction::Write => Ok(()),
+        }
+    }
+
+    fn submit(
+        &self,
+        dir: Direction,
+        ptr: SendPtr,
+        len: usize,
+        file_offset: u64,
+        task_size: Option<usize>,
+    ) -> Result<IoFuture> {
+        let settings = config::current()?;
+        let task_size = task_size.unwrap_or(settings.task_size);
+        if task_size == 0 {
+            return Err(Error::InvalidArgument(
+                "task_size must be at least 1 byte".into(),
+            ));
+        }
+        self.check(dir, len, file_offset)?;
+        if len == 0 {
+            return Ok(IoFuture::ready(Ok(0)));
+        }
+        let tasks: Vec<plan::Task> = plan::split(file_offset, len, task_size).collect();
+        let completion = Completion::new(tasks.len());
+        let pool = pool::pool(settings.num_threads);
+        for task in tasks {
+            let inner = Arc::clone(&self.inner);
+            let c = Arc::clone(&completion);
+            pool.submit(Box::new(move || {
+                if c.failed() {
+                    return c.finish_task(Ok(0));
+                }
+                let (fd, path) = (inner.file.as_raw_fd(), inner.path.as_path());
+                let p = ptr.at(task.buf_offset);
+                // SAFETY: each task owns the disjoint range [buf_offset, buf_offset + len) of the
+                // caller's buffer, valid until the future completes (`pread_host` contract).
+                let r = unsafe {
+                    match dir {
+                        Direction::Read => {
+                            posix::pread_all(fd, path, p, task.len, task.file_offset, c.progress())
+                        }
+                        Direction::Write => {
+                            posix::pwrite_all(fd, path, p, task.len, task.file_offset, c.progress())
+                        }
+                    }
+                };
+                c.finish_task(r);
+            }));
+        }
+        Ok(IoFuture::pending(completion))
+    }
+}
+
+impl std::fmt::Debug for FileHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileHandle")
+            .field("path", &self.inner.path)
+            .field("mode", &self.inner.mode)
+            .field("fd", &self.fd())
+            .finish()
+    }
+}

@@ -1,0 +1,210 @@
+//! Host-memory round trips through real files, threads and the process pool.
+
+use std::io::Write;
+use std::sync::Mutex;
+
+use gpufile::config::{self, Input, Name};
+use gpufile::{Error, FileHandle};
+
+/// Tests that change process-wide settings take this lock.
+static SETTINGS: Mutex<()> = Mutex::new(());
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    // xorshift: cheap, not periodic at any task size used here.
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn file_with(data: &[u8]) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(data).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+#[test]
+fn round_trips_for_awkward_sizes_and_task_sizes() {
+    for size in [0usize, 1, 4095, 4096, 4097, (10 << 20) + 3] {
+        for task_size in [199usize, 1024, 4 << 20] {
+            if size > (1 << 20) && task_size == 199 {
+                continue; // 50k tasks of 199 bytes prove nothing more than 1 MiB does
+            }
+            let data = pattern(size, size as u64 + task_size as u64);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f.bin");
+            let w = FileHandle::open(&path, "w").unwrap();
+            assert_eq!(w.write(&data, 0, Some(task_size)).unwrap(), size);
+            drop(w);
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                data,
+                "size {size} task {task_size}"
+            );
+            let r = FileHandle::open(&path, "r").unwrap();
+            let mut back = vec![0u8; size];
+            assert_eq!(r.read(&mut back, 0, Some(task_size)).unwrap(), size);
+            assert!(back == data, "size {size} task {task_size}");
+        }
+    }
+}
+
+#[test]
+fn thread_counts_all_give_the_same_bytes() {
+    let _guard = SETTINGS.lock().unwrap();
+    let data = pattern((3 << 20) + 17, 7);
+    let f = file_with(&data);
+    let saved = config::snapshot(&[Name::NumThreads]).unwrap();
+    for threads in [1i128, 3, 4, 16] {
+        config::set(&[(Name::NumThreads, Input::Int(threads))]).unwrap();
+        let h = FileHandle::open(f.path(), "r").unwrap();
+        let mut back = vec![0u8; data.len()];
+        h.read(&mut back, 0, Some(64 << 10)).unwrap();
+        assert!(back == data, "threads {threads}");
+    }
+    config::restore(&saved).unwrap();
+}
+
+#[test]
+fn unaligned_offsets_read_the_right_range() {
+    let data = pattern(100_000, 3);
+    let f = file_with(&data);
+    let h = FileHandle::open(f.path(), "r").unwrap();
+    for (off, len) in [
+        (1usize, 4095usize),
+        (4097, 10_000),
+        (99_999, 1),
+        (12_345, 87_655),
+    ] {
+        let mut back = vec![0u8; len];
+        assert_eq!(h.read(&mut back, off as u64, Some(1000)).unwrap(), len);
+        assert_eq!(back, &data[off..off + len], "offset {off} len {len}");
+    }
+}
+
+#[test]
+fn writes_at_offsets_leave_the_rest_alone() {
+    let data = pattern(10_000, 11);
+    let f = file_with(&data);
+    let h = FileHandle::open(f.path(), "r+").unwrap();
+    let patch = pattern(333, 99);
+    h.write(&patch, 4321, Some(100)).unwrap();
+    let mut expect = data.clone();
+    expect[4321..4321 + 333].copy_from_slice(&patch);
+    assert_eq!(std::fs::read(f.path()).unwrap(), expect);
+}
+
+#[test]
+fn reading_past_the_end_fails_before_touching_the_buffer() {
+    let f = file_with(&pattern(1000, 5));
+    let h = FileHandle::open(f.path(), "r").unwrap();
+    let mut buf = vec![0xAAu8; 1001];
+    let err = h.read(&mut buf, 0, None).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::UnexpectedEof {
+                file_size: 1000,
+                len: 1001,
+                offset: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(buf.iter().all(|b| *b == 0xAA), "destination untouched");
+    let err = h.read(&mut buf[..1], 1000, None).unwrap_err();
+    assert!(err.to_string().contains("past the end"), "{err}");
+    assert_eq!(
+        h.read(&mut [], 5000, None).unwrap(),
+        0,
+        "an empty read anywhere is fine"
+    );
+}
+
+#[test]
+fn wrong_direction_and_flags_are_refused() {
+    let f = file_with(b"abc");
+    let r = FileHandle::open(f.path(), "r").unwrap();
+    assert!(matches!(
+        r.write(b"x", 0, None),
+        Err(Error::NotWritable { .. })
+    ));
+    let w = FileHandle::open(f.path(), "w").unwrap();
+    let mut b = [0u8; 1];
+    assert!(matches!(
+        w.read(&mut b, 0, None),
+        Err(Error::NotReadable { .. })
+    ));
+    assert!(matches!(
+        FileHandle::open(f.path(), "rw"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        r.read(&mut b, 0, Some(0)),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn open_errors_carry_errno_and_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.bin");
+    let err = FileHandle::open(&missing, "r").unwrap_err();
+    assert_eq!(err.errno(), Some(libc::ENOENT));
+    assert!(err.to_string().contains("missing.bin"), "{err}");
+    let err = FileHandle::open(dir.path(), "r").unwrap_err();
+    assert_eq!(err.errno(), Some(libc::EISDIR));
+}
+
+#[test]
+fn concurrent_preads_on_one_handle() {
+    let data = pattern(8 << 20, 13);
+    let f = file_with(&data);
+    let h = FileHandle::open(f.path(), "r").unwrap();
+    let chunk = 1 << 20;
+    let mut bufs: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; chunk]).collect();
+    let futures: Vec<_> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| {
+            // SAFETY: each buffer is borrowed until its future is waited on below.
+            unsafe { h.pread_host(b.as_mut_ptr(), chunk, (i * chunk) as u64, Some(100_003)) }
+                .unwrap()
+        })
+        .collect();
+    for f in &futures {
+        assert_eq!(f.wait().unwrap(), chunk);
+        assert!(f.is_done());
+    }
+    for (i, b) in bufs.iter().enumerate() {
+        assert!(b[..] == data[i * chunk..(i + 1) * chunk], "chunk {i}");
+    }
+}
+
+#[test]
+fn closing_the_handle_while_a_request_runs_is_safe() {
+    let data = pattern(4 << 20, 17);
+    let f = file_with(&data);
+    let h = FileHandle::open(f.path(), "r").unwrap();
+    let mut back = vec![0u8; data.len()];
+    // SAFETY: `back` outlives the wait below.
+    let fut = unsafe { h.pread_host(back.as_mut_ptr(), back.len(), 0, Some(4096)) }.unwrap();
+    drop(h);
+    assert_eq!(fut.wait().unwrap(), data.len());
+    assert!(back == data);
+}
+
+#[test]
+fn huge_offsets_are_argument_errors() {
+    let f = file_with(b"abc");
+    let h = FileHandle::open(f.path(), "r+").unwrap();
+    let err = h.write(b"x", u64::MAX, None).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install gpufile (release build) into a virtualenv, make a test
+# file if none is given, read it and print the path report and throughput.
+#   bash scripts/demo.sh [FILE] [extra `gpufile read` options]
+# Default file: 1 GiB of random bytes at ${TMPDIR:-/tmp}/gpufile-demo.bin (made once).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${GPUFILE_VENV:-.venv}
+
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy
+VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet --release
+
+file=${1:-${TMPDIR:-/tmp}/gpufile-demo.bin}
+[ $# -gt 0 ] && shift
+if [ ! -e "$file" ]; then
+    echo "making $file (1 GiB of random bytes)"
+    head -c $((1 << 30)) /dev/urandom > "$file"
+fi
+
+echo "== gpufile read $file (3 runs, median; the file is in the page cache after the first)"
+"$venv/bin/gpufile" read "$file" --repeat 3 "$@"
+echo
+echo "== the same read from Python (import gpufile as kvikio)"
+"$venv/bin/python" - "$file" <<'PY'
+import sys, time
+from pathlib import Path
+import numpy as np
+import gpufile as kvikio
+
+path = Path(sys.argv[1])
+buf = np.empty(path.stat().st_size, dtype=np.uint8)
+with kvikio.CuFile(path, "r") as f:
+    t = time.perf_counter()
+    n = f.read(buf)
+    dt = time.perf_counter() - t
+    backend, reason = f.io_path
+assert n == buf.nbytes
+print(f"read {n} bytes in {dt:.3f} s = {n / dt / 1e9:.2f} GB/s into host memory via {backend} ({reason})")
+PY

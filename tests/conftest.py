@@ -1,0 +1,44 @@
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpufile
+
+
+def pattern(nbytes: int, seed: int = 0) -> np.ndarray:
+    """Bytes that differ at every task boundary used in the tests."""
+    return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    """make(nbytes, seed) -> (path, bytes written)."""
+
+    def make(nbytes: int, seed: int = 0):
+        data = pattern(nbytes, seed)
+        path = tmp_path / f"data-{nbytes}-{seed}.bin"
+        data.tofile(path)
+        return path, data
+
+    return make
+
+
+def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Runs code in a fresh interpreter (settings read the environment once per process)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    clean.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture(autouse=True)
+def _restore_settings():
+    """No test leaks settings into the next."""
+    snapshot = gpufile._native.settings_snapshot()
+    try:
+        yield
+    finally:
+        snapshot.restore()

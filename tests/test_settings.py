@@ -1,0 +1,125 @@
+import pytest
+
+import gpufile
+import gpufile as kvikio
+from gpufile import defaults
+from conftest import run_python
+
+
+def test_spec_step2_snippet():
+    """The spec's Step 2 with `import gpufile as kvikio`: AUTO and 16384."""
+    assert isinstance(kvikio.__version__, str) and kvikio.__version__
+    assert defaults.get("compat_mode").name == "AUTO"
+    assert defaults.get("gds_threshold") == 16384
+    defaults.set({"task_size": 1024**3, "num_threads": 8})
+    assert defaults.get("task_size") == 1024**3
+    assert defaults.get("num_threads") == 8
+    defaults.set("compat_mode", kvikio.CompatMode.OFF)
+    assert defaults.get("compat_mode") is kvikio.CompatMode.OFF
+
+
+def test_defaults():
+    assert defaults.get("task_size") == 4 * 1024**2
+    assert defaults.get("bounce_buffer_size") == 16 * 1024**2
+    assert 1 <= defaults.get("num_threads") <= 16
+    assert defaults.get("compat_mode") == gpufile.CompatMode.AUTO == 2
+    assert int(gpufile.CompatMode.OFF) == 0 and int(gpufile.CompatMode.ON) == 1
+    assert defaults.get("http_status_codes") == [429, 500, 502, 503, 504]
+
+
+def test_set_as_nesting_context_manager_restores():
+    before = defaults.get("task_size")
+    with defaults.set("task_size", 1 << 20):
+        assert defaults.get("task_size") == 1 << 20
+        with defaults.set({"task_size": 199, "num_threads": 3}):
+            assert defaults.get("task_size") == 199
+            assert defaults.get("num_threads") == 3
+        assert defaults.get("task_size") == 1 << 20
+    assert defaults.get("task_size") == before
+    assert dict((n, s) for n, _, s in defaults.report())["task_size"] != "set"
+
+
+@pytest.mark.parametrize("text,mode", [
+    ("on", "ON"), ("ON", "ON"), ("true", "ON"), ("Yes", "ON"), ("1", "ON"),
+    ("off", "OFF"), ("False", "OFF"), ("NO", "OFF"), ("0", "OFF"), ("auto", "AUTO"),
+])
+def test_compat_mode_strings(text, mode):
+    with defaults.set("compat_mode", text):
+        assert defaults.get("compat_mode").name == mode
+
+
+def test_compat_mode_ints_and_bools():
+    with defaults.set("compat_mode", 1):
+        assert defaults.get("compat_mode") is gpufile.CompatMode.ON
+    with defaults.set("compat_mode", False):
+        assert defaults.get("compat_mode") is gpufile.CompatMode.OFF
+
+
+@pytest.mark.parametrize("name,value,exc", [
+    ("task_size", 0, ValueError),
+    ("task_size", -1, ValueError),
+    ("num_threads", 0, ValueError),
+    ("num_threads", 100000, ValueError),
+    ("compat_mode", 7, ValueError),
+    ("compat_mode", "maybe", ValueError),
+    ("task_size", 1.5, TypeError),
+    ("task_size", None, TypeError),
+    ("gds_threshold", "lots", ValueError),
+    ("http_status_codes", [42], ValueError),
+    ("auto_direct_io_read", "perhaps", ValueError),
+])
+def test_bad_values_raise_at_set_and_change_nothing(name, value, exc):
+    before = defaults.report()
+    with pytest.raises(exc, match=name):
+        defaults.set(name, value)
+    assert defaults.report() == before
+
+
+def test_set_is_all_or_nothing():
+    before = defaults.get("task_size")
+    with pytest.raises(ValueError):
+        defaults.set({"task_size": 1024, "num_threads": 0})
+    assert defaults.get("task_size") == before
+
+
+def test_unknown_name_is_keyerror():
+    with pytest.raises(KeyError, match="task_size"):
+        defaults.get("colour")
+    with pytest.raises(KeyError):
+        defaults.set("colour", 1)
+
+
+def test_size_strings():
+    with defaults.set({"task_size": "2MiB", "gds_threshold": "0"}):
+        assert defaults.get("task_size") == 2 << 20
+        assert defaults.get("gds_threshold") == 0
+
+
+def test_report_sources():
+    with defaults.set("num_threads", 5):
+        sources = {n: s for n, _, s in defaults.report()}
+        assert sources["num_threads"] == "set"
+        assert sources["gds_threshold"] == "default"
+
+
+def test_env_variables_and_precedence():
+    code = ("import gpufile.defaults as d; "
+            "print(d.get('compat_mode').name, d.get('task_size'), d.get('num_threads'), "
+            "d.get('gds_threshold'), d.get('bounce_buffer_size'), d.get('auto_direct_io_read'))")
+    r = run_python(code, {
+        "KVIKIO_COMPAT_MODE": "ON", "KVIKIO_TASK_SIZE": "1048576", "GPUFILE_TASK_SIZE": "2097152",
+        "KVIKIO_NTHREADS": "3", "KVIKIO_GDS_THRESHOLD": "4096",
+        "KVIKIO_BOUNCE_BUFFER_SIZE": "8MiB", "KVIKIO_AUTO_DIRECT_IO_READ": "true",
+    })
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ON", "2097152", "3", "4096", "8388608", "True"]
+    r = run_python("import gpufile.defaults as d; print(d.get('num_threads'))",
+                   {"KVIKIO_NUM_THREADS": "6"})
+    assert r.stdout.strip() == "6", r.stderr
+
+
+def test_bad_env_value_names_the_variable():
+    r = run_python("import gpufile.defaults as d; d.get('task_size')",
+                   {"KVIKIO_TASK_SIZE": "zero"})
+    assert r.returncode != 0
+    assert "ValueError" in r.stderr and "KVIKIO_TASK_SIZE" in r.stderr and "zero" in r.stderr
