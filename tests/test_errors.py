@@ -150,3 +150,50 @@ def test_wrong_direction(tmp_path):
             f.read(bytearray(1))
     # io.UnsupportedOperation is both an OSError and a ValueError
     assert issubclass(io.UnsupportedOperation, ValueError)
+
+
+def _libcuda_loads():
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+class _FakeDeviceArray:
+    __cuda_array_interface__ = {"shape": (16,), "typestr": "|u1", "data": (0x10000, False),
+                                "version": 3, "strides": None}
+
+
+@pytest.mark.skipif(_libcuda_loads(), reason="this machine has a CUDA driver")
+def test_device_array_without_cuda_is_a_cuda_error(tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"x" * 16)
+    with gpufile.CuFile(p) as f:
+        with pytest.raises(gpufile.CudaError, match="libcuda.so.1"):
+            f.read(_FakeDeviceArray())
+
+
+@pytest.mark.parametrize("cai,match", [
+    ({"shape": (16,), "typestr": "|u1", "data": (1, False), "strides": (2,)}, "contiguous"),
+    ({"shape": (16,), "typestr": "?", "data": (1, False)}, "typestr"),
+    ({"shape": (16,), "typestr": "|u1"}, "data"),
+])
+def test_malformed_cuda_array_interface(tmp_path, cai, match):
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"x" * 16)
+    obj = type("Arr", (), {"__cuda_array_interface__": cai})()
+    with gpufile.CuFile(p) as f:
+        with pytest.raises(ValueError, match=match):
+            f.read(obj)
+
+
+def test_read_only_cuda_array(tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"x" * 16)
+    obj = type("Arr", (), {"__cuda_array_interface__": {
+        "shape": (16,), "typestr": "|u1", "data": (1, True)}})()
+    with gpufile.CuFile(p) as f:
+        with pytest.raises(TypeError, match="read-only"):
+            f.read(obj)

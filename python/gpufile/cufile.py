@@ -33,7 +33,7 @@ class IOFuture:
 
 
 class CuFile:
-    """A file opened for reads and writes of host (and, later, device) buffers.
+    """A file opened for reads and writes of device (CuPy, PyTorch, Numba) and host buffers.
 
     ``flags``: ``"r"`` (read), ``"r+"`` (read and write), ``"w"`` (create or truncate, write),
     ``"w+"`` (create or truncate, read and write).
@@ -65,8 +65,13 @@ class CuFile:
 
     @property
     def io_path(self) -> tuple[str, str]:
-        """``(backend, reason)``: the data path of requests on this file and why."""
+        """``(backend, reason)``: the path a large device read or write on this file takes under
+        the current settings, and why. :meth:`io_path_for` answers for a given buffer."""
         return self._file.io_path()
+
+    def io_path_for(self, buf: Any, size: int | None = None) -> tuple[str, str]:
+        """``(backend, reason)`` of a request of ``size`` bytes (default: all) into ``buf``."""
+        return self._file.io_path(buf, size)
 
     def __enter__(self) -> "CuFile":
         return self

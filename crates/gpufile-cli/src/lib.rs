@@ -55,9 +55,91 @@ struct ReadArgs {
     /// for touching fresh memory).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
+    /// Read into host memory even where a GPU exists.
+    #[arg(long, conflicts_with = "device")]
+    host: bool,
+    /// Read into the memory of this GPU (default: GPU 0 where CUDA works, else host memory).
+    #[arg(long)]
+    device: Option<i32>,
+    /// Check the bytes read against a plain read of the file.
+    #[arg(long)]
+    verify: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// Where `gpufile read` puts the bytes.
+enum Destination {
+    Host(Vec<u8>),
+    Device {
+        buf: gpufile::cuda::DeviceBuffer,
+        ordinal: i32,
+        name: String,
+    },
+}
+
+impl Destination {
+    /// GPU `--device N`, host with `--host`, else GPU 0 if CUDA works (with the reason if not).
+    fn choose(args: &ReadArgs, size: usize) -> Result<(Self, Option<String>), gpufile::Error> {
+        let gpu = |ordinal: i32| -> Result<Self, gpufile::Error> {
+            let name = gpufile::cuda::device_name(ordinal)?;
+            let buf = gpufile::cuda::DeviceBuffer::new(size, ordinal)?;
+            Ok(Destination::Device { buf, ordinal, name })
+        };
+        if args.host {
+            return Ok((Destination::Host(vec![0u8; size]), None));
+        }
+        if let Some(ordinal) = args.device {
+            return Ok((gpu(ordinal)?, None));
+        }
+        let why_host = match gpufile::cuda::device_count() {
+            Ok(0) => "no CUDA device".to_string(),
+            Ok(_) => return Ok((gpu(0)?, None)),
+            Err(e) => e.to_string(),
+        };
+        Ok((Destination::Host(vec![0u8; size]), Some(why_host)))
+    }
+
+    fn memory(&self) -> Memory {
+        match self {
+            Destination::Host(_) => Memory::Host,
+            Destination::Device { .. } => Memory::Device,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Destination::Host(_) => "host".into(),
+            Destination::Device { ordinal, name, .. } => format!("device {ordinal} ({name})"),
+        }
+    }
+
+    /// Starts a read of the whole destination.
+    fn start(&mut self, file: &FileHandle, offset: u64) -> gpufile::Result<gpufile::IoFuture> {
+        match self {
+            // SAFETY: the destination outlives the future: every caller waits on it before the
+            // destination can be dropped or reused.
+            Destination::Host(v) => unsafe {
+                file.pread_host(v.as_mut_ptr(), v.len(), offset, None)
+            },
+            // SAFETY: as above, for the device allocation.
+            Destination::Device { buf, .. } => unsafe {
+                file.pread_device(buf.addr(), buf.len(), offset, None)
+            },
+        }
+    }
+
+    fn to_host(&self) -> gpufile::Result<Vec<u8>> {
+        match self {
+            Destination::Host(v) => Ok(v.clone()),
+            Destination::Device { buf, .. } => {
+                let mut v = vec![0u8; buf.len()];
+                buf.copy_to_host(0, &mut v)?;
+                Ok(v)
+            }
+        }
+    }
 }
 
 /// Runs the command line `args` (the first item is the program name); returns the exit status.
@@ -144,18 +226,30 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
         None => file.size()?.saturating_sub(offset),
     };
     let size = usize::try_from(size).map_err(|_| "--size is too large for this machine")?;
-    let mut buf = vec![0u8; size];
-    let path = file.io_path(Memory::Host);
+    let (mut dest, why_host) = Destination::choose(args, size)?;
+    let path = file.io_path(dest.memory(), size)?;
 
     let mut runs = Vec::with_capacity(args.repeat as usize);
     for _ in 0..args.repeat {
         let start = Instant::now();
-        let n = read_with_progress(&file, &mut buf, offset, !args.json)?;
+        let fut = dest.start(&file, offset)?;
+        let n = wait_with_progress(&fut, size as u64, !args.json)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {
             return Err(format!("read {n} bytes, expected {size}").into());
         }
     }
+    let verified = if args.verify {
+        let mut expect = vec![0u8; size];
+        let f = std::fs::File::open(&args.file)?;
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)?;
+        if dest.to_host()? != expect {
+            return Err("verification failed: the bytes read differ from the file".into());
+        }
+        Some(true)
+    } else {
+        None
+    };
     let mut sorted = runs.clone();
     sorted.sort_by(f64::total_cmp);
     let seconds = sorted[sorted.len() / 2];
@@ -173,7 +267,10 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
             "seconds": seconds,
             "gb_per_s": gbps,
             "runs_seconds": runs,
-            "memory": Memory::Host,
+            "memory": dest.memory(),
+            "destination": dest.describe(),
+            "host_because": why_host,
+            "verified": verified,
             "path": { "backend": path.backend, "reason": path.reason.to_string() },
             "num_threads": settings.num_threads,
             "task_size": settings.task_size,
@@ -188,37 +285,40 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
         };
         out(&format!(
             "file        {}\nbytes       {} ({})\nseconds     {:.6}{}\nthroughput  {:.2} GB/s\n\
-             memory      host\npath        {}\nreason      {}\nthreads     {}\ntask_size   {}\n",
+             memory      {}{}\npath        {}\nreason      {}\nthreads     {}\ntask_size   {}\n{}",
             args.file.display(),
             size,
             human_bytes(size as u64),
             seconds,
             runs_note,
             gbps,
+            dest.describe(),
+            why_host.map(|w| format!(" ({w})")).unwrap_or_default(),
             path.backend,
             path.reason,
             settings.num_threads,
             settings.task_size,
+            if verified == Some(true) {
+                "verified    bytes match the file\n"
+            } else {
+                ""
+            },
         ));
     }
     Ok(())
 }
 
-/// Reads into `buf`, drawing a progress bar on a terminal for reads that take a while.
-fn read_with_progress(
-    file: &FileHandle,
-    buf: &mut [u8],
-    offset: u64,
+/// Waits for a read, drawing a progress bar on a terminal for reads that take a while.
+fn wait_with_progress(
+    fut: &gpufile::IoFuture,
+    total: u64,
     show_progress: bool,
 ) -> gpufile::Result<usize> {
-    const BAR_MIN_BYTES: usize = 256 << 20;
-    // SAFETY: `buf` is exclusively borrowed for this whole function, and the future is waited on
-    // before returning on every path.
-    let fut = unsafe { file.pread_host(buf.as_mut_ptr(), buf.len(), offset, None) }?;
-    if !show_progress || buf.len() < BAR_MIN_BYTES {
+    const BAR_MIN_BYTES: u64 = 256 << 20;
+    if !show_progress || total < BAR_MIN_BYTES {
         return fut.wait();
     }
-    let bar = indicatif::ProgressBar::new(buf.len() as u64);
+    let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",

@@ -19,6 +19,18 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     gpufile,
+    CudaError,
+    GpufileError,
+    "A CUDA driver call failed, or CUDA is not available for a device buffer."
+);
+pyo3::create_exception!(
+    gpufile,
+    CufileError,
+    GpufileError,
+    "cuFile failed, or cannot be used where it is required (compat_mode OFF)."
+);
+pyo3::create_exception!(
+    gpufile,
     EndOfFileError,
     GpufileError,
     "A read reached the end of the file before the requested range was complete."
@@ -55,6 +67,8 @@ fn to_py(e: Error) -> PyErr {
             }
         }),
         Error::UnknownSetting { .. } => PyKeyError::new_err(text),
+        Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
+        Error::CufileUnavailable { .. } => CufileError::new_err(text),
         Error::Closed
         | Error::InvalidArgument(_)
         | Error::InvalidSetting { .. }
@@ -97,24 +111,41 @@ fn uint_arg(
     }
 }
 
-/// A host buffer exported through the buffer protocol, held (and so kept alive and unresizable)
-/// for as long as this value lives.
-struct HostView {
-    buf: PyUntypedBuffer,
+/// A caller's buffer, held (and so kept alive, and for host buffers unresizable) for as long as
+/// this value lives.
+enum BufferView {
+    /// Exported through the buffer protocol.
+    Host(PyUntypedBuffer),
+    /// Described by `__cuda_array_interface__`; the object itself is held.
+    Device {
+        addr: u64,
+        len: usize,
+        _owner: Py<PyAny>,
+    },
 }
 
-impl HostView {
+/// Byte size of one item of a `__cuda_array_interface__` typestr such as "<f4" or "|u1".
+fn typestr_itemsize(typestr: &str) -> Option<usize> {
+    typestr.get(2..)?.parse().ok().filter(|n| *n > 0)
+}
+
+impl BufferView {
     fn new(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
+        if let Ok(cai) = obj.getattr("__cuda_array_interface__") {
+            return Self::from_cai(obj, &cai, writable);
+        }
         let buf = PyUntypedBuffer::get(obj).map_err(|_| {
             let has = |attr| obj.hasattr(attr).unwrap_or(false);
-            if has("__cuda_array_interface__") || has("__dlpack__") {
+            if has("__dlpack__") {
                 PyTypeError::new_err(format!(
-                    "{} is a device array; this build of gpufile reads into host memory only",
+                    "{} offers only __dlpack__; gpufile takes device arrays through \
+                     __cuda_array_interface__ (CuPy, PyTorch, Numba) for now",
                     type_name(obj)
                 ))
             } else {
                 PyTypeError::new_err(format!(
-                    "expected a buffer (NumPy array, bytearray, memoryview), got {}",
+                    "expected a buffer (NumPy array, bytearray, memoryview) or a CUDA array \
+                     (__cuda_array_interface__), got {}",
                     type_name(obj)
                 ))
             }
@@ -130,15 +161,86 @@ impl HostView {
                 type_name(obj)
             )));
         }
-        Ok(HostView { buf })
+        Ok(BufferView::Host(buf))
     }
 
-    fn addr(&self) -> usize {
-        self.buf.buf_ptr() as usize
+    /// CUDA Array Interface v2/v3: data, shape, typestr, strides (None or C order), stream.
+    fn from_cai(obj: &Bound<'_, PyAny>, cai: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
+        let bad = |what: &str| {
+            PyValueError::new_err(format!(
+                "{}.__cuda_array_interface__ is malformed: {what}",
+                type_name(obj)
+            ))
+        };
+        let (addr, readonly): (u64, bool) = cai
+            .get_item("data")
+            .and_then(|d| d.extract())
+            .map_err(|_| bad("data"))?;
+        let shape: Vec<usize> = cai
+            .get_item("shape")
+            .and_then(|d| d.extract())
+            .map_err(|_| bad("shape"))?;
+        let typestr: String = cai
+            .get_item("typestr")
+            .and_then(|d| d.extract())
+            .map_err(|_| bad("typestr"))?;
+        let itemsize = typestr_itemsize(&typestr).ok_or_else(|| bad("typestr"))?;
+        let strides: Option<Vec<isize>> = match cai.get_item("strides") {
+            Ok(s) if !s.is_none() => Some(s.extract().map_err(|_| bad("strides"))?),
+            _ => None,
+        };
+        let items = shape.iter().try_fold(1usize, |acc, d| acc.checked_mul(*d));
+        let len = items
+            .and_then(|n| n.checked_mul(itemsize))
+            .ok_or_else(|| bad("shape"))?;
+        if let Some(strides) = strides.filter(|_| len > 0) {
+            let mut expect = itemsize as isize;
+            for (dim, stride) in shape.iter().zip(&strides).rev() {
+                if *dim > 1 && *stride != expect {
+                    return Err(PyValueError::new_err(format!(
+                        "device array must be C-contiguous (shape {shape:?}, strides {strides:?})"
+                    )));
+                }
+                expect *= *dim as isize;
+            }
+        }
+        if writable && readonly {
+            return Err(PyTypeError::new_err(format!(
+                "the destination {} is read-only",
+                type_name(obj)
+            )));
+        }
+        // v3: work queued on `stream` must finish before gpufile touches the data.
+        if let Ok(stream) = cai.get_item("stream") {
+            if !stream.is_none() && len > 0 {
+                let handle: u64 = stream.extract().map_err(|_| bad("stream"))?;
+                if handle == 0 {
+                    return Err(bad("stream 0 is not allowed (CUDA Array Interface v3)"));
+                }
+                let py = obj.py();
+                py.detach(|| -> gpufile::Result<()> {
+                    let info = gpufile::cuda::classify(addr)?;
+                    let ctx = match info.context {
+                        Some(c) => c,
+                        None => gpufile::cuda::primary_context(info.device.unwrap_or(0))?,
+                    };
+                    gpufile::cuda::synchronize_stream(handle, ctx)
+                })
+                .map_err(to_py)?;
+            }
+        }
+        Ok(BufferView::Device {
+            addr,
+            len,
+            _owner: obj.clone().unbind(),
+        })
     }
 
     fn len(&self) -> usize {
-        self.buf.len_bytes()
+        match self {
+            BufferView::Host(b) => b.len_bytes(),
+            BufferView::Device { len, .. } => *len,
+        }
     }
 
     /// The byte count of a request: `size` (default: the whole buffer), at most the buffer.
@@ -151,6 +253,13 @@ impl HostView {
             )));
         }
         Ok(n as usize)
+    }
+
+    fn memory(&self) -> Memory {
+        match self {
+            BufferView::Host(_) => Memory::Host,
+            BufferView::Device { .. } => Memory::Device,
+        }
     }
 }
 
@@ -181,21 +290,31 @@ impl NativeFile {
         size: Option<&Bound<'_, PyAny>>,
         file_offset: Option<&Bound<'_, PyAny>>,
         task_size: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<(IoFuture, HostView)> {
+    ) -> PyResult<(IoFuture, BufferView)> {
         let handle = self.handle()?;
-        let view = HostView::new(buf, matches!(dir, Dir::Read))?;
+        let view = BufferView::new(buf, matches!(dir, Dir::Read))?;
         let len = view.request_len(size)?;
         let offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
         let task_size = uint_arg("task_size", task_size, None)?
             .map(|t| usize::try_from(t).unwrap_or(usize::MAX));
-        let addr = view.addr();
+        let (addr, device) = match &view {
+            BufferView::Host(b) => (b.buf_ptr() as u64, false),
+            BufferView::Device { addr, .. } => (*addr, true),
+        };
         let fut = py.detach(move || {
-            // SAFETY: `view` holds the buffer export, so the memory stays valid and unresized
-            // until the view is dropped; every caller keeps the view until the future is done.
+            // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
+            // memory stays valid until the view is dropped; every caller keeps the view until
+            // the future is done.
             unsafe {
-                match dir {
-                    Dir::Read => handle.pread_host(addr as *mut u8, len, offset, task_size),
-                    Dir::Write => handle.pwrite_host(addr as *const u8, len, offset, task_size),
+                match (dir, device) {
+                    (Dir::Read, false) => {
+                        handle.pread_host(addr as *mut u8, len, offset, task_size)
+                    }
+                    (Dir::Write, false) => {
+                        handle.pwrite_host(addr as *const u8, len, offset, task_size)
+                    }
+                    (Dir::Read, true) => handle.pread_device(addr, len, offset, task_size),
+                    (Dir::Write, true) => handle.pwrite_device(addr, len, offset, task_size),
                 }
             }
         });
@@ -326,9 +445,23 @@ impl NativeFile {
         Ok(py.detach(move || handle.is_direct_io_supported()))
     }
 
-    /// `(backend, reason)` of requests with host buffers.
-    fn io_path(&self) -> PyResult<(String, String)> {
-        let path = self.handle()?.io_path(Memory::Host);
+    /// `(backend, reason)` of a request of `size` bytes (default: a large one) into `buf`
+    /// (default: device memory) under the current settings.
+    #[pyo3(signature = (buf=None, size=None))]
+    fn io_path(
+        &self,
+        buf: Option<&Bound<'_, PyAny>>,
+        size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(String, String)> {
+        let handle = self.handle()?;
+        let (memory, len) = match buf {
+            Some(b) => {
+                let view = BufferView::new(b, false)?;
+                (view.memory(), view.request_len(size)?)
+            }
+            None => (Memory::Device, usize::MAX),
+        };
+        let path = handle.io_path(memory, len).map_err(to_py)?;
         Ok((path.backend.to_string(), path.reason.to_string()))
     }
 
@@ -347,7 +480,7 @@ impl NativeFile {
 #[pyclass(frozen, module = "gpufile._native")]
 struct NativeFuture {
     fut: IoFuture,
-    _view: Option<HostView>,
+    _view: Option<BufferView>,
     _owners: Vec<Py<PyAny>>,
 }
 
@@ -462,6 +595,19 @@ fn settings_report(py: Python<'_>) -> PyResult<Vec<(String, Py<PyAny>, String)>>
         .collect()
 }
 
+/// Frees the pooled pinned bounce buffers; returns the bytes freed (KvikIO's
+/// `bounce_buffer_free`).
+#[pyfunction]
+fn bounce_buffer_free(py: Python<'_>) -> usize {
+    py.detach(gpufile::free_bounce_buffers)
+}
+
+/// Bytes of pinned bounce buffers pooled now.
+#[pyfunction]
+fn bounce_buffer_pooled() -> usize {
+    gpufile::pooled_bounce_bytes()
+}
+
 /// Blocks (GIL released) until no request is in flight; registered with `atexit`.
 #[pyfunction]
 fn wait_idle(py: Python<'_>) {
@@ -481,6 +627,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", gpufile::VERSION)?;
     m.add("GpufileError", py.get_type::<GpufileError>())?;
     m.add("EndOfFileError", py.get_type::<EndOfFileError>())?;
+    m.add("CudaError", py.get_type::<CudaError>())?;
+    m.add("CufileError", py.get_type::<CufileError>())?;
     m.add_class::<NativeFile>()?;
     m.add_class::<NativeFuture>()?;
     m.add_class::<SettingsSnapshot>()?;
@@ -489,6 +637,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings_report, m)?)?;
     m.add_function(wrap_pyfunction!(settings_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(wait_idle, m)?)?;
+    m.add_function(wrap_pyfunction!(bounce_buffer_free, m)?)?;
+    m.add_function(wrap_pyfunction!(bounce_buffer_pooled, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
     Ok(())
 }

@@ -110,6 +110,30 @@ pub enum Error {
         /// What would have been accepted.
         reason: String,
     },
+    /// A CUDA driver call failed.
+    #[error("{call} failed: {name} ({code}): {message}")]
+    Cuda {
+        /// The driver function.
+        call: &'static str,
+        /// The `CUresult` code.
+        code: i32,
+        /// The code's name (`CUDA_ERROR_INVALID_VALUE`).
+        name: String,
+        /// The driver's text for it.
+        message: String,
+    },
+    /// A device buffer was given but the CUDA driver cannot be used here.
+    #[error("CUDA is not available: {reason}")]
+    CudaUnavailable {
+        /// Why (library missing, no device, ...).
+        reason: String,
+    },
+    /// cuFile was required (compat_mode OFF) but cannot be used.
+    #[error("cuFile cannot be used: {reason}")]
+    CufileUnavailable {
+        /// Why.
+        reason: String,
+    },
     /// An environment variable whose value does not parse.
     #[error("environment variable {var}={value:?} is invalid: {reason}")]
     InvalidEnv {

@@ -14,9 +14,11 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::config;
+use crate::cuda::{self, Context, MemoryKind};
+use crate::device;
 use crate::error::{Error, Op, Result};
 use crate::plan::{self, IoPath, Memory};
 use crate::pool::{self, Completion, IoFuture};
@@ -88,6 +90,24 @@ struct Inner {
     file: File,
     path: PathBuf,
     mode: OpenMode,
+    /// A second descriptor with O_DIRECT, opened on first need (None: the file system refuses).
+    direct: OnceLock<Option<File>>,
+}
+
+impl Inner {
+    fn direct_fd(&self) -> Option<RawFd> {
+        self.direct
+            .get_or_init(|| {
+                OpenOptions::new()
+                    .read(self.mode.readable())
+                    .write(self.mode.writable())
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&self.path)
+                    .ok()
+            })
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+    }
 }
 
 /// An open file. Cheap to clone; clones share the descriptor.
@@ -100,6 +120,13 @@ pub struct FileHandle {
 enum Direction {
     Read,
     Write,
+}
+
+/// The memory a request moves bytes into or out of.
+#[derive(Clone, Copy)]
+enum Target {
+    Host(SendPtr),
+    Device { addr: u64, ctx: Context },
 }
 
 /// A raw pointer that crosses to a worker thread. The request's caller keeps the memory valid
@@ -133,11 +160,13 @@ impl FileHandle {
             let e = std::io::Error::from_raw_os_error(libc::EISDIR);
             return Err(Error::os(Op::Open, path, 0, 0, e));
         }
+        let (path, direct) = (path.to_owned(), OnceLock::new());
         Ok(FileHandle {
             inner: Arc::new(Inner {
                 file,
-                path: path.to_owned(),
+                path,
                 mode,
+                direct,
             }),
         })
     }
@@ -189,9 +218,11 @@ impl FileHandle {
             .is_ok()
     }
 
-    /// The path a request into or out of `memory` takes, and why.
-    pub fn io_path(&self, memory: Memory) -> IoPath {
-        plan::choose_path(memory)
+    /// The path a request of `len` bytes into or out of `memory` takes under the current
+    /// settings, and why (an error where compat_mode OFF cannot be honoured).
+    pub fn io_path(&self, memory: Memory, len: usize) -> Result<IoPath> {
+        let s = config::current()?;
+        plan::choose_path(memory, len, s.compat_mode, s.gds_threshold)
     }
 
     /// Reads `buf.len()` bytes at `file_offset`; blocks until done.
@@ -226,7 +257,73 @@ impl FileHandle {
         file_offset: u64,
         task_size: Option<usize>,
     ) -> Result<IoFuture> {
-        self.submit(Direction::Read, SendPtr(ptr), len, file_offset, task_size)
+        self.submit(
+            Direction::Read,
+            Target::Host(SendPtr(ptr)),
+            len,
+            file_offset,
+            task_size,
+        )
+    }
+
+    /// Starts reading `len` bytes at `file_offset` into GPU memory at `addr` (device or managed;
+    /// a pinned host address takes the host path). The range must lie inside one allocation.
+    /// Loads the CUDA driver on first use.
+    ///
+    /// # Safety
+    /// The allocation must stay valid until the returned future is done, and nothing else may
+    /// access the range meanwhile.
+    pub unsafe fn pread_device(
+        &self,
+        addr: u64,
+        len: usize,
+        file_offset: u64,
+        task_size: Option<usize>,
+    ) -> Result<IoFuture> {
+        let target = self.device_target(addr, len)?;
+        self.submit(Direction::Read, target, len, file_offset, task_size)
+    }
+
+    /// Starts writing `len` bytes of GPU memory at `addr` to the file at `file_offset`.
+    ///
+    /// # Safety
+    /// The allocation must stay valid until the returned future is done, and not be written
+    /// meanwhile.
+    pub unsafe fn pwrite_device(
+        &self,
+        addr: u64,
+        len: usize,
+        file_offset: u64,
+        task_size: Option<usize>,
+    ) -> Result<IoFuture> {
+        let target = self.device_target(addr, len)?;
+        self.submit(Direction::Write, target, len, file_offset, task_size)
+    }
+
+    fn device_target(&self, addr: u64, len: usize) -> Result<Target> {
+        let info = cuda::classify(addr)?;
+        match info.kind {
+            MemoryKind::Host => Err(Error::InvalidArgument(format!(
+                "address {addr:#x} is not GPU memory CUDA knows of"
+            ))),
+            MemoryKind::PinnedHost => Ok(Target::Host(SendPtr(addr as *mut u8))),
+            MemoryKind::Device | MemoryKind::Managed => {
+                let end = info.base.saturating_add(info.size as u64);
+                if addr.checked_add(len as u64).is_none_or(|e| e > end) {
+                    return Err(Error::InvalidArgument(format!(
+                        "{len} bytes at {addr:#x} run past the end of their allocation \
+                         ({} bytes at {:#x})",
+                        info.size, info.base
+                    )));
+                }
+                let ordinal = info.device.unwrap_or(0);
+                let ctx = match info.context {
+                    Some(c) => c,
+                    None => cuda::primary_context(ordinal)?,
+                };
+                Ok(Target::Device { addr, ctx })
+            }
+        }
     }
 
     /// Starts writing `len` bytes of host memory at `ptr` to `file_offset`.
@@ -241,13 +338,8 @@ impl FileHandle {
         file_offset: u64,
         task_size: Option<usize>,
     ) -> Result<IoFuture> {
-        self.submit(
-            Direction::Write,
-            SendPtr(ptr.cast_mut()),
-            len,
-            file_offset,
-            task_size,
-        )
+        let target = Target::Host(SendPtr(ptr.cast_mut()));
+        self.submit(Direction::Write, target, len, file_offset, task_size)
     }
 
     fn check(&self, dir: Direction, len: usize, file_offset: u64) -> Result<()> {
@@ -291,7 +383,7 @@ impl FileHandle {
     fn submit(
         &self,
         dir: Direction,
-        ptr: SendPtr,
+        target: Target,
         len: usize,
         file_offset: u64,
         task_size: Option<usize>,
@@ -304,6 +396,16 @@ impl FileHandle {
             ));
         }
         self.check(dir, len, file_offset)?;
+        let memory = match target {
+            Target::Host(_) => Memory::Host,
+            Target::Device { .. } => Memory::Device,
+        };
+        plan::choose_path(memory, len, settings.compat_mode, settings.gds_threshold)?;
+        let direct = match dir {
+            Direction::Read => settings.auto_direct_io_read,
+            Direction::Write => settings.auto_direct_io_write,
+        };
+        let bounce = settings.bounce_buffer_size;
         if len == 0 {
             return Ok(IoFuture::ready(Ok(0)));
         }
@@ -318,16 +420,37 @@ impl FileHandle {
                     return c.finish_task(Ok(0));
                 }
                 let (fd, path) = (inner.file.as_raw_fd(), inner.path.as_path());
-                let p = ptr.at(task.buf_offset);
-                // SAFETY: each task owns the disjoint range [buf_offset, buf_offset + len) of the
-                // caller's buffer, valid until the future completes (`pread_host` contract).
-                let r = unsafe {
-                    match dir {
-                        Direction::Read => {
-                            posix::pread_all(fd, path, p, task.len, task.file_offset, c.progress())
+                let (off, len, progress) = (task.file_offset, task.len, c.progress());
+                let r = match target {
+                    Target::Host(ptr) => {
+                        let p = ptr.at(task.buf_offset);
+                        // SAFETY: each task owns the disjoint range [buf_offset, +len) of the
+                        // caller's buffer, valid until the future completes (`pread_host`).
+                        unsafe {
+                            match dir {
+                                Direction::Read => {
+                                    posix::pread_all(fd, path, p, len, off, progress)
+                                }
+                                Direction::Write => {
+                                    posix::pwrite_all(fd, path, p, len, off, progress)
+                                }
+                            }
                         }
-                        Direction::Write => {
-                            posix::pwrite_all(fd, path, p, task.len, task.file_offset, c.progress())
+                    }
+                    Target::Device { addr, ctx } => {
+                        let fds = device::Fds {
+                            buffered: fd,
+                            direct: if direct { inner.direct_fd() } else { None },
+                            path,
+                        };
+                        let dev = addr + task.buf_offset as u64;
+                        match dir {
+                            Direction::Read => {
+                                device::read_to_device(&fds, dev, len, off, ctx, bounce, progress)
+                            }
+                            Direction::Write => device::write_from_device(
+                                &fds, dev, len, off, ctx, bounce, progress,
+                            ),
                         }
                     }
                 };

@@ -16,6 +16,8 @@
 //! ```
 
 pub mod config;
+pub mod cuda;
+mod device;
 pub mod error;
 pub mod file;
 pub mod plan;
@@ -23,6 +25,7 @@ pub mod pool;
 mod posix;
 
 pub use config::{CompatMode, Settings};
+pub use device::{free_bounce_buffers, pooled_bounce_bytes};
 pub use error::{Error, Result};
 pub use file::{FileHandle, OpenMode};
 pub use plan::{Backend, IoPath, Memory, Reason};

@@ -4,6 +4,9 @@
 
 use std::fmt;
 
+use crate::config::CompatMode;
+use crate::error::Error;
+
 /// One piece of a request, run by one worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Task {
@@ -35,6 +38,8 @@ pub fn split(file_offset: u64, size: usize, task_size: usize) -> impl Iterator<I
 pub enum Memory {
     /// Ordinary (pageable or pinned) host memory.
     Host,
+    /// GPU memory (device or managed).
+    Device,
 }
 
 /// The data path that moves the bytes.
@@ -60,12 +65,21 @@ pub enum Reason {
     /// Host buffers never go through cuFile: it would stage them through its own bounce buffers
     /// and gain nothing.
     HostBuffer,
+    /// compat_mode is ON: cuFile is never used.
+    CompatModeOn,
+    /// The request is smaller than gds_threshold.
+    BelowGdsThreshold,
+    /// This build has no cuFile backend yet, so AUTO uses gpufile's own path.
+    CufileNotBuilt,
 }
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Reason::HostBuffer => "host buffer: cuFile gains nothing for host memory",
+            Reason::CompatModeOn => "compat_mode is ON",
+            Reason::BelowGdsThreshold => "request smaller than gds_threshold",
+            Reason::CufileNotBuilt => "this build has no cuFile backend",
         })
     }
 }
@@ -85,13 +99,30 @@ impl fmt::Display for IoPath {
     }
 }
 
-/// Chooses the path for a request into or out of `memory`.
-pub fn choose_path(memory: Memory) -> IoPath {
-    match memory {
-        Memory::Host => IoPath {
+/// Chooses the path for a request of `len` bytes into or out of `memory`. An error is a
+/// decision too: compat_mode OFF demands cuFile, and says why it cannot be had.
+pub fn choose_path(
+    memory: Memory,
+    len: usize,
+    compat_mode: CompatMode,
+    gds_threshold: usize,
+) -> Result<IoPath, Error> {
+    let posix = |reason| {
+        Ok(IoPath {
             backend: Backend::GpufilePosix,
-            reason: Reason::HostBuffer,
-        },
+            reason,
+        })
+    };
+    match (memory, compat_mode) {
+        (Memory::Host, _) => posix(Reason::HostBuffer),
+        (Memory::Device, CompatMode::On) => posix(Reason::CompatModeOn),
+        (Memory::Device, _) if len < gds_threshold => posix(Reason::BelowGdsThreshold),
+        (Memory::Device, CompatMode::Off) => Err(Error::CufileUnavailable {
+            reason: "compat_mode is OFF but this build has no cuFile backend \
+                     (set compat_mode to AUTO or ON)"
+                .into(),
+        }),
+        (Memory::Device, CompatMode::Auto) => posix(Reason::CufileNotBuilt),
     }
 }
 
@@ -120,6 +151,21 @@ mod tests {
             }
         );
         assert_eq!(split(0, 0, 199).count(), 0);
+    }
+
+    #[test]
+    fn path_decisions() {
+        let host = choose_path(Memory::Host, 1 << 30, CompatMode::Off, 16384).unwrap();
+        assert_eq!(host.reason, Reason::HostBuffer);
+        let on = choose_path(Memory::Device, 1 << 30, CompatMode::On, 16384).unwrap();
+        assert_eq!(
+            (on.backend, on.reason),
+            (Backend::GpufilePosix, Reason::CompatModeOn)
+        );
+        let small = choose_path(Memory::Device, 100, CompatMode::Off, 16384).unwrap();
+        assert_eq!(small.reason, Reason::BelowGdsThreshold);
+        let off = choose_path(Memory::Device, 1 << 20, CompatMode::Off, 16384).unwrap_err();
+        assert!(off.to_string().contains("compat_mode is OFF"), "{off}");
     }
 
     proptest! {

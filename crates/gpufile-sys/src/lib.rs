@@ -1,0 +1,221 @@
+//! Run-time bindings of the CUDA driver (`libcuda.so.1`) for gpufile.
+//!
+//! How to use:
+//! 1. [`cuda()`] loads the driver library once per process and resolves every symbol by its
+//!    versioned name (`cuMemcpyHtoDAsync_v2`, ...). A missing library or symbol is a
+//!    [`LoadError`] value, never a panic or an abort.
+//! 2. Call the function pointers of [`CudaApi`]; every one is `unsafe` and returns a
+//!    [`CUresult`]. Safe wrappers live in the `gpufile` crate (`gpufile::cuda`).
+//!
+//! Only `libcuda.so.1` is ever opened (the driver's soname), never the toolkit's link-time stub
+//! `libcuda.so`, which fails every call.
+
+#![allow(non_camel_case_types, non_snake_case)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+/// The driver's status code (`CUDA_SUCCESS` is 0).
+pub type CUresult = c_int;
+/// A device ordinal handle.
+pub type CUdevice = c_int;
+/// A device address.
+pub type CUdeviceptr = u64;
+/// An opaque context handle.
+pub type CUcontext = *mut c_void;
+/// An opaque stream handle.
+pub type CUstream = *mut c_void;
+/// An opaque event handle.
+pub type CUevent = *mut c_void;
+
+/// `CUDA_SUCCESS`.
+pub const CUDA_SUCCESS: CUresult = 0;
+/// `CUDA_ERROR_NOT_READY` (from `cuEventQuery`).
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+
+/// `CU_POINTER_ATTRIBUTE_CONTEXT`.
+pub const CU_POINTER_ATTRIBUTE_CONTEXT: c_uint = 1;
+/// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE`.
+pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
+/// `CU_POINTER_ATTRIBUTE_IS_MANAGED`.
+pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: c_uint = 8;
+/// `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`.
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
+/// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`.
+pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: c_uint = 11;
+/// `CU_POINTER_ATTRIBUTE_RANGE_SIZE`.
+pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: c_uint = 12;
+
+/// `CU_MEMORYTYPE_HOST`.
+pub const CU_MEMORYTYPE_HOST: c_uint = 1;
+/// `CU_MEMORYTYPE_DEVICE`.
+pub const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+/// `CU_MEMORYTYPE_UNIFIED`.
+pub const CU_MEMORYTYPE_UNIFIED: c_uint = 4;
+
+/// `CU_MEMHOSTALLOC_PORTABLE`: pinned memory usable from every context.
+pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x01;
+/// `CU_MEMHOSTREGISTER_PORTABLE`.
+pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
+/// `CU_MEMHOSTREGISTER_READ_ONLY`: the device only reads the registered range.
+pub const CU_MEMHOSTREGISTER_READ_ONLY: c_uint = 0x08;
+/// `CU_STREAM_NON_BLOCKING`: no implicit sync with the legacy default stream.
+pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+/// `CU_EVENT_DISABLE_TIMING`.
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+/// `CU_DEVICE_ATTRIBUTE_PCI_BUS_ID`.
+pub const CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: c_int = 33;
+/// `CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID`.
+pub const CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: c_int = 34;
+/// `CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID`.
+pub const CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: c_int = 50;
+
+/// Why the driver API could not be loaded.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The library itself did not load.
+    #[error("cannot load {library}: {detail}")]
+    Library {
+        /// The soname asked for.
+        library: &'static str,
+        /// The loader's message.
+        detail: String,
+    },
+    /// The library loaded but lacks a symbol gpufile needs.
+    #[error("{library} has no symbol {symbol} (driver too old?): {detail}")]
+    Symbol {
+        /// The soname.
+        library: &'static str,
+        /// The missing symbol.
+        symbol: &'static str,
+        /// The loader's message.
+        detail: String,
+    },
+}
+
+macro_rules! api_table {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident from $lib:literal {
+            $( $(#[$fmeta:meta])* $field:ident = $sym:literal : fn($($arg:ty),*) -> $ret:ty; )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$fmeta])* #[doc = concat!("`", $sym, "`")] pub $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
+            _lib: Library,
+        }
+
+        impl $name {
+            /// The library's soname.
+            pub const LIBRARY: &'static str = $lib;
+
+            fn load() -> Result<Self, LoadError> {
+                // SAFETY: loading the vendor's driver library runs its initialisers, which is
+                // what every CUDA program does; the handle is kept for the process lifetime.
+                let lib = unsafe { Library::new($lib) }
+                    .map_err(|e| LoadError::Library { library: $lib, detail: e.to_string() })?;
+                $(
+                    // SAFETY: the symbol is the driver's C function of exactly this signature
+                    // (cuda.h); the pointer stays valid while `_lib` is held.
+                    let $field = unsafe {
+                        *lib.get::<unsafe extern "C" fn($($arg),*) -> $ret>(
+                            concat!($sym, "\0").as_bytes(),
+                        )
+                        .map_err(|e| LoadError::Symbol {
+                            library: $lib,
+                            symbol: $sym,
+                            detail: e.to_string(),
+                        })?
+                    };
+                )*
+                Ok($name { $($field,)* _lib: lib })
+            }
+        }
+    };
+}
+
+api_table! {
+    /// The CUDA driver functions gpufile uses.
+    pub struct CudaApi from "libcuda.so.1" {
+        init = "cuInit": fn(c_uint) -> CUresult;
+        driver_get_version = "cuDriverGetVersion": fn(*mut c_int) -> CUresult;
+        get_error_name = "cuGetErrorName": fn(CUresult, *mut *const c_char) -> CUresult;
+        get_error_string = "cuGetErrorString": fn(CUresult, *mut *const c_char) -> CUresult;
+        device_get_count = "cuDeviceGetCount": fn(*mut c_int) -> CUresult;
+        device_get = "cuDeviceGet": fn(*mut CUdevice, c_int) -> CUresult;
+        device_get_name = "cuDeviceGetName": fn(*mut c_char, c_int, CUdevice) -> CUresult;
+        device_total_mem = "cuDeviceTotalMem_v2": fn(*mut usize, CUdevice) -> CUresult;
+        device_get_attribute = "cuDeviceGetAttribute": fn(*mut c_int, c_int, CUdevice) -> CUresult;
+        primary_ctx_retain = "cuDevicePrimaryCtxRetain": fn(*mut CUcontext, CUdevice) -> CUresult;
+        ctx_push_current = "cuCtxPushCurrent_v2": fn(CUcontext) -> CUresult;
+        ctx_pop_current = "cuCtxPopCurrent_v2": fn(*mut CUcontext) -> CUresult;
+        ctx_get_current = "cuCtxGetCurrent": fn(*mut CUcontext) -> CUresult;
+        ctx_get_device = "cuCtxGetDevice": fn(*mut CUdevice) -> CUresult;
+        pointer_get_attributes = "cuPointerGetAttributes":
+            fn(c_uint, *mut c_uint, *mut *mut c_void, CUdeviceptr) -> CUresult;
+        mem_host_alloc = "cuMemHostAlloc": fn(*mut *mut c_void, usize, c_uint) -> CUresult;
+        mem_free_host = "cuMemFreeHost": fn(*mut c_void) -> CUresult;
+        mem_host_register = "cuMemHostRegister_v2": fn(*mut c_void, usize, c_uint) -> CUresult;
+        mem_host_unregister = "cuMemHostUnregister": fn(*mut c_void) -> CUresult;
+        mem_alloc = "cuMemAlloc_v2": fn(*mut CUdeviceptr, usize) -> CUresult;
+        mem_free = "cuMemFree_v2": fn(CUdeviceptr) -> CUresult;
+        memset_d8 = "cuMemsetD8_v2": fn(CUdeviceptr, u8, usize) -> CUresult;
+        memcpy_htod = "cuMemcpyHtoD_v2": fn(CUdeviceptr, *const c_void, usize) -> CUresult;
+        memcpy_dtoh = "cuMemcpyDtoH_v2": fn(*mut c_void, CUdeviceptr, usize) -> CUresult;
+        memcpy_htod_async = "cuMemcpyHtoDAsync_v2":
+            fn(CUdeviceptr, *const c_void, usize, CUstream) -> CUresult;
+        memcpy_dtoh_async = "cuMemcpyDtoHAsync_v2":
+            fn(*mut c_void, CUdeviceptr, usize, CUstream) -> CUresult;
+        stream_create = "cuStreamCreate": fn(*mut CUstream, c_uint) -> CUresult;
+        stream_destroy = "cuStreamDestroy_v2": fn(CUstream) -> CUresult;
+        stream_synchronize = "cuStreamSynchronize": fn(CUstream) -> CUresult;
+        event_create = "cuEventCreate": fn(*mut CUevent, c_uint) -> CUresult;
+        event_record = "cuEventRecord": fn(CUevent, CUstream) -> CUresult;
+        event_synchronize = "cuEventSynchronize": fn(CUevent) -> CUresult;
+        event_destroy = "cuEventDestroy_v2": fn(CUevent) -> CUresult;
+    }
+}
+
+// SAFETY: the table holds plain function pointers into a library that is never unloaded; the
+// driver API is thread-safe.
+unsafe impl Send for CudaApi {}
+// SAFETY: as above; nothing in the table is mutated after loading.
+unsafe impl Sync for CudaApi {}
+
+static CUDA: OnceLock<Result<CudaApi, LoadError>> = OnceLock::new();
+
+/// The driver API, loaded on first use (the outcome, success or not, is kept).
+pub fn cuda() -> Result<&'static CudaApi, LoadError> {
+    CUDA.get_or_init(CudaApi::load)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Whether [`cuda()`] has been called in this process (tests check that host-only work never
+/// loads the driver).
+pub fn cuda_load_attempted() -> bool {
+    CUDA.get().is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_is_a_value_never_a_panic() {
+        match cuda() {
+            Ok(api) => {
+                let mut v = 0;
+                // SAFETY: a plain out-parameter call.
+                assert_eq!(unsafe { (api.driver_get_version)(&mut v) }, CUDA_SUCCESS);
+                assert!(v >= 11000);
+            }
+            Err(e) => assert!(e.to_string().contains("libcuda.so.1"), "{e}"),
+        }
+        assert!(cuda_load_attempted());
+    }
+}

@@ -1,0 +1,492 @@
+//! Safe wrappers over the CUDA driver: pointer classification, context guards, streams, events,
+//! pinned and device memory.
+//!
+//! How to use:
+//! 1. [`classify`] a device address: its memory kind, device, owning context and allocation.
+//! 2. [`ContextGuard::push`] the pointer's own context (not whatever is current) on the thread
+//!    that copies, and use a [`Stream`] created in that context.
+//! 3. [`PinnedBuffer`] (page-aligned, portable) and [`DeviceBuffer`] free themselves on drop.
+//!
+//! Nothing here loads `libcuda.so.1` until it is called: host-only work never touches CUDA.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::sync::{Mutex, OnceLock};
+
+use gpufile_sys::{self as sys, CUresult, CudaApi};
+
+use crate::error::{Error, Result};
+
+/// The loaded and initialised driver.
+pub(crate) fn api() -> Result<&'static CudaApi> {
+    static INIT: OnceLock<Result<()>> = OnceLock::new();
+    let api = sys::cuda().map_err(|e| Error::CudaUnavailable {
+        reason: e.to_string(),
+    })?;
+    INIT.get_or_init(|| {
+        // SAFETY: cuInit(0) is the documented first call; it is idempotent.
+        check("cuInit", unsafe { (api.init)(0) })
+    })
+    .clone()?;
+    Ok(api)
+}
+
+/// Turns a driver status into a `Result`, with the driver's name and text for the code.
+pub(crate) fn check(call: &'static str, code: CUresult) -> Result<()> {
+    if code == sys::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let (mut name, mut text) = (std::ptr::null(), std::ptr::null());
+    if let Ok(api) = sys::cuda() {
+        // SAFETY: out-parameters receive pointers to static strings owned by the driver.
+        unsafe {
+            (api.get_error_name)(code, &mut name);
+            (api.get_error_string)(code, &mut text);
+        }
+    }
+    let read = |p: *const std::ffi::c_char| {
+        if p.is_null() {
+            "unknown".to_owned()
+        } else {
+            // SAFETY: non-null pointers from cuGetError* are NUL-terminated static strings.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    Err(Error::Cuda {
+        call,
+        code,
+        name: read(name),
+        message: read(text),
+    })
+}
+
+/// The driver's version as (major, minor), e.g. (13, 0).
+pub fn driver_version() -> Result<(i32, i32)> {
+    let api = api()?;
+    let mut v = 0;
+    // SAFETY: plain out-parameter.
+    check("cuDriverGetVersion", unsafe {
+        (api.driver_get_version)(&mut v)
+    })?;
+    Ok((v / 1000, (v % 1000) / 10))
+}
+
+/// Number of CUDA devices.
+pub fn device_count() -> Result<usize> {
+    let api = api()?;
+    let mut n = 0;
+    // SAFETY: plain out-parameter.
+    check("cuDeviceGetCount", unsafe {
+        (api.device_get_count)(&mut n)
+    })?;
+    Ok(n.max(0) as usize)
+}
+
+/// A device's name ("NVIDIA H200").
+pub fn device_name(ordinal: i32) -> Result<String> {
+    let api = api()?;
+    let mut dev = 0;
+    // SAFETY: plain out-parameter.
+    check("cuDeviceGet", unsafe {
+        (api.device_get)(&mut dev, ordinal)
+    })?;
+    let mut buf = [0 as std::ffi::c_char; 256];
+    // SAFETY: the driver writes at most `len` bytes, NUL-terminated.
+    check("cuDeviceGetName", unsafe {
+        (api.device_get_name)(buf.as_mut_ptr(), 256, dev)
+    })?;
+    // SAFETY: NUL-terminated by the driver within the buffer.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// A CUDA context handle (an address; contexts are process-wide objects).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Context(usize);
+
+impl Context {
+    fn raw(self) -> sys::CUcontext {
+        self.0 as sys::CUcontext
+    }
+
+    /// The handle as a number (for logs and maps).
+    pub fn addr(self) -> usize {
+        self.0
+    }
+}
+
+/// The primary context of device `ordinal`, retained once by gpufile and never released, so it
+/// stays valid for pinned buffers and streams whatever the application does with its own.
+pub fn primary_context(ordinal: i32) -> Result<Context> {
+    static PRIMARY: Mutex<Option<HashMap<i32, Context>>> = Mutex::new(None);
+    let api = api()?;
+    let mut map = PRIMARY.lock().unwrap_or_else(|e| e.into_inner());
+    let map = map.get_or_insert_with(HashMap::new);
+    if let Some(c) = map.get(&ordinal) {
+        return Ok(*c);
+    }
+    let mut dev = 0;
+    // SAFETY: plain out-parameter.
+    check("cuDeviceGet", unsafe {
+        (api.device_get)(&mut dev, ordinal)
+    })?;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: plain out-parameter; the retain is deliberately never released.
+    check("cuDevicePrimaryCtxRetain", unsafe {
+        (api.primary_ctx_retain)(&mut ctx, dev)
+    })?;
+    let c = Context(ctx as usize);
+    map.insert(ordinal, c);
+    Ok(c)
+}
+
+/// Makes a context current on this thread until dropped (then the previous one is back).
+pub struct ContextGuard {
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl ContextGuard {
+    /// Pushes `ctx` onto this thread's context stack.
+    pub fn push(ctx: Context) -> Result<Self> {
+        let api = api()?;
+        // SAFETY: `ctx` came from the driver (pointer attribute or primary retain).
+        check("cuCtxPushCurrent", unsafe {
+            (api.ctx_push_current)(ctx.raw())
+        })?;
+        Ok(ContextGuard {
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        if let Ok(api) = sys::cuda() {
+            let mut old = std::ptr::null_mut();
+            // SAFETY: pops exactly the context this guard pushed on this thread.
+            unsafe { (api.ctx_pop_current)(&mut old) };
+        }
+    }
+}
+
+/// What kind of memory an address points to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryKind {
+    /// Host memory CUDA does not know (pageable).
+    Host,
+    /// Page-locked host memory (cuMemHostAlloc / cuMemHostRegister).
+    PinnedHost,
+    /// Device memory.
+    Device,
+    /// Managed (unified) memory.
+    Managed,
+}
+
+/// What the driver knows about an address.
+#[derive(Clone, Copy, Debug)]
+pub struct PointerInfo {
+    /// The memory kind.
+    pub kind: MemoryKind,
+    /// The device holding it (device and managed memory).
+    pub device: Option<i32>,
+    /// The context that owns the allocation.
+    pub context: Option<Context>,
+    /// Start of the allocation holding the address.
+    pub base: u64,
+    /// Size of that allocation.
+    pub size: usize,
+}
+
+/// Classifies `addr` with `cuPointerGetAttributes` (which, unlike `cuPointerGetAttribute`,
+/// answers "unknown host memory" for addresses CUDA never saw, instead of failing).
+pub fn classify(addr: u64) -> Result<PointerInfo> {
+    let api = api()?;
+    let mut attrs = [
+        sys::CU_POINTER_ATTRIBUTE_CONTEXT,
+        sys::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        sys::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        sys::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        sys::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        sys::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    // Each attribute is written as 1, 4 or 8 bytes at the start of its slot; zeroed u64 slots
+    // read back correctly for all of them on little-endian x86-64 and aarch64.
+    let mut vals = [0u64; 6];
+    let mut ptrs: [*mut c_void; 6] = [std::ptr::null_mut(); 6];
+    for (p, v) in ptrs.iter_mut().zip(vals.iter_mut()) {
+        *p = (v as *mut u64).cast();
+    }
+    // SAFETY: `attrs` and `ptrs` have 6 entries; each slot is 8 bytes, the largest attribute.
+    check("cuPointerGetAttributes", unsafe {
+        (api.pointer_get_attributes)(6, attrs.as_mut_ptr(), ptrs.as_mut_ptr(), addr)
+    })?;
+    let [ctx, mem_type, managed, ordinal, base, size] = vals;
+    let mem_type = mem_type as u32;
+    let kind = if managed as u8 != 0 {
+        MemoryKind::Managed
+    } else {
+        match mem_type {
+            sys::CU_MEMORYTYPE_DEVICE => MemoryKind::Device,
+            sys::CU_MEMORYTYPE_UNIFIED => MemoryKind::Managed,
+            sys::CU_MEMORYTYPE_HOST => MemoryKind::PinnedHost,
+            _ => MemoryKind::Host,
+        }
+    };
+    let on_device = matches!(kind, MemoryKind::Device | MemoryKind::Managed);
+    Ok(PointerInfo {
+        kind,
+        device: on_device.then_some(ordinal as u32 as i32),
+        context: (ctx != 0).then_some(Context(ctx as usize)),
+        base,
+        size: size as usize,
+    })
+}
+
+/// Waits for all work queued on the stream `handle` (a `__cuda_array_interface__` `stream`
+/// value: 1 is the legacy default stream, 2 the per-thread default stream) in `ctx`.
+pub fn synchronize_stream(handle: u64, ctx: Context) -> Result<()> {
+    let api = api()?;
+    let _g = ContextGuard::push(ctx)?;
+    // SAFETY: the handle comes from the array's producer, who promises it is a live stream in
+    // this context (CUDA Array Interface v3), or is one of the special values 1 and 2.
+    check("cuStreamSynchronize", unsafe {
+        (api.stream_synchronize)(handle as sys::CUstream)
+    })
+}
+
+/// A non-blocking stream, destroyed on drop (in its context).
+pub struct Stream {
+    raw: usize,
+    ctx: Context,
+}
+
+impl Stream {
+    /// Creates a non-blocking stream in `ctx`.
+    pub fn new(ctx: Context) -> Result<Self> {
+        let api = api()?;
+        let _g = ContextGuard::push(ctx)?;
+        let mut s = std::ptr::null_mut();
+        // SAFETY: plain out-parameter; a context is current.
+        check("cuStreamCreate", unsafe {
+            (api.stream_create)(&mut s, sys::CU_STREAM_NON_BLOCKING)
+        })?;
+        Ok(Stream {
+            raw: s as usize,
+            ctx,
+        })
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUstream {
+        self.raw as sys::CUstream
+    }
+
+    /// Waits for everything queued on the stream.
+    pub fn synchronize(&self) -> Result<()> {
+        let api = api()?;
+        // SAFETY: a live stream owned by self.
+        check("cuStreamSynchronize", unsafe {
+            (api.stream_synchronize)(self.raw())
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let (Ok(api), Ok(_g)) = (sys::cuda(), ContextGuard::push(self.ctx)) {
+            // SAFETY: destroys the stream this value created, in its context.
+            unsafe { (api.stream_destroy)(self.raw()) };
+        }
+    }
+}
+
+/// An event without timing, destroyed on drop.
+pub struct Event {
+    raw: usize,
+    ctx: Context,
+}
+
+impl Event {
+    /// Creates an event in `ctx`.
+    pub fn new(ctx: Context) -> Result<Self> {
+        let api = api()?;
+        let _g = ContextGuard::push(ctx)?;
+        let mut e = std::ptr::null_mut();
+        // SAFETY: plain out-parameter; a context is current.
+        check("cuEventCreate", unsafe {
+            (api.event_create)(&mut e, sys::CU_EVENT_DISABLE_TIMING)
+        })?;
+        Ok(Event {
+            raw: e as usize,
+            ctx,
+        })
+    }
+
+    fn raw(&self) -> sys::CUevent {
+        self.raw as sys::CUevent
+    }
+
+    /// Records the event at the current end of `stream`.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        let api = api()?;
+        // SAFETY: live event and stream of the same context.
+        check("cuEventRecord", unsafe {
+            (api.event_record)(self.raw(), stream.raw())
+        })
+    }
+
+    /// Waits until the work before the last record has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        let api = api()?;
+        // SAFETY: a live event owned by self.
+        check("cuEventSynchronize", unsafe {
+            (api.event_synchronize)(self.raw())
+        })
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let (Ok(api), Ok(_g)) = (sys::cuda(), ContextGuard::push(self.ctx)) {
+            // SAFETY: destroys the event this value created.
+            unsafe { (api.event_destroy)(self.raw()) };
+        }
+    }
+}
+
+/// Page-locked, page-aligned host memory usable from every context (`CU_MEMHOSTALLOC_PORTABLE`).
+pub struct PinnedBuffer {
+    ptr: usize,
+    len: usize,
+    ctx: Context,
+}
+
+impl PinnedBuffer {
+    /// Allocates `len` bytes under `ctx` (a context gpufile retains, so the free always works).
+    pub fn new(len: usize, ctx: Context) -> Result<Self> {
+        let api = api()?;
+        let _g = ContextGuard::push(ctx)?;
+        let mut p = std::ptr::null_mut();
+        // SAFETY: plain out-parameter; a context is current.
+        check("cuMemHostAlloc", unsafe {
+            (api.mem_host_alloc)(&mut p, len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        Ok(PinnedBuffer {
+            ptr: p as usize,
+            len,
+            ctx,
+        })
+    }
+
+    /// Start of the buffer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+
+    /// Its size.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        if let (Ok(api), Ok(_g)) = (sys::cuda(), ContextGuard::push(self.ctx)) {
+            // SAFETY: frees the allocation this value made; nobody uses it any more.
+            unsafe { (api.mem_free_host)(self.ptr as *mut c_void) };
+        }
+    }
+}
+
+/// Device memory from `cuMemAlloc` on a device's primary context, freed on drop (for tests,
+/// the CLI and benchmarks; Python callers bring their own arrays).
+pub struct DeviceBuffer {
+    ptr: u64,
+    len: usize,
+    ctx: Context,
+}
+
+impl DeviceBuffer {
+    /// Allocates `len` bytes on device `ordinal`.
+    pub fn new(len: usize, ordinal: i32) -> Result<Self> {
+        let api = api()?;
+        let ctx = primary_context(ordinal)?;
+        let _g = ContextGuard::push(ctx)?;
+        let mut p = 0;
+        // SAFETY: plain out-parameter; a context is current.
+        check("cuMemAlloc", unsafe { (api.mem_alloc)(&mut p, len.max(1)) })?;
+        Ok(DeviceBuffer { ptr: p, len, ctx })
+    }
+
+    /// The device address.
+    pub fn addr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Its size.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `src` into the buffer at `offset` (blocking).
+    pub fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_range(offset, src.len())?;
+        let api = api()?;
+        let _g = ContextGuard::push(self.ctx)?;
+        // SAFETY: the range was checked against the allocation; `src` is a valid slice.
+        check("cuMemcpyHtoD", unsafe {
+            (api.memcpy_htod)(self.ptr + offset as u64, src.as_ptr().cast(), src.len())
+        })
+    }
+
+    /// Copies from the buffer at `offset` into `dst` (blocking).
+    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range(offset, dst.len())?;
+        let api = api()?;
+        let _g = ContextGuard::push(self.ctx)?;
+        // SAFETY: the range was checked against the allocation; `dst` is a valid slice.
+        check("cuMemcpyDtoH", unsafe {
+            (api.memcpy_dtoh)(dst.as_mut_ptr().cast(), self.ptr + offset as u64, dst.len())
+        })
+    }
+
+    /// Sets every byte to `value` (blocking).
+    pub fn fill(&self, value: u8) -> Result<()> {
+        let api = api()?;
+        let _g = ContextGuard::push(self.ctx)?;
+        // SAFETY: the whole allocation.
+        check("cuMemsetD8", unsafe {
+            (api.memset_d8)(self.ptr, value, self.len)
+        })
+    }
+
+    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(Error::InvalidArgument(format!(
+                "range {offset}+{len} outside a device buffer of {} bytes",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let (Ok(api), Ok(_g)) = (sys::cuda(), ContextGuard::push(self.ctx)) {
+            // SAFETY: frees the allocation this value made.
+            unsafe { (api.mem_free)(self.ptr) };
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! gpufile's POSIX path for device memory: file ⇄ pinned bounce buffers ⇄ GPU, overlapped.
+//!
+//! Each task is cut into chunks. A read `pread`s chunk *i + 1* into one pinned buffer while the
+//! copy engine moves chunk *i* from the other buffer to the GPU (events tell when a buffer is free
+//! again); a write copies chunk *i + 1* from the GPU while chunk *i* is being `pwrite`n. Each worker
+//! thread has one stream (and two events) per context, created once; pinned buffers come from a
+//! process pool, allocated on first use and reused (never on the hot path once warm);
+//! [`free_bounce_buffers`] gives them back to the driver.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use crate::cuda::{self, Context, ContextGuard, Event, PinnedBuffer, Stream};
+use crate::error::Result;
+use crate::posix;
+
+/// Smallest pipeline chunk: below this, per-copy overheads dominate.
+const MIN_CHUNK: usize = 256 << 10;
+/// O_DIRECT needs file offsets, lengths and memory aligned to the logical block; 4 KiB covers
+/// every common device.
+pub(crate) const DIRECT_ALIGN: usize = 4096;
+
+struct BouncePool {
+    size: usize,
+    free: Vec<PinnedBuffer>,
+}
+
+static POOL: Mutex<BouncePool> = Mutex::new(BouncePool {
+    size: 0,
+    free: Vec::new(),
+});
+
+fn take_buffer(size: usize, ctx: Context) -> Result<PinnedBuffer> {
+    {
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.size != size {
+            pool.free.clear();
+            pool.size = size;
+        }
+        if let Some(b) = pool.free.pop() {
+            return Ok(b);
+        }
+    }
+    PinnedBuffer::new(size, ctx)
+}
+
+fn give_buffer(buf: PinnedBuffer) {
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if buf.len() == pool.size {
+        pool.free.push(buf);
+    }
+}
+
+/// Frees the pooled pinned bounce buffers; returns the bytes freed. Buffers in use by running
+/// requests go back to the pool when those finish.
+pub fn free_bounce_buffers() -> usize {
+    let freed: Vec<PinnedBuffer> = {
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut pool.free)
+    };
+    freed.iter().map(PinnedBuffer::len).sum()
+}
+
+/// Bytes of pinned memory held by the pool now.
+pub fn pooled_bounce_bytes() -> usize {
+    let pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    pool.free.iter().map(PinnedBuffer::len).sum()
+}
+
+/// A worker's stream and events for one context.
+struct Lane {
+    stream: Stream,
+    events: [Event; 2],
+}
+
+thread_local! {
+    static LANES: RefCell<HashMap<Context, Lane>> = RefCell::new(HashMap::new());
+}
+
+fn with_lane<R>(ctx: Context, f: impl FnOnce(&Lane) -> Result<R>) -> Result<R> {
+    LANES.with(|lanes| {
+        let mut lanes = lanes.borrow_mut();
+        let lane = match lanes.entry(ctx) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(Lane {
+                stream: Stream::new(ctx)?,
+                events: [Event::new(ctx)?, Event::new(ctx)?],
+            }),
+        };
+        f(lane)
+    })
+}
+
+/// Two pinned buffers lent to one task. On drop (success or error) the stream is drained
+/// first, so no copy still reads a buffer that goes back to the pool.
+struct Lent<'a> {
+    bufs: [Option<PinnedBuffer>; 2],
+    stream: &'a Stream,
+}
+
+impl Lent<'_> {
+    fn ptr(&self, slot: usize) -> *mut u8 {
+        self.bufs[slot]
+            .as_ref()
+            .map_or(std::ptr::null_mut(), PinnedBuffer::as_ptr)
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let drained = self.stream.synchronize().is_ok();
+        for b in self.bufs.iter_mut().filter_map(Option::take) {
+            if drained {
+                give_buffer(b);
+            } else {
+                // A failed stream may still touch the buffer: leak it rather than reuse it.
+                std::mem::forget(b);
+            }
+        }
+    }
+}
+
+/// Chunk size of a task's pipeline: about a quarter of the task so reads and copies overlap,
+/// at least [`MIN_CHUNK`], at most the bounce buffer, a multiple of [`DIRECT_ALIGN`].
+pub(crate) fn chunk_size(task_len: usize, bounce: usize) -> usize {
+    let quarter = task_len.div_ceil(4).next_multiple_of(DIRECT_ALIGN);
+    quarter.max(MIN_CHUNK).min(bounce).max(1)
+}
+
+/// The descriptors a device task reads or writes through.
+pub(crate) struct Fds<'a> {
+    /// The ordinary (buffered) descriptor.
+    pub buffered: RawFd,
+    /// An O_DIRECT descriptor, used for aligned chunks when present.
+    pub direct: Option<RawFd>,
+    /// The file, for errors.
+    pub path: &'a Path,
+}
+
+impl Fds<'_> {
+    fn pick(&self, offset: u64, len: usize) -> RawFd {
+        match self.direct {
+            Some(fd) if offset % DIRECT_ALIGN as u64 == 0 && len % DIRECT_ALIGN == 0 => fd,
+            _ => self.buffered,
+        }
+    }
+}
+
+/// Reads `len` bytes at `file_offset` into device memory at `dst` (owned by context `ctx`).
+pub(crate) fn read_to_device(
+    fds: &Fds<'_>,
+    dst: u64,
+    len: usize,
+    file_offset: u64,
+    ctx: Context,
+    bounce: usize,
+    progress: &AtomicU64,
+) -> Result<usize> {
+    let api = cuda::api()?;
+    let _guard = ContextGuard::push(ctx)?;
+    let pinned_ctx = cuda::primary_context(0)?;
+    with_lane(ctx, |lane| {
+        let chunk = chunk_size(len, bounce);
+        let lent = Lent {
+            bufs: [
+                Some(take_buffer(bounce, pinned_ctx)?),
+                Some(take_buffer(bounce, pinned_ctx)?),
+            ],
+            stream: &lane.stream,
+        };
+        let (mut done, mut i) = (0usize, 0usize);
+        while done < len {
+            let n = chunk.min(len - done);
+            let slot = i % 2;
+            if i >= 2 {
+                lane.events[slot].synchronize()?; // its previous copy has left the buffer
+            }
+            let at = file_offset + done as u64;
+            // SAFETY: the pinned buffer holds `bounce >= chunk >= n` bytes and only this task
+            // uses it until `lent` is dropped.
+            unsafe {
+                posix::pread_all(fds.pick(at, n), fds.path, lent.ptr(slot), n, at, progress)
+            }?;
+            // SAFETY: `dst + done .. + n` lies in the caller's device buffer (checked against
+            // the allocation by the caller); the source stays valid until the event fires.
+            cuda::check("cuMemcpyHtoDAsync", unsafe {
+                (api.memcpy_htod_async)(
+                    dst + done as u64,
+                    lent.ptr(slot).cast(),
+                    n,
+                    lane.stream.raw(),
+                )
+            })?;
+            lane.events[slot].record(&lane.stream)?;
+            done += n;
+            i += 1;
+        }
+        lane.stream.synchronize()?;
+        drop(lent);
+        Ok(len)
+    })
+}
+
+/// Writes `len` bytes of device memory at `src` (owned by `ctx`) to the file at `file_offset`.
+pub(crate) fn write_from_device(
+    fds: &Fds<'_>,
+    src: u64,
+    len: usize,
+    file_offset: u64,
+    ctx: Context,
+    bounce: usize,
+    progress: &AtomicU64,
+) -> Result<usize> {
+    let api = cuda::api()?;
+    let _guard = ContextGuard::push(ctx)?;
+    let pinned_ctx = cuda::primary_context(0)?;
+    with_lane(ctx, |lane| {
+        let chunk = chunk_size(len, bounce);
+        let lent = Lent {
+            bufs: [
+                Some(take_buffer(bounce, pinned_ctx)?),
+                Some(take_buffer(bounce, pinned_ctx)?),
+            ],
+            stream: &lane.stream,
+        };
+        let chunks = len.div_ceil(chunk);
+        let copy_out = |i: usize| -> Result<()> {
+            let off = i * chunk;
+            let n = chunk.min(len - off);
+            // SAFETY: the source range lies in the caller's device buffer; the pinned buffer of
+            // this slot is free (its previous chunk was written out before this call).
+            cuda::check("cuMemcpyDtoHAsync", unsafe {
+                (api.memcpy_dtoh_async)(
+                    lent.ptr(i % 2).cast(),
+                    src + off as u64,
+                    n,
+                    lane.stream.raw(),
+                )
+            })?;
+            lane.events[i % 2].record(&lane.stream)
+        };
+        copy_out(0)?;
+        for i in 0..chunks {
+            if i + 1 < chunks {
+                copy_out(i + 1)?; // overlaps with the pwrite of chunk i below
+            }
+            lane.events[i % 2].synchronize()?;
+            let off = i * chunk;
+            let n = chunk.min(len - off);
+            let at = file_offset + off as u64;
+            // SAFETY: the slot's buffer holds chunk i, complete since its event fired.
+            unsafe {
+                posix::pwrite_all(fds.pick(at, n), fds.path, lent.ptr(i % 2), n, at, progress)
+            }?;
+        }
+        drop(lent);
+        Ok(len)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_overlap_within_a_task_and_respect_the_bounce_buffer() {
+        assert_eq!(chunk_size(4 << 20, 16 << 20), 1 << 20);
+        assert_eq!(chunk_size(64 << 20, 16 << 20), 16 << 20);
+        assert_eq!(chunk_size(100, 16 << 20), MIN_CHUNK);
+        assert_eq!(chunk_size(4 << 20, 64 << 10), 64 << 10);
+        assert_eq!(chunk_size(5_000_001, 16 << 20) % DIRECT_ALIGN, 0);
+    }
+}

@@ -1,0 +1,18 @@
+"""Pinned bounce buffers of the POSIX device path (KvikIO's ``kvikio.buffer``)."""
+
+from __future__ import annotations
+
+from . import _native
+
+
+def bounce_buffer_free() -> int:
+    """Frees the pooled pinned bounce buffers; returns the bytes freed.
+
+    Buffers lent to requests still running go back to the pool when those finish.
+    """
+    return _native.bounce_buffer_free()
+
+
+def bounce_buffer_pooled() -> int:
+    """Bytes of pinned bounce buffers held by the pool now (a gpufile addition)."""
+    return _native.bounce_buffer_pooled()

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Here (with cargo): build what a GPU machine round needs, under ignored paths to carry:
+#   target/wheels/gpufile-*.whl   the abi3 wheel (release)
+#   target/gpu-tests/             Rust test binaries that touch the GPU
+# KvikIO's wheels for side-by-side runs go to .whl/ (downloaded once).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${GPUFILE_VENV:-.venv}
+[ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv"; "$venv/bin/pip" install -q "maturin>=1.7,<2"; }
+rm -rf target/wheels target/gpu-tests
+"$venv/bin/maturin" build --release --quiet --out target/wheels
+mkdir -p target/gpu-tests
+cargo test --release -p gpufile --test gpu_io --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])' | xargs -I{} cp {} target/gpu-tests/
+if [ ! -d .whl ] || ! ls .whl/kvikio_cu13-*.whl >/dev/null 2>&1; then
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+    -d .whl kvikio-cu13==26.10.0 libkvikio-cu13==26.10.0 rapids-logger==0.3.0
+fi
+ls -la target/wheels target/gpu-tests .whl

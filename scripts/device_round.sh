@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One whole round on the GPU machine (run there from the repository root, after
+# scripts/build_for_device.sh here; carry target/wheels, target/gpu-tests and .whl):
+# install, GPU tests (pytest and Rust), then the benchmark; a short table last; JSON under $OUT.
+#   bash scripts/device_round.sh [--quick] [extra benchmark options]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpufile-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+  target/wheels/gpufile-*.whl .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c 'import gpufile, kvikio; print("gpufile", gpufile.__version__, "kvikio", kvikio.__version__)'
+
+status=0
+echo "== Rust GPU tests"
+for t in target/gpu-tests/*; do "$t" --test-threads=1 2>&1 | tail -4 || status=1; done
+echo "== pytest (all, GPU included)"
+python3 -m pytest -q -p no:cacheprovider -rs tests 2>&1 | tail -25 || status=1
+
+echo "== benchmark"
+if [ $quick = 1 ]; then
+  python3 benches/gpu_bench.py --size 1GiB --runs 1 --skip cold,host --json "$out/bench.json" "$@"
+else
+  python3 benches/gpu_bench.py --json "$out/bench.json" "$@"
+fi
+echo "== gpufile read (CLI, the README's main job)"
+python3 -m gpufile read /tmp/gpufile-bench.bin --verify --repeat 3 || status=1
+exit $status

@@ -1,0 +1,282 @@
+"""GPU memory through gpufile's POSIX path, with CuPy, PyTorch and raw driver allocations.
+
+Run on a machine with an NVIDIA GPU and CuPy (`pytest -m gpu`); elsewhere every test here skips
+with the reason.
+"""
+
+import ctypes
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import gpufile
+from gpufile import defaults
+from conftest import pattern
+
+
+def _gpu_reason():
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as e:  # no driver, no device
+        return f"no usable CUDA device ({e.__class__.__name__})"
+    return None
+
+
+REASON = _gpu_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+
+if REASON is None:
+    import cupy as cp
+
+
+@pytest.fixture(autouse=True)
+def _posix_path():
+    """This suite tests gpufile's own device path: compat_mode ON wherever the path matters."""
+    with defaults.set("compat_mode", "on"):
+        yield
+
+
+@pytest.mark.parametrize("nbytes", [1, 4095, 4097, 1 << 20, (16 << 20) + 3, (40 << 20) + 1])
+@pytest.mark.parametrize("task_size", [199 * 1024, 1 << 20, 4 << 20])
+def test_cupy_round_trip(tmp_path, nbytes, task_size):
+    data = pattern(nbytes, nbytes ^ task_size)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    dev = cp.zeros(nbytes, dtype=cp.uint8)
+    with gpufile.CuFile(path, "r") as f:
+        assert f.read(dev, task_size=task_size) == nbytes
+    np.testing.assert_array_equal(cp.asnumpy(dev), data)
+    out = tmp_path / "out.bin"
+    with gpufile.CuFile(out, "w") as f:
+        assert f.write(dev, task_size=task_size) == nbytes
+    np.testing.assert_array_equal(np.fromfile(out, dtype=np.uint8), data)
+
+
+@pytest.mark.parametrize("mode", ["on", "auto"])
+def test_spec_step3_with_cupy(tmp_path, mode):
+    file_path = tmp_path / "kvikio-example.bin"
+    data = pattern(64 << 20, 5)
+    data.tofile(file_path)
+    with defaults.set("compat_mode", mode):
+        gpu_buffer = cp.empty(file_path.stat().st_size, dtype=cp.uint8)
+        with gpufile.CuFile(file_path, "r") as file:
+            bytes_read = file.read(gpu_buffer)
+            backend, reason = file.io_path
+        assert bytes_read == gpu_buffer.nbytes
+    np.testing.assert_array_equal(cp.asnumpy(gpu_buffer), data)
+    assert backend == "gpufile-posix"
+    assert reason == ("compat_mode is ON" if mode == "on" else "this build has no cuFile backend")
+
+
+def test_small_bounce_buffers_many_chunks(tmp_path):
+    data = pattern((5 << 20) + 7, 8)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    dev = cp.zeros(data.size, dtype=cp.uint8)
+    with defaults.set({"bounce_buffer_size": 64 << 10, "num_threads": 3}):
+        with gpufile.CuFile(path) as f:
+            f.read(dev, task_size=1 << 20)
+        np.testing.assert_array_equal(cp.asnumpy(dev), data)
+        with gpufile.CuFile(tmp_path / "w.bin", "w") as f:
+            f.write(dev, task_size=(1 << 20) + 5)
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "w.bin", dtype=np.uint8), data)
+
+
+def test_offsets_and_device_slices(tmp_path):
+    data = pattern(1 << 20, 9)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    dev = cp.zeros(1 << 20, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        assert f.read(dev[1000:501000], file_offset=333) == 500000
+        assert f.read(dev[600000:], size=4097, file_offset=77777) == 4097
+    host = cp.asnumpy(dev)
+    np.testing.assert_array_equal(host[1000:501000], data[333:500333])
+    np.testing.assert_array_equal(host[600000:604097], data[77777:81874])
+    assert not host[:1000].any() and not host[501000:600000].any() and not host[604097:].any()
+    with gpufile.CuFile(path, "r+") as f:
+        f.write(dev[1000:2000], file_offset=10)
+    expect = data.copy()
+    expect[10:1010] = data[333:1333]
+    np.testing.assert_array_equal(np.fromfile(path, dtype=np.uint8), expect)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "float16"])
+def test_dtypes_and_2d(tmp_path, dtype):
+    a = cp.arange(3 * 1024 * 257, dtype=dtype).reshape(3 * 1024, 257)
+    path = tmp_path / "a.bin"
+    with gpufile.CuFile(path, "w") as f:
+        assert f.write(a) == a.nbytes
+    np.testing.assert_array_equal(np.fromfile(path, dtype=dtype).reshape(a.shape), cp.asnumpy(a))
+    b = cp.empty_like(a)
+    with gpufile.CuFile(path) as f:
+        f.read(b)
+    assert bool((a == b).all())
+
+
+def test_torch_tensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    data = pattern((3 << 20) + 11, 10)
+    path = tmp_path / "t.bin"
+    data.tofile(path)
+    t = torch.zeros(data.size, dtype=torch.uint8, device="cuda")
+    with gpufile.CuFile(path) as f:
+        assert f.read(t) == data.size
+    np.testing.assert_array_equal(t.cpu().numpy(), data)
+    f32 = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    with gpufile.CuFile(tmp_path / "f.bin", "w") as f:
+        f.write(f32)
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "f.bin", dtype=np.float32),
+                                  np.arange(1 << 20, dtype=np.float32))
+
+
+def test_managed_memory(tmp_path):
+    data = pattern(3 << 20, 11)
+    path = tmp_path / "m.bin"
+    data.tofile(path)
+    mem = cp.cuda.ManagedMemory(data.size)
+    arr = cp.ndarray(data.size, dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(mem, 0))
+    with gpufile.CuFile(path) as f:
+        assert f.read(arr) == data.size
+    cp.cuda.runtime.deviceSynchronize()
+    np.testing.assert_array_equal(cp.asnumpy(arr), data)
+
+
+def test_cai_stream_is_waited_for(tmp_path):
+    """Work queued on the array's stream finishes before gpufile writes into the array."""
+    data = pattern(64 << 20, 12)
+    path = tmp_path / "s.bin"
+    data.tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        dev = cp.empty(data.size, dtype=cp.uint8)
+        for _ in range(20):
+            dev.fill(7)  # queued on `stream`, still running when the read starts
+        assert dev.__cuda_array_interface__.get("stream") == stream.ptr
+        with gpufile.CuFile(path) as f:
+            f.read(dev)
+    stream.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(dev), data)
+
+
+class _RawDeviceArray:
+    """A CUDA Array Interface over a raw cuMemAlloc pointer."""
+
+    def __init__(self, ptr, nbytes):
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
+            "strides": None, "stream": None,
+        }
+
+
+def test_buffer_on_a_context_that_is_not_current(tmp_path):
+    """A buffer of a context the calling thread does not have current is still read right."""
+    cu = ctypes.CDLL("libcuda.so.1")
+    data = pattern((2 << 20) + 1, 13)
+    path = tmp_path / "c.bin"
+    data.tofile(path)
+    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    assert cu.cuInit(0) == 0
+    assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+    assert cu.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0  # a new, non-primary context
+    try:
+        assert cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(data.size)) == 0
+        popped = ctypes.c_void_p()
+        assert cu.cuCtxPopCurrent_v2(ctypes.byref(popped)) == 0  # not current any more
+        result = {}
+
+        def read_from_another_thread():
+            with gpufile.CuFile(path) as f:
+                result["n"] = f.read(_RawDeviceArray(ptr.value, data.size), task_size=1 << 20)
+
+        t = threading.Thread(target=read_from_another_thread)
+        t.start()
+        t.join()
+        assert result["n"] == data.size
+        back = np.empty_like(data)
+        assert cu.cuCtxPushCurrent_v2(ctx) == 0
+        assert cu.cuMemcpyDtoH_v2(back.ctypes.data_as(ctypes.c_void_p), ptr,
+                                  ctypes.c_size_t(data.size)) == 0
+        np.testing.assert_array_equal(back, data)
+        cu.cuMemFree_v2(ptr)
+    finally:
+        cu.cuCtxDestroy_v2(ctx)
+
+
+def test_range_past_the_allocation_is_refused(tmp_path):
+    path = tmp_path / "d.bin"
+    pattern(1 << 20).tofile(path)
+    dev = cp.zeros(1 << 20, dtype=cp.uint8)
+    liar = _RawDeviceArray(dev.data.ptr + 4096, 1 << 20)  # claims 4 KiB more than exists
+    with gpufile.CuFile(path) as f:
+        with pytest.raises(ValueError, match="past the end of their allocation"):
+            f.read(liar)
+    assert not dev.any()
+
+
+def test_device_errors_leave_buffers_alone(tmp_path):
+    path = tmp_path / "d.bin"
+    pattern(1000).tofile(path)
+    dev = cp.full(2000, 5, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        with pytest.raises(gpufile.EndOfFileError):
+            f.read(dev)
+        with pytest.raises(ValueError, match="contiguous"):
+            f.read(dev[::2])
+        with pytest.raises(ValueError, match="larger than the buffer"):
+            f.read(dev[:10], size=11)
+    assert bool((dev == 5).all())
+    with defaults.set("compat_mode", "off"), gpufile.CuFile(path) as f:
+        with pytest.raises(gpufile.CufileError, match="compat_mode is OFF"):
+            f.read(dev[:1000])
+        # below gds_threshold, OFF still reads through gpufile's path, as in KvikIO
+        assert f.read(dev[:100]) == 100
+        assert f.io_path_for(dev[:100]) == ("gpufile-posix", "request smaller than gds_threshold")
+
+
+def test_pread_futures_into_device(tmp_path):
+    data = pattern(32 << 20, 14)
+    path = tmp_path / "p.bin"
+    data.tofile(path)
+    dev = cp.zeros(data.size, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        futs = [f.pread(dev[i:i + (8 << 20)], file_offset=i) for i in range(0, 32 << 20, 8 << 20)]
+        assert sum(x.get() for x in futs) == data.size
+    np.testing.assert_array_equal(cp.asnumpy(dev), data)
+
+
+def test_bounce_buffers_are_pooled_and_freed(tmp_path):
+    path = tmp_path / "d.bin"
+    pattern(8 << 20).tofile(path)
+    dev = cp.empty(8 << 20, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        f.read(dev)
+    assert gpufile.buffer.bounce_buffer_pooled() > 0
+    assert gpufile.bounce_buffer_free() > 0
+    assert gpufile.buffer.bounce_buffer_pooled() == 0
+    with gpufile.CuFile(path) as f:  # and they come back on demand
+        f.read(dev)
+
+
+def test_clean_exit_with_pending_device_io(tmp_path):
+    path = tmp_path / "d.bin"
+    pattern(64 << 20).tofile(path)
+    code = (
+        "import cupy as cp, gpufile\n"
+        "gpufile.defaults.set('compat_mode', 'on')\n"
+        f"f = gpufile.CuFile({str(path)!r})\n"
+        "a = cp.empty(64 << 20, dtype=cp.uint8)\n"
+        "fut = f.pread(a, task_size=1 << 20)\n"
+        "print('started')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "started"
