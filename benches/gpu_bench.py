@@ -120,10 +120,11 @@ def main() -> None:
                 return f.read(buf)
         return run
 
-    def kv_read(buf, nthreads, compat="ON"):
+    def kv_read(buf, nthreads):
         def run():
             if nthreads is not None:
-                kvikio.defaults.set({"num_threads": nthreads, "compat_mode": compat})
+                kvikio.defaults.set({"num_threads": nthreads,
+                                     "compat_mode": kvikio.CompatMode.ON})
             with kvikio.CuFile(path, "r") as f:
                 return f.read(buf)
         return run
@@ -160,6 +161,25 @@ def main() -> None:
         b.measure("kvikio defaults", "read gpu hot", dev_clear, kv_read(dev, None), dev_ok)
     b.measure("naive np.fromfile + cp.asarray", "read gpu hot", dev_clear,
               lambda: dev.set(np.fromfile(path, dtype=np.uint8)), dev_ok)
+
+    if "experiments" not in skip:
+        print("experiments: task size, bounce buffer size, mmap + cuMemHostRegister", flush=True)
+        for t in (1, 16):
+            for ts in (1 << 20, 16 << 20, 64 << 20):
+                b.measure(f"gpufile {t} thr task {ts >> 20}MiB", "exp gpu hot", dev_clear,
+                          gf_read(dev, gpufile_opts(t, {"task_size": ts})), dev_ok)
+            b.measure(f"gpufile {t} thr bounce 4MiB", "exp gpu hot", dev_clear,
+                      gf_read(dev, gpufile_opts(t, {"bounce_buffer_size": 4 << 20})), dev_ok)
+        os.environ["GPUFILE_EXPERIMENTAL_MMAP_READ"] = "1"
+        try:
+            for t in (1, 4, 16):
+                for ts in (4 << 20, 64 << 20):
+                    b.measure(f"gpufile mmap+register {t} thr task {ts >> 20}MiB", "exp gpu hot",
+                              dev_clear, gf_read(dev, gpufile_opts(t, {"task_size": ts})), dev_ok)
+        except Exception as e:
+            print(f"  mmap+register failed: {type(e).__name__}: {e}", flush=True)
+        finally:
+            del os.environ["GPUFILE_EXPERIMENTAL_MMAP_READ"]
 
     if "host" not in skip:
         print("hot file -> host", flush=True)
@@ -216,7 +236,8 @@ def main() -> None:
         def kv_write(nthreads):
             def run():
                 if nthreads is not None:
-                    kvikio.defaults.set({"num_threads": nthreads, "compat_mode": "ON"})
+                    kvikio.defaults.set({"num_threads": nthreads,
+                                         "compat_mode": kvikio.CompatMode.ON})
                 with kvikio.CuFile(out, "w") as f:
                     return f.write(dev)
             return run

@@ -21,7 +21,10 @@ status=0
 echo "== Rust GPU tests"
 for t in target/gpu-tests/*; do "$t" --test-threads=1 2>&1 | tail -4 || status=1; done
 echo "== pytest (all, GPU included)"
-python3 -m pytest -q -p no:cacheprovider -rs tests 2>&1 | tail -25 || status=1
+python3 -m pytest -p no:cacheprovider -rs -v tests > "$out/pytest.log" 2>&1 || status=1
+grep -E "PASSED|FAILED|ERROR|SKIPPED" "$out/pytest.log" | grep -v PASSED | head -30
+grep -B2 -A12 "Fatal Python error" "$out/pytest.log" | head -40
+tail -3 "$out/pytest.log"
 
 echo "== benchmark"
 if [ $quick = 1 ]; then

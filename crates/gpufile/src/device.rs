@@ -81,15 +81,24 @@ thread_local! {
     static LANES: RefCell<HashMap<Context, Lane>> = RefCell::new(HashMap::new());
 }
 
-fn with_lane<R>(ctx: Context, f: impl FnOnce(&Lane) -> Result<R>) -> Result<R> {
+/// Runs `f` with this worker's lane for `ctx`. Lanes of primary contexts (which gpufile retains,
+/// so they outlive every lane) are kept per thread; a context the application created itself may
+/// be destroyed at any time, so its lane lives for one task only.
+fn with_lane<R>(ctx: Context, device: i32, f: impl FnOnce(&Lane) -> Result<R>) -> Result<R> {
+    let new_lane = || -> Result<Lane> {
+        Ok(Lane {
+            stream: Stream::new(ctx)?,
+            events: [Event::new(ctx)?, Event::new(ctx)?],
+        })
+    };
+    if cuda::primary_context(device)? != ctx {
+        return f(&new_lane()?);
+    }
     LANES.with(|lanes| {
         let mut lanes = lanes.borrow_mut();
         let lane = match lanes.entry(ctx) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(Lane {
-                stream: Stream::new(ctx)?,
-                events: [Event::new(ctx)?, Event::new(ctx)?],
-            }),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(new_lane()?),
         };
         f(lane)
     })
@@ -156,14 +165,14 @@ pub(crate) fn read_to_device(
     dst: u64,
     len: usize,
     file_offset: u64,
-    ctx: Context,
+    (ctx, device): (Context, i32),
     bounce: usize,
     progress: &AtomicU64,
 ) -> Result<usize> {
     let api = cuda::api()?;
     let _guard = ContextGuard::push(ctx)?;
     let pinned_ctx = cuda::primary_context(0)?;
-    with_lane(ctx, |lane| {
+    with_lane(ctx, device, |lane| {
         let chunk = chunk_size(len, bounce);
         let lent = Lent {
             bufs: [
@@ -205,20 +214,116 @@ pub(crate) fn read_to_device(
     })
 }
 
+/// An experiment under measurement (see the GPU issue's notes): read into the GPU by mapping the
+/// file range, registering the mapping (`cuMemHostRegister`, read-only) and letting the copy
+/// engine DMA straight from the page cache, with no CPU copy. On when the environment variable
+/// `GPUFILE_EXPERIMENTAL_MMAP_READ` is `1`.
+pub(crate) fn mmap_read_enabled() -> bool {
+    std::env::var_os("GPUFILE_EXPERIMENTAL_MMAP_READ").is_some_and(|v| v == "1")
+}
+
+/// A read-only shared mapping of a file range, registered with CUDA; undone on drop.
+struct RegisteredMap {
+    ptr: *mut libc::c_void,
+    len: usize,
+    registered: bool,
+}
+
+impl Drop for RegisteredMap {
+    fn drop(&mut self) {
+        if self.registered {
+            if let Ok(api) = gpufile_sys::cuda() {
+                // SAFETY: unregisters the range this value registered.
+                unsafe { (api.mem_host_unregister)(self.ptr) };
+            }
+        }
+        // SAFETY: unmaps the mapping this value made.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+/// The mmap + cuMemHostRegister variant of [`read_to_device`].
+pub(crate) fn read_to_device_mmap(
+    fds: &Fds<'_>,
+    dst: u64,
+    len: usize,
+    file_offset: u64,
+    (ctx, device): (Context, i32),
+    progress: &AtomicU64,
+) -> Result<usize> {
+    let api = cuda::api()?;
+    let _guard = ContextGuard::push(ctx)?;
+    let map_off = file_offset & !(DIRECT_ALIGN as u64 - 1);
+    let delta = (file_offset - map_off) as usize;
+    let map_len = delta + len;
+    // SAFETY: a new read-only shared mapping of a range inside the file (the caller checked the
+    // file size); nothing else aliases it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fds.buffered,
+            map_off as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        let e = std::io::Error::last_os_error();
+        return Err(crate::error::Error::os(
+            crate::error::Op::Read,
+            fds.path,
+            file_offset,
+            len,
+            e,
+        ));
+    }
+    let mut map = RegisteredMap {
+        ptr: p,
+        len: map_len,
+        registered: false,
+    };
+    // SAFETY: the range is a live mapping of `map_len` bytes; the device only reads it.
+    cuda::check("cuMemHostRegister", unsafe {
+        (api.mem_host_register)(
+            p,
+            map_len,
+            gpufile_sys::CU_MEMHOSTREGISTER_READ_ONLY | gpufile_sys::CU_MEMHOSTREGISTER_PORTABLE,
+        )
+    })?;
+    map.registered = true;
+    with_lane(ctx, device, |lane| {
+        // SAFETY: source is the registered mapping (valid until `map` drops, after the sync);
+        // the destination range lies in the caller's allocation.
+        cuda::check("cuMemcpyHtoDAsync", unsafe {
+            (api.memcpy_htod_async)(
+                dst,
+                (p as *const u8).add(delta).cast(),
+                len,
+                lane.stream.raw(),
+            )
+        })?;
+        lane.stream.synchronize()
+    })?;
+    drop(map);
+    progress.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+    Ok(len)
+}
+
 /// Writes `len` bytes of device memory at `src` (owned by `ctx`) to the file at `file_offset`.
 pub(crate) fn write_from_device(
     fds: &Fds<'_>,
     src: u64,
     len: usize,
     file_offset: u64,
-    ctx: Context,
+    (ctx, device): (Context, i32),
     bounce: usize,
     progress: &AtomicU64,
 ) -> Result<usize> {
     let api = cuda::api()?;
     let _guard = ContextGuard::push(ctx)?;
     let pinned_ctx = cuda::primary_context(0)?;
-    with_lane(ctx, |lane| {
+    with_lane(ctx, device, |lane| {
         let chunk = chunk_size(len, bounce);
         let lent = Lent {
             bufs: [

@@ -126,7 +126,11 @@ enum Direction {
 #[derive(Clone, Copy)]
 enum Target {
     Host(SendPtr),
-    Device { addr: u64, ctx: Context },
+    Device {
+        addr: u64,
+        ctx: Context,
+        device: i32,
+    },
 }
 
 /// A raw pointer that crosses to a worker thread. The request's caller keeps the memory valid
@@ -321,7 +325,11 @@ impl FileHandle {
                     Some(c) => c,
                     None => cuda::primary_context(ordinal)?,
                 };
-                Ok(Target::Device { addr, ctx })
+                Ok(Target::Device {
+                    addr,
+                    ctx,
+                    device: ordinal,
+                })
             }
         }
     }
@@ -437,19 +445,27 @@ impl FileHandle {
                             }
                         }
                     }
-                    Target::Device { addr, ctx } => {
+                    Target::Device {
+                        addr,
+                        ctx,
+                        device: ordinal,
+                    } => {
                         let fds = device::Fds {
                             buffered: fd,
                             direct: if direct { inner.direct_fd() } else { None },
                             path,
                         };
                         let dev = addr + task.buf_offset as u64;
+                        let owner = (ctx, ordinal);
                         match dir {
+                            Direction::Read if device::mmap_read_enabled() => {
+                                device::read_to_device_mmap(&fds, dev, len, off, owner, progress)
+                            }
                             Direction::Read => {
-                                device::read_to_device(&fds, dev, len, off, ctx, bounce, progress)
+                                device::read_to_device(&fds, dev, len, off, owner, bounce, progress)
                             }
                             Direction::Write => device::write_from_device(
-                                &fds, dev, len, off, ctx, bounce, progress,
+                                &fds, dev, len, off, owner, bounce, progress,
                             ),
                         }
                     }
