@@ -234,9 +234,13 @@ def test_device_errors_leave_buffers_alone(tmp_path):
         with pytest.raises(ValueError, match="larger than the buffer"):
             f.read(dev[:10], size=11)
     assert bool((dev == 5).all())
-    with defaults.set("compat_mode", "off"), gpufile.CuFile(path) as f:
+    big = tmp_path / "big.bin"
+    pattern(1 << 20).tofile(big)
+    dev = cp.full(1 << 20, 5, dtype=cp.uint8)
+    with defaults.set("compat_mode", "off"), gpufile.CuFile(big) as f:
         with pytest.raises(gpufile.CufileError, match="compat_mode is OFF"):
-            f.read(dev[:1000])
+            f.read(dev)
+        assert bool((dev == 5).all())
         # below gds_threshold, OFF still reads through gpufile's path, as in KvikIO
         assert f.read(dev[:100]) == 100
         assert f.io_path_for(dev[:100]) == ("gpufile-posix", "request smaller than gds_threshold")

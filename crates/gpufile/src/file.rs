@@ -462,7 +462,11 @@ impl FileHandle {
                                 device::read_to_device_mmap(&fds, dev, len, off, owner, progress)
                             }
                             Direction::Read => {
-                                device::read_to_device(&fds, dev, len, off, owner, bounce, progress)
+                                match device::read_to_device(&fds, dev, len, off, owner, bounce, &c)
+                                {
+                                    Some(r) => r,
+                                    None => return, // finished by the worker later
+                                }
                             }
                             Direction::Write => device::write_from_device(
                                 &fds, dev, len, off, owner, bounce, progress,

@@ -5,8 +5,8 @@
 //! [`IoFuture`] waits on it. Every request in flight is counted so that [`wait_idle`] can let
 //! an interpreter exit only once no worker still writes into its memory.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -15,35 +15,72 @@ use crate::error::{Error, Result};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+/// The queue, with a condvar so that sleeping workers hold no lock (a busy worker must be able to
+/// see "nothing queued" at once, to finish work it deferred).
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+impl Shared {
+    fn try_pop(&self) -> Option<Job> {
+        lock(&self.queue).jobs.pop_front()
+    }
+
+    /// Waits for a job; `None` once the pool is closed and drained.
+    fn pop_wait(&self) -> Option<Job> {
+        let mut q = lock(&self.queue);
+        loop {
+            if let Some(job) = q.jobs.pop_front() {
+                return Some(job);
+            }
+            if q.closed {
+                return None;
+            }
+            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
 /// A fixed set of worker threads fed through one queue.
 pub(crate) struct ThreadPool {
-    tx: Option<mpsc::Sender<Job>>,
+    shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
 }
 
 impl ThreadPool {
     fn new(size: usize) -> Self {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
+        let shared = Arc::new(Shared::default());
         let workers = (0..size)
             .map(|i| {
-                let rx = Arc::clone(&rx);
+                let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("gpufile-io-{i}"))
                     .spawn(move || loop {
-                        let job = lock(&rx).recv();
-                        match job {
-                            Ok(job) => job(),
-                            Err(_) => break, // queue closed: the pool was replaced or dropped
-                        }
+                        let job = match shared.try_pop() {
+                            Some(job) => job,
+                            None => {
+                                // Nothing queued: finish work this worker deferred, then sleep.
+                                crate::device::on_worker_idle();
+                                match shared.pop_wait() {
+                                    Some(job) => job,
+                                    None => break, // the pool was replaced or dropped
+                                }
+                            }
+                        };
+                        job();
                     })
                     .expect("failed to spawn a gpufile worker thread")
             })
             .collect();
-        ThreadPool {
-            tx: Some(tx),
-            workers,
-        }
+        ThreadPool { shared, workers }
     }
 
     pub(crate) fn size(&self) -> usize {
@@ -51,16 +88,15 @@ impl ThreadPool {
     }
 
     pub(crate) fn submit(&self, job: Job) {
-        // The receiver lives as long as the workers, which live as long as `self`.
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(job);
-        }
+        lock(&self.shared.queue).jobs.push_back(job);
+        self.shared.ready.notify_one();
     }
 }
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
-        drop(self.tx.take());
+        lock(&self.shared.queue).closed = true;
+        self.shared.ready.notify_all();
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
