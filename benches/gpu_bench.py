@@ -188,6 +188,33 @@ def main() -> None:
         finally:
             del os.environ["GPUFILE_EXPERIMENTAL_MMAP_READ"]
 
+    if "off" not in skip:
+        print("compat_mode OFF: through cuFile (its compat path here: nvidia-fs is not loaded)",
+              flush=True)
+        st = os.stat(path)
+        entry = f"/run/udev/data/b{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+        made = False
+        if not os.path.exists(entry) and os.geteuid() == 0:
+            os.makedirs(os.path.dirname(entry), exist_ok=True)
+            with open(entry, "w") as f:
+                f.write("E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n")
+            made = True
+        try:
+            b.measure("gpufile compat_mode OFF", "read gpu hot", dev_clear,
+                      gf_read(dev, {"compat_mode": "off"}), dev_ok)
+            if kvikio:
+                def kv_off():
+                    kvikio.defaults.set({"num_threads": 1, "compat_mode": kvikio.CompatMode.OFF})
+                    with kvikio.CuFile(path, "r") as f:
+                        return f.read(dev)
+                b.measure("kvikio compat_mode OFF", "read gpu hot", dev_clear, kv_off, dev_ok)
+                kv_default_reset()
+        except Exception as e:
+            print(f"  compat_mode OFF failed: {type(e).__name__}: {e}", flush=True)
+        finally:
+            if made:
+                os.remove(entry)
+
     if "host" not in skip:
         print("hot file -> host", flush=True)
         host = np.empty(size, dtype=np.uint8)

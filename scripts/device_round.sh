@@ -34,4 +34,11 @@ else
 fi
 echo "== gpufile read (CLI, the README's main job)"
 python3 -m gpufile read /tmp/gpufile-bench.bin --verify --repeat 3 || status=1
+echo "== the spec's Step 5 here: 1 GiB, task_size 4 MiB, compat_mode OFF (udev database written)"
+head -c $((1 << 30)) /tmp/gpufile-bench.bin > /tmp/gpufile-1g.bin
+entry=/run/udev/data/b$(stat -c '%Hd:%Ld' /tmp/gpufile-1g.bin)
+mkdir -p /run/udev/data && printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n' > "$entry"
+python3 -m gpufile read /tmp/gpufile-1g.bin --compat-mode off --task-size 4MiB --verify || status=1
+python3 -m gpufile read /tmp/gpufile-1g.bin --compat-mode auto --verify | grep -E "path|reason"
+rm -f "$entry"
 exit $status

@@ -73,7 +73,7 @@ def test_spec_step3_with_cupy(tmp_path, mode):
         assert bytes_read == gpu_buffer.nbytes
     np.testing.assert_array_equal(cp.asnumpy(gpu_buffer), data)
     assert backend == "gpufile-posix"
-    assert reason == ("compat_mode is ON" if mode == "on" else "this build has no cuFile backend")
+    assert reason == ("compat_mode is ON" if mode == "on" else "nvidia-fs not loaded")
 
 
 def test_small_bounce_buffers_many_chunks(tmp_path):

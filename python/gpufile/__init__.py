@@ -14,12 +14,23 @@ KvikIO's Python API, so that ``import gpufile as kvikio`` runs KvikIO code uncha
 from __future__ import annotations
 
 import atexit as _atexit
+import os as _os
+import sys as _sys
 
-from . import _native, buffer, defaults
+from . import _native, buffer, cufile_driver, defaults
 from ._native import CudaError, CufileError, EndOfFileError, GpufileError
 from .buffer import bounce_buffer_free
-from .cufile import CuFile, IOFuture
+from .cufile import (
+    CuFile,
+    IOFuture,
+    IOFutureStream,
+    memory_deregister,
+    memory_register,
+    stream_deregister,
+    stream_register,
+)
 from .defaults import CompatMode
+from .observe import Report, observe, stats
 
 __version__: str = _native.__version__
 
@@ -30,11 +41,44 @@ __all__ = [
     "CufileError",
     "EndOfFileError",
     "GpufileError",
+    "IOFutureStream",
+    "Report",
     "bounce_buffer_free",
+    "cufile_driver",
+    "memory_deregister",
+    "memory_register",
+    "observe",
+    "stats",
+    "stream_deregister",
+    "stream_register",
     "IOFuture",
     "__version__",
     "defaults",
 ]
 
-# Requests still in flight at exit write into memory the interpreter is about to free: wait.
-_atexit.register(_native.wait_idle)
+
+def _cufile_dirs() -> list[str]:
+    """The nvidia/cu13/lib and nvidia/cufile/lib folders of the importable site-packages."""
+    found = []
+    for entry in _sys.path:
+        for sub in ("nvidia/cu13/lib", "nvidia/cufile/lib"):
+            d = _os.path.join(entry or ".", sub)
+            if _os.path.isfile(_os.path.join(d, "libcufile.so.0")) and d not in found:
+                found.append(d)
+    return found
+
+
+_native.cufile_set_search_dirs(_cufile_dirs())
+
+
+def _at_exit() -> None:
+    # Requests still in flight write into memory the interpreter is about to free: wait, then
+    # close the cuFile driver if gpufile opened it.
+    _native.wait_idle()
+    try:
+        _native.cufile_driver_close()
+    except Exception:  # noqa: BLE001 - nothing to report to at exit
+        pass
+
+
+_atexit.register(_at_exit)

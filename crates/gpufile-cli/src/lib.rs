@@ -229,6 +229,7 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
     let (mut dest, why_host) = Destination::choose(args, size)?;
     let path = file.io_path(dest.memory(), size)?;
 
+    let observation = gpufile::observe::begin();
     let mut runs = Vec::with_capacity(args.repeat as usize);
     for _ in 0..args.repeat {
         let start = Instant::now();
@@ -239,6 +240,7 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
             return Err(format!("read {n} bytes, expected {size}").into());
         }
     }
+    let report = gpufile::observe::end(observation);
     let verified = if args.verify {
         let mut expect = vec![0u8; size];
         let f = std::fs::File::open(&args.file)?;
@@ -275,6 +277,7 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
             "num_threads": settings.num_threads,
             "task_size": settings.task_size,
             "compat_mode": settings.compat_mode.name(),
+            "observed": report.to_json(),
         });
         out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {

@@ -68,7 +68,7 @@ fn to_py(e: Error) -> PyErr {
         }),
         Error::UnknownSetting { .. } => PyKeyError::new_err(text),
         Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
-        Error::CufileUnavailable { .. } => CufileError::new_err(text),
+        Error::CufileUnavailable { .. } | Error::Cufile { .. } => CufileError::new_err(text),
         Error::Closed
         | Error::InvalidArgument(_)
         | Error::InvalidSetting { .. }
@@ -336,6 +336,68 @@ impl NativeFile {
         result.map_err(to_py)
     }
 
+    fn raw(
+        &self,
+        py: Python<'_>,
+        dir: Dir,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let handle = self.handle()?;
+        let view = BufferView::new(buf, matches!(dir, Dir::Read))?;
+        let dev_offset = uint_arg("dev_offset", dev_offset, Some(0))?.unwrap_or(0);
+        let room = (view.len() as u64).checked_sub(dev_offset).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "dev_offset {dev_offset} is past the end of the buffer ({} bytes)",
+                view.len()
+            ))
+        })?;
+        let len = uint_arg("size", size, Some(room))?.unwrap_or(0);
+        if len > room {
+            return Err(PyValueError::new_err(format!(
+                "size {len} at dev_offset {dev_offset} is larger than the buffer ({} bytes)",
+                view.len()
+            )));
+        }
+        let len = len as usize;
+        let offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
+        let result = match &view {
+            BufferView::Host(b) => {
+                let addr = b.buf_ptr() as u64 + dev_offset;
+                py.detach(move || {
+                    // SAFETY: `view` holds the export until after the wait.
+                    let fut = unsafe {
+                        match dir {
+                            Dir::Read => {
+                                handle.pread_host(addr as *mut u8, len, offset, Some(len.max(1)))
+                            }
+                            Dir::Write => {
+                                handle.pwrite_host(addr as *const u8, len, offset, Some(len.max(1)))
+                            }
+                        }
+                    };
+                    fut.and_then(|f| f.wait())
+                })
+            }
+            BufferView::Device { addr, .. } => {
+                let addr = addr + dev_offset;
+                py.detach(move || {
+                    // SAFETY: `view` holds the array object until the call returns.
+                    unsafe {
+                        match dir {
+                            Dir::Read => handle.raw_read_device(addr, len, offset),
+                            Dir::Write => handle.raw_write_device(addr, len, offset),
+                        }
+                    }
+                })
+            }
+        };
+        drop(view);
+        result.map_err(to_py)
+    }
+
     fn future(
         slf: &Bound<'_, Self>,
         dir: Dir,
@@ -413,6 +475,32 @@ impl NativeFile {
         task_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<NativeFuture> {
         Self::future(slf, Dir::Write, buf, size, file_offset, task_size)
+    }
+
+    /// One request, not split (KvikIO's `raw_read`): `dev_offset` bytes into `buf`.
+    #[pyo3(signature = (buf, size=None, file_offset=None, dev_offset=None))]
+    fn raw_read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.raw(py, Dir::Read, buf, size, file_offset, dev_offset)
+    }
+
+    /// One request, not split (KvikIO's `raw_write`).
+    #[pyo3(signature = (buf, size=None, file_offset=None, dev_offset=None))]
+    fn raw_write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.raw(py, Dir::Write, buf, size, file_offset, dev_offset)
     }
 
     /// Closes the handle; requests in flight finish first (they hold the descriptor).
@@ -608,6 +696,163 @@ fn bounce_buffer_pooled() -> usize {
     gpufile::pooled_bounce_bytes()
 }
 
+/// Extra folders to find libcufile.so.0 in (before the system loader).
+#[pyfunction]
+fn cufile_set_search_dirs(dirs: Vec<std::path::PathBuf>) {
+    gpufile::cufile::set_search_dirs(dirs);
+}
+
+/// `(major, minor)` of libcufile, `(0, 0)` where it cannot be loaded or does not say (KvikIO).
+#[pyfunction]
+fn cufile_version(py: Python<'_>) -> (i32, i32) {
+    py.detach(|| gpufile::cufile::version().ok().flatten().unwrap_or((0, 0)))
+}
+
+/// Where libcufile was loaded from, or why not.
+#[pyfunction]
+fn cufile_library(py: Python<'_>) -> (bool, String) {
+    py.detach(|| match gpufile::cufile::library() {
+        Ok(l) => (true, l.path.clone()),
+        Err(e) => (false, e.to_string()),
+    })
+}
+
+/// The driver's properties as JSON (opens the driver).
+#[pyfunction]
+fn cufile_properties(py: Python<'_>) -> PyResult<String> {
+    let props = py.detach(gpufile::cufile::properties).map_err(to_py)?;
+    serde_json::to_string(&props).map_err(|e| GpufileError::new_err(e.to_string()))
+}
+
+/// `[(name, value)]` as cuFile reports them (`cuFileGetParameter*`).
+#[pyfunction]
+fn cufile_parameters(py: Python<'_>) -> PyResult<Vec<(String, String)>> {
+    let params = py.detach(gpufile::cufile::parameters).map_err(to_py)?;
+    Ok(params.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// `(path, [(section.key, json value)])` of cufile.json (`CUFILE_ENV_PATH_JSON` or
+/// `/etc/cufile.json` unless `path` is given).
+#[pyfunction]
+#[pyo3(signature = (path=None))]
+fn cufile_config(
+    path: Option<std::path::PathBuf>,
+) -> PyResult<(std::path::PathBuf, Vec<(String, String)>)> {
+    let path = path.unwrap_or_else(gpufile::cufile::config_path);
+    let values = gpufile::cufile::read_config(&path).map_err(to_py)?;
+    Ok((path, values))
+}
+
+/// Opens the cuFile driver.
+#[pyfunction]
+fn cufile_driver_open(py: Python<'_>) -> PyResult<()> {
+    py.detach(gpufile::cufile::driver_open).map_err(to_py)
+}
+
+/// Closes the cuFile driver if gpufile opened it.
+#[pyfunction]
+fn cufile_driver_close(py: Python<'_>) -> PyResult<()> {
+    py.detach(gpufile::cufile::driver_close).map_err(to_py)
+}
+
+fn device_base(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(u64, usize)> {
+    match BufferView::new(buf, false)? {
+        BufferView::Device { addr, .. } => {
+            let info = py.detach(|| gpufile::cuda::classify(addr)).map_err(to_py)?;
+            Ok((info.base, info.size))
+        }
+        BufferView::Host(_) => Err(PyTypeError::new_err("cuFile registers device memory only")),
+    }
+}
+
+/// `cuFileBufRegister` on the allocation holding `buf`.
+#[pyfunction]
+fn memory_register(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+    let (base, size) = device_base(py, buf)?;
+    py.detach(|| gpufile::cufile::buf_register(base, size))
+        .map_err(to_py)
+}
+
+/// `cuFileBufDeregister` on the allocation holding `buf`.
+#[pyfunction]
+fn memory_deregister(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+    let (base, _) = device_base(py, buf)?;
+    py.detach(|| gpufile::cufile::buf_deregister(base))
+        .map_err(to_py)
+}
+
+/// Waits for the work queued on CUDA stream `stream` (a handle) in the context of `buf`.
+#[pyfunction]
+fn stream_synchronize(py: Python<'_>, stream: u64, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+    let addr = match BufferView::new(buf, false)? {
+        BufferView::Device { addr, .. } => addr,
+        BufferView::Host(_) => return Ok(()),
+    };
+    py.detach(|| -> gpufile::Result<()> {
+        let info = gpufile::cuda::classify(addr)?;
+        let ctx = match info.context {
+            Some(c) => c,
+            None => gpufile::cuda::primary_context(info.device.unwrap_or(0))?,
+        };
+        gpufile::cuda::synchronize_stream(stream, ctx)
+    })
+    .map_err(to_py)
+}
+
+/// `cuFileStreamRegister`.
+#[pyfunction]
+#[pyo3(signature = (stream, flags=0))]
+fn stream_register(py: Python<'_>, stream: u64, flags: u32) -> PyResult<()> {
+    py.detach(|| gpufile::cufile::stream_register(stream, flags))
+        .map_err(to_py)
+}
+
+/// `cuFileStreamDeregister`.
+#[pyfunction]
+fn stream_deregister(py: Python<'_>, stream: u64) -> PyResult<()> {
+    py.detach(|| gpufile::cufile::stream_deregister(stream))
+        .map_err(to_py)
+}
+
+/// An observation in progress (see `gpufile.observe`).
+#[pyclass(module = "gpufile._native")]
+struct Observation {
+    inner: Option<gpufile::observe::Observation>,
+}
+
+/// Starts an observation.
+#[pyfunction]
+fn observe_begin(py: Python<'_>) -> Observation {
+    Observation {
+        inner: Some(py.detach(gpufile::observe::begin)),
+    }
+}
+
+/// Ends an observation; the report as JSON.
+#[pyfunction]
+fn observe_end(py: Python<'_>, obs: &mut Observation) -> PyResult<String> {
+    let inner = obs
+        .inner
+        .take()
+        .ok_or_else(|| PyValueError::new_err("observation already ended"))?;
+    Ok(py
+        .detach(move || gpufile::observe::end(inner))
+        .to_json()
+        .to_string())
+}
+
+/// Totals since the process started, as JSON.
+#[pyfunction]
+fn stats_json(py: Python<'_>) -> String {
+    py.detach(gpufile::observe::totals).to_json().to_string()
+}
+
+/// Decisions noticed since the last call (for `logging`).
+#[pyfunction]
+fn take_notices() -> Vec<String> {
+    gpufile::observe::take_notices()
+}
+
 /// Blocks (GIL released) until no request is in flight; registered with `atexit`.
 #[pyfunction]
 fn wait_idle(py: Python<'_>) {
@@ -640,5 +885,27 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bounce_buffer_free, m)?)?;
     m.add_function(wrap_pyfunction!(bounce_buffer_pooled, m)?)?;
     m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add_class::<Observation>()?;
+    for f in [
+        wrap_pyfunction!(cufile_set_search_dirs, m)?,
+        wrap_pyfunction!(cufile_version, m)?,
+        wrap_pyfunction!(cufile_library, m)?,
+        wrap_pyfunction!(cufile_properties, m)?,
+        wrap_pyfunction!(cufile_parameters, m)?,
+        wrap_pyfunction!(cufile_config, m)?,
+        wrap_pyfunction!(cufile_driver_open, m)?,
+        wrap_pyfunction!(cufile_driver_close, m)?,
+        wrap_pyfunction!(memory_register, m)?,
+        wrap_pyfunction!(memory_deregister, m)?,
+        wrap_pyfunction!(stream_synchronize, m)?,
+        wrap_pyfunction!(stream_register, m)?,
+        wrap_pyfunction!(stream_deregister, m)?,
+        wrap_pyfunction!(observe_begin, m)?,
+        wrap_pyfunction!(observe_end, m)?,
+        wrap_pyfunction!(stats_json, m)?,
+        wrap_pyfunction!(take_notices, m)?,
+    ] {
+        m.add_function(f)?;
+    }
     Ok(())
 }

@@ -102,10 +102,14 @@ macro_rules! api_table {
         pub struct $name:ident from $lib:literal {
             $( $(#[$fmeta:meta])* $field:ident = $sym:literal : fn($($arg:ty),*) -> $ret:ty; )*
         }
+        optional {
+            $( $(#[$ometa:meta])* $ofield:ident = $osym:literal : fn($($oarg:ty),*) -> $oret:ty; )*
+        }
     ) => {
         $(#[$meta])*
         pub struct $name {
             $( $(#[$fmeta])* #[doc = concat!("`", $sym, "`")] pub $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
+            $( $(#[$ometa])* #[doc = concat!("`", $osym, "`, where the library has it")] pub $ofield: Option<unsafe extern "C" fn($($oarg),*) -> $oret>, )*
             _lib: Library,
         }
 
@@ -113,14 +117,11 @@ macro_rules! api_table {
             /// The library's soname.
             pub const LIBRARY: &'static str = $lib;
 
-            fn load() -> Result<Self, LoadError> {
-                // SAFETY: loading the vendor's driver library runs its initialisers, which is
-                // what every CUDA program does; the handle is kept for the process lifetime.
-                let lib = unsafe { Library::new($lib) }
-                    .map_err(|e| LoadError::Library { library: $lib, detail: e.to_string() })?;
+            /// Resolves every symbol of `lib` (opened by the caller, from wherever it was found).
+            fn from_library(lib: Library) -> Result<Self, LoadError> {
                 $(
-                    // SAFETY: the symbol is the driver's C function of exactly this signature
-                    // (cuda.h); the pointer stays valid while `_lib` is held.
+                    // SAFETY: the symbol is the vendor's C function of exactly this signature
+                    // (its public header); the pointer stays valid while `_lib` is held.
                     let $field = unsafe {
                         *lib.get::<unsafe extern "C" fn($($arg),*) -> $ret>(
                             concat!($sym, "\0").as_bytes(),
@@ -132,7 +133,17 @@ macro_rules! api_table {
                         })?
                     };
                 )*
-                Ok($name { $($field,)* _lib: lib })
+                $(
+                    // SAFETY: as above; a symbol missing from an older library is `None`.
+                    let $ofield = unsafe {
+                        lib.get::<unsafe extern "C" fn($($oarg),*) -> $oret>(
+                            concat!($osym, "\0").as_bytes(),
+                        )
+                        .ok()
+                        .map(|s| *s)
+                    };
+                )*
+                Ok($name { $($field,)* $($ofield,)* _lib: lib })
             }
         }
     };
@@ -178,6 +189,19 @@ api_table! {
         event_synchronize = "cuEventSynchronize": fn(CUevent) -> CUresult;
         event_destroy = "cuEventDestroy_v2": fn(CUevent) -> CUresult;
     }
+    optional {}
+}
+
+impl CudaApi {
+    fn load() -> Result<Self, LoadError> {
+        // SAFETY: loading the vendor's driver library runs its initialisers, which is what every
+        // CUDA program does; the handle is kept for the process lifetime.
+        let lib = unsafe { Library::new(Self::LIBRARY) }.map_err(|e| LoadError::Library {
+            library: Self::LIBRARY,
+            detail: e.to_string(),
+        })?;
+        Self::from_library(lib)
+    }
 }
 
 // SAFETY: the table holds plain function pointers into a library that is never unloaded; the
@@ -185,6 +209,8 @@ api_table! {
 unsafe impl Send for CudaApi {}
 // SAFETY: as above; nothing in the table is mutated after loading.
 unsafe impl Sync for CudaApi {}
+
+pub mod cufile;
 
 static CUDA: OnceLock<Result<CudaApi, LoadError>> = OnceLock::new();
 

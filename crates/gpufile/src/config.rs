@@ -88,6 +88,9 @@ pub struct Settings {
     pub auto_direct_io_read: bool,
     /// Let the POSIX path write with O_DIRECT where the file system accepts it.
     pub auto_direct_io_write: bool,
+    /// Make every device request that would not run on GPUDirect Storage's accelerated path an
+    /// error (gpufile's addition; default false).
+    pub require_gds: bool,
     /// KvikIO's remote-I/O retry count (kept for API compatibility; gpufile reads local files).
     pub http_max_attempts: usize,
     /// KvikIO's remote-I/O retryable HTTP codes (kept for API compatibility).
@@ -121,6 +124,7 @@ impl Default for Settings {
             bounce_buffer_size: 16 << 20,
             auto_direct_io_read: false,
             auto_direct_io_write: true,
+            require_gds: false,
             http_max_attempts: 3,
             http_status_codes: vec![429, 500, 502, 503, 504],
             http_timeout: 60,
@@ -145,6 +149,8 @@ pub enum Name {
     AutoDirectIoRead,
     /// `auto_direct_io_write`
     AutoDirectIoWrite,
+    /// `require_gds`
+    RequireGds,
     /// `http_max_attempts`
     HttpMaxAttempts,
     /// `http_status_codes`
@@ -174,7 +180,7 @@ pub enum Kind {
 
 impl Name {
     /// Every setting, in the order `gpufile config` prints them.
-    pub const ALL: [Name; 10] = [
+    pub const ALL: [Name; 11] = [
         Name::CompatMode,
         Name::NumThreads,
         Name::TaskSize,
@@ -182,6 +188,7 @@ impl Name {
         Name::BounceBufferSize,
         Name::AutoDirectIoRead,
         Name::AutoDirectIoWrite,
+        Name::RequireGds,
         Name::HttpMaxAttempts,
         Name::HttpStatusCodes,
         Name::HttpTimeout,
@@ -197,6 +204,7 @@ impl Name {
             Name::BounceBufferSize => "bounce_buffer_size",
             Name::AutoDirectIoRead => "auto_direct_io_read",
             Name::AutoDirectIoWrite => "auto_direct_io_write",
+            Name::RequireGds => "require_gds",
             Name::HttpMaxAttempts => "http_max_attempts",
             Name::HttpStatusCodes => "http_status_codes",
             Name::HttpTimeout => "http_timeout",
@@ -210,7 +218,7 @@ impl Name {
             Name::NumThreads | Name::HttpMaxAttempts => Kind::Count,
             Name::TaskSize | Name::BounceBufferSize => Kind::PositiveSize,
             Name::GdsThreshold => Kind::Size,
-            Name::AutoDirectIoRead | Name::AutoDirectIoWrite => Kind::Bool,
+            Name::AutoDirectIoRead | Name::AutoDirectIoWrite | Name::RequireGds => Kind::Bool,
             Name::HttpStatusCodes => Kind::IntList,
             Name::HttpTimeout => Kind::Seconds,
         }
@@ -226,6 +234,7 @@ impl Name {
             Name::BounceBufferSize => &["BOUNCE_BUFFER_SIZE"],
             Name::AutoDirectIoRead => &["AUTO_DIRECT_IO_READ"],
             Name::AutoDirectIoWrite => &["AUTO_DIRECT_IO_WRITE"],
+            Name::RequireGds => &["REQUIRE_GDS"],
             Name::HttpMaxAttempts => &["HTTP_MAX_ATTEMPTS"],
             Name::HttpStatusCodes => &["HTTP_STATUS_CODES"],
             Name::HttpTimeout => &["HTTP_TIMEOUT"],
@@ -457,6 +466,7 @@ impl Settings {
             Name::BounceBufferSize => Value::Int(self.bounce_buffer_size as u64),
             Name::AutoDirectIoRead => Value::Bool(self.auto_direct_io_read),
             Name::AutoDirectIoWrite => Value::Bool(self.auto_direct_io_write),
+            Name::RequireGds => Value::Bool(self.require_gds),
             Name::HttpMaxAttempts => Value::Int(self.http_max_attempts as u64),
             Name::HttpStatusCodes => Value::IntList(
                 self.http_status_codes
@@ -479,6 +489,7 @@ impl Settings {
             (Name::BounceBufferSize, Value::Int(n)) => self.bounce_buffer_size = n as usize,
             (Name::AutoDirectIoRead, Value::Bool(b)) => self.auto_direct_io_read = b,
             (Name::AutoDirectIoWrite, Value::Bool(b)) => self.auto_direct_io_write = b,
+            (Name::RequireGds, Value::Bool(b)) => self.require_gds = b,
             (Name::HttpMaxAttempts, Value::Int(n)) => self.http_max_attempts = n as usize,
             (Name::HttpStatusCodes, Value::IntList(v)) => {
                 self.http_status_codes = v.into_iter().map(|c| c as u16).collect()

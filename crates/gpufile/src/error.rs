@@ -128,6 +128,18 @@ pub enum Error {
         /// Why (library missing, no device, ...).
         reason: String,
     },
+    /// A cuFile call failed.
+    #[error("{call} failed: {name} ({code}){}", cuda_detail(*.cuda_code))]
+    Cufile {
+        /// The cuFile function.
+        call: &'static str,
+        /// The `CUfileOpError` code (or a negated errno for I/O calls that set errno).
+        code: i32,
+        /// The code's name.
+        name: String,
+        /// The CUDA driver's code where cuFile reports one (0 otherwise).
+        cuda_code: i32,
+    },
     /// cuFile was required (compat_mode OFF) but cannot be used.
     #[error("cuFile cannot be used: {reason}")]
     CufileUnavailable {
@@ -190,6 +202,14 @@ impl Error {
             len,
             errno: err.raw_os_error().unwrap_or(libc::EIO),
         }
+    }
+}
+
+fn cuda_detail(code: i32) -> String {
+    if code == 0 {
+        String::new()
+    } else {
+        format!(", CUDA error {code}")
     }
 }
 

@@ -16,11 +16,13 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
-use crate::config;
+use crate::config::{self, CompatMode};
 use crate::cuda::{self, Context, MemoryKind};
+use crate::cufile::{self, RegisteredFile};
 use crate::device;
 use crate::error::{Error, Op, Result};
-use crate::plan::{self, IoPath, Memory};
+use crate::observe;
+use crate::plan::{self, Backend, IoPath, Memory};
 use crate::pool::{self, Completion, IoFuture};
 use crate::posix;
 
@@ -87,6 +89,9 @@ impl FromStr for OpenMode {
 }
 
 struct Inner {
+    /// The cuFile registration, made on first need. First field: dropped (deregistered) before
+    /// the descriptors close.
+    cufile: OnceLock<Result<Arc<RegisteredFile>>>,
     file: File,
     path: PathBuf,
     mode: OpenMode,
@@ -128,6 +133,8 @@ enum Target {
     Host(SendPtr),
     Device {
         addr: u64,
+        /// Start of the allocation holding `addr` (cuFile addresses buffers by base + offset).
+        base: u64,
         ctx: Context,
         device: i32,
     },
@@ -164,14 +171,16 @@ impl FileHandle {
             let e = std::io::Error::from_raw_os_error(libc::EISDIR);
             return Err(Error::os(Op::Open, path, 0, 0, e));
         }
-        let (path, direct) = (path.to_owned(), OnceLock::new());
+        let (path, direct, cufile) = (path.to_owned(), OnceLock::new(), OnceLock::new());
+        let inner = Inner {
+            file,
+            path,
+            mode,
+            direct,
+            cufile,
+        };
         Ok(FileHandle {
-            inner: Arc::new(Inner {
-                file,
-                path,
-                mode,
-                direct,
-            }),
+            inner: Arc::new(inner),
         })
     }
 
@@ -226,7 +235,7 @@ impl FileHandle {
     /// settings, and why (an error where compat_mode OFF cannot be honoured).
     pub fn io_path(&self, memory: Memory, len: usize) -> Result<IoPath> {
         let s = config::current()?;
-        plan::choose_path(memory, len, s.compat_mode, s.gds_threshold)
+        plan::choose_path(memory, len, plan::Policy::from(&s), cufile::availability)
     }
 
     /// Reads `buf.len()` bytes at `file_offset`; blocks until done.
@@ -304,6 +313,31 @@ impl FileHandle {
         self.submit(Direction::Write, target, len, file_offset, task_size)
     }
 
+    /// Reads with one call and no split (KvikIO's `raw_read`): one task of `len` bytes.
+    ///
+    /// # Safety
+    /// As for [`FileHandle::pread_device`].
+    pub unsafe fn raw_read_device(&self, addr: u64, len: usize, file_offset: u64) -> Result<usize> {
+        let target = self.device_target(addr, len)?;
+        self.submit(Direction::Read, target, len, file_offset, Some(len.max(1)))?
+            .wait()
+    }
+
+    /// Writes with one call and no split (KvikIO's `raw_write`).
+    ///
+    /// # Safety
+    /// As for [`FileHandle::pwrite_device`].
+    pub unsafe fn raw_write_device(
+        &self,
+        addr: u64,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<usize> {
+        let target = self.device_target(addr, len)?;
+        self.submit(Direction::Write, target, len, file_offset, Some(len.max(1)))?
+            .wait()
+    }
+
     fn device_target(&self, addr: u64, len: usize) -> Result<Target> {
         let info = cuda::classify(addr)?;
         match info.kind {
@@ -327,6 +361,7 @@ impl FileHandle {
                 };
                 Ok(Target::Device {
                     addr,
+                    base: info.base,
                     ctx,
                     device: ordinal,
                 })
@@ -404,33 +439,30 @@ impl FileHandle {
             ));
         }
         self.check(dir, len, file_offset)?;
-        let memory = match target {
-            Target::Host(_) => Memory::Host,
-            Target::Device { .. } => Memory::Device,
-        };
-        plan::choose_path(memory, len, settings.compat_mode, settings.gds_threshold)?;
+        let (path, registered) = self.decide(&target, len, &settings)?;
+        if len == 0 {
+            return Ok(IoFuture::ready(Ok(0)));
+        }
         let direct = match dir {
             Direction::Read => settings.auto_direct_io_read,
             Direction::Write => settings.auto_direct_io_write,
         };
         let bounce = settings.bounce_buffer_size;
-        if len == 0 {
-            return Ok(IoFuture::ready(Ok(0)));
-        }
         let tasks: Vec<plan::Task> = plan::split(file_offset, len, task_size).collect();
-        let completion = Completion::new(tasks.len());
+        let completion = Completion::new(tasks.len(), path.backend);
         let pool = pool::pool(settings.num_threads);
         for task in tasks {
             let inner = Arc::clone(&self.inner);
             let c = Arc::clone(&completion);
+            let registered = registered.clone();
             pool.submit(Box::new(move || {
                 if c.failed() {
                     return c.finish_task(Ok(0));
                 }
                 let (fd, path) = (inner.file.as_raw_fd(), inner.path.as_path());
                 let (off, len, progress) = (task.file_offset, task.len, c.progress());
-                let r = match target {
-                    Target::Host(ptr) => {
+                let r = match (target, registered) {
+                    (Target::Host(ptr), _) => {
                         let p = ptr.at(task.buf_offset);
                         // SAFETY: each task owns the disjoint range [buf_offset, +len) of the
                         // caller's buffer, valid until the future completes (`pread_host`).
@@ -445,11 +477,27 @@ impl FileHandle {
                             }
                         }
                     }
-                    Target::Device {
-                        addr,
-                        ctx,
-                        device: ordinal,
-                    } => {
+                    (
+                        Target::Device {
+                            addr, base, ctx, ..
+                        },
+                        Some(reg),
+                    ) => {
+                        let buf_offset = addr - base + task.buf_offset as u64;
+                        let (is_read, path) = (matches!(dir, Direction::Read), path);
+                        cufile_task(
+                            &reg, is_read, ctx, base, buf_offset, len, off, path, progress,
+                        )
+                    }
+                    (
+                        Target::Device {
+                            addr,
+                            ctx,
+                            device: ordinal,
+                            ..
+                        },
+                        None,
+                    ) => {
                         let fds = device::Fds {
                             buffered: fd,
                             direct: if direct { inner.direct_fd() } else { None },
@@ -479,6 +527,120 @@ impl FileHandle {
         }
         Ok(IoFuture::pending(completion))
     }
+
+    /// The path of a request and, for cuFile, the registered handle. A cuFile registration that
+    /// fails is an error under OFF and `require_gds`, and a logged fallback under AUTO.
+    fn decide(
+        &self,
+        target: &Target,
+        len: usize,
+        settings: &config::Settings,
+    ) -> Result<(IoPath, Option<Arc<RegisteredFile>>)> {
+        let memory = match target {
+            Target::Host(_) => Memory::Host,
+            Target::Device { .. } => Memory::Device,
+        };
+        let policy = plan::Policy::from(settings);
+        let path = plan::choose_path(memory, len, policy, cufile::availability)?;
+        if path.backend != Backend::Cufile {
+            if let plan::Reason::NotAccelerated(_) | plan::Reason::CufileUnavailable(_) =
+                path.reason
+            {
+                observe::notice(format!(
+                    "compat_mode AUTO: device I/O uses gpufile's POSIX path ({})",
+                    path.reason
+                ));
+            }
+            return Ok((path, None));
+        }
+        match self.registered() {
+            Ok(reg) => Ok((path, Some(reg))),
+            Err(e) if policy.compat_mode == CompatMode::Auto && !policy.require_gds => {
+                let reason = plan::Reason::CufileUnavailable(e.to_string());
+                observe::notice(format!(
+                    "compat_mode AUTO: {} uses gpufile's POSIX path ({reason})",
+                    self.path().display()
+                ));
+                Ok((
+                    IoPath {
+                        backend: Backend::GpufilePosix,
+                        reason,
+                    },
+                    None,
+                ))
+            }
+            Err(e) => Err(Error::CufileUnavailable {
+                reason: format!("compat_mode is {} but {e}", policy.compat_mode),
+            }),
+        }
+    }
+
+    /// The file registered with cuFile (O_DIRECT descriptor where the file system takes one),
+    /// once per handle.
+    fn registered(&self) -> Result<Arc<RegisteredFile>> {
+        self.inner
+            .cufile
+            .get_or_init(|| {
+                let fd = self.inner.direct_fd().unwrap_or_else(|| self.fd());
+                RegisteredFile::register(fd).map(Arc::new)
+            })
+            .clone()
+    }
+}
+
+/// One task through cuFile: `cuFileRead/Write` until the range is done, with the buffer's
+/// context current.
+#[allow(clippy::too_many_arguments)]
+fn cufile_task(
+    reg: &RegisteredFile,
+    is_read: bool,
+    ctx: Context,
+    base: u64,
+    buf_offset: u64,
+    len: usize,
+    file_offset: u64,
+    path: &Path,
+    progress: &std::sync::atomic::AtomicU64,
+) -> Result<usize> {
+    let _guard = cuda::ContextGuard::push(ctx)?;
+    let mut done = 0usize;
+    while done < len {
+        let (bo, fo, n) = (
+            buf_offset + done as u64,
+            file_offset + done as u64,
+            len - done,
+        );
+        // SAFETY: the range lies in the caller's device allocation (checked when the request
+        // was made), which stays valid until the request completes.
+        let ret = unsafe {
+            if is_read {
+                reg.read(base, bo, n, fo)
+            } else {
+                reg.write(base, bo, n, fo)
+            }
+        };
+        match ret {
+            r if r > 0 => {
+                done += r as usize;
+                progress.fetch_add(r as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            0 if is_read => {
+                return Err(Error::UnexpectedEof {
+                    path: path.to_owned(),
+                    offset: fo,
+                    len: n,
+                    file_size: fo,
+                })
+            }
+            r => {
+                return Err(cufile::io_error(
+                    r.min(-1),
+                    if is_read { "cuFileRead" } else { "cuFileWrite" },
+                ))
+            }
+        }
+    }
+    Ok(len)
 }
 
 impl std::fmt::Debug for FileHandle {

@@ -17,9 +17,11 @@
 
 pub mod config;
 pub mod cuda;
+pub mod cufile;
 mod device;
 pub mod error;
 pub mod file;
+pub mod observe;
 pub mod plan;
 pub mod pool;
 mod posix;

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use crate::config::CompatMode;
+pub use crate::cufile::Availability;
 use crate::error::Error;
 
 /// One piece of a request, run by one worker.
@@ -43,24 +44,29 @@ pub enum Memory {
 }
 
 /// The data path that moves the bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Backend {
-    /// gpufile's own pread/pwrite path.
+    /// gpufile's own pread/pwrite path (through pinned bounce buffers for device memory).
     #[serde(rename = "gpufile-posix")]
     GpufilePosix,
+    /// cuFile, which itself runs nvidia-fs (GDS) or its own compat path; the statistics of the
+    /// observe module tell which.
+    #[serde(rename = "cufile")]
+    Cufile,
 }
 
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Backend::GpufilePosix => "gpufile-posix",
+            Backend::Cufile => "cufile",
         })
     }
 }
 
 /// Why a path was chosen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "kebab-case")]
 pub enum Reason {
     /// Host buffers never go through cuFile: it would stage them through its own bounce buffers
     /// and gain nothing.
@@ -69,23 +75,32 @@ pub enum Reason {
     CompatModeOn,
     /// The request is smaller than gds_threshold.
     BelowGdsThreshold,
-    /// This build has no cuFile backend yet, so AUTO uses gpufile's own path.
-    CufileNotBuilt,
+    /// compat_mode is OFF: cuFile is used whatever it then does; the text says what it will do.
+    CompatModeOff(String),
+    /// AUTO chose cuFile: its accelerated path exists (the text says which).
+    Accelerated(String),
+    /// AUTO chose gpufile's path: cuFile could only run its compat path, an order of magnitude
+    /// slower (the text says why).
+    NotAccelerated(String),
+    /// AUTO chose gpufile's path: cuFile cannot be used (the text says why).
+    CufileUnavailable(String),
 }
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Reason::HostBuffer => "host buffer: cuFile gains nothing for host memory",
-            Reason::CompatModeOn => "compat_mode is ON",
-            Reason::BelowGdsThreshold => "request smaller than gds_threshold",
-            Reason::CufileNotBuilt => "this build has no cuFile backend",
-        })
+        match self {
+            Reason::HostBuffer => f.write_str("host buffer: cuFile gains nothing for host memory"),
+            Reason::CompatModeOn => f.write_str("compat_mode is ON"),
+            Reason::BelowGdsThreshold => f.write_str("request smaller than gds_threshold"),
+            Reason::CompatModeOff(what) => write!(f, "compat_mode is OFF ({what})"),
+            Reason::Accelerated(why) | Reason::NotAccelerated(why) => f.write_str(why),
+            Reason::CufileUnavailable(why) => write!(f, "cuFile unavailable: {why}"),
+        }
     }
 }
 
 /// A path decision: the backend and why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct IoPath {
     /// What moves the bytes.
     pub backend: Backend,
@@ -99,30 +114,74 @@ impl fmt::Display for IoPath {
     }
 }
 
-/// Chooses the path for a request of `len` bytes into or out of `memory`. An error is a
-/// decision too: compat_mode OFF demands cuFile, and says why it cannot be had.
+/// The settings a path decision reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    /// compat_mode.
+    pub compat_mode: CompatMode,
+    /// gds_threshold.
+    pub gds_threshold: usize,
+    /// require_gds: a device request that would not run on the accelerated path is an error.
+    pub require_gds: bool,
+}
+
+impl From<&crate::Settings> for Policy {
+    fn from(s: &crate::Settings) -> Self {
+        Policy {
+            compat_mode: s.compat_mode,
+            gds_threshold: s.gds_threshold,
+            require_gds: s.require_gds,
+        }
+    }
+}
+
+/// Chooses the path for a request of `len` bytes into or out of `memory` (KvikIO's rules, with
+/// AUTO honest about cuFile's compat path). `cufile` is asked only where the answer matters, so
+/// host-only work never loads cuFile. An error is a decision too: OFF and `require_gds` say why
+/// they cannot be honoured.
 pub fn choose_path(
     memory: Memory,
     len: usize,
-    compat_mode: CompatMode,
-    gds_threshold: usize,
+    policy: Policy,
+    cufile: impl FnOnce() -> Availability,
 ) -> Result<IoPath, Error> {
-    let posix = |reason| {
-        Ok(IoPath {
-            backend: Backend::GpufilePosix,
-            reason,
+    let posix = |reason| IoPath {
+        backend: Backend::GpufilePosix,
+        reason,
+    };
+    let cufile_path = |reason| IoPath {
+        backend: Backend::Cufile,
+        reason,
+    };
+    let require = |why: String| -> Result<IoPath, Error> {
+        Err(Error::CufileUnavailable {
+            reason: format!("require_gds is set but GPUDirect Storage cannot run: {why}"),
         })
     };
-    match (memory, compat_mode) {
-        (Memory::Host, _) => posix(Reason::HostBuffer),
-        (Memory::Device, CompatMode::On) => posix(Reason::CompatModeOn),
-        (Memory::Device, _) if len < gds_threshold => posix(Reason::BelowGdsThreshold),
-        (Memory::Device, CompatMode::Off) => Err(Error::CufileUnavailable {
-            reason: "compat_mode is OFF but this build has no cuFile backend \
-                     (set compat_mode to AUTO or ON)"
-                .into(),
+    match (memory, policy.compat_mode) {
+        (Memory::Host, _) => Ok(posix(Reason::HostBuffer)),
+        (Memory::Device, _) if policy.require_gds => match cufile() {
+            Availability::Accelerated(why) => Ok(cufile_path(Reason::Accelerated(why))),
+            Availability::CompatOnly(why) | Availability::Unavailable(why) => require(why),
+        },
+        (Memory::Device, CompatMode::On) => Ok(posix(Reason::CompatModeOn)),
+        (Memory::Device, _) if len < policy.gds_threshold => Ok(posix(Reason::BelowGdsThreshold)),
+        (Memory::Device, CompatMode::Off) => match cufile() {
+            Availability::Accelerated(why) => Ok(cufile_path(Reason::CompatModeOff(format!(
+                "cuFile will use its accelerated path: {why}"
+            )))),
+            Availability::CompatOnly(why) => Ok(cufile_path(Reason::CompatModeOff(format!(
+                "cuFile can only run its compat path: {why}"
+            )))),
+            Availability::Unavailable(why) => Err(Error::CufileUnavailable {
+                reason: format!("compat_mode is OFF but {why}"),
+            }),
+        },
+        (Memory::Device, CompatMode::Auto) => Ok(match cufile() {
+            Availability::Accelerated(why) => cufile_path(Reason::Accelerated(why)),
+            Availability::CompatOnly(why) => posix(Reason::NotAccelerated(why)),
+            Availability::Unavailable(why) => posix(Reason::CufileUnavailable(why)),
         }),
-        (Memory::Device, CompatMode::Auto) => posix(Reason::CufileNotBuilt),
     }
 }
 
@@ -153,19 +212,74 @@ mod tests {
         assert_eq!(split(0, 0, 199).count(), 0);
     }
 
+    fn policy(compat_mode: CompatMode) -> Policy {
+        Policy {
+            compat_mode,
+            gds_threshold: 16384,
+            require_gds: false,
+        }
+    }
+
+    fn never() -> Availability {
+        panic!("cuFile must not be probed for this request")
+    }
+
     #[test]
     fn path_decisions() {
-        let host = choose_path(Memory::Host, 1 << 30, CompatMode::Off, 16384).unwrap();
+        let compat_only = || Availability::CompatOnly("nvidia-fs not loaded".into());
+        let accel = || Availability::Accelerated("nvidia-fs 2.20 loaded".into());
+        let gone = || Availability::Unavailable("libcufile.so.0 not found".into());
+
+        let host = choose_path(Memory::Host, 1 << 30, policy(CompatMode::Off), never).unwrap();
         assert_eq!(host.reason, Reason::HostBuffer);
-        let on = choose_path(Memory::Device, 1 << 30, CompatMode::On, 16384).unwrap();
+        let on = choose_path(Memory::Device, 1 << 30, policy(CompatMode::On), never).unwrap();
         assert_eq!(
             (on.backend, on.reason),
             (Backend::GpufilePosix, Reason::CompatModeOn)
         );
-        let small = choose_path(Memory::Device, 100, CompatMode::Off, 16384).unwrap();
+        let small = choose_path(Memory::Device, 100, policy(CompatMode::Off), never).unwrap();
         assert_eq!(small.reason, Reason::BelowGdsThreshold);
-        let off = choose_path(Memory::Device, 1 << 20, CompatMode::Off, 16384).unwrap_err();
-        assert!(off.to_string().contains("compat_mode is OFF"), "{off}");
+
+        let auto = choose_path(
+            Memory::Device,
+            1 << 20,
+            policy(CompatMode::Auto),
+            compat_only,
+        );
+        let auto = auto.unwrap();
+        assert_eq!(auto.backend, Backend::GpufilePosix);
+        assert_eq!(auto.reason.to_string(), "nvidia-fs not loaded");
+        let auto = choose_path(Memory::Device, 1 << 20, policy(CompatMode::Auto), accel).unwrap();
+        assert_eq!(auto.backend, Backend::Cufile);
+        let auto = choose_path(Memory::Device, 1 << 20, policy(CompatMode::Auto), gone).unwrap();
+        assert_eq!(auto.backend, Backend::GpufilePosix);
+
+        let off = choose_path(
+            Memory::Device,
+            1 << 20,
+            policy(CompatMode::Off),
+            compat_only,
+        );
+        let off = off.unwrap();
+        assert_eq!(off.backend, Backend::Cufile);
+        assert!(
+            off.reason.to_string().contains("compat path"),
+            "{}",
+            off.reason
+        );
+        let off = choose_path(Memory::Device, 1 << 20, policy(CompatMode::Off), gone).unwrap_err();
+        assert!(
+            off.to_string().contains("libcufile.so.0 not found"),
+            "{off}"
+        );
+
+        let strict = Policy {
+            require_gds: true,
+            ..policy(CompatMode::Auto)
+        };
+        let err = choose_path(Memory::Device, 1 << 20, strict, compat_only).unwrap_err();
+        assert!(err.to_string().contains("require_gds"), "{err}");
+        assert!(choose_path(Memory::Device, 10, strict, accel).is_ok());
     }
 
     proptest! {

@@ -9,9 +9,10 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::plan::Backend;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -146,8 +147,16 @@ struct State {
     error: Option<Error>,
 }
 
+/// What a request records when it finishes.
+struct Record {
+    backend: Backend,
+    tasks: usize,
+    start: Instant,
+}
+
 /// Shared state of one request: counts its tasks down and keeps the first error.
 pub(crate) struct Completion {
+    record: Option<Record>,
     state: Mutex<State>,
     cv: Condvar,
     progress: AtomicU64,
@@ -155,10 +164,28 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    pub(crate) fn new(tasks: usize) -> Arc<Self> {
+    /// A request of `tasks` tasks on `backend`, recorded by the observe module when it ends.
+    pub(crate) fn new(tasks: usize, backend: Backend) -> Arc<Self> {
+        Self::build(
+            tasks,
+            Some(Record {
+                backend,
+                tasks,
+                start: Instant::now(),
+            }),
+        )
+    }
+
+    #[cfg(test)]
+    fn unrecorded(tasks: usize) -> Arc<Self> {
+        Self::build(tasks, None)
+    }
+
+    fn build(tasks: usize, record: Option<Record>) -> Arc<Self> {
         assert!(tasks > 0);
         *lock(&IN_FLIGHT.0) += 1;
         Arc::new(Completion {
+            record,
             state: Mutex::new(State {
                 remaining: tasks,
                 bytes: 0,
@@ -191,6 +218,10 @@ impl Completion {
         }
         st.remaining -= 1;
         if st.remaining == 0 {
+            if let Some(r) = &self.record {
+                let ok = st.error.is_none();
+                crate::observe::record(r.backend, r.tasks, st.bytes, r.start.elapsed(), ok);
+            }
             self.cv.notify_all();
             drop(st);
             let (count, cv) = &IN_FLIGHT;
@@ -283,7 +314,7 @@ mod tests {
     #[test]
     fn tasks_run_on_the_pool_and_the_future_sums_them() {
         let pool = ThreadPool::new(3);
-        let c = Completion::new(10);
+        let c = Completion::unrecorded(10);
         for i in 0..10 {
             let c = Arc::clone(&c);
             pool.submit(Box::new(move || c.finish_task(Ok(i))));
@@ -295,7 +326,7 @@ mod tests {
 
     #[test]
     fn first_error_wins_and_get_repeats_it() {
-        let c = Completion::new(2);
+        let c = Completion::unrecorded(2);
         c.finish_task(Err(Error::InvalidArgument("first".into())));
         assert!(c.failed());
         c.finish_task(Err(Error::InvalidArgument("second".into())));
@@ -306,7 +337,7 @@ mod tests {
 
     #[test]
     fn wait_timeout_returns_none_while_pending() {
-        let c = Completion::new(1);
+        let c = Completion::unrecorded(1);
         let f = IoFuture::pending(Arc::clone(&c));
         assert!(f.wait_timeout(Duration::from_millis(5)).is_none());
         assert!(!f.is_done());

@@ -1,0 +1,283 @@
+//! What ran: per-path counters of every request, cuFile's own counters, and notices.
+//!
+//! How to use:
+//! 1. [`begin`] an observation, do I/O, [`end`] it: a [`Report`] of requests by path
+//!    (gpufile-posix, cufile) with bytes, busy time and errors, plus cuFile's statistics for the
+//!    same span (how many of its operations went through nvidia-fs and how many through its
+//!    compat POSIX path).
+//! 2. [`totals`] gives the same counters since the process started.
+//! 3. Fallbacks and other decisions worth knowing are [`notice`]d once; the Python package logs
+//!    them with `logging`, and `RUST_LOG` (any value naming gpufile, or info/debug) prints them.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::cufile::{self, Stats};
+use crate::plan::Backend;
+
+#[derive(Default)]
+struct Counters {
+    ops: AtomicU64,
+    tasks: AtomicU64,
+    bytes: AtomicU64,
+    busy_ns: AtomicU64,
+    errors: AtomicU64,
+}
+
+static POSIX: Counters = Counters::new();
+static CUFILE: Counters = Counters::new();
+
+impl Counters {
+    const fn new() -> Self {
+        Counters {
+            ops: AtomicU64::new(0),
+            tasks: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    fn snapshot(&self) -> PathTotals {
+        PathTotals {
+            ops: self.ops.load(Ordering::Relaxed),
+            tasks: self.tasks.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            busy_s: self.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counters of one path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PathTotals {
+    /// Requests (read/write/pread/pwrite calls).
+    pub ops: u64,
+    /// Tasks they were split into (each a cuFile request on the cuFile path).
+    pub tasks: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Seconds from submit to completion, summed over requests.
+    pub busy_s: f64,
+    /// Requests that failed.
+    pub errors: u64,
+}
+
+impl PathTotals {
+    fn since(&self, before: &PathTotals) -> PathTotals {
+        PathTotals {
+            ops: self.ops - before.ops,
+            tasks: self.tasks - before.tasks,
+            bytes: self.bytes - before.bytes,
+            busy_s: self.busy_s - before.busy_s,
+            errors: self.errors - before.errors,
+        }
+    }
+
+    /// Bytes per busy second, in GB/s.
+    pub fn gb_per_s(&self) -> f64 {
+        if self.busy_s > 0.0 {
+            self.bytes as f64 / self.busy_s / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Records a finished request.
+pub(crate) fn record(backend: Backend, tasks: usize, bytes: usize, elapsed: Duration, ok: bool) {
+    let c = match backend {
+        Backend::GpufilePosix => &POSIX,
+        Backend::Cufile => &CUFILE,
+    };
+    c.ops.fetch_add(1, Ordering::Relaxed);
+    c.tasks.fetch_add(tasks as u64, Ordering::Relaxed);
+    c.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    c.busy_ns
+        .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    if !ok {
+        c.errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Counters since the process started.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Report {
+    /// Requests that ran through gpufile's POSIX path.
+    pub gpufile_posix: PathTotals,
+    /// Requests that ran through cuFile.
+    pub cufile: PathTotals,
+    /// cuFile's own counters over the same span (nvfs vs posix), where readable.
+    pub cufile_stats: Option<Stats>,
+    /// Why `cufile_stats` is missing, if it is.
+    pub cufile_stats_note: Option<String>,
+}
+
+impl Report {
+    /// The report as JSON, with the cuFile path and each path's GB/s filled in.
+    pub fn to_json(&self) -> serde_json::Value {
+        let path = |t: &PathTotals| {
+            serde_json::json!({
+                "ops": t.ops, "tasks": t.tasks, "bytes": t.bytes, "seconds": t.busy_s,
+                "gb_per_s": t.gb_per_s(), "errors": t.errors,
+            })
+        };
+        serde_json::json!({
+            "gpufile-posix": path(&self.gpufile_posix),
+            "cufile": path(&self.cufile),
+            "cufile_path": self.cufile_path(),
+            "cufile_stats": self.cufile_stats,
+            "cufile_stats_note": self.cufile_stats_note,
+        })
+    }
+
+    /// Which cuFile path ran, from cuFile's counters: "cufile-nvfs", "cufile-compat", both, or
+    /// `None` where cuFile ran nothing or its counters are unknown.
+    pub fn cufile_path(&self) -> Option<&'static str> {
+        let s = self.cufile_stats?;
+        let (nvfs, posix) = (s.nvfs_reads + s.nvfs_writes, s.posix_reads + s.posix_writes);
+        match (nvfs > 0, posix > 0) {
+            (true, false) => Some("cufile-nvfs"),
+            (false, true) => Some("cufile-compat"),
+            (true, true) => Some("cufile-nvfs+cufile-compat"),
+            (false, false) => None,
+        }
+    }
+}
+
+/// Totals since the process started (cuFile's counters where its driver is open).
+pub fn totals() -> Report {
+    let (cufile_stats, cufile_stats_note) = cufile_snapshot();
+    Report {
+        gpufile_posix: POSIX.snapshot(),
+        cufile: CUFILE.snapshot(),
+        cufile_stats,
+        cufile_stats_note,
+    }
+}
+
+fn cufile_snapshot() -> (Option<Stats>, Option<String>) {
+    if !cufile::driver_is_open() {
+        return (None, Some("cuFile was not used".into()));
+    }
+    match Stats::snapshot() {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e.to_string())),
+    }
+}
+
+static OBSERVERS: AtomicUsize = AtomicUsize::new(0);
+/// cuFile counters when the driver was opened inside an observation.
+static OPENED_AT: Mutex<Option<Stats>> = Mutex::new(None);
+
+/// An observation in progress.
+pub struct Observation {
+    posix: PathTotals,
+    cufile: PathTotals,
+    cufile_stats: Option<Stats>,
+    note: Option<String>,
+}
+
+/// Starts observing: turns cuFile's statistics on (level 3) if its driver is open, or as soon
+/// as it opens.
+pub fn begin() -> Observation {
+    OBSERVERS.fetch_add(1, Ordering::SeqCst);
+    let (mut cufile_stats, mut note) = (None, None);
+    if cufile::driver_is_open() {
+        match cufile::enable_stats(3).and_then(|_| Stats::snapshot()) {
+            Ok(s) => cufile_stats = Some(s),
+            Err(e) => note = Some(e.to_string()),
+        }
+    }
+    Observation {
+        posix: POSIX.snapshot(),
+        cufile: CUFILE.snapshot(),
+        cufile_stats,
+        note,
+    }
+}
+
+/// Called when the cuFile driver opens: start its statistics if anyone observes.
+pub(crate) fn on_driver_open() {
+    if OBSERVERS.load(Ordering::SeqCst) > 0 {
+        let baseline = cufile::enable_stats(3).and_then(|_| Stats::snapshot()).ok();
+        *OPENED_AT.lock().unwrap_or_else(|e| e.into_inner()) = baseline;
+    }
+}
+
+/// Ends an observation: what ran since [`begin`].
+pub fn end(obs: Observation) -> Report {
+    OBSERVERS.fetch_sub(1, Ordering::SeqCst);
+    let baseline = obs
+        .cufile_stats
+        .or(*OPENED_AT.lock().unwrap_or_else(|e| e.into_inner()));
+    let (now, now_note) = cufile_snapshot();
+    let (cufile_stats, note) = match (now, baseline) {
+        (Some(now), Some(before)) => (Some(now.since(&before)), None),
+        (Some(_), None) => (None, Some("cuFile statistics could not be started".into())),
+        (None, _) => (None, obs.note.or(now_note)),
+    };
+    Report {
+        gpufile_posix: POSIX.snapshot().since(&obs.posix),
+        cufile: CUFILE.snapshot().since(&obs.cufile),
+        cufile_stats,
+        cufile_stats_note: note,
+    }
+}
+
+static NOTICES: Mutex<(Vec<String>, Option<HashSet<String>>)> = Mutex::new((Vec::new(), None));
+
+/// Reports a decision once per process (per distinct text).
+pub fn notice(text: String) {
+    let mut n = NOTICES.lock().unwrap_or_else(|e| e.into_inner());
+    if !n.1.get_or_insert_with(HashSet::new).insert(text.clone()) {
+        return;
+    }
+    if std::env::var("RUST_LOG")
+        .is_ok_and(|v| v.contains("gpufile") || v.contains("info") || v.contains("debug"))
+    {
+        eprintln!("[gpufile] {text}");
+    }
+    n.0.push(text);
+}
+
+/// Notices not yet taken (for the Python package's logger).
+pub fn take_notices() -> Vec<String> {
+    std::mem::take(&mut NOTICES.lock().unwrap_or_else(|e| e.into_inner()).0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_are_given_once() {
+        notice("fallback A".into());
+        notice("fallback A".into());
+        let taken = take_notices();
+        assert_eq!(taken.iter().filter(|t| *t == "fallback A").count(), 1);
+        notice("fallback A".into());
+        assert!(!take_notices().contains(&"fallback A".to_string()));
+    }
+
+    #[test]
+    fn cufile_path_from_counters() {
+        let mut r = Report::default();
+        assert_eq!(r.cufile_path(), None);
+        r.cufile_stats = Some(Stats {
+            n_reads: 256,
+            posix_reads: 256,
+            ..Stats::default()
+        });
+        assert_eq!(r.cufile_path(), Some("cufile-compat"));
+        r.cufile_stats = Some(Stats {
+            n_reads: 256,
+            nvfs_reads: 256,
+            ..Stats::default()
+        });
+        assert_eq!(r.cufile_path(), Some("cufile-nvfs"));
+    }
+}

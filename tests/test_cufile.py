@@ -1,0 +1,128 @@
+"""cuFile loading, cufile.json, path decisions and the path report, on any machine."""
+
+import ctypes
+import json
+
+import numpy as np
+import pytest
+
+import gpufile
+from gpufile import cufile_driver, defaults
+from conftest import run_python
+
+
+def _loads(name):
+    try:
+        ctypes.CDLL(name)
+        return True
+    except OSError:
+        return False
+
+
+HAVE_CUFILE = _loads("libcufile.so.0") or bool(gpufile._cufile_dirs())
+HAVE_CUDA = _loads("libcuda.so.1")
+
+
+@pytest.mark.skipif(HAVE_CUFILE, reason="this machine has libcufile")
+def test_no_cufile_means_version_0_0_and_a_reason():
+    assert cufile_driver.libcufile_version() == (0, 0)
+    ok, why = cufile_driver.library()
+    assert not ok and "libcufile.so.0" in why
+
+
+def test_gpufile_cufile_path_is_tried_first(tmp_path):
+    fake = tmp_path / "libcufile.so.0"
+    fake.write_bytes(b"not a library")
+    r = run_python("import gpufile; print(gpufile.cufile_driver.library())",
+                   {"GPUFILE_CUFILE_PATH": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    if "True" not in r.stdout:  # a real libcufile elsewhere would have loaded after it
+        assert str(fake) in r.stdout
+
+
+def test_cufile_json_with_comments(tmp_path):
+    cfg = tmp_path / "cufile.json"
+    cfg.write_text("""{
+        // the spec's example settings
+        "execution": {"parallel_io": true, "max_io_threads": 4,
+                      "min_io_threshold_size_kb": 8192, "max_request_parallelism": 4},
+        "properties": {"allow_compat_mode": true, "note": "a // in a string"}
+    }""")
+    path, values = cufile_driver.config(str(cfg))
+    assert path == str(cfg)
+    assert values["execution.max_io_threads"] == 4
+    assert values["execution.min_io_threshold_size_kb"] == 8192
+    assert values["properties.allow_compat_mode"] is True
+    assert values["properties.note"] == "a // in a string"
+    r = run_python("import gpufile; print(gpufile.cufile_driver.config()[0])",
+                   {"CUFILE_ENV_PATH_JSON": str(cfg)})
+    assert r.stdout.strip() == str(cfg), r.stderr
+
+
+def test_garbage_cufile_json_is_a_valueerror(tmp_path):
+    cfg = tmp_path / "cufile.json"
+    cfg.write_text("{ this is not json")
+    with pytest.raises(ValueError, match="cufile.json"):
+        cufile_driver.config(str(cfg))
+    with pytest.raises(FileNotFoundError):
+        cufile_driver.config(str(tmp_path / "missing.json"))
+
+
+def test_observe_reports_host_reads_on_gpufile_posix(tmp_path):
+    data = np.arange(1 << 20, dtype=np.uint8)
+    path = tmp_path / "o.bin"
+    data.tofile(path)
+    out = np.empty_like(data)
+    before = gpufile.stats()["gpufile-posix"]["ops"]
+    with gpufile.observe() as obs, gpufile.CuFile(path) as f:
+        f.read(out, task_size=1 << 18)
+        f.pread(out).get()
+    r = obs.report
+    assert r["gpufile-posix"]["ops"] == 2
+    assert r["gpufile-posix"]["tasks"] == 4 + 1
+    assert r["gpufile-posix"]["bytes"] == 2 << 20
+    assert r["gpufile-posix"]["gb_per_s"] > 0
+    assert r["cufile"]["ops"] == 0 and r.cufile_path is None
+    assert "gpufile-posix" in str(r)
+    assert gpufile.stats()["gpufile-posix"]["ops"] >= before + 2
+    json.dumps(r.as_dict())
+
+
+def test_errors_are_counted(tmp_path):
+    path = tmp_path / "e.bin"
+    path.write_bytes(b"x" * 10)
+    with gpufile.observe() as obs, gpufile.CuFile(path) as f:
+        with pytest.raises(gpufile.EndOfFileError):
+            f.read(bytearray(20))  # refused before it starts: not an operation
+    assert obs.report["gpufile-posix"]["ops"] == 0
+
+
+def test_require_gds_setting():
+    assert defaults.get("require_gds") is False
+    with defaults.set("require_gds", True):
+        assert defaults.get("require_gds") is True
+    with pytest.raises(ValueError):
+        defaults.set("require_gds", "sometimes")
+
+
+def test_host_reads_ignore_compat_mode_and_require_gds(tmp_path):
+    path = tmp_path / "h.bin"
+    path.write_bytes(bytes(range(256)) * 64)
+    buf = bytearray(256 * 64)
+    with defaults.set({"compat_mode": "off", "require_gds": True}), gpufile.CuFile(path) as f:
+        assert f.read(buf) == len(buf)
+        assert f.io_path_for(buf)[0] == "gpufile-posix"
+
+
+@pytest.mark.skipif(HAVE_CUDA, reason="this machine has a CUDA driver")
+def test_device_decisions_without_cuda(tmp_path):
+    path = tmp_path / "d.bin"
+    path.write_bytes(b"x")
+    with gpufile.CuFile(path) as f:
+        backend, reason = f.io_path  # AUTO: gpufile's path, and why not cuFile
+        assert backend == "gpufile-posix" and reason.startswith("cuFile unavailable")
+        with defaults.set("compat_mode", "off"):
+            with pytest.raises(gpufile.CufileError, match="compat_mode is OFF"):
+                f.io_path
+        with defaults.set("compat_mode", "on"):
+            assert f.io_path == ("gpufile-posix", "compat_mode is ON")
