@@ -74,7 +74,8 @@ def scenario(code, **env):
         from gpufile import defaults, cufile_driver
         path = sys.argv[1]
     """)
-    r = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code), str(env.pop("path"))],
+    script = prelude + textwrap.dedent(CHECK) + textwrap.dedent(code)
+    r = subprocess.run([sys.executable, "-c", script, str(env.pop("path"))],
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, **{k: str(v) for k, v in env.items()}})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -82,15 +83,15 @@ def scenario(code, **env):
 
 
 CHECK = """
-    ref = np.fromfile(path, dtype=np.uint8)
     def same(dev):
-        return bool(cp.array_equal(dev, cp.asarray(ref[: dev.size])))
+        ref = np.fromfile(path, dtype=np.uint8, count=dev.size)
+        return bool(cp.array_equal(dev, cp.asarray(ref)))
 """
 
 
 def test_off_reads_through_cufile_compat_path_n256(gib_file, udev_db):
     """The spec's Step 5 on this machine: OFF → cuFile, 256 requests, all on its POSIX path."""
-    out = scenario(CHECK + """
+    out = scenario("""
         dev = cp.zeros(1 << 30, dtype=cp.uint8)
         with defaults.set({"compat_mode": "off", "task_size": 4 << 20}):
             with gpufile.observe() as obs, gpufile.CuFile(path) as f:
@@ -112,7 +113,7 @@ def test_off_reads_through_cufile_compat_path_n256(gib_file, udev_db):
 
 
 def test_auto_takes_gpufile_posix_because_nvidia_fs_is_not_loaded(gib_file, udev_db):
-    out = scenario(CHECK + """
+    out = scenario("""
         dev = cp.zeros(1 << 30, dtype=cp.uint8)
         with gpufile.observe() as obs, gpufile.CuFile(path) as f:
             n = f.read(dev)
@@ -127,7 +128,7 @@ def test_auto_takes_gpufile_posix_because_nvidia_fs_is_not_loaded(gib_file, udev
 
 
 def test_without_udev_off_fails_with_the_reason_and_auto_works(gib_file, no_udev_db):
-    out = scenario(CHECK + """
+    out = scenario("""
         dev = cp.zeros(1 << 24, dtype=cp.uint8)
         with defaults.set("compat_mode", "off"), gpufile.CuFile(path) as f:
             try:
@@ -149,7 +150,7 @@ def test_without_udev_off_fails_with_the_reason_and_auto_works(gib_file, no_udev
 def test_cufile_writes_raw_io_registration_and_properties(gib_file, udev_db, tmp_path):
     out_file = tmp_path / "w.bin"
     out_file.write_bytes(b"")
-    out = scenario(CHECK + """
+    out = scenario("""
         result = {}
         result["version"] = cufile_driver.libcufile_version()
         result["gds"] = cufile_driver.properties.is_gds_available

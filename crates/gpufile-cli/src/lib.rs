@@ -307,6 +307,22 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
                 ""
             },
         ));
+        match (report.cufile.ops, report.cufile_stats) {
+            (0, _) => {}
+            (_, Some(s)) => out(&format!(
+                "cufile      {} (cuFile's counters: n={} nvfs={} posix={})\n",
+                report
+                    .cufile_path()
+                    .unwrap_or("no cuFile operation counted"),
+                s.n_reads,
+                s.nvfs_reads,
+                s.posix_reads
+            )),
+            (_, None) => out(&format!(
+                "cufile      counters unavailable: {}\n",
+                report.cufile_stats_note.as_deref().unwrap_or("unknown")
+            )),
+        }
     }
     Ok(())
 }
