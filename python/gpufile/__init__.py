@@ -30,7 +30,7 @@ from .cufile import (
     stream_register,
 )
 from .defaults import CompatMode
-from .observe import Report, observe, stats
+from .observe import Report, check, explain, observe, stats
 
 __version__: str = _native.__version__
 
@@ -44,6 +44,8 @@ __all__ = [
     "IOFutureStream",
     "Report",
     "bounce_buffer_free",
+    "check",
+    "explain",
     "cufile_driver",
     "memory_deregister",
     "memory_register",

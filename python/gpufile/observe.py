@@ -78,3 +78,51 @@ class observe:  # noqa: N801 - used like a function: `with gpufile.observe() as 
 def stats() -> Report:
     """Totals since the process started."""
     return Report(json.loads(_native.stats_json()))
+
+
+class _Text:
+    """A report with a JSON-like ``as_dict()`` and a text rendering (``str()``)."""
+
+    def __init__(self, data: dict[str, Any], text: str) -> None:
+        self._data = data
+        self._text = text
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._data)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+def check(path: Any = None) -> _Text:
+    """What this machine offers for GPU file I/O (libraries, GPUs, nvidia-fs, udev, IOMMU,
+    cufile.json, and for ``path`` its file system, O_DIRECT and cuFile registration), and the path
+    each compat_mode would take. ``str()`` for people, ``as_dict()`` for programs."""
+    import os
+    data, text = _native.check(None if path is None else os.fspath(path))
+    return _Text(json.loads(data), text)
+
+
+def explain(size: int, *, file_offset: int = 0, device: bool = True,
+            task_size: int | None = None, num_threads: int | None = None,
+            compat_mode: Any = None, gds_threshold: int | None = None, cufile: str = "probe",
+            cufile_json: Any = None, registered: bool = False, file: Any = None,
+            run: bool = False) -> _Text:
+    """How a read of ``size`` bytes will be split and which path each piece takes, from the
+    planner that executes reads, with the work units cuFile makes of each request (from
+    cufile.json). ``cufile``: "probe" this machine, or assume "nvfs", "compat" or "none".
+    With ``file`` and ``run=True`` the read is performed and observed too."""
+    import os
+    data, text = _native.explain(
+        size, file_offset, device, task_size, num_threads,
+        None if compat_mode is None else (compat_mode if isinstance(compat_mode, str)
+                                          else int(compat_mode)),
+        gds_threshold, cufile, None if cufile_json is None else os.fspath(cufile_json),
+        registered, None if file is None else os.fspath(file), run)
+    return _Text(json.loads(data), text)

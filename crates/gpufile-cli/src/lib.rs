@@ -1,4 +1,4 @@
-//! The `gpufile` command line: `config` and `read` (more to come: `check`, `explain`, `bench`).
+//! The `gpufile` command line: `config`, `read`, `check`, `explain`, `bench`.
 //!
 //! The same [`run`] serves the standalone binary and `python -m gpufile`, so both behave alike.
 //! It never exits the process itself: it returns the exit status.
@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+
+mod bench;
 use gpufile::config::{self, Input, Name};
 use gpufile::{FileHandle, Memory};
 
@@ -30,6 +32,63 @@ enum Command {
     },
     /// Read a whole file (or a range) and print bytes, time, throughput and the path taken.
     Read(ReadArgs),
+    /// What this machine offers for GPU file I/O, and the path each compat_mode would take.
+    Check {
+        /// Also check this file (file system, block device, O_DIRECT, cuFile registration).
+        path: Option<PathBuf>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// How a read would be split and which path each piece takes (the planner that runs it).
+    Explain(ExplainArgs),
+    /// A gdsio-like sweep: sizes × threads × task sizes × compat modes × ops × cache × memory.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ExplainArgs {
+    /// Bytes to read, e.g. 1GiB.
+    #[arg(long)]
+    size: String,
+    /// File offset.
+    #[arg(long, default_value = "0")]
+    offset: String,
+    /// task_size (default: the setting).
+    #[arg(long)]
+    task_size: Option<String>,
+    /// num_threads (default: the setting).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// compat_mode: on, off or auto (default: the setting).
+    #[arg(long)]
+    compat_mode: Option<String>,
+    /// gds_threshold (default: the setting).
+    #[arg(long)]
+    gds_threshold: Option<String>,
+    /// Into host memory (default: device memory).
+    #[arg(long, conflicts_with = "device")]
+    host: bool,
+    /// Into device memory (the default).
+    #[arg(long)]
+    device: bool,
+    /// What cuFile can do: probe this machine, or assume nvfs, compat or none.
+    #[arg(long, default_value = "probe")]
+    cufile: String,
+    /// cufile.json to read (default: CUFILE_ENV_PATH_JSON or /etc/cufile.json).
+    #[arg(long)]
+    cufile_json: Option<PathBuf>,
+    /// The buffer is registered with cuFile (memory_register).
+    #[arg(long)]
+    registered: bool,
+    /// A file to read with --run.
+    file: Option<PathBuf>,
+    /// Perform the read and print prediction and observation side by side.
+    #[arg(long, requires = "file")]
+    run: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -158,6 +217,9 @@ where
     let result = match cli.command {
         Command::Config { json } => cmd_config(json),
         Command::Read(args) => cmd_read(&args),
+        Command::Check { path, json } => cmd_check(path.as_deref(), json),
+        Command::Explain(args) => cmd_explain(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => 0,
@@ -198,6 +260,70 @@ fn cmd_config(json: bool) -> CliResult {
         );
     }
     out(&text);
+    Ok(())
+}
+
+fn cmd_check(path: Option<&std::path::Path>, json: bool) -> CliResult {
+    let report = gpufile::platform::check(path);
+    if json {
+        out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+    } else {
+        out(&report.render());
+    }
+    Ok(())
+}
+
+fn cmd_explain(args: &ExplainArgs) -> CliResult {
+    let size = |what, t: &str| -> Result<usize, String> {
+        usize::try_from(parse_size_arg(what, t)?).map_err(|_| format!("--{what} is too large"))
+    };
+    let req = gpufile::explain::Request {
+        size: size("size", &args.size)?,
+        file_offset: parse_size_arg("offset", &args.offset)?,
+        memory: if args.host {
+            Memory::Host
+        } else {
+            Memory::Device
+        },
+        task_size: args
+            .task_size
+            .as_deref()
+            .map(|t| size("task-size", t))
+            .transpose()?,
+        num_threads: args.threads,
+        compat_mode: args
+            .compat_mode
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e: String| format!("--compat-mode: {e}"))?,
+        gds_threshold: args
+            .gds_threshold
+            .as_deref()
+            .map(|t| size("gds-threshold", t))
+            .transpose()?,
+        cufile: args.cufile.parse()?,
+        cufile_json: args.cufile_json.clone(),
+        registered_buffer: args.registered,
+    };
+    let e = gpufile::explain::explain(&req)?;
+    let observed = match (&args.file, args.run) {
+        (Some(f), true) => Some(gpufile::explain::run(&req, f)?),
+        _ => None,
+    };
+    if args.json {
+        let v = serde_json::json!({
+            "prediction": e,
+            "observed": observed.as_ref().map(gpufile::observe::Report::to_json),
+        });
+        out(&format!("{}\n", serde_json::to_string_pretty(&v)?));
+    } else {
+        out(&e.render());
+        if let Some(o) = &observed {
+            out("\n");
+            out(&gpufile::explain::render_comparison(&e, o));
+        }
+    }
     Ok(())
 }
 

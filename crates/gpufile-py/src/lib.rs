@@ -853,6 +853,89 @@ fn take_notices() -> Vec<String> {
     gpufile::observe::take_notices()
 }
 
+/// `gpufile check`: `(json, text)`.
+#[pyfunction]
+#[pyo3(signature = (path=None))]
+fn check(py: Python<'_>, path: Option<std::path::PathBuf>) -> PyResult<(String, String)> {
+    let report = py.detach(|| gpufile::platform::check(path.as_deref()));
+    let json = serde_json::to_string(&report).map_err(|e| GpufileError::new_err(e.to_string()))?;
+    Ok((json, report.render()))
+}
+
+/// `gpufile explain`: `(json, text)`; with `run` and `file`, the read is performed and the
+/// observation added.
+#[pyfunction]
+#[pyo3(signature = (size, file_offset=0, device=true, task_size=None, num_threads=None,
+                    compat_mode=None, gds_threshold=None, cufile="probe", cufile_json=None,
+                    registered=false, file=None, run=false))]
+#[allow(clippy::too_many_arguments)]
+fn explain(
+    py: Python<'_>,
+    size: u64,
+    file_offset: u64,
+    device: bool,
+    task_size: Option<u64>,
+    num_threads: Option<usize>,
+    compat_mode: Option<&Bound<'_, PyAny>>,
+    gds_threshold: Option<u64>,
+    cufile: &str,
+    cufile_json: Option<std::path::PathBuf>,
+    registered: bool,
+    file: Option<std::path::PathBuf>,
+    run: bool,
+) -> PyResult<(String, String)> {
+    let compat_mode = match compat_mode {
+        None => None,
+        Some(v) => {
+            let text = v.extract::<String>().ok();
+            let input = match &text {
+                Some(t) => Input::Text(t),
+                None => Input::Int(v.extract::<i128>()?),
+            };
+            match config::validate(Name::CompatMode, &input) {
+                Ok(Value::CompatMode(m)) => Some(m),
+                Ok(_) | Err(_) => {
+                    return Err(PyValueError::new_err(format!("invalid compat_mode {v}")))
+                }
+            }
+        }
+    };
+    let to_usize = |v: u64| usize::try_from(v).map_err(|_| PyValueError::new_err("size too large"));
+    let req = gpufile::explain::Request {
+        size: to_usize(size)?,
+        file_offset,
+        memory: if device { Memory::Device } else { Memory::Host },
+        task_size: task_size.map(to_usize).transpose()?,
+        num_threads,
+        compat_mode,
+        gds_threshold: gds_threshold.map(to_usize).transpose()?,
+        cufile: cufile.parse().map_err(to_py)?,
+        cufile_json,
+        registered_buffer: registered,
+    };
+    if run && file.is_none() {
+        return Err(PyValueError::new_err("run=True needs file"));
+    }
+    py.detach(move || -> gpufile::Result<(String, String)> {
+        let e = gpufile::explain::explain(&req)?;
+        let observed = match (&file, run) {
+            (Some(f), true) => Some(gpufile::explain::run(&req, f)?),
+            _ => None,
+        };
+        let mut text = e.render();
+        if let Some(o) = &observed {
+            text.push('\n');
+            text.push_str(&gpufile::explain::render_comparison(&e, o));
+        }
+        let json = serde_json::json!({
+            "prediction": e,
+            "observed": observed.as_ref().map(gpufile::observe::Report::to_json),
+        });
+        Ok((json.to_string(), text))
+    })
+    .map_err(to_py)
+}
+
 /// Blocks (GIL released) until no request is in flight; registered with `atexit`.
 #[pyfunction]
 fn wait_idle(py: Python<'_>) {
@@ -904,6 +987,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(observe_end, m)?,
         wrap_pyfunction!(stats_json, m)?,
         wrap_pyfunction!(take_notices, m)?,
+        wrap_pyfunction!(check, m)?,
+        wrap_pyfunction!(explain, m)?,
     ] {
         m.add_function(f)?;
     }

@@ -101,6 +101,46 @@ pub fn device_name(ordinal: i32) -> Result<String> {
         .into_owned())
 }
 
+/// A device's total memory in bytes.
+pub fn device_total_memory(ordinal: i32) -> Result<usize> {
+    let api = api()?;
+    let mut dev = 0;
+    // SAFETY: plain out-parameter.
+    check("cuDeviceGet", unsafe {
+        (api.device_get)(&mut dev, ordinal)
+    })?;
+    let mut bytes = 0usize;
+    // SAFETY: plain out-parameter.
+    check("cuDeviceTotalMem", unsafe {
+        (api.device_total_mem)(&mut bytes, dev)
+    })?;
+    Ok(bytes)
+}
+
+/// A device's PCI address as sysfs names it ("0000:3b:00.0").
+pub fn device_pci_address(ordinal: i32) -> Result<String> {
+    let api = api()?;
+    let mut dev = 0;
+    // SAFETY: plain out-parameter.
+    check("cuDeviceGet", unsafe {
+        (api.device_get)(&mut dev, ordinal)
+    })?;
+    let attr = |a| -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: plain out-parameter.
+        check("cuDeviceGetAttribute", unsafe {
+            (api.device_get_attribute)(&mut v, a, dev)
+        })?;
+        Ok(v)
+    };
+    let (domain, bus, device) = (
+        attr(sys::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+        attr(sys::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+        attr(sys::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+    );
+    Ok(format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
+}
+
 /// A CUDA context handle (an address; contexts are process-wide objects).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Context(usize);

@@ -575,6 +575,12 @@ impl FileHandle {
         }
     }
 
+    /// Registers the file with cuFile now (as the first cuFile request would), or says why
+    /// cuFile refuses it.
+    pub fn cufile_registration(&self) -> Result<()> {
+        self.registered().map(|_| ())
+    }
+
     /// The file registered with cuFile (O_DIRECT descriptor where the file system takes one),
     /// once per handle.
     fn registered(&self) -> Result<Arc<RegisteredFile>> {

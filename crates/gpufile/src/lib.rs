@@ -20,9 +20,11 @@ pub mod cuda;
 pub mod cufile;
 mod device;
 pub mod error;
+pub mod explain;
 pub mod file;
 pub mod observe;
 pub mod plan;
+pub mod platform;
 pub mod pool;
 mod posix;
 

@@ -1,0 +1,361 @@
+//! `gpufile bench`: a gdsio-like sweep. Every combination of sizes, threads, task sizes, compat
+//! modes, operations, cache states and memories runs `--runs` times; every read is checked
+//! against the file's bytes and every write by reading the written file back; the median is
+//! reported in a table (or JSON), and `--plot` draws it with matplotlib where installed.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gpufile::config::{self, Input, Name};
+use gpufile::cuda::DeviceBuffer;
+use gpufile::{FileHandle, Memory};
+
+use crate::{out, parse_size_arg, CliResult};
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// The file to read (made, with pseudo-random bytes, if missing or too small).
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Request sizes.
+    #[arg(long, default_value = "64MiB,256MiB", value_delimiter = ',')]
+    sizes: Vec<String>,
+    /// Thread counts.
+    #[arg(long, default_value = "1,4", value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Task sizes.
+    #[arg(long, default_value = "4MiB", value_delimiter = ',')]
+    task_sizes: Vec<String>,
+    /// compat modes (on, off, auto).
+    #[arg(long, default_value = "auto", value_delimiter = ',')]
+    compat_modes: Vec<String>,
+    /// Operations: read, write.
+    #[arg(long, default_value = "read", value_delimiter = ',')]
+    ops: Vec<String>,
+    /// Cache states: hot (page cache warm), cold (caches dropped before each run; needs root).
+    #[arg(long, default_value = "hot", value_delimiter = ',')]
+    cache: Vec<String>,
+    /// Memories: host, device (default: device where a GPU exists, else host).
+    #[arg(long, value_delimiter = ',')]
+    memory: Vec<String>,
+    /// Runs per combination (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Draw the results into this PNG (needs python3 with matplotlib).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(serde::Serialize, Clone)]
+struct Row {
+    op: String,
+    memory: String,
+    cache: String,
+    size: usize,
+    threads: usize,
+    task_size: usize,
+    compat_mode: String,
+    path: String,
+    gb_per_s: f64,
+    runs_s: Vec<f64>,
+    verified: bool,
+}
+
+/// xorshift bytes: cheap, and no two 4 KiB blocks alike.
+fn fill(buf: &mut [u8], seed: u64) {
+    let mut x = seed | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+fn drop_caches() -> Result<(), String> {
+    // SAFETY: sync(2) takes no arguments.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
+        .map_err(|e| format!("cold runs drop the page cache, which needs root: {e}"))
+}
+
+fn ensure_file(path: &Path, size: usize) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    let have = std::fs::metadata(path)
+        .map(|m| m.len() as usize)
+        .unwrap_or(0);
+    if have >= size {
+        let mut data = vec![0u8; size];
+        let f = std::fs::File::open(path)?;
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut data, 0)?;
+        return Ok(data);
+    }
+    let mut data = vec![0u8; size];
+    fill(&mut data, 0x9e37_79b9_7f4a_7c15);
+    std::fs::write(path, &data)?;
+    Ok(data)
+}
+
+enum Buf {
+    Host(Vec<u8>),
+    Device(DeviceBuffer),
+}
+
+impl Buf {
+    fn new(memory: Memory, size: usize) -> gpufile::Result<Self> {
+        Ok(match memory {
+            Memory::Host => Buf::Host(vec![0u8; size]),
+            Memory::Device => Buf::Device(DeviceBuffer::new(size, 0)?),
+        })
+    }
+
+    fn load(&mut self, data: &[u8]) -> gpufile::Result<()> {
+        match self {
+            Buf::Host(v) => v.copy_from_slice(data),
+            Buf::Device(d) => d.copy_from_host(0, data)?,
+        }
+        Ok(())
+    }
+
+    fn clear(&mut self) -> gpufile::Result<()> {
+        match self {
+            Buf::Host(v) => v.fill(0),
+            Buf::Device(d) => d.fill(0)?,
+        }
+        Ok(())
+    }
+
+    fn equals(&self, data: &[u8]) -> gpufile::Result<bool> {
+        Ok(match self {
+            Buf::Host(v) => v[..] == *data,
+            Buf::Device(d) => {
+                let mut v = vec![0u8; d.len()];
+                d.copy_to_host(0, &mut v)?;
+                v[..] == *data
+            }
+        })
+    }
+
+    fn transfer(&mut self, f: &FileHandle, write: bool) -> gpufile::Result<usize> {
+        // SAFETY: the buffer is borrowed until the future is waited on, within this call.
+        unsafe {
+            match (self, write) {
+                (Buf::Host(v), false) => f.pread_host(v.as_mut_ptr(), v.len(), 0, None)?.wait(),
+                (Buf::Host(v), true) => f.pwrite_host(v.as_ptr(), v.len(), 0, None)?.wait(),
+                (Buf::Device(d), false) => f.pread_device(d.addr(), d.len(), 0, None)?.wait(),
+                (Buf::Device(d), true) => f.pwrite_device(d.addr(), d.len(), 0, None)?.wait(),
+            }
+        }
+    }
+}
+
+pub(crate) fn run(args: &BenchArgs) -> CliResult {
+    let sizes: Vec<usize> = args
+        .sizes
+        .iter()
+        .map(|s| parse_size_arg("sizes", s).map(|n| n as usize))
+        .collect::<Result<_, _>>()?;
+    let task_sizes: Vec<String> = args.task_sizes.clone();
+    let memories: Vec<Memory> = if args.memory.is_empty() {
+        vec![if gpufile::cuda::device_count().unwrap_or(0) > 0 {
+            Memory::Device
+        } else {
+            Memory::Host
+        }]
+    } else {
+        args.memory
+            .iter()
+            .map(|m| match m.as_str() {
+                "host" => Ok(Memory::Host),
+                "device" | "gpu" => Ok(Memory::Device),
+                other => Err(format!("--memory {other:?}: expected host or device")),
+            })
+            .collect::<Result<_, _>>()?
+    };
+    for op in &args.ops {
+        if op != "read" && op != "write" {
+            return Err(format!("--ops {op:?}: expected read or write").into());
+        }
+    }
+    for c in &args.cache {
+        if c != "hot" && c != "cold" {
+            return Err(format!("--cache {c:?}: expected hot or cold").into());
+        }
+    }
+    if args.runs == 0 {
+        return Err("--runs must be at least 1".into());
+    }
+    let file = args
+        .file
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("gpufile-bench.bin"));
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    let reference = ensure_file(&file, max)?;
+    let scratch = PathBuf::from(format!("{}.write", file.display()));
+
+    let combos: Vec<_> = args
+        .ops
+        .iter()
+        .flat_map(|op| args.cache.iter().map(move |c| (op.clone(), c.clone())))
+        .flat_map(|(op, c)| memories.iter().map(move |m| (op.clone(), c.clone(), *m)))
+        .flat_map(|t| sizes.iter().map(move |s| (t.clone(), *s)))
+        .flat_map(|t| args.threads.iter().map(move |th| (t.clone(), *th)))
+        .flat_map(|t| task_sizes.iter().map(move |ts| (t.clone(), ts.clone())))
+        .flat_map(|t| {
+            args.compat_modes
+                .iter()
+                .map(move |cm| (t.clone(), cm.clone()))
+        })
+        .collect();
+    let bar = indicatif::ProgressBar::new((combos.len() * args.runs) as u64);
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let names = [Name::NumThreads, Name::TaskSize, Name::CompatMode];
+    let saved = config::snapshot(&names)?;
+    let mut rows = Vec::new();
+    let result = (|| -> CliResult {
+        for (((((op, cache, memory), size), threads), task), compat) in combos {
+            let threads_text = threads.to_string();
+            config::set(&[
+                (Name::NumThreads, Input::Text(&threads_text)),
+                (Name::TaskSize, Input::Text(&task)),
+                (Name::CompatMode, Input::Text(&compat)),
+            ])?;
+            let settings = config::current()?;
+            let write = op == "write";
+            let data = &reference[..size];
+            let mut buf = Buf::new(memory, size)?;
+            let target = if write { &scratch } else { &file };
+            let path = FileHandle::open(&file, "r")?.io_path(memory, size)?;
+            let mut times = Vec::with_capacity(args.runs);
+            let mut verified = true;
+            for _ in 0..args.runs {
+                if write {
+                    buf.load(data)?;
+                } else {
+                    buf.clear()?;
+                }
+                if cache == "cold" {
+                    drop_caches()?;
+                }
+                let f = FileHandle::open(target, if write { "w" } else { "r" })?;
+                let start = Instant::now();
+                let n = buf.transfer(&f, write)?;
+                times.push(start.elapsed().as_secs_f64());
+                drop(f);
+                verified &= n == size
+                    && if write {
+                        std::fs::read(&scratch)? == data
+                    } else {
+                        buf.equals(data)?
+                    };
+                bar.inc(1);
+            }
+            if !verified {
+                return Err(format!(
+                    "{op} of {size} bytes ({memory:?}, {threads} threads): data differ"
+                )
+                .into());
+            }
+            let mut sorted = times.clone();
+            sorted.sort_by(f64::total_cmp);
+            let med = sorted[sorted.len() / 2];
+            rows.push(Row {
+                op,
+                memory: format!("{memory:?}").to_lowercase(),
+                cache,
+                size,
+                threads,
+                task_size: settings.task_size,
+                compat_mode: settings.compat_mode.name().into(),
+                path: path.backend.to_string(),
+                gb_per_s: if med > 0.0 {
+                    size as f64 / med / 1e9
+                } else {
+                    0.0
+                },
+                runs_s: times,
+                verified,
+            });
+        }
+        Ok(())
+    })();
+    bar.finish_and_clear();
+    config::restore(&saved)?;
+    let _ = std::fs::remove_file(&scratch);
+    result?;
+
+    if args.json {
+        out(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
+    } else {
+        let mut t = format!(
+            "{:<6} {:<7} {:<5} {:>12} {:>7} {:>10} {:<6} {:<14} {:>8}\n",
+            "op", "memory", "cache", "size", "threads", "task", "compat", "path", "GB/s"
+        );
+        for r in &rows {
+            t += &format!(
+                "{:<6} {:<7} {:<5} {:>12} {:>7} {:>10} {:<6} {:<14} {:>8.2}\n",
+                r.op,
+                r.memory,
+                r.cache,
+                r.size,
+                r.threads,
+                r.task_size,
+                r.compat_mode,
+                r.path,
+                r.gb_per_s
+            );
+        }
+        t += &format!(
+            "medians of {} runs; every transfer verified byte for byte\n",
+            args.runs
+        );
+        out(&t);
+    }
+    if let Some(png) = &args.plot {
+        plot(&rows, png)?;
+    }
+    Ok(())
+}
+
+const PLOT: &str = r##"
+import json, sys
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    sys.exit("--plot needs matplotlib: pip install matplotlib")
+rows = json.load(sys.stdin)
+labels = [f"{r['op']} {r['memory']} {r['cache']}\n{r['size'] >> 20} MiB {r['threads']} thr {r['compat_mode']}" for r in rows]
+fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4.5))
+ax.bar(range(len(rows)), [r["gb_per_s"] for r in rows], color="#4c72b0")
+ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
+ax.set_ylabel("GB/s (median)")
+ax.set_title("gpufile bench")
+fig.tight_layout()
+fig.savefig(sys.argv[1], dpi=120)
+"##;
+
+fn plot(rows: &[Row], png: &Path) -> CliResult {
+    use std::io::Write;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", PLOT])
+        .arg(png)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("--plot runs python3 with matplotlib: {e}"))?;
+    if let Some(stdin) = child.stdin.as_mut() {
+        stdin.write_all(serde_json::to_string(rows)?.as_bytes())?;
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        return Err(format!("--plot failed ({status})").into());
+    }
+    out(&format!("plot written to {}\n", png.display()));
+    Ok(())
+}

@@ -1,0 +1,128 @@
+"""gpufile check, explain and bench, from Python and the command line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpufile
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "gpufile", *args], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_check_reports_machine_file_and_verdicts(tmp_path):
+    f = tmp_path / "c.bin"
+    f.write_bytes(b"x" * 4096)
+    r = gpufile.check(f)
+    d = r.as_dict()
+    assert d["gpufile_version"] == gpufile.__version__
+    assert [m for m, _ in d["verdicts"]] == ["AUTO", "ON", "OFF"]
+    assert d["verdicts"][1][1] == "gpufile-posix (compat_mode is ON)"
+    assert d["file"]["fs_type"]
+    assert isinstance(d["file"]["o_direct"], bool)
+    text = str(r)
+    assert "verdict" in text and "AUTO" in text and str(f) in text
+    if not d["gpus"]:
+        assert "host-memory I/O works" in text
+
+
+def test_check_cli_json_and_text(tmp_path):
+    r = cli("check", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert "libcufile" in d and "iommu" in d and "cufile_json" in d
+    r = cli("check")
+    assert r.returncode == 0 and "IOMMU" in r.stdout
+
+
+@pytest.mark.parametrize("size,task,pieces", [
+    (1 << 30, 4 << 20, [(256, [4 << 20])]),
+    (1 << 30, 1 << 30, [(1, [256 << 20] * 4)]),
+    (16 << 20, 16 << 20, [(1, [8 << 20] * 2)]),
+])
+def test_explain_reproduces_the_spec(tmp_path, size, task, pieces):
+    cfg = tmp_path / "cufile.json"
+    cfg.write_text('{"execution": {"parallel_io": true, "max_io_threads": 4, '
+                   '"min_io_threshold_size_kb": 8192, "max_request_parallelism": 4}}')
+    e = gpufile.explain(size, task_size=task, compat_mode="off", cufile="nvfs",
+                        cufile_json=cfg)
+    p = e["prediction"]
+    assert p["path"]["Ok"]["backend"] == "cufile"
+    assert p["cufile_requests"] == size // task
+    assert p["cufile_pieces"] == [[n, ps] for n, ps in pieces]
+    assert p["cufile_execution"]["source"] == str(cfg)
+
+
+def test_explain_posix_and_failure():
+    e = gpufile.explain(1 << 20, compat_mode="on")
+    assert e["prediction"]["path"]["Ok"]["backend"] == "gpufile-posix"
+    assert e["prediction"]["bounce_chunk"] > 0
+    e = gpufile.explain(1 << 20, compat_mode="off", cufile="none")
+    assert "Err" in e["prediction"]["path"] and "would fail" in str(e)
+    h = gpufile.explain(1 << 20, device=False, task_size=199)
+    assert h["prediction"]["task_count"] == (1 << 20) // 199 + 1
+    with pytest.raises(ValueError):
+        gpufile.explain(1 << 20, cufile="maybe")
+    with pytest.raises(ValueError):
+        gpufile.explain(1 << 20, compat_mode="sometimes")
+
+
+def test_explain_run_observes_the_same_tasks(tmp_path):
+    f = tmp_path / "r.bin"
+    np.arange(1 << 20, dtype=np.uint32).tofile(f)
+    e = gpufile.explain(4 << 20, device=False, task_size=1 << 20, file=f, run=True)
+    assert e["observed"]["gpufile-posix"]["tasks"] == e["prediction"]["task_count"] == 4
+    assert "predicted" in str(e) and "observed" in str(e)
+    r = cli("explain", "--size", "4MiB", "--host", "--task-size", "1MiB", str(f), "--run")
+    assert r.returncode == 0, r.stderr
+    assert "predicted" in r.stdout
+
+
+@pytest.mark.parametrize("task_size", [199, 4096, 65536, 4 << 20])
+def test_explained_tasks_cover_the_request_once(task_size):
+    p = gpufile.explain(1_000_003, device=False, task_size=task_size)["prediction"]
+    assert sum(n * s for n, s in p["tasks"]) == 1_000_003
+    assert p["task_count"] == -(-1_000_003 // task_size)
+
+
+def test_bench_smoke(tmp_path):
+    f = tmp_path / "bench.bin"
+    r = cli("bench", "--file", str(f), "--sizes", "1MiB,3MiB", "--threads", "1,3",
+            "--task-sizes", "256KiB", "--ops", "read,write", "--memory", "host", "--runs", "2",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert len(rows) == 2 * 2 * 2
+    assert all(row["verified"] and row["gb_per_s"] > 0 for row in rows)
+    assert {row["op"] for row in rows} == {"read", "write"}
+    assert f.stat().st_size == 3 << 20
+    r = cli("bench", "--file", str(f), "--sizes", "1MiB", "--runs", "1", "--memory", "host")
+    assert r.returncode == 0 and "verified byte for byte" in r.stdout
+
+
+def test_bench_bad_arguments(tmp_path):
+    r = cli("bench", "--file", str(tmp_path / "b.bin"), "--ops", "fly", "--memory", "host")
+    assert r.returncode == 1 and "--ops" in r.stderr
+    if os.geteuid() != 0:
+        r = cli("bench", "--file", str(tmp_path / "b.bin"), "--sizes", "1MiB", "--cache",
+                "cold", "--memory", "host")
+        assert r.returncode == 1 and "root" in r.stderr
+
+
+def test_bench_plot(tmp_path):
+    png = tmp_path / "b.png"
+    r = cli("bench", "--file", str(tmp_path / "b.bin"), "--sizes", "1MiB", "--runs", "1",
+            "--memory", "host", "--plot", str(png))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert r.returncode == 1 and "matplotlib" in r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+        assert png.read_bytes()[:4] == b"\x89PNG"
