@@ -13,6 +13,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace --quiet 2>&1
 
+echo "== valgrind memcheck over the host-path Rust tests"
+if command -v valgrind >/dev/null; then bash scripts/sanitize.sh; else echo "skipped: no valgrind"; fi
+
 echo "== python package"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy pytest

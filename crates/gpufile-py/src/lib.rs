@@ -150,6 +150,12 @@ impl BufferView {
                 ))
             }
         })?;
+        if buf.format().to_bytes().contains(&b'O') {
+            return Err(PyTypeError::new_err(format!(
+                "unsupported dtype: {} holds Python object pointers, not data",
+                type_name(obj)
+            )));
+        }
         if !buf.is_c_contiguous() {
             return Err(PyValueError::new_err(
                 "buffer must be C-contiguous (got a strided view; numpy.ascontiguousarray makes a copy)",
@@ -185,6 +191,11 @@ impl BufferView {
             .and_then(|d| d.extract())
             .map_err(|_| bad("typestr"))?;
         let itemsize = typestr_itemsize(&typestr).ok_or_else(|| bad("typestr"))?;
+        if typestr.as_bytes().get(1) == Some(&b'O') {
+            return Err(PyTypeError::new_err(
+                "unsupported dtype: object arrays hold pointers",
+            ));
+        }
         let strides: Option<Vec<isize>> = match cai.get_item("strides") {
             Ok(s) if !s.is_none() => Some(s.extract().map_err(|_| bad("strides"))?),
             _ => None,
@@ -853,6 +864,51 @@ fn take_notices() -> Vec<String> {
     gpufile::observe::take_notices()
 }
 
+/// Test seam: `[(call, after, fault, times)]` with call "read"/"write" and fault "eintr",
+/// "eagain", "short", "eio", "enospc" or an errno; `[]` turns injection off.
+#[pyfunction]
+fn _inject_faults(rules: Vec<(String, u64, Bound<'_, PyAny>, u64)>) -> PyResult<()> {
+    use gpufile::posix::faults::{self, Call, Fault, Rule};
+    let mut parsed = Vec::new();
+    for (call, after, fault, times) in rules {
+        let call = match call.as_str() {
+            "read" => Call::Read,
+            "write" => Call::Write,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "call {other:?}: read or write"
+                )))
+            }
+        };
+        let fault = if let Ok(errno) = fault.extract::<i32>() {
+            Fault::Errno(errno)
+        } else {
+            match fault.extract::<String>()?.as_str() {
+                "eintr" => Fault::Eintr,
+                "eagain" => Fault::Eagain,
+                "short" => Fault::Short,
+                "eio" => Fault::Errno(5),
+                "enospc" => Fault::Errno(28),
+                other => return Err(PyValueError::new_err(format!("fault {other:?}"))),
+            }
+        };
+        parsed.push(Rule {
+            call,
+            after,
+            fault,
+            times,
+        });
+    }
+    faults::set(parsed);
+    Ok(())
+}
+
+/// Requests in flight now.
+#[pyfunction]
+fn in_flight() -> usize {
+    gpufile::pool::in_flight()
+}
+
 /// `gpufile check`: `(json, text)`.
 #[pyfunction]
 #[pyo3(signature = (path=None))]
@@ -988,6 +1044,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(stats_json, m)?,
         wrap_pyfunction!(take_notices, m)?,
         wrap_pyfunction!(check, m)?,
+        wrap_pyfunction!(_inject_faults, m)?,
+        wrap_pyfunction!(in_flight, m)?,
         wrap_pyfunction!(explain, m)?,
     ] {
         m.add_function(f)?;

@@ -734,6 +734,21 @@ mod tests {
         assert_eq!(l1_size(Some((1, 19))), 624);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn cufile_json_parsing_never_panics(text in "\\PC{0,200}") {
+            let _ = parse_config(&text);
+            let _ = strip_comments(&text);
+        }
+
+        #[test]
+        fn comments_never_touch_string_contents(s in "[a-z/ ]{0,20}") {
+            let text = format!("{{\"execution\": {{\"k\": \"{s}\"}}}} // tail");
+            let cfg = parse_config(&text).unwrap();
+            proptest::prop_assert_eq!(&cfg[0].1, &format!("\"{s}\""));
+        }
+    }
+
     #[test]
     fn error_names() {
         assert_eq!(op_error_name(5027), "CU_FILE_HANDLE_NOT_REGISTERED");

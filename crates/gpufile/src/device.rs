@@ -197,15 +197,21 @@ pub(crate) fn on_worker_idle() {
         let mut w = w.borrow_mut();
         (w.pending.take(), w.bufs.take())
     });
-    if let Some(p) = pending {
+    // Wait for the last copy first, give the buffers back, then report the task done, so
+    // that a caller who frees the pool right after its read finds every buffer there.
+    let finished = pending.map(|p| {
         let _guard = ContextGuard::push(p.ctx);
-        LANES.with(|lanes| match lanes.borrow().get(&p.ctx) {
-            Some(lane) => finish_pending(p, lane),
-            None => p.completion.finish_task(Ok(p.len)), // unreachable: lanes outlive pendings
+        let r = LANES.with(|lanes| match lanes.borrow().get(&p.ctx) {
+            Some(lane) => lane.events[p.slot].synchronize().map(|()| p.len),
+            None => Ok(p.len), // unreachable: lanes outlive pendings
         });
-    }
+        (p.completion, r)
+    });
     for b in bufs.into_iter().flatten() {
         give_buffer(b);
+    }
+    if let Some((completion, r)) = finished {
+        completion.finish_task(r);
     }
 }
 
@@ -549,6 +555,17 @@ pub(crate) fn write_from_device(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn chunks_are_o_direct_aligned(task in 1usize..(1 << 30), bounce_pages in 1usize..8192) {
+            let bounce = bounce_pages * DIRECT_ALIGN;
+            let c = chunk_size(task, bounce);
+            prop_assert!(c > 0 && c <= bounce);
+            prop_assert_eq!(c % DIRECT_ALIGN, 0);
+        }
+    }
 
     #[test]
     fn chunks_overlap_within_a_task_and_respect_the_bounce_buffer() {

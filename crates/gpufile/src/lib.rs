@@ -26,7 +26,7 @@ pub mod observe;
 pub mod plan;
 pub mod platform;
 pub mod pool;
-mod posix;
+pub mod posix;
 
 pub use config::{CompatMode, Settings};
 pub use device::{free_bounce_buffers, pooled_bounce_bytes};

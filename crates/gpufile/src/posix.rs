@@ -11,6 +11,102 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Op, Result};
 
+/// A seam for tests: faults injected into gpufile's own `pread`/`pwrite` calls (host and device
+/// paths alike). Off unless [`faults::set`] is called; when off it costs one relaxed load.
+pub mod faults {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    /// Which call a rule applies to.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Call {
+        /// `pread`.
+        Read,
+        /// `pwrite`.
+        Write,
+    }
+
+    /// What happens instead of (or to) the call.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Fault {
+        /// The call fails with EINTR (gpufile retries).
+        Eintr,
+        /// The call fails with EAGAIN (gpufile retries).
+        Eagain,
+        /// The call moves at most half of what was asked (gpufile goes on).
+        Short,
+        /// The call fails with this errno.
+        Errno(i32),
+    }
+
+    /// Inject `fault` into `times` calls of kind `call`, after letting `after` calls through.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Rule {
+        /// The call.
+        pub call: Call,
+        /// Calls to let through first.
+        pub after: u64,
+        /// The fault.
+        pub fault: Fault,
+        /// How many calls to hit.
+        pub times: u64,
+    }
+
+    static ACTIVE: AtomicBool = AtomicBool::new(false);
+    static RULES: Mutex<Vec<(Rule, u64)>> = Mutex::new(Vec::new());
+
+    /// Replaces the rules (an empty list turns injection off).
+    pub fn set(rules: Vec<Rule>) {
+        let mut r = RULES.lock().unwrap_or_else(|e| e.into_inner());
+        *r = rules.into_iter().map(|rule| (rule, 0)).collect();
+        ACTIVE.store(!r.is_empty(), Ordering::SeqCst);
+    }
+
+    /// The fault for this call, if a rule says so.
+    pub(crate) fn next(call: Call) -> Option<Fault> {
+        if !ACTIVE.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut rules = RULES.lock().unwrap_or_else(|e| e.into_inner());
+        let mut hit = None;
+        for (rule, seen) in rules.iter_mut().filter(|(r, _)| r.call == call) {
+            *seen += 1;
+            if hit.is_none() && *seen > rule.after && *seen <= rule.after + rule.times {
+                hit = Some(rule.fault);
+            }
+        }
+        hit
+    }
+}
+
+/// `pread`/`pwrite` through the fault seam: `Ok(n)` or the errno.
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes (writes for a read, reads for a write).
+unsafe fn transfer(call: faults::Call, fd: RawFd, buf: *mut u8, len: usize, at: u64) -> isize {
+    let mut len = len;
+    match faults::next(call) {
+        Some(faults::Fault::Eintr) => return fail(libc::EINTR),
+        Some(faults::Fault::Eagain) => return fail(libc::EAGAIN),
+        Some(faults::Fault::Errno(e)) => return fail(e),
+        Some(faults::Fault::Short) => len = (len / 2).max(1),
+        None => {}
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        match call {
+            faults::Call::Read => libc::pread(fd, buf.cast(), len, at as libc::off_t),
+            faults::Call::Write => libc::pwrite(fd, buf.cast(), len, at as libc::off_t),
+        }
+    }
+}
+
+fn fail(errno: i32) -> isize {
+    // SAFETY: errno is thread-local; setting it is what a failing syscall does.
+    unsafe { *libc::__errno_location() = errno };
+    -1
+}
+
 /// Reads exactly `len` bytes at `offset` into `buf`.
 ///
 /// # Safety
@@ -28,7 +124,7 @@ pub(crate) unsafe fn pread_all(
     while done < len {
         let at = offset + done as u64;
         // SAFETY: `buf + done .. buf + len` lies inside the caller's buffer (see # Safety).
-        let n = unsafe { libc::pread(fd, buf.add(done).cast(), len - done, at as libc::off_t) };
+        let n = unsafe { transfer(faults::Call::Read, fd, buf.add(done), len - done, at) };
         match n {
             0 => {
                 // The file shrank after the size check (or is not a regular file).
@@ -70,7 +166,15 @@ pub(crate) unsafe fn pwrite_all(
     while done < len {
         let at = offset + done as u64;
         // SAFETY: `buf + done .. buf + len` lies inside the caller's buffer (see # Safety).
-        let n = unsafe { libc::pwrite(fd, buf.add(done).cast(), len - done, at as libc::off_t) };
+        let n = unsafe {
+            transfer(
+                faults::Call::Write,
+                fd,
+                buf.add(done).cast_mut(),
+                len - done,
+                at,
+            )
+        };
         match n {
             // pwrite returning 0 for a non-zero count means the device takes no more.
             0 => {

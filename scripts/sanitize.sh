@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The host-path Rust tests (the unsafe pread/pwrite loops, the pool, raw-pointer tasks) under
+# valgrind memcheck: any invalid read or write, or use of uninitialised memory, fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
+bin=$(cargo test -p gpufile --test host_io --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])')
+valgrind --quiet --error-exitcode=99 --errors-for-leak-kinds=definite --show-leak-kinds=definite --leak-check=full \
+  "$bin" --test-threads=2 2>&1 | tail -20
+echo "valgrind memcheck: host-path tests clean"
