@@ -214,8 +214,10 @@ def test_buffer_on_a_context_that_is_not_current(tmp_path):
 def test_range_past_the_allocation_is_refused(tmp_path):
     path = tmp_path / "d.bin"
     pattern(1 << 20).tofile(path)
-    dev = cp.zeros(1 << 20, dtype=cp.uint8)
-    liar = _RawDeviceArray(dev.data.ptr + 4096, 1 << 20)  # claims 4 KiB more than exists
+    mem = cp.cuda.Memory(1 << 20)  # one cudaMalloc of its own (CuPy's pool would hide the end)
+    dev = cp.ndarray(1 << 20, dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(mem, 0))
+    dev.fill(0)
+    liar = _RawDeviceArray(mem.ptr + 4096, 1 << 20)  # claims 4 KiB more than exists
     with gpufile.CuFile(path) as f:
         with pytest.raises(ValueError, match="past the end of their allocation"):
             f.read(liar)
