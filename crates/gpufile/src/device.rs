@@ -277,46 +277,26 @@ pub(crate) fn read_to_device(
                     ];
                     w.bufs = Some(pair);
                 }
-                let chunk = chunk_size(len, bounce);
-                let mut done = 0usize;
-                let mut last_slot = w.next_slot;
-                let outcome = (|| -> Result<()> {
-                    while done < len {
-                        let n = chunk.min(len - done);
-                        let slot = w.next_slot;
-                        let buf = w
-                            .bufs
-                            .as_ref()
-                            .map_or(std::ptr::null_mut(), |b| b[slot].as_ptr());
-                        lane.events[slot].synchronize()?; // its previous copy has left the buffer
-                        let at = file_offset + done as u64;
-                        // SAFETY: the worker's pinned buffer holds `bounce >= chunk >= n` bytes
-                        // and no copy reads it any more (its event fired).
-                        unsafe {
-                            posix::pread_all(fds.pick(at, n), fds.path, buf, n, at, progress)
-                        }?;
-                        if let Some(p) = w.pending.take() {
-                            finish_pending(p, lane); // its copy overlapped the read above
-                        }
-                        // SAFETY: the destination lies in the caller's allocation (checked by
-                        // the caller); the source stays untouched until the slot's event fires.
-                        cuda::check("cuMemcpyHtoDAsync", unsafe {
-                            (api.memcpy_htod_async)(
-                                dst + done as u64,
-                                buf.cast(),
-                                n,
-                                lane.stream.raw(),
-                            )
-                        })?;
-                        lane.events[slot].record(&lane.stream)?;
-                        last_slot = slot;
-                        w.next_slot ^= 1;
-                        done += n;
+                let bufs = match &w.bufs {
+                    Some(b) => [b[0].as_ptr(), b[1].as_ptr()],
+                    None => unreachable!("taken above"),
+                };
+                let task = Chunks {
+                    fds,
+                    dst,
+                    len,
+                    file_offset,
+                    chunk: chunk_size(len, bounce),
+                };
+                let mut pending = w.pending.take();
+                let outcome = task.read(api, lane, bufs, &mut w.next_slot, progress, || {
+                    if let Some(p) = pending.take() {
+                        finish_pending(p, lane); // its copy overlapped the read just done
                     }
-                    Ok(())
-                })();
+                });
+                w.pending = pending;
                 match outcome {
-                    Ok(()) => {
+                    Ok(last_slot) => {
                         w.pending = Some(Pending {
                             ctx,
                             slot: last_slot,
@@ -345,6 +325,71 @@ pub(crate) fn read_to_device(
     }
 }
 
+/// One task's read pipeline: chunks alternate between two pinned buffers; each chunk waits for
+/// its buffer's previous copy, is read, then copied to the GPU asynchronously.
+struct Chunks<'a> {
+    fds: &'a Fds<'a>,
+    dst: u64,
+    len: usize,
+    file_offset: u64,
+    chunk: usize,
+}
+
+impl Chunks<'_> {
+    /// Runs the pipeline on `lane` from slot `*next_slot` (left at the slot after the last);
+    /// `after_first_read` runs once, right after the first chunk is read. Returns the last
+    /// chunk's slot, whose event covers every copy of the task. On error, copies may still be
+    /// running: the caller drains the stream.
+    fn read(
+        &self,
+        api: &gpufile_sys::CudaApi,
+        lane: &Lane,
+        bufs: [*mut u8; 2],
+        next_slot: &mut usize,
+        progress: &AtomicU64,
+        after_first_read: impl FnOnce(),
+    ) -> Result<usize> {
+        let mut after_first_read = Some(after_first_read);
+        let (mut done, mut last) = (0usize, *next_slot);
+        while done < self.len {
+            let n = self.chunk.min(self.len - done);
+            let slot = *next_slot;
+            lane.events[slot].synchronize()?; // its previous copy has left the buffer
+            let at = self.file_offset + done as u64;
+            // SAFETY: each pinned buffer holds at least `chunk >= n` bytes, belongs to this task
+            // (worker-owned or lent), and no copy reads it any more (its event fired).
+            unsafe {
+                posix::pread_all(
+                    self.fds.pick(at, n),
+                    self.fds.path,
+                    bufs[slot],
+                    n,
+                    at,
+                    progress,
+                )
+            }?;
+            if let Some(f) = after_first_read.take() {
+                f();
+            }
+            // SAFETY: the destination lies in the caller's allocation (checked when the request
+            // was made); the source stays untouched until the slot's event fires.
+            cuda::check("cuMemcpyHtoDAsync", unsafe {
+                (api.memcpy_htod_async)(
+                    self.dst + done as u64,
+                    bufs[slot].cast(),
+                    n,
+                    lane.stream.raw(),
+                )
+            })?;
+            lane.events[slot].record(&lane.stream)?;
+            last = slot;
+            *next_slot ^= 1;
+            done += n;
+        }
+        Ok(last)
+    }
+}
+
 /// One task on a lane of its own (application-created contexts): read, copy, wait.
 fn read_to_device_once(
     fds: &Fds<'_>,
@@ -366,33 +411,22 @@ fn read_to_device_once(
             ],
             stream: &lane.stream,
         };
-        let (mut done, mut i) = (0usize, 0usize);
-        while done < len {
-            let n = chunk.min(len - done);
-            let slot = i % 2;
-            if i >= 2 {
-                lane.events[slot].synchronize()?; // its previous copy has left the buffer
-            }
-            let at = file_offset + done as u64;
-            // SAFETY: the pinned buffer holds `bounce >= chunk >= n` bytes and only this task
-            // uses it until `lent` is dropped.
-            unsafe {
-                posix::pread_all(fds.pick(at, n), fds.path, lent.ptr(slot), n, at, progress)
-            }?;
-            // SAFETY: `dst + done .. + n` lies in the caller's device buffer (checked against
-            // the allocation by the caller); the source stays valid until the event fires.
-            cuda::check("cuMemcpyHtoDAsync", unsafe {
-                (api.memcpy_htod_async)(
-                    dst + done as u64,
-                    lent.ptr(slot).cast(),
-                    n,
-                    lane.stream.raw(),
-                )
-            })?;
-            lane.events[slot].record(&lane.stream)?;
-            done += n;
-            i += 1;
-        }
+        let task = Chunks {
+            fds,
+            dst,
+            len,
+            file_offset,
+            chunk,
+        };
+        let mut slot = 0;
+        task.read(
+            api,
+            lane,
+            [lent.ptr(0), lent.ptr(1)],
+            &mut slot,
+            progress,
+            || {},
+        )?;
         lane.stream.synchronize()?;
         drop(lent);
         Ok(len)

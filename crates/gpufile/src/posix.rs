@@ -120,34 +120,8 @@ pub(crate) unsafe fn pread_all(
     offset: u64,
     progress: &AtomicU64,
 ) -> Result<usize> {
-    let mut done = 0usize;
-    while done < len {
-        let at = offset + done as u64;
-        // SAFETY: `buf + done .. buf + len` lies inside the caller's buffer (see # Safety).
-        let n = unsafe { transfer(faults::Call::Read, fd, buf.add(done), len - done, at) };
-        match n {
-            0 => {
-                // The file shrank after the size check (or is not a regular file).
-                return Err(Error::UnexpectedEof {
-                    path: path.to_owned(),
-                    offset: at,
-                    len: len - done,
-                    file_size: at,
-                });
-            }
-            n if n > 0 => {
-                done += n as usize;
-                progress.fetch_add(n as u64, Ordering::Relaxed);
-            }
-            _ => {
-                let err = io::Error::last_os_error();
-                if !retryable(&err) {
-                    return Err(Error::os(Op::Read, path, at, len - done, err));
-                }
-            }
-        }
-    }
-    Ok(len)
+    // SAFETY: the caller's contract, as `transfer_all` needs it for a read.
+    unsafe { transfer_all(faults::Call::Read, fd, path, buf, len, offset, progress) }
 }
 
 /// Writes exactly `len` bytes of `buf` at `offset`.
@@ -162,24 +136,57 @@ pub(crate) unsafe fn pwrite_all(
     offset: u64,
     progress: &AtomicU64,
 ) -> Result<usize> {
+    // SAFETY: the caller's contract; a write only reads through the pointer.
+    unsafe {
+        transfer_all(
+            faults::Call::Write,
+            fd,
+            path,
+            buf.cast_mut(),
+            len,
+            offset,
+            progress,
+        )
+    }
+}
+
+/// The loop of both: goes on after short transfers, retries EINTR/EAGAIN, and turns a 0-byte
+/// transfer into end of file (reads) or a full device (writes).
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes in the direction of `call`.
+unsafe fn transfer_all(
+    call: faults::Call,
+    fd: RawFd,
+    path: &Path,
+    buf: *mut u8,
+    len: usize,
+    offset: u64,
+    progress: &AtomicU64,
+) -> Result<usize> {
+    let op = match call {
+        faults::Call::Read => Op::Read,
+        faults::Call::Write => Op::Write,
+    };
     let mut done = 0usize;
     while done < len {
         let at = offset + done as u64;
         // SAFETY: `buf + done .. buf + len` lies inside the caller's buffer (see # Safety).
-        let n = unsafe {
-            transfer(
-                faults::Call::Write,
-                fd,
-                buf.add(done).cast_mut(),
-                len - done,
-                at,
-            )
-        };
+        let n = unsafe { transfer(call, fd, buf.add(done), len - done, at) };
         match n {
-            // pwrite returning 0 for a non-zero count means the device takes no more.
+            // A read: the file shrank after the size check (or is not a regular file).
+            0 if call == faults::Call::Read => {
+                return Err(Error::UnexpectedEof {
+                    path: path.to_owned(),
+                    offset: at,
+                    len: len - done,
+                    file_size: at,
+                });
+            }
+            // A write of a non-zero count returning 0: the device takes no more.
             0 => {
                 let err = io::Error::from_raw_os_error(libc::ENOSPC);
-                return Err(Error::os(Op::Write, path, at, len - done, err));
+                return Err(Error::os(op, path, at, len - done, err));
             }
             n if n > 0 => {
                 done += n as usize;
@@ -188,7 +195,7 @@ pub(crate) unsafe fn pwrite_all(
             _ => {
                 let err = io::Error::last_os_error();
                 if !retryable(&err) {
-                    return Err(Error::os(Op::Write, path, at, len - done, err));
+                    return Err(Error::os(op, path, at, len - done, err));
                 }
             }
         }

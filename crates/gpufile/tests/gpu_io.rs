@@ -7,6 +7,9 @@ use gpufile::config::{self, Input, Name};
 use gpufile::cuda::{self, DeviceBuffer};
 use gpufile::FileHandle;
 
+mod common;
+use common::pattern;
+
 fn gpu() -> bool {
     match cuda::device_count() {
         Ok(n) if n > 0 => true,
@@ -19,18 +22,6 @@ fn gpu() -> bool {
             false
         }
     }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn on_posix_path() {

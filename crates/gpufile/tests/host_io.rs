@@ -6,21 +6,11 @@ use std::sync::Mutex;
 use gpufile::config::{self, Input, Name};
 use gpufile::{Error, FileHandle};
 
+mod common;
+use common::pattern;
+
 /// Tests that change process-wide settings take this lock.
 static SETTINGS: Mutex<()> = Mutex::new(());
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    // xorshift: cheap, not periodic at any task size used here.
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn file_with(data: &[u8]) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
