@@ -222,11 +222,12 @@ impl Completion {
                 let ok = st.error.is_none();
                 crate::observe::record(r.backend, r.tasks, st.bytes, r.start.elapsed(), ok);
             }
-            self.cv.notify_all();
-            drop(st);
+            // Out of the in-flight count before any waiter wakes: a caller who saw its request
+            // end must not see it still counted.
             let (count, cv) = &IN_FLIGHT;
             *lock(count) -= 1;
             cv.notify_all();
+            self.cv.notify_all();
         }
     }
 
