@@ -197,3 +197,19 @@ def test_read_only_cuda_array(tmp_path):
     with gpufile.CuFile(p) as f:
         with pytest.raises(TypeError, match="read-only"):
             f.read(obj)
+
+
+class _CpuDlpack:
+    def __dlpack__(self, stream=None):
+        raise AssertionError("must not be called for a non-CUDA device")
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def test_dlpack_of_non_cuda_memory_without_buffer_protocol(tmp_path):
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"x" * 16)
+    with gpufile.CuFile(p) as f:
+        with pytest.raises(TypeError, match="not CUDA memory"):
+            f.read(_CpuDlpack())

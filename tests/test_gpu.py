@@ -286,3 +286,55 @@ def test_clean_exit_with_pending_device_io(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "started"
+
+
+class _DlpackOnly:
+    """Exposes only the DLPack protocol of the wrapped array (as JAX arrays do)."""
+
+    def __init__(self, arr):
+        self._arr = arr
+
+    def __dlpack__(self, stream=None):
+        return self._arr.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._arr.__dlpack_device__()
+
+
+def test_dlpack_intake(tmp_path):
+    torch = pytest.importorskip("torch")
+    data = pattern((2 << 20) + 3, 21)
+    path = tmp_path / "dl.bin"
+    data.tofile(path)
+    t = torch.zeros(data.size, dtype=torch.uint8, device="cuda")
+    with gpufile.CuFile(path) as f:
+        assert f.read(_DlpackOnly(t)) == data.size
+        assert f.read(_DlpackOnly(t[1000:2000]), file_offset=5) == 1000
+    expect = data.copy()
+    expect[1000:2000] = data[5:1005]
+    np.testing.assert_array_equal(t.cpu().numpy(), expect)
+    with pytest.raises(ValueError, match="contiguous"):
+        with gpufile.CuFile(path) as f:
+            f.read(_DlpackOnly(t[::2]))
+
+
+def test_jax_arrays_through_dlpack(tmp_path):
+    pytest.importorskip("jax")
+    data = pattern(1 << 20, 22)
+    src = tmp_path / "j.bin"
+    data.tofile(src)
+    code = f"""
+import os
+os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+import jax, jax.numpy as jnp, numpy as np, gpufile
+gpufile.defaults.set("compat_mode", "on")
+x = jnp.asarray(np.fromfile({str(src)!r}, dtype=np.uint8), device=jax.devices("gpu")[0])
+with gpufile.CuFile({str(tmp_path / 'out.bin')!r}, "w") as f:
+    print(f.write(x))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0 and "gpu" in r.stderr.lower() and "backend" in r.stderr.lower():
+        pytest.skip("JAX has no GPU backend here")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == str(data.size)
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", dtype=np.uint8), data)

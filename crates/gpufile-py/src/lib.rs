@@ -11,6 +11,8 @@ use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueE
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
+mod dlpack;
+
 pyo3::create_exception!(
     gpufile,
     GpufileError,
@@ -116,11 +118,12 @@ fn uint_arg(
 enum BufferView {
     /// Exported through the buffer protocol.
     Host(PyUntypedBuffer),
-    /// Described by `__cuda_array_interface__`; the object itself is held.
+    /// Described by `__cuda_array_interface__` or DLPack; the object (and the DLPack capsule)
+    /// is held.
     Device {
         addr: u64,
         len: usize,
-        _owner: Py<PyAny>,
+        _owner: Vec<Py<PyAny>>,
     },
 }
 
@@ -129,27 +132,45 @@ fn typestr_itemsize(typestr: &str) -> Option<usize> {
     typestr.get(2..)?.parse().ok().filter(|n| *n > 0)
 }
 
+/// Waits (GIL released) for the work queued on stream `handle`, in the context owning `addr`.
+fn wait_for_stream(py: Python<'_>, addr: u64, handle: u64) -> PyResult<()> {
+    py.detach(|| -> gpufile::Result<()> {
+        let info = gpufile::cuda::classify(addr)?;
+        let ctx = match info.context {
+            Some(c) => c,
+            None => gpufile::cuda::primary_context(info.device.unwrap_or(0))?,
+        };
+        gpufile::cuda::synchronize_stream(handle, ctx)
+    })
+    .map_err(to_py)
+}
+
 impl BufferView {
     fn new(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
         if let Ok(cai) = obj.getattr("__cuda_array_interface__") {
             return Self::from_cai(obj, &cai, writable);
         }
-        let buf = PyUntypedBuffer::get(obj).map_err(|_| {
-            let has = |attr| obj.hasattr(attr).unwrap_or(false);
-            if has("__dlpack__") {
-                PyTypeError::new_err(format!(
-                    "{} offers only __dlpack__; gpufile takes device arrays through \
-                     __cuda_array_interface__ (CuPy, PyTorch, Numba) for now",
-                    type_name(obj)
-                ))
-            } else {
-                PyTypeError::new_err(format!(
+        let buf = match PyUntypedBuffer::get(obj) {
+            Ok(buf) => buf,
+            Err(_) => {
+                if let Some(t) = dlpack::take(obj)? {
+                    if t.len > 0 {
+                        wait_for_stream(obj.py(), t.addr, 1)?;
+                    }
+                    let owner = vec![obj.clone().unbind(), t.capsule];
+                    return Ok(BufferView::Device {
+                        addr: t.addr,
+                        len: t.len,
+                        _owner: owner,
+                    });
+                }
+                return Err(PyTypeError::new_err(format!(
                     "expected a buffer (NumPy array, bytearray, memoryview) or a CUDA array \
-                     (__cuda_array_interface__), got {}",
+                     (__cuda_array_interface__ or __dlpack__), got {}",
                     type_name(obj)
-                ))
+                )));
             }
-        })?;
+        };
         if buf.format().to_bytes().contains(&b'O') {
             return Err(PyTypeError::new_err(format!(
                 "unsupported dtype: {} holds Python object pointers, not data",
@@ -228,22 +249,13 @@ impl BufferView {
                 if handle == 0 {
                     return Err(bad("stream 0 is not allowed (CUDA Array Interface v3)"));
                 }
-                let py = obj.py();
-                py.detach(|| -> gpufile::Result<()> {
-                    let info = gpufile::cuda::classify(addr)?;
-                    let ctx = match info.context {
-                        Some(c) => c,
-                        None => gpufile::cuda::primary_context(info.device.unwrap_or(0))?,
-                    };
-                    gpufile::cuda::synchronize_stream(handle, ctx)
-                })
-                .map_err(to_py)?;
+                wait_for_stream(obj.py(), addr, handle)?;
             }
         }
         Ok(BufferView::Device {
             addr,
             len,
-            _owner: obj.clone().unbind(),
+            _owner: vec![obj.clone().unbind()],
         })
     }
 
@@ -795,19 +807,10 @@ fn memory_deregister(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
 /// Waits for the work queued on CUDA stream `stream` (a handle) in the context of `buf`.
 #[pyfunction]
 fn stream_synchronize(py: Python<'_>, stream: u64, buf: &Bound<'_, PyAny>) -> PyResult<()> {
-    let addr = match BufferView::new(buf, false)? {
-        BufferView::Device { addr, .. } => addr,
-        BufferView::Host(_) => return Ok(()),
-    };
-    py.detach(|| -> gpufile::Result<()> {
-        let info = gpufile::cuda::classify(addr)?;
-        let ctx = match info.context {
-            Some(c) => c,
-            None => gpufile::cuda::primary_context(info.device.unwrap_or(0))?,
-        };
-        gpufile::cuda::synchronize_stream(stream, ctx)
-    })
-    .map_err(to_py)
+    match BufferView::new(buf, false)? {
+        BufferView::Device { addr, .. } => wait_for_stream(py, addr, stream),
+        BufferView::Host(_) => Ok(()),
+    }
 }
 
 /// `cuFileStreamRegister`.
