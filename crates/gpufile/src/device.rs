@@ -390,6 +390,27 @@ impl Chunks<'_> {
     }
 }
 
+/// Runs `f` on this worker's lane for `ctx` with two pinned buffers lent for one task; they go
+/// back to the pool (after the stream drains) when `f` returns.
+fn with_lent<R>(
+    ctx: Context,
+    device: i32,
+    bounce: usize,
+    f: impl FnOnce(&Lane, &Lent<'_>) -> Result<R>,
+) -> Result<R> {
+    let pinned_ctx = cuda::primary_context(0)?;
+    with_lane(ctx, device, |lane| {
+        let lent = Lent {
+            bufs: [
+                Some(take_buffer(bounce, pinned_ctx)?),
+                Some(take_buffer(bounce, pinned_ctx)?),
+            ],
+            stream: &lane.stream,
+        };
+        f(lane, &lent)
+    })
+}
+
 /// One task on a lane of its own (application-created contexts): read, copy, wait.
 fn read_to_device_once(
     fds: &Fds<'_>,
@@ -401,22 +422,13 @@ fn read_to_device_once(
     progress: &AtomicU64,
 ) -> Result<usize> {
     let api = cuda::api()?;
-    let pinned_ctx = cuda::primary_context(0)?;
-    with_lane(ctx, device, |lane| {
-        let chunk = chunk_size(len, bounce);
-        let lent = Lent {
-            bufs: [
-                Some(take_buffer(bounce, pinned_ctx)?),
-                Some(take_buffer(bounce, pinned_ctx)?),
-            ],
-            stream: &lane.stream,
-        };
+    with_lent(ctx, device, bounce, |lane, lent| {
         let task = Chunks {
             fds,
             dst,
             len,
             file_offset,
-            chunk,
+            chunk: chunk_size(len, bounce),
         };
         let mut slot = 0;
         task.read(
@@ -428,7 +440,6 @@ fn read_to_device_once(
             || {},
         )?;
         lane.stream.synchronize()?;
-        drop(lent);
         Ok(len)
     })
 }
@@ -541,16 +552,8 @@ pub(crate) fn write_from_device(
 ) -> Result<usize> {
     let api = cuda::api()?;
     let _guard = ContextGuard::push(ctx)?;
-    let pinned_ctx = cuda::primary_context(0)?;
-    with_lane(ctx, device, |lane| {
+    with_lent(ctx, device, bounce, |lane, lent| {
         let chunk = chunk_size(len, bounce);
-        let lent = Lent {
-            bufs: [
-                Some(take_buffer(bounce, pinned_ctx)?),
-                Some(take_buffer(bounce, pinned_ctx)?),
-            ],
-            stream: &lane.stream,
-        };
         let chunks = len.div_ceil(chunk);
         let copy_out = |i: usize| -> Result<()> {
             let off = i * chunk;
@@ -581,7 +584,6 @@ pub(crate) fn write_from_device(
                 posix::pwrite_all(fds.pick(at, n), fds.path, lent.ptr(i % 2), n, at, progress)
             }?;
         }
-        drop(lent);
         Ok(len)
     })
 }
