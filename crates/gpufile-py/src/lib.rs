@@ -64,7 +64,10 @@ fn to_py(e: Error) -> PyErr {
                 .import("io")
                 .and_then(|io| io.getattr("UnsupportedOperation"))
             {
-                Ok(ty) => PyErr::from_type(ty.cast_into().expect("io.UnsupportedOperation"), text),
+                Ok(ty) => match ty.cast_into::<pyo3::types::PyType>() {
+                    Ok(ty) => PyErr::from_type(ty, text),
+                    Err(_) => PyValueError::new_err(text),
+                },
                 Err(err) => err,
             }
         }),

@@ -270,17 +270,15 @@ pub(crate) fn read_to_device(
                         give_buffer(b);
                     }
                 }
-                if w.bufs.is_none() {
-                    let pair = [
+                let pair = match w.bufs.take() {
+                    Some(pair) => pair,
+                    None => [
                         take_buffer(bounce, pinned_ctx)?,
                         take_buffer(bounce, pinned_ctx)?,
-                    ];
-                    w.bufs = Some(pair);
-                }
-                let bufs = match &w.bufs {
-                    Some(b) => [b[0].as_ptr(), b[1].as_ptr()],
-                    None => unreachable!("taken above"),
+                    ],
                 };
+                let bufs = [pair[0].as_ptr(), pair[1].as_ptr()];
+                w.bufs = Some(pair);
                 let task = Chunks {
                     fds,
                     dst,

@@ -92,6 +92,14 @@ pub enum Error {
     /// An argument of a call is out of range or malformed.
     #[error("{0}")]
     InvalidArgument(String),
+    /// The worker threads could not be started.
+    #[error("cannot start {threads} worker threads: {reason}")]
+    Spawn {
+        /// Threads asked for.
+        threads: usize,
+        /// The OS's reason.
+        reason: String,
+    },
     /// A setting name that gpufile does not know.
     #[error("unknown setting {name:?}; known settings: {known}")]
     UnknownSetting {

@@ -57,31 +57,38 @@ pub(crate) struct ThreadPool {
 }
 
 impl ThreadPool {
-    fn new(size: usize) -> Self {
+    fn new(size: usize) -> Result<Self> {
         let shared = Arc::new(Shared::default());
-        let workers = (0..size)
-            .map(|i| {
-                let shared = Arc::clone(&shared);
-                std::thread::Builder::new()
-                    .name(format!("gpufile-io-{i}"))
-                    .spawn(move || loop {
-                        let job = match shared.try_pop() {
-                            Some(job) => job,
-                            None => {
-                                // Nothing queued: finish work this worker deferred, then sleep.
-                                crate::device::on_worker_idle();
-                                match shared.pop_wait() {
-                                    Some(job) => job,
-                                    None => break, // the pool was replaced or dropped
-                                }
+        let mut pool = ThreadPool {
+            shared,
+            workers: Vec::with_capacity(size),
+        };
+        for i in 0..size {
+            let shared = Arc::clone(&pool.shared);
+            let worker = std::thread::Builder::new()
+                .name(format!("gpufile-io-{i}"))
+                .spawn(move || loop {
+                    let job = match shared.try_pop() {
+                        Some(job) => job,
+                        None => {
+                            // Nothing queued: finish work this worker deferred, then sleep.
+                            crate::device::on_worker_idle();
+                            match shared.pop_wait() {
+                                Some(job) => job,
+                                None => break, // the pool was replaced or dropped
                             }
-                        };
-                        job();
-                    })
-                    .expect("failed to spawn a gpufile worker thread")
-            })
-            .collect();
-        ThreadPool { shared, workers }
+                        }
+                    };
+                    job();
+                })
+                // Dropping `pool` here closes the queue and joins the workers already started.
+                .map_err(|e| Error::Spawn {
+                    threads: size,
+                    reason: e.to_string(),
+                })?;
+            pool.workers.push(worker);
+        }
+        Ok(pool)
     }
 
     pub(crate) fn size(&self) -> usize {
@@ -111,16 +118,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 static POOL: Mutex<Option<Arc<ThreadPool>>> = Mutex::new(None);
 
 /// The process pool with `size` workers (rebuilt if the size changed).
-pub(crate) fn pool(size: usize) -> Arc<ThreadPool> {
+pub(crate) fn pool(size: usize) -> Result<Arc<ThreadPool>> {
     let mut slot = lock(&POOL);
     match &*slot {
-        Some(p) if p.size() == size => Arc::clone(p),
+        Some(p) if p.size() == size => Ok(Arc::clone(p)),
         _ => {
-            let p = Arc::new(ThreadPool::new(size));
+            let p = Arc::new(ThreadPool::new(size)?);
             // The old pool (if any) is dropped once its last submitter lets go; its workers drain
             // the queue first, so no accepted task is lost.
             *slot = Some(Arc::clone(&p));
-            p
+            Ok(p)
         }
     }
 }
@@ -314,7 +321,7 @@ mod tests {
 
     #[test]
     fn tasks_run_on_the_pool_and_the_future_sums_them() {
-        let pool = ThreadPool::new(3);
+        let pool = ThreadPool::new(3).unwrap();
         let c = Completion::unrecorded(10);
         for i in 0..10 {
             let c = Arc::clone(&c);
