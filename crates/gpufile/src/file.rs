@@ -449,8 +449,9 @@ impl FileHandle {
         };
         let bounce = settings.bounce_buffer_size;
         let tasks: Vec<plan::Task> = plan::split(file_offset, len, task_size).collect();
-        let completion = Completion::new(tasks.len(), path.backend);
         let pool = pool::pool(settings.num_threads)?;
+        // Counted in flight from here: every task below finishes it, whatever happens.
+        let completion = Completion::new(tasks.len(), path.backend);
         for task in tasks {
             let inner = Arc::clone(&self.inner);
             let c = Arc::clone(&completion);
