@@ -31,6 +31,7 @@ from .cufile import (
 )
 from .defaults import CompatMode
 from .observe import Report, check, explain, observe, stats
+from .pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
 
 __version__: str = _native.__version__
 
@@ -47,6 +48,9 @@ __all__ = [
     "check",
     "explain",
     "cufile_driver",
+    "drop_file_page_cache",
+    "drop_system_page_cache",
+    "get_page_cache_info",
     "memory_deregister",
     "memory_register",
     "observe",

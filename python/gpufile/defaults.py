@@ -16,7 +16,7 @@ from typing import Any
 
 from . import _native
 
-__all__ = ["CompatMode", "get", "set", "report"]
+__all__ = ["CompatMode", "get", "set", "report", "is_compat_mode_preferred"]
 
 
 class CompatMode(enum.IntEnum):
@@ -65,3 +65,10 @@ def report() -> list[tuple[str, Any, str]]:
         (name, CompatMode(value) if name == "compat_mode" else value, source)
         for name, value, source in _native.settings_report()
     ]
+
+
+def is_compat_mode_preferred() -> bool:
+    """Whether device I/O (of gds_threshold or more) would use gpufile's POSIX path rather than
+    cuFile under the current settings: True for ON, and for AUTO where cuFile's accelerated path
+    does not exist (probes cuFile once); False for OFF."""
+    return _native.compat_mode_preferred()

@@ -3,6 +3,7 @@
 //! against the file's bytes and every write by reading the written file back; the median is
 //! reported in a table (or JSON), and `--plot` draws it with matplotlib where installed.
 
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -32,7 +33,8 @@ pub(crate) struct BenchArgs {
     /// Operations: read, write.
     #[arg(long, default_value = "read", value_delimiter = ',')]
     ops: Vec<String>,
-    /// Cache states: hot (page cache warm), cold (caches dropped before each run; needs root).
+    /// Cache states: hot (page cache warm), cold (the file evicted from the page cache before
+    /// each run).
     #[arg(long, default_value = "hot", value_delimiter = ',')]
     cache: Vec<String>,
     /// Memories: host, device (default: device where a GPU exists, else host).
@@ -76,11 +78,11 @@ fn fill(buf: &mut [u8], seed: u64) {
     }
 }
 
-fn drop_caches() -> Result<(), String> {
-    // SAFETY: sync(2) takes no arguments.
-    unsafe { libc::sync() };
-    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
-        .map_err(|e| format!("cold runs drop the page cache, which needs root: {e}"))
+/// Makes `path` cold: its pages leave the page cache (no privileges needed).
+fn drop_caches(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let f = std::fs::File::open(path)?;
+    gpufile::pagecache::drop_file_page_cache(f.as_raw_fd(), path, 0, 0, true)?;
+    Ok(())
 }
 
 fn ensure_file(path: &Path, size: usize) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
@@ -240,7 +242,7 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
                     buf.clear()?;
                 }
                 if cache == "cold" {
-                    drop_caches()?;
+                    drop_caches(&file)?;
                 }
                 let f = FileHandle::open(target, if write { "w" } else { "r" })?;
                 let start = Instant::now();

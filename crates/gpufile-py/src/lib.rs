@@ -909,6 +909,67 @@ fn _inject_faults(rules: Vec<(String, u64, Bound<'_, PyAny>, u64)>) -> PyResult<
     Ok(())
 }
 
+/// `(pages cached, pages)` of a range of the open descriptor `fd` (path for errors).
+#[pyfunction]
+fn page_cache_info(
+    py: Python<'_>,
+    fd: i32,
+    path: std::path::PathBuf,
+    offset: u64,
+    length: u64,
+) -> PyResult<(u64, u64)> {
+    py.detach(|| gpufile::pagecache::page_cache_info(fd, &path, offset, length))
+        .map_err(to_py)
+}
+
+/// Evicts a range of the open descriptor `fd` from the page cache.
+#[pyfunction]
+fn drop_file_page_cache(
+    py: Python<'_>,
+    fd: i32,
+    path: std::path::PathBuf,
+    offset: u64,
+    length: u64,
+    sync_first: bool,
+) -> PyResult<()> {
+    py.detach(|| gpufile::pagecache::drop_file_page_cache(fd, &path, offset, length, sync_first))
+        .map_err(to_py)
+}
+
+/// Drops the system page cache (root); whether it worked.
+#[pyfunction]
+fn drop_system_page_cache(
+    py: Python<'_>,
+    reclaim_dentries_and_inodes: bool,
+    sync_first: bool,
+) -> bool {
+    py.detach(|| {
+        gpufile::pagecache::drop_system_page_cache(reclaim_dentries_and_inodes, sync_first)
+    })
+}
+
+/// Whether device I/O of `gds_threshold` or more would use gpufile's POSIX path rather than
+/// cuFile under the current settings (KvikIO's `is_compat_mode_preferred`).
+#[pyfunction]
+fn compat_mode_preferred(py: Python<'_>) -> PyResult<bool> {
+    py.detach(|| -> gpufile::Result<bool> {
+        let s = config::current()?;
+        let policy = gpufile::plan::Policy::from(&s);
+        Ok(
+            match gpufile::plan::choose_path(
+                Memory::Device,
+                usize::MAX,
+                policy,
+                gpufile::cufile::availability,
+            ) {
+                Ok(p) => p.backend == gpufile::Backend::GpufilePosix,
+                Err(_) => false, // OFF (or require_gds) insists on cuFile
+            },
+        )
+    })
+    .map_err(to_py)
+}
+
 /// Requests in flight now.
 #[pyfunction]
 fn in_flight() -> usize {
@@ -1052,6 +1113,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(check, m)?,
         wrap_pyfunction!(_inject_faults, m)?,
         wrap_pyfunction!(in_flight, m)?,
+        wrap_pyfunction!(page_cache_info, m)?,
+        wrap_pyfunction!(drop_file_page_cache, m)?,
+        wrap_pyfunction!(drop_system_page_cache, m)?,
+        wrap_pyfunction!(compat_mode_preferred, m)?,
         wrap_pyfunction!(explain, m)?,
     ] {
         m.add_function(f)?;

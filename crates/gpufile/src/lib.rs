@@ -23,6 +23,7 @@ pub mod error;
 pub mod explain;
 pub mod file;
 pub mod observe;
+pub mod pagecache;
 pub mod plan;
 pub mod platform;
 pub mod pool;

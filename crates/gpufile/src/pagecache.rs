@@ -1,0 +1,176 @@
+//! Page-cache residency and eviction, as KvikIO's `get_page_cache_info`,
+//! `drop_file_page_cache` and `drop_system_page_cache`: what makes a read "hot" or "cold".
+
+use std::os::fd::RawFd;
+use std::path::Path;
+
+use crate::error::{Error, Op, Result};
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory arguments.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as u64
+    } else {
+        4096
+    }
+}
+
+fn file_size(fd: RawFd, path: &Path) -> Result<u64> {
+    // SAFETY: a zeroed `stat` is a valid out-parameter for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable stat buffer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(Error::os(
+            Op::Stat,
+            path,
+            0,
+            0,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(st.st_size.max(0) as u64)
+}
+
+/// The byte range `[offset, offset + length)` clamped to the file (`length` 0: to the end).
+fn clamp(size: u64, offset: u64, length: u64) -> Option<(u64, u64)> {
+    if offset >= size {
+        return None;
+    }
+    let end = if length == 0 {
+        size
+    } else {
+        offset.saturating_add(length).min(size)
+    };
+    Some((offset, end))
+}
+
+/// `(pages resident in the page cache, pages in the range)` for `[offset, offset + length)` of
+/// the open file `fd` (`length` 0: to the end of the file; partial pages count as whole ones).
+pub fn page_cache_info(fd: RawFd, path: &Path, offset: u64, length: u64) -> Result<(u64, u64)> {
+    let page = page_size();
+    let Some((start, end)) = clamp(file_size(fd, path)?, offset, length) else {
+        return Ok((0, 0));
+    };
+    let map_start = start / page * page;
+    let map_len = (end - map_start) as usize;
+    let pages = (end - map_start).div_ceil(page);
+    // SAFETY: a new read-only shared mapping of a range inside the file; never dereferenced,
+    // only handed to mincore, and unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            map_start as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::os(
+            Op::Read,
+            path,
+            start,
+            map_len,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let mut vec = vec![0u8; pages as usize];
+    // SAFETY: `p` maps `map_len` bytes; `vec` has one byte per page of it.
+    let r = unsafe { libc::mincore(p, map_len, vec.as_mut_ptr()) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: unmaps the mapping made above.
+    unsafe { libc::munmap(p, map_len) };
+    if r != 0 {
+        return Err(Error::os(Op::Read, path, start, map_len, err));
+    }
+    Ok((vec.iter().filter(|b| *b & 1 != 0).count() as u64, pages))
+}
+
+/// Evicts `[offset, offset + length)` of `fd` from the page cache (`posix_fadvise` DONTNEED,
+/// after `fdatasync` if `sync_first`, so that dirty pages can go). Needs no privileges.
+pub fn drop_file_page_cache(
+    fd: RawFd,
+    path: &Path,
+    offset: u64,
+    length: u64,
+    sync_first: bool,
+) -> Result<()> {
+    if sync_first {
+        // SAFETY: fdatasync on a descriptor the caller owns.
+        if unsafe { libc::fdatasync(fd) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // Not every file (pipes, some devices) can be synced; that is not an error here.
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(Error::os(Op::Write, path, 0, 0, e));
+            }
+        }
+    }
+    // SAFETY: posix_fadvise takes plain values.
+    let r = unsafe {
+        libc::posix_fadvise(
+            fd,
+            offset as libc::off_t,
+            length as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    if r != 0 {
+        return Err(Error::os(
+            Op::Read,
+            path,
+            offset,
+            length as usize,
+            std::io::Error::from_raw_os_error(r),
+        ));
+    }
+    Ok(())
+}
+
+/// Drops the whole system's page cache (`vm.drop_caches`: 3, or 1 without dentries and
+/// inodes), after `sync` if `sync_first`. Needs root; returns whether it worked.
+pub fn drop_system_page_cache(reclaim_dentries_and_inodes: bool, sync_first: bool) -> bool {
+    if sync_first {
+        // SAFETY: sync takes no arguments.
+        unsafe { libc::sync() };
+    }
+    let value = if reclaim_dentries_and_inodes {
+        "3\n"
+    } else {
+        "1\n"
+    };
+    std::fs::write("/proc/sys/vm/drop_caches", value).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn ranges_clamp_to_the_file() {
+        assert_eq!(clamp(100, 0, 0), Some((0, 100)));
+        assert_eq!(clamp(100, 50, 1000), Some((50, 100)));
+        assert_eq!(clamp(100, 100, 1), None);
+    }
+
+    #[test]
+    fn residency_and_eviction() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&vec![7u8; 1 << 20]).unwrap();
+        let fd = f.as_file().as_raw_fd();
+        let (_, total) = page_cache_info(fd, f.path(), 0, 0).unwrap();
+        assert_eq!(total, (1 << 20) / page_size());
+        assert_eq!(page_cache_info(fd, f.path(), 5 << 20, 0).unwrap(), (0, 0));
+        drop_file_page_cache(fd, f.path(), 0, 0, true).unwrap();
+        let (after, _) = page_cache_info(fd, f.path(), 0, 0).unwrap();
+        let _ = std::fs::read(f.path()).unwrap();
+        let (hot, total) = page_cache_info(fd, f.path(), 0, 0).unwrap();
+        assert!(
+            after <= hot && hot == total,
+            "after drop {after}, after read {hot}/{total}"
+        );
+    }
+}

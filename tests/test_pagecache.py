@@ -1,0 +1,63 @@
+"""KvikIO's page-cache helpers and is_compat_mode_preferred."""
+
+import os
+
+import numpy as np
+import pytest
+
+import gpufile
+from gpufile import defaults
+
+
+@pytest.fixture
+def cached_file(tmp_path):
+    path = tmp_path / "pc.bin"
+    np.arange(1 << 18, dtype=np.uint32).tofile(path)  # 1 MiB
+    path.read_bytes()
+    return path
+
+
+def test_info_drop_and_refill(cached_file):
+    page = os.sysconf("SC_PAGE_SIZE")
+    cached, total = gpufile.get_page_cache_info(cached_file)
+    assert total == (1 << 20) // page and cached == total
+    gpufile.drop_file_page_cache(cached_file)
+    after, total2 = gpufile.get_page_cache_info(cached_file)
+    assert total2 == total and after < total
+    buf = np.empty(1 << 18, dtype=np.uint32)
+    with gpufile.CuFile(cached_file) as f:
+        f.read(buf)
+    assert gpufile.get_page_cache_info(cached_file) == (total, total)
+    np.testing.assert_array_equal(buf, np.arange(1 << 18, dtype=np.uint32))
+
+
+def test_ranges_descriptors_and_file_objects(cached_file):
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert gpufile.get_page_cache_info(cached_file, offset=10 << 20) == (0, 0)
+    assert gpufile.get_page_cache_info(cached_file, offset=1, length=page)[1] == 2
+    with open(cached_file, "rb") as f:
+        assert gpufile.get_page_cache_info(f)[1] == (1 << 20) // page
+        gpufile.drop_file_page_cache(f.fileno(), offset=0, length=page, sync_first=False)
+
+
+def test_bad_arguments(cached_file, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        gpufile.get_page_cache_info(tmp_path / "missing")
+    with pytest.raises(TypeError):
+        gpufile.get_page_cache_info(3.5)
+    with pytest.raises(ValueError):
+        gpufile.drop_file_page_cache(cached_file, offset=-1)
+    with pytest.raises(OSError):
+        gpufile.get_page_cache_info(987654)  # not an open descriptor
+
+
+def test_drop_system_page_cache_says_whether_it_worked():
+    assert isinstance(gpufile.drop_system_page_cache(sync_first=False), bool)
+
+
+def test_is_compat_mode_preferred():
+    with defaults.set("compat_mode", "on"):
+        assert defaults.is_compat_mode_preferred() is True
+    with defaults.set("compat_mode", "off"):
+        assert defaults.is_compat_mode_preferred() is False
+    assert isinstance(defaults.is_compat_mode_preferred(), bool)
