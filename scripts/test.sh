@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every CPU test, from a fresh clone: lints, Rust tests, then pytest against a build of the
 # Python extension in a virtualenv (.venv, or $GPUFILE_VENV). Needs cargo and python3 >= 3.11;
-# installs maturin, numpy and pytest into the virtualenv. GPU tests skip with a reason here.
+# installs tests/requirements.txt into the virtualenv. GPU tests skip with a reason here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${GPUFILE_VENV:-.venv}
@@ -18,7 +18,7 @@ if command -v valgrind >/dev/null; then bash scripts/sanitize.sh; else echo "ski
 
 echo "== python package"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy pytest
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet
 
 echo "== pytest"
