@@ -28,6 +28,7 @@ pub mod plan;
 pub mod platform;
 pub mod pool;
 pub mod posix;
+pub mod source;
 
 pub use config::{CompatMode, Settings};
 pub use device::{free_bounce_buffers, pooled_bounce_bytes};
