@@ -95,7 +95,7 @@ def test_bench_smoke(tmp_path):
     f = tmp_path / "bench.bin"
     r = cli("bench", "--file", str(f), "--sizes", "1MiB,3MiB", "--threads", "1,3",
             "--task-sizes", "256KiB", "--ops", "read,write", "--memory", "host", "--runs", "2",
-            "--json")
+            "--json", "--create")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert len(rows) == 2 * 2 * 2
@@ -106,6 +106,32 @@ def test_bench_smoke(tmp_path):
     assert r.returncode == 0 and "verified byte for byte" in r.stdout
 
 
+def test_bench_never_overwrites_a_users_file(tmp_path):
+    small = tmp_path / "notes.txt"
+    small.write_bytes(b"hello\n")
+    r = cli("bench", "--file", str(small), "--sizes", "1MiB", "--memory", "host", "--create")
+    assert r.returncode == 1 and "never modifies a file it did not make" in r.stderr
+    assert small.read_bytes() == b"hello\n"
+    missing = tmp_path / "typo.bin"
+    r = cli("bench", "--file", str(missing), "--sizes", "1MiB", "--memory", "host")
+    assert r.returncode == 1 and "--create" in r.stderr and not missing.exists()
+    r = cli("bench", "--file", "/dev/null", "--sizes", "1MiB", "--memory", "host")
+    assert r.returncode == 1 and "not a regular file" in r.stderr
+    # Writes go to a scratch file bench makes and removes: the data file and its ".write"
+    # neighbour stay as they were.
+    data = tmp_path / "data.bin"
+    data.write_bytes(bytes(range(256)) * 4096)
+    neighbour = tmp_path / "data.bin.write"
+    neighbour.write_bytes(b"keep me")
+    before = set(tmp_path.iterdir())
+    r = cli("bench", "--file", str(data), "--sizes", "1MiB", "--ops", "write", "--memory",
+            "host", "--runs", "1")
+    assert r.returncode == 0, r.stderr
+    assert data.read_bytes() == bytes(range(256)) * 4096
+    assert neighbour.read_bytes() == b"keep me"
+    assert set(tmp_path.iterdir()) == before
+
+
 def test_bench_bad_arguments(tmp_path):
     r = cli("bench", "--file", str(tmp_path / "b.bin"), "--ops", "fly", "--memory", "host")
     assert r.returncode == 1 and "--ops" in r.stderr
@@ -113,7 +139,7 @@ def test_bench_bad_arguments(tmp_path):
 
 def test_bench_cold_runs_need_no_root(tmp_path):
     r = cli("bench", "--file", str(tmp_path / "c.bin"), "--sizes", "2MiB", "--cache", "cold",
-            "--memory", "host", "--runs", "2", "--json")
+            "--memory", "host", "--runs", "2", "--json", "--create")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert rows[0]["cache"] == "cold" and rows[0]["verified"]
@@ -122,7 +148,7 @@ def test_bench_cold_runs_need_no_root(tmp_path):
 def test_bench_plot(tmp_path):
     png = tmp_path / "b.png"
     r = cli("bench", "--file", str(tmp_path / "b.bin"), "--sizes", "1MiB", "--runs", "1",
-            "--memory", "host", "--plot", str(png))
+            "--memory", "host", "--plot", str(png), "--create")
     try:
         import matplotlib  # noqa: F401
     except ImportError:

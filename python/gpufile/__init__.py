@@ -78,9 +78,11 @@ _native.cufile_set_search_dirs(_cufile_dirs())
 
 
 def _at_exit() -> None:
-    # Requests still in flight write into memory the interpreter is about to free: wait, then
-    # close the cuFile driver if gpufile opened it.
-    _native.wait_idle()
+    # Requests still in flight write into memory the interpreter is about to free: stop taking
+    # new ones (daemon threads get an error), wait a bounded time for those in flight, then close
+    # the cuFile driver if gpufile opened it and nothing uses it any more.
+    if not _native.shutdown():
+        return
     try:
         _native.cufile_driver_close()
     except Exception:  # noqa: BLE001 - nothing to report to at exit

@@ -35,7 +35,7 @@ class DriverProperties:
     """
 
     def _all(self) -> dict[str, Any]:
-        return json.loads(_native.cufile_properties())
+        return dict(_native.cufile_properties())
 
     def __getattr__(self, name: str) -> Any:
         props = self._all()

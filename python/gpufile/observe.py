@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from . import _native
@@ -69,7 +68,7 @@ class observe:  # noqa: N801 - used like a function: `with gpufile.observe() as 
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.report = Report(json.loads(_native.observe_end(self._obs)))
+        self.report = Report(_native.observe_end(self._obs))
 
     def __str__(self) -> str:
         return str(self.report) if self.report else "<observation in progress>"
@@ -77,7 +76,7 @@ class observe:  # noqa: N801 - used like a function: `with gpufile.observe() as 
 
 def stats() -> Report:
     """Totals since the process started."""
-    return Report(json.loads(_native.stats_json()))
+    return Report(_native.stats())
 
 
 class _Text:
@@ -106,7 +105,7 @@ def check(path: Any = None) -> _Text:
     each compat_mode would take. ``str()`` for people, ``as_dict()`` for programs."""
     import os
     data, text = _native.check(None if path is None else os.fspath(path))
-    return _Text(json.loads(data), text)
+    return _Text(data, text)
 
 
 def explain(size: int, *, file_offset: int = 0, device: bool = True,
@@ -125,4 +124,4 @@ def explain(size: int, *, file_offset: int = 0, device: bool = True,
                                           else int(compat_mode)),
         gds_threshold, cufile, None if cufile_json is None else os.fspath(cufile_json),
         registered, None if file is None else os.fspath(file), run)
-    return _Text(json.loads(data), text)
+    return _Text(data, text)

@@ -7,17 +7,23 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use gpufile::config::{self, Input, Name};
+use gpufile::config::{Input, Name, Settings};
 use gpufile::cuda::DeviceBuffer;
-use gpufile::{FileHandle, Memory};
+use gpufile::{Buffer, Engine, FileHandle, Memory, Request};
 
 use crate::{out, parse_size_arg, CliResult};
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct BenchArgs {
-    /// The file to read (made, with pseudo-random bytes, if missing or too small).
+    /// The file to read: an existing regular file at least as large as the largest size, never
+    /// modified. Without it, gpufile makes (and reuses) its own file `gpufile-bench.bin` in the
+    /// temporary folder.
     #[arg(long)]
     file: Option<PathBuf>,
+    /// Make `--file` (pseudo-random bytes) when it does not exist yet. An existing file is
+    /// never overwritten.
+    #[arg(long)]
+    create: bool,
     /// Request sizes.
     #[arg(long, default_value = "64MiB,256MiB", value_delimiter = ',')]
     sizes: Vec<String>,
@@ -85,18 +91,51 @@ fn drop_caches(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn ensure_file(path: &Path, size: usize) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-    let have = std::fs::metadata(path)
-        .map(|m| m.len() as usize)
-        .unwrap_or(0);
-    if have >= size {
-        let mut data = vec![0u8; size];
-        let f = std::fs::File::open(path)?;
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut data, 0)?;
-        return Ok(data);
+/// The benchmark's data file. A user's `--file` is only read: it must be a regular file of at
+/// least `size` bytes. gpufile writes only a file it makes: `--file` with `--create` when the path
+/// does not exist yet, or its own default file.
+fn ensure_file(
+    path: &Path,
+    size: usize,
+    own: bool,
+    create: bool,
+) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(format!(
+                "{}: not a regular file; bench reads regular files only",
+                path.display()
+            )
+            .into())
+        }
+        Ok(m) if m.len() as usize >= size => {
+            let mut data = vec![0u8; size];
+            let f = std::fs::File::open(path)?;
+            std::os::unix::fs::FileExt::read_exact_at(&f, &mut data, 0)?;
+            return Ok(data);
+        }
+        Ok(m) if !own => {
+            return Err(format!(
+                "{} has {} bytes, fewer than the largest --sizes ({size}); bench never \
+                 modifies a file it did not make: give a larger file or smaller --sizes",
+                path.display(),
+                m.len()
+            )
+            .into())
+        }
+        Ok(_) => {}
+        Err(_) if !own && !create => {
+            return Err(format!(
+                "{} does not exist; add --create to let bench make it ({size} bytes)",
+                path.display()
+            )
+            .into())
+        }
+        Err(_) => {}
     }
     let mut data = vec![0u8; size];
     fill(&mut data, 0x9e37_79b9_7f4a_7c15);
+    eprintln!("gpufile bench: writing {size} bytes to {}", path.display());
     std::fs::write(path, &data)?;
     Ok(data)
 }
@@ -141,16 +180,20 @@ impl Buf {
         })
     }
 
-    fn transfer(&mut self, f: &FileHandle, write: bool) -> gpufile::Result<usize> {
+    fn transfer(&mut self, f: &FileHandle, write: bool, s: &Settings) -> gpufile::Result<usize> {
+        let buffer = match self {
+            Buf::Host(v) => Buffer::host(v),
+            Buf::Device(d) => Buffer::Device {
+                addr: d.addr(),
+                len: d.len(),
+            },
+        };
+        let req = match write {
+            true => Request::write(buffer, 0),
+            false => Request::read(buffer, 0),
+        };
         // SAFETY: the buffer is borrowed until the future is waited on, within this call.
-        unsafe {
-            match (self, write) {
-                (Buf::Host(v), false) => f.pread_host(v.as_mut_ptr(), v.len(), 0, None)?.wait(),
-                (Buf::Host(v), true) => f.pwrite_host(v.as_ptr(), v.len(), 0, None)?.wait(),
-                (Buf::Device(d), false) => f.pread_device(d.addr(), d.len(), 0, None)?.wait(),
-                (Buf::Device(d), true) => f.pwrite_device(d.addr(), d.len(), 0, None)?.wait(),
-            }
-        }
+        unsafe { f.submit(req, Some(s)) }?.wait()
     }
 }
 
@@ -190,13 +233,23 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
     if args.runs == 0 {
         return Err("--runs must be at least 1".into());
     }
+    let own = args.file.is_none();
     let file = args
         .file
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("gpufile-bench.bin"));
     let max = sizes.iter().copied().max().unwrap_or(0);
-    let reference = ensure_file(&file, max)?;
-    let scratch = PathBuf::from(format!("{}.write", file.display()));
+    let reference = ensure_file(&file, max, own, args.create)?;
+    // Writes go to a file bench makes itself (never an existing one) and removes afterwards.
+    let scratch = if args.ops.iter().any(|o| o == "write") {
+        let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+        let t = tempfile::Builder::new()
+            .prefix(".gpufile-bench-write-")
+            .tempfile_in(dir.unwrap_or(Path::new(".")))?;
+        Some(t.into_temp_path())
+    } else {
+        None
+    };
 
     let combos: Vec<_> = args
         .ops
@@ -216,23 +269,25 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
     if args.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let names = [Name::NumThreads, Name::TaskSize, Name::CompatMode];
-    let saved = config::snapshot(&names)?;
+    let engine = Engine::global()?;
     let mut rows = Vec::new();
     let result = (|| -> CliResult {
         for (((((op, cache, memory), size), threads), task), compat) in combos {
             let threads_text = threads.to_string();
-            config::set(&[
+            // Each combination's settings travel with its requests; the defaults stay.
+            let settings = engine.settings_with(&[
                 (Name::NumThreads, Input::Text(&threads_text)),
                 (Name::TaskSize, Input::Text(&task)),
                 (Name::CompatMode, Input::Text(&compat)),
             ])?;
-            let settings = config::current()?;
             let write = op == "write";
             let data = &reference[..size];
             let mut buf = Buf::new(memory, size)?;
-            let target = if write { &scratch } else { &file };
-            let path = FileHandle::open(&file, "r")?.io_path(memory, size)?;
+            let target: &Path = match (&scratch, write) {
+                (Some(s), true) => s,
+                _ => &file,
+            };
+            let path = FileHandle::open(&file, "r")?.io_path(memory, size, &settings)?;
             let mut times = Vec::with_capacity(args.runs);
             let mut verified = true;
             for _ in 0..args.runs {
@@ -246,12 +301,12 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
                 }
                 let f = FileHandle::open(target, if write { "w" } else { "r" })?;
                 let start = Instant::now();
-                let n = buf.transfer(&f, write)?;
+                let n = buf.transfer(&f, write, &settings)?;
                 times.push(start.elapsed().as_secs_f64());
                 drop(f);
                 verified &= n == size
                     && if write {
-                        std::fs::read(&scratch)? == data
+                        std::fs::read(target)? == data
                     } else {
                         buf.equals(data)?
                     };
@@ -287,8 +342,7 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
         Ok(())
     })();
     bar.finish_and_clear();
-    config::restore(&saved)?;
-    let _ = std::fs::remove_file(&scratch);
+    drop(scratch); // removes the write file
     result?;
 
     if args.json {

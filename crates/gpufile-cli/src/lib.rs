@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 
 mod bench;
-use gpufile::config::{self, Input, Name};
-use gpufile::{FileHandle, Memory};
+use gpufile::config::{self, Input, Name, Settings};
+use gpufile::{Buffer, Engine, FileHandle, Memory, Request};
 
 /// Move file data into GPU and host memory, fast, and say which path ran.
 #[derive(Parser, Debug)]
@@ -174,19 +174,23 @@ impl Destination {
         }
     }
 
-    /// Starts a read of the whole destination.
-    fn start(&mut self, file: &FileHandle, offset: u64) -> gpufile::Result<gpufile::IoFuture> {
-        match self {
-            // SAFETY: the destination outlives the future: every caller waits on it before the
-            // destination can be dropped or reused.
-            Destination::Host(v) => unsafe {
-                file.pread_host(v.as_mut_ptr(), v.len(), offset, None)
+    /// Starts a read of the whole destination under `settings`.
+    fn start(
+        &mut self,
+        file: &FileHandle,
+        offset: u64,
+        settings: &Settings,
+    ) -> gpufile::Result<gpufile::IoFuture> {
+        let buffer = match self {
+            Destination::Host(v) => Buffer::host(v),
+            Destination::Device { buf, .. } => Buffer::Device {
+                addr: buf.addr(),
+                len: buf.len(),
             },
-            // SAFETY: as above, for the device allocation.
-            Destination::Device { buf, .. } => unsafe {
-                file.pread_device(buf.addr(), buf.len(), offset, None)
-            },
-        }
+        };
+        // SAFETY: the destination outlives the future: every caller waits on it before the
+        // destination can be dropped or reused.
+        unsafe { file.submit(Request::read(buffer, offset), Some(settings)) }
     }
 
     fn to_host(&self) -> gpufile::Result<Vec<u8>> {
@@ -238,7 +242,7 @@ fn out(text: &str) {
 }
 
 fn cmd_config(json: bool) -> CliResult {
-    let rows = config::report()?;
+    let rows = Engine::global()?.report();
     if json {
         let map: serde_json::Map<String, serde_json::Value> = rows
             .iter()
@@ -264,7 +268,7 @@ fn cmd_config(json: bool) -> CliResult {
 }
 
 fn cmd_check(path: Option<&std::path::Path>, json: bool) -> CliResult {
-    let report = gpufile::platform::check(path);
+    let report = gpufile_diag::check::check(path);
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
     } else {
@@ -277,7 +281,7 @@ fn cmd_explain(args: &ExplainArgs) -> CliResult {
     let size = |what, t: &str| -> Result<usize, String> {
         usize::try_from(parse_size_arg(what, t)?).map_err(|_| format!("--{what} is too large"))
     };
-    let req = gpufile::explain::Request {
+    let req = gpufile_diag::explain::Request {
         size: size("size", &args.size)?,
         file_offset: parse_size_arg("offset", &args.offset)?,
         memory: if args.host {
@@ -306,23 +310,14 @@ fn cmd_explain(args: &ExplainArgs) -> CliResult {
         cufile_json: args.cufile_json.clone(),
         registered_buffer: args.registered,
     };
-    let e = gpufile::explain::explain(&req)?;
-    let observed = match (&args.file, args.run) {
-        (Some(f), true) => Some(gpufile::explain::run(&req, f)?),
-        _ => None,
-    };
+    let outcome = gpufile_diag::explain::explain_and_run(&req, args.file.as_deref(), args.run)?;
     if args.json {
-        let v = serde_json::json!({
-            "prediction": e,
-            "observed": observed.as_ref().map(gpufile::observe::Report::to_json),
-        });
-        out(&format!("{}\n", serde_json::to_string_pretty(&v)?));
+        out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&outcome.to_json())?
+        ));
     } else {
-        out(&e.render());
-        if let Some(o) = &observed {
-            out("\n");
-            out(&gpufile::explain::render_comparison(&e, o));
-        }
+        out(&outcome.render());
     }
     Ok(())
 }
@@ -330,6 +325,9 @@ fn cmd_explain(args: &ExplainArgs) -> CliResult {
 fn parse_size_arg(what: &str, text: &str) -> Result<u64, String> {
     config::parse_size(text).map_err(|e| format!("--{what} {text:?}: {e}"))
 }
+
+/// Most `--repeat` runs one `gpufile read` makes.
+const MAX_REPEAT: u32 = 100_000;
 
 fn cmd_read(args: &ReadArgs) -> CliResult {
     let mut updates = Vec::new();
@@ -342,24 +340,38 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
     if let Some(t) = &args.compat_mode {
         updates.push((Name::CompatMode, Input::Text(t)));
     }
-    config::set(&updates)?;
-    let settings = config::current()?;
+    // The flags apply to this run only: the process defaults stay as they are.
+    let settings = Engine::global()?.settings_with(&updates)?;
+    if !(1..=MAX_REPEAT).contains(&args.repeat) {
+        return Err(format!("--repeat {}: expected 1 to {MAX_REPEAT}", args.repeat).into());
+    }
 
     let file = FileHandle::open(&args.file, "r")?;
     let offset = parse_size_arg("offset", &args.offset)?;
+    let file_size = file.size()?;
     let size = match &args.size {
         Some(s) => parse_size_arg("size", s)?,
-        None => file.size()?.saturating_sub(offset),
+        None => file_size.saturating_sub(offset),
     };
+    // Refused before any memory is allocated for it.
+    if offset.saturating_add(size) > file_size {
+        return Err(gpufile::Error::UnexpectedEof {
+            path: args.file.clone(),
+            offset,
+            len: usize::try_from(size).unwrap_or(usize::MAX),
+            file_size,
+        }
+        .into());
+    }
     let size = usize::try_from(size).map_err(|_| "--size is too large for this machine")?;
     let (mut dest, why_host) = Destination::choose(args, size)?;
-    let path = file.io_path(dest.memory(), size)?;
+    let path = file.io_path(dest.memory(), size, &settings)?;
 
     let observation = gpufile::observe::begin();
-    let mut runs = Vec::with_capacity(args.repeat as usize);
+    let mut runs = Vec::new();
     for _ in 0..args.repeat {
         let start = Instant::now();
-        let fut = dest.start(&file, offset)?;
+        let fut = dest.start(&file, offset, &settings)?;
         let n = wait_with_progress(&fut, size as u64, !args.json)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {

@@ -11,7 +11,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{OnceLock, RwLock};
+use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 
@@ -605,57 +605,26 @@ impl State {
     }
 }
 
-static STATE: OnceLock<Result<RwLock<State>>> = OnceLock::new();
-
-fn state() -> Result<&'static RwLock<State>> {
-    STATE
-        .get_or_init(|| State::from_env(|v| std::env::var(v).ok()).map(RwLock::new))
-        .as_ref()
-        .map_err(Clone::clone)
+impl State {
+    /// Defaults overlaid with this process's environment.
+    pub fn from_process_env() -> Result<State> {
+        State::from_env(|v| std::env::var(v).ok())
+    }
 }
 
-/// A snapshot of the process-wide settings.
-pub fn current() -> Result<Settings> {
-    Ok(state()?
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .settings
-        .clone())
+/// Whether notices are also printed to stderr: `RUST_LOG` names gpufile, or info/debug level
+/// (read once per process).
+pub fn log_notices_to_stderr() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("RUST_LOG")
+            .is_ok_and(|v| v.contains("gpufile") || v.contains("info") || v.contains("debug"))
+    })
 }
 
-/// One setting's current value.
-pub fn get(name: Name) -> Result<Value> {
-    Ok(current()?.get(name))
-}
-
-/// Changes settings (all or nothing); a bad value is an [`Error::InvalidSetting`].
-pub fn set(updates: &[(Name, Input<'_>)]) -> Result<()> {
-    state()?
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .set(updates)
-}
-
-/// Saves the named settings with their sources.
-pub fn snapshot(names: &[Name]) -> Result<Vec<(Name, Value, Source)>> {
-    Ok(state()?
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .snapshot(names))
-}
-
-/// Restores what [`snapshot`] saved.
-pub fn restore(saved: &[(Name, Value, Source)]) -> Result<()> {
-    state()?
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .restore(saved);
-    Ok(())
-}
-
-/// Every setting with its value and source, in [`Name::ALL`] order.
-pub fn report() -> Result<Vec<(Name, Value, Source)>> {
-    snapshot(&Name::ALL)
+/// `GPUFILE_CUFILE_PATH`: a file or folder to load libcufile from first (read once).
+pub fn cufile_path() -> Option<std::path::PathBuf> {
+    std::env::var_os("GPUFILE_CUFILE_PATH").map(Into::into)
 }
 
 #[cfg(test)]

@@ -322,6 +322,35 @@ impl Stream {
         self.raw as sys::CUstream
     }
 
+    /// Queues a copy of `len` bytes from host memory at `src` to device address `dst`
+    /// (`cuMemcpyHtoDAsync`).
+    ///
+    /// # Safety
+    /// `src` must stay valid and unchanged, and `dst..dst + len` must stay valid device memory
+    /// written by nobody else, until the copy is done (an event recorded after it fires, or the
+    /// stream is synchronized).
+    pub unsafe fn copy_to_device(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        let api = api()?;
+        // SAFETY: the caller's contract; the stream is live.
+        check("cuMemcpyHtoDAsync", unsafe {
+            (api.memcpy_htod_async)(dst, src.cast(), len, self.raw())
+        })
+    }
+
+    /// Queues a copy of `len` bytes from device address `src` to host memory at `dst`
+    /// (`cuMemcpyDtoHAsync`).
+    ///
+    /// # Safety
+    /// `dst` must stay valid and untouched by anyone else, and `src..src + len` valid device
+    /// memory, until the copy is done.
+    pub unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+        let api = api()?;
+        // SAFETY: the caller's contract; the stream is live.
+        check("cuMemcpyDtoHAsync", unsafe {
+            (api.memcpy_dtoh_async)(dst.cast(), src, len, self.raw())
+        })
+    }
+
     /// Waits for everything queued on the stream.
     pub fn synchronize(&self) -> Result<()> {
         let api = api()?;

@@ -11,12 +11,14 @@
 //! Nothing here loads `libcufile.so.0` until called; host-only work never does.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use gpufile_sys::cufile::{self as sys, CUfileDescr_t, CUfileDrvProps_t, CUfileError_t, CufileApi};
 
 use crate::cuda;
 use crate::error::{Error, Result};
+use crate::plan::Availability;
 
 static EXTRA_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
@@ -31,7 +33,7 @@ pub fn set_search_dirs(dirs: Vec<PathBuf>) {
 /// to [`set_search_dirs`], the system loader, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`.
 pub fn candidates() -> Vec<PathBuf> {
     let mut v = Vec::new();
-    if let Some(p) = std::env::var_os("GPUFILE_CUFILE_PATH").map(PathBuf::from) {
+    if let Some(p) = crate::config::cufile_path() {
         v.push(if p.is_dir() {
             p.join("libcufile.so.0")
         } else {
@@ -118,6 +120,25 @@ fn api() -> Result<&'static CufileApi> {
 
 static DRIVER: Mutex<Option<Result<()>>> = Mutex::new(None);
 
+/// Observations in progress (they want cuFile's statistics as soon as the driver opens).
+static STATS_WATCHERS: AtomicUsize = AtomicUsize::new(0);
+/// cuFile's counters when the driver opened while someone observed.
+static STATS_AT_OPEN: Mutex<Option<Stats>> = Mutex::new(None);
+
+/// Counts an observation in (`true`) or out: while any is in, opening the driver starts cuFile's
+/// statistics and keeps the baseline for [`stats_at_open`].
+pub fn watch_stats(on: bool) {
+    match on {
+        true => STATS_WATCHERS.fetch_add(1, Ordering::SeqCst),
+        false => STATS_WATCHERS.fetch_sub(1, Ordering::SeqCst),
+    };
+}
+
+/// cuFile's counters at the moment the driver opened during an observation.
+pub fn stats_at_open() -> Option<Stats> {
+    *STATS_AT_OPEN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Opens the cuFile driver (`cuFileDriverOpen`) once; later calls return the first outcome
 /// until [`driver_close`].
 pub fn driver_open() -> Result<()> {
@@ -130,7 +151,11 @@ pub fn driver_open() -> Result<()> {
         let api = api()?;
         // SAFETY: no arguments; cuFile's documented first call.
         check("cuFileDriverOpen", unsafe { (api.driver_open)() })?;
-        crate::observe::on_driver_open();
+        if STATS_WATCHERS.load(Ordering::SeqCst) > 0 {
+            // Someone observes: start cuFile's statistics now and keep the baseline.
+            let baseline = enable_stats(3).and_then(|_| Stats::snapshot()).ok();
+            *STATS_AT_OPEN.lock().unwrap_or_else(|e| e.into_inner()) = baseline;
+        }
         Ok(())
     })();
     *state = Some(r.clone());
@@ -292,17 +317,6 @@ pub fn parameters() -> Result<Vec<(&'static str, String)>> {
         }
     }
     Ok(out)
-}
-
-/// What cuFile can do on this machine: the input of compat_mode AUTO and OFF.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Availability {
-    /// cuFile works and its accelerated path exists (the text says which).
-    Accelerated(String),
-    /// cuFile works but can only run its own compat path (the text says why).
-    CompatOnly(String),
-    /// cuFile cannot be used at all (the text says why).
-    Unavailable(String),
 }
 
 /// Probes once per process: loads libcufile, opens the driver, reads its properties.

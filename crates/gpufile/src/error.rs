@@ -93,13 +93,20 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
     /// The worker threads could not be started.
-    #[error("cannot start {threads} worker threads: {reason}")]
+    #[error("cannot start {threads} worker threads: {source}")]
     Spawn {
         /// Threads asked for.
         threads: usize,
         /// The OS's reason.
-        reason: String,
+        source: std::sync::Arc<io::Error>,
     },
+    /// The request was cancelled (an interrupt) before all of its tasks ran; the tasks that
+    /// had started finished first.
+    #[error("the request was cancelled")]
+    Cancelled,
+    /// The engine is shutting down (interpreter exit): no new request is accepted.
+    #[error("gpufile is shutting down: no new I/O is accepted")]
+    ShuttingDown,
     /// A setting name that gpufile does not know.
     #[error("unknown setting {name:?}; known settings: {known}")]
     UnknownSetting {

@@ -2,10 +2,17 @@
 //! and say which data path ran and why.
 //!
 //! How to use (host memory; no CUDA library is loaded for it):
-//! 1. Optionally change settings with [`config::set`] (or `KVIKIO_*` / `GPUFILE_*` variables).
+//! 1. Optionally change the process defaults with [`Engine::set`] on [`Engine::global`] (or
+//!    `KVIKIO_*` / `GPUFILE_*` variables), or pass settings per request.
 //! 2. Open a file with [`FileHandle::open`] and KvikIO's flags.
 //! 3. [`FileHandle::read`] / [`FileHandle::write`] split the request into `task_size` tasks over
-//!    `num_threads` workers; [`FileHandle::io_path`] tells the path and the reason.
+//!    `num_threads` workers; [`FileHandle::submit`] takes any [`Request`] (host or GPU memory);
+//!    [`FileHandle::io_path`] tells the path and the reason.
+//!
+//! Layers, one direction (a module uses only those above it in this list): `request`, `error`,
+//! `config` → `plan` (pure decisions) → `cuda`, `cufile` (result layer and RAII wrappers over
+//! `gpufile-sys`) → `source` (where bytes come from and go to) → `future`, `pool` (generic) →
+//! `exec` (one executor per backend) → `observe` → `file`, `engine` (the one request path).
 //!
 //! ```no_run
 //! let f = gpufile::FileHandle::open("data.bin", "r")?;
@@ -18,24 +25,26 @@
 pub mod config;
 pub mod cuda;
 pub mod cufile;
-mod device;
+pub mod engine;
 pub mod error;
-pub mod explain;
+pub mod exec;
 pub mod file;
+pub mod future;
 pub mod observe;
 pub mod pagecache;
 pub mod plan;
-pub mod platform;
 pub mod pool;
 pub mod posix;
+pub mod request;
 pub mod source;
 
 pub use config::{CompatMode, Settings};
-pub use device::{free_bounce_buffers, pooled_bounce_bytes};
+pub use engine::Engine;
 pub use error::{Error, Result};
 pub use file::{FileHandle, OpenMode};
-pub use plan::{Backend, IoPath, Memory, Reason};
-pub use pool::IoFuture;
+pub use future::IoFuture;
+pub use plan::{Backend, IoPath, Reason};
+pub use request::{Buffer, Direction, Memory, Request};
 
 /// gpufile's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -10,7 +10,7 @@
 //!    them with `logging`, and `RUST_LOG` (any value naming gpufile, or info/debug) prints them.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -169,10 +169,6 @@ fn cufile_snapshot() -> (Option<Stats>, Option<String>) {
     }
 }
 
-static OBSERVERS: AtomicUsize = AtomicUsize::new(0);
-/// cuFile counters when the driver was opened inside an observation.
-static OPENED_AT: Mutex<Option<Stats>> = Mutex::new(None);
-
 /// An observation in progress.
 pub struct Observation {
     posix: PathTotals,
@@ -184,7 +180,7 @@ pub struct Observation {
 /// Starts observing: turns cuFile's statistics on (level 3) if its driver is open, or as soon
 /// as it opens.
 pub fn begin() -> Observation {
-    OBSERVERS.fetch_add(1, Ordering::SeqCst);
+    cufile::watch_stats(true);
     let (mut cufile_stats, mut note) = (None, None);
     if cufile::driver_is_open() {
         match cufile::enable_stats(3).and_then(|_| Stats::snapshot()) {
@@ -200,20 +196,10 @@ pub fn begin() -> Observation {
     }
 }
 
-/// Called when the cuFile driver opens: start its statistics if anyone observes.
-pub(crate) fn on_driver_open() {
-    if OBSERVERS.load(Ordering::SeqCst) > 0 {
-        let baseline = cufile::enable_stats(3).and_then(|_| Stats::snapshot()).ok();
-        *OPENED_AT.lock().unwrap_or_else(|e| e.into_inner()) = baseline;
-    }
-}
-
 /// Ends an observation: what ran since [`begin`].
 pub fn end(obs: Observation) -> Report {
-    OBSERVERS.fetch_sub(1, Ordering::SeqCst);
-    let baseline = obs
-        .cufile_stats
-        .or(*OPENED_AT.lock().unwrap_or_else(|e| e.into_inner()));
+    cufile::watch_stats(false);
+    let baseline = obs.cufile_stats.or(cufile::stats_at_open());
     let (now, now_note) = cufile_snapshot();
     let (cufile_stats, note) = match (now, baseline) {
         (Some(now), Some(before)) => (Some(now.since(&before)), None),
@@ -236,9 +222,7 @@ pub fn notice(text: String) {
     if !n.1.get_or_insert_with(HashSet::new).insert(text.clone()) {
         return;
     }
-    if std::env::var("RUST_LOG")
-        .is_ok_and(|v| v.contains("gpufile") || v.contains("info") || v.contains("debug"))
-    {
+    if crate::config::log_notices_to_stderr() {
         eprintln!("[gpufile] {text}");
     }
     n.0.push(text);

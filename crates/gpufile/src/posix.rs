@@ -17,14 +17,8 @@ pub mod faults {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
-    /// Which call a rule applies to.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Call {
-        /// `pread`.
-        Read,
-        /// `pwrite`.
-        Write,
-    }
+    /// Which call a rule applies to: [`Direction::Read`] is `pread`, `Write` is `pwrite`.
+    pub use crate::request::Direction as Call;
 
     /// What happens instead of (or to) the call.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]

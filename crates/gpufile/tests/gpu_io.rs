@@ -3,9 +3,8 @@
 
 use std::io::Write;
 
-use gpufile::config::{self, Input, Name};
 use gpufile::cuda::{self, DeviceBuffer};
-use gpufile::FileHandle;
+use gpufile::{Buffer, CompatMode, Engine, FileHandle, Request, Settings};
 
 mod common;
 use common::pattern;
@@ -24,8 +23,11 @@ fn gpu() -> bool {
     }
 }
 
-fn on_posix_path() {
-    config::set(&[(Name::CompatMode, Input::Text("on"))]).unwrap();
+fn on_posix_path() -> Settings {
+    Settings {
+        compat_mode: CompatMode::On,
+        ..Engine::global().unwrap().settings()
+    }
 }
 
 #[test]
@@ -33,15 +35,20 @@ fn device_read_write_round_trip_with_offsets() {
     if !gpu() {
         return;
     }
-    on_posix_path();
+    let settings = on_posix_path();
     let data = pattern((9 << 20) + 5, 1);
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(&data).unwrap();
     let dev = DeviceBuffer::new(data.len(), 0).unwrap();
     dev.fill(0).unwrap();
     let h = FileHandle::open(f.path(), "r+").unwrap();
+    let buffer = Buffer::Device {
+        addr: dev.addr() + 100,
+        len: data.len() - 200,
+    };
+    let req = Request::read(buffer, 50).task_size(Some(1 << 20));
     // SAFETY: `dev` outlives the wait.
-    let n = unsafe { h.pread_device(dev.addr() + 100, data.len() - 200, 50, Some(1 << 20)) }
+    let n = unsafe { h.submit(req, Some(&settings)) }
         .unwrap()
         .wait()
         .unwrap();
@@ -54,8 +61,13 @@ fn device_read_write_round_trip_with_offsets() {
     dev.copy_from_host(0, &data).unwrap();
     let out = tempfile::NamedTempFile::new().unwrap();
     let w = FileHandle::open(out.path(), "w").unwrap();
+    let buffer = Buffer::Device {
+        addr: dev.addr(),
+        len: data.len(),
+    };
+    let req = Request::write(buffer, 0).task_size(Some(3 << 20));
     // SAFETY: `dev` outlives the wait.
-    unsafe { w.pwrite_device(dev.addr(), data.len(), 0, Some(3 << 20)) }
+    unsafe { w.submit(req, Some(&settings)) }
         .unwrap()
         .wait()
         .unwrap();

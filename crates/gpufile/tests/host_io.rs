@@ -1,16 +1,11 @@
 //! Host-memory round trips through real files, threads and the process pool.
 
 use std::io::Write;
-use std::sync::Mutex;
 
-use gpufile::config::{self, Input, Name};
-use gpufile::{Error, FileHandle};
+use gpufile::{Buffer, Engine, Error, FileHandle, Request};
 
 mod common;
 use common::pattern;
-
-/// Tests that change process-wide settings take this lock.
-static SETTINGS: Mutex<()> = Mutex::new(());
 
 fn file_with(data: &[u8]) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
@@ -47,18 +42,26 @@ fn round_trips_for_awkward_sizes_and_task_sizes() {
 
 #[test]
 fn thread_counts_all_give_the_same_bytes() {
-    let _guard = SETTINGS.lock().unwrap();
     let data = pattern((3 << 20) + 17, 7);
     let f = file_with(&data);
-    let saved = config::snapshot(&[Name::NumThreads]).unwrap();
-    for threads in [1i128, 3, 4, 16] {
-        config::set(&[(Name::NumThreads, Input::Int(threads))]).unwrap();
+    let defaults = Engine::global().unwrap().settings();
+    for threads in [1, 3, 4, 16] {
+        // Each request carries its own settings: nothing process-wide changes.
+        let settings = gpufile::Settings {
+            num_threads: threads,
+            ..defaults.clone()
+        };
         let h = FileHandle::open(f.path(), "r").unwrap();
         let mut back = vec![0u8; data.len()];
-        h.read(&mut back, 0, Some(64 << 10)).unwrap();
+        let req = Request::read(Buffer::host(&mut back), 0).task_size(Some(64 << 10));
+        // SAFETY: `back` outlives the wait.
+        unsafe { h.submit(req, Some(&settings)) }
+            .unwrap()
+            .wait()
+            .unwrap();
         assert!(back == data, "threads {threads}");
     }
-    config::restore(&saved).unwrap();
+    assert_eq!(Engine::global().unwrap().settings(), defaults);
 }
 
 #[test]
@@ -164,9 +167,9 @@ fn concurrent_preads_on_one_handle() {
         .iter_mut()
         .enumerate()
         .map(|(i, b)| {
+            let req = Request::read(Buffer::host(b), (i * chunk) as u64).task_size(Some(100_003));
             // SAFETY: each buffer is borrowed until its future is waited on below.
-            unsafe { h.pread_host(b.as_mut_ptr(), chunk, (i * chunk) as u64, Some(100_003)) }
-                .unwrap()
+            unsafe { h.submit(req, None) }.unwrap()
         })
         .collect();
     for f in &futures {
@@ -184,8 +187,9 @@ fn closing_the_handle_while_a_request_runs_is_safe() {
     let f = file_with(&data);
     let h = FileHandle::open(f.path(), "r").unwrap();
     let mut back = vec![0u8; data.len()];
+    let req = Request::read(Buffer::host(&mut back), 0).task_size(Some(4096));
     // SAFETY: `back` outlives the wait below.
-    let fut = unsafe { h.pread_host(back.as_mut_ptr(), back.len(), 0, Some(4096)) }.unwrap();
+    let fut = unsafe { h.submit(req, None) }.unwrap();
     drop(h);
     assert_eq!(fut.wait().unwrap(), data.len());
     assert!(back == data);
@@ -197,4 +201,39 @@ fn huge_offsets_are_argument_errors() {
     let h = FileHandle::open(f.path(), "r+").unwrap();
     let err = h.write(b"x", u64::MAX, None).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}
+
+#[test]
+fn a_billion_tiny_tasks_stream_lazily_and_cancel_promptly() {
+    // 1 GiB in 1-byte tasks: nothing is allocated per task up front, and a cancel stops the
+    // tasks not yet started (the future reports it, no worker touches the buffer afterwards).
+    let f = file_with(&pattern(1 << 20, 5));
+    let h = FileHandle::open(f.path(), "r").unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    let req = Request::read(Buffer::host(&mut back), 0).task_size(Some(1));
+    // SAFETY: `back` outlives the wait.
+    let fut = unsafe { h.submit(req, None) }.unwrap();
+    fut.cancel();
+    let started = std::time::Instant::now();
+    assert!(matches!(fut.wait(), Err(Error::Cancelled)));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn a_private_engine_runs_requests_and_shuts_down() {
+    let data = pattern(1 << 20, 9);
+    let f = file_with(&data);
+    let engine = Engine::new(gpufile::config::State::from_env(|_| None).unwrap());
+    let h = FileHandle::open(f.path(), "r").unwrap();
+    let mut back = vec![0u8; data.len()];
+    let settings = engine.settings();
+    // SAFETY: `back` outlives the wait.
+    let fut = unsafe { engine.submit(&h, Request::read(Buffer::host(&mut back), 0), &settings) };
+    assert_eq!(fut.unwrap().wait().unwrap(), data.len());
+    assert!(back == data);
+    assert!(engine.shutdown(std::time::Duration::from_secs(1)));
+    // SAFETY: as above.
+    let refused =
+        unsafe { engine.submit(&h, Request::read(Buffer::host(&mut back), 0), &settings) };
+    assert!(matches!(refused, Err(Error::ShuttingDown)));
 }

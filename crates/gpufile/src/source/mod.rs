@@ -46,3 +46,6 @@ pub trait Sink: Send + Sync {
     /// Writes all of `src` at `offset`, or fails.
     fn write_at(&self, src: &[u8], offset: u64, call: Call<'_>) -> Result<()>;
 }
+
+mod local;
+pub use local::{LocalFile, DIRECT_ALIGN};

@@ -3,16 +3,19 @@
 //! request under cufile.json's `execution.*` settings.
 //!
 //! How to use: build a [`Request`], call [`explain`], print [`Explanation::render`]; with a file,
-//! [`run`] performs the read and returns what was observed, for a side-by-side comparison.
+//! [`run`] performs the read under the same settings and returns what was observed, for a
+//! side-by-side comparison. [`explain_and_run`] does both, as the CLI and Python present them.
+//! Nothing here changes the process defaults: the run carries its own settings.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::config::{self, CompatMode, Input, Name};
-use crate::cufile::{self, Availability};
-use crate::error::{Error, Result};
-use crate::observe::{self, Report};
-use crate::plan::{self, Backend, IoPath, Memory, Policy};
+use gpufile::config::{CompatMode, Settings};
+use gpufile::cufile;
+use gpufile::error::{Error, Result};
+use gpufile::observe::{self, Report};
+use gpufile::plan::{self, Availability, Backend, IoPath, Memory, Policy, TaskSplit};
+use gpufile::{Buffer, Engine, FileHandle};
 
 /// What cuFile is assumed to be able to do (`Probe` asks this machine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,23 +190,53 @@ pub struct Explanation {
     pub notes: Vec<String>,
 }
 
-/// Predicts how `req` runs.
-pub fn explain(req: &Request) -> Result<Explanation> {
-    let s = config::current()?;
-    let task_size = req.task_size.unwrap_or(s.task_size);
-    if task_size == 0 {
-        return Err(Error::InvalidArgument(
-            "task_size must be at least 1 byte".into(),
-        ));
+impl Request {
+    /// The settings the request runs under: `defaults` with the request's overrides.
+    pub fn settings(&self, defaults: &Settings) -> Result<Settings> {
+        let mut s = defaults.clone();
+        if let Some(t) = self.task_size {
+            s.task_size = t;
+        }
+        if let Some(n) = self.num_threads {
+            s.num_threads = n;
+        }
+        if let Some(m) = self.compat_mode {
+            s.compat_mode = m;
+        }
+        if let Some(g) = self.gds_threshold {
+            s.gds_threshold = g;
+        }
+        if s.task_size == 0 {
+            return Err(Error::InvalidArgument(
+                "task_size must be at least 1 byte".into(),
+            ));
+        }
+        if s.num_threads == 0 || s.num_threads > gpufile::config::MAX_THREADS {
+            return Err(Error::InvalidArgument(format!(
+                "num_threads must be between 1 and {}",
+                gpufile::config::MAX_THREADS
+            )));
+        }
+        Ok(s)
     }
-    let num_threads = req.num_threads.unwrap_or(s.num_threads);
-    let compat_mode = req.compat_mode.unwrap_or(s.compat_mode);
-    let gds_threshold = req.gds_threshold.unwrap_or(s.gds_threshold);
-    let policy = Policy {
-        compat_mode,
-        gds_threshold,
-        require_gds: s.require_gds,
-    };
+}
+
+/// Predicts how `req` runs under the process defaults (and its own overrides).
+pub fn explain(req: &Request) -> Result<Explanation> {
+    explain_with(req, &Engine::global()?.settings(), None)
+}
+
+/// Predicts how `req` runs under `defaults`; with `file`, cuFile's registration of that file is
+/// part of the prediction, as it is of the request.
+pub fn explain_with(
+    req: &Request,
+    defaults: &Settings,
+    file: Option<&FileHandle>,
+) -> Result<Explanation> {
+    let s = req.settings(defaults)?;
+    let (task_size, num_threads, compat_mode, gds_threshold) =
+        (s.task_size, s.num_threads, s.compat_mode, s.gds_threshold);
+    let policy = Policy::from(&s);
     let mut notes = Vec::new();
     let availability = || match req.cufile {
         CufileAssumption::Probe => cufile::availability(),
@@ -215,17 +248,37 @@ pub fn explain(req: &Request) -> Result<Explanation> {
             Availability::Unavailable("assumed: cuFile cannot be used".into())
         }
     };
-    let path =
-        plan::choose_path(req.memory, req.size, policy, availability).map_err(|e| e.to_string());
-    let tasks: Vec<plan::Task> = plan::split(req.file_offset, req.size, task_size).collect();
-    let task_runs = runs(tasks.iter().map(|t| t.len));
+    let path = plan::choose_path(req.memory, req.size, policy, availability).and_then(|p| {
+        match (file, p.backend, req.cufile) {
+            (Some(f), Backend::Cufile, CufileAssumption::Probe) => {
+                let registration = f.cufile_registration().map_err(|e| e.to_string());
+                plan::after_registration(p, policy, registration)
+            }
+            _ => Ok(p),
+        }
+    });
+    let path = path.map_err(|e| e.to_string());
+    let split = TaskSplit::new(req.file_offset, req.size, task_size);
+    let task_count = split.count();
+    // Runs of equal tasks, counted without listing them (a billion tasks cost nothing here).
+    let task_runs = match task_count {
+        0 => Vec::new(),
+        n => {
+            let last = split.task(n - 1).len;
+            match (n, last == task_size) {
+                (_, true) => vec![(n, task_size)],
+                (1, false) => vec![(1, last)],
+                (n, false) => vec![(n - 1, task_size), (1, last)],
+            }
+        }
+    };
     let (mut bounce_chunk, mut cufile_requests, mut cufile_pieces, mut work, mut exec) =
         (None, None, Vec::new(), None, None);
     match &path {
         Ok(p) if p.backend == Backend::Cufile => {
             let e =
                 CufileExecution::load(&req.cufile_json.clone().unwrap_or_else(cufile::config_path));
-            cufile_requests = Some(tasks.len());
+            cufile_requests = Some(task_count);
             let mut total = 0;
             for (count, len) in &task_runs {
                 let pieces = e.pieces(*len);
@@ -245,15 +298,15 @@ pub fn explain(req: &Request) -> Result<Explanation> {
             exec = Some(e);
         }
         Ok(_) if req.memory == Memory::Device => {
-            bounce_chunk = Some(crate::device::chunk_size(
+            bounce_chunk = Some(plan::chunk_size(
                 task_size.min(req.size.max(1)),
                 s.bounce_buffer_size,
             ));
         }
         _ => {}
     }
-    if tasks.len() > num_threads {
-        notes.push(format!("{} tasks over {num_threads} workers", tasks.len()));
+    if task_count > num_threads {
+        notes.push(format!("{task_count} tasks over {num_threads} workers"));
     }
     Ok(Explanation {
         size: req.size,
@@ -264,7 +317,7 @@ pub fn explain(req: &Request) -> Result<Explanation> {
         num_threads,
         gds_threshold,
         path,
-        task_count: tasks.len(),
+        task_count,
         tasks: task_runs,
         bounce_chunk,
         cufile_requests,
@@ -390,40 +443,96 @@ impl Explanation {
     }
 }
 
-/// Performs the explained read of `file` (device memory where the request says so) with the
-/// request's settings, and returns what was observed.
+/// Performs the explained read of `file` (device memory where the request says so) under the
+/// request's settings, and returns what was observed. The range is checked against the file
+/// before any memory is allocated.
 pub fn run(req: &Request, file: &Path) -> Result<Report> {
-    let e = explain(req)?;
-    let mut updates: Vec<(Name, Input<'_>)> = vec![
-        (Name::TaskSize, Input::Int(e.task_size as i128)),
-        (Name::NumThreads, Input::Int(e.num_threads as i128)),
-        (Name::GdsThreshold, Input::Int(e.gds_threshold as i128)),
-        (Name::CompatMode, Input::Int(e.compat_mode as i128)),
-    ];
-    let names: Vec<Name> = updates.iter().map(|(n, _)| *n).collect();
-    let saved = config::snapshot(&names)?;
-    config::set(&std::mem::take(&mut updates))?;
-    let result = (|| {
-        let h = crate::FileHandle::open(file, "r")?;
-        let obs = observe::begin();
-        let r = match req.memory {
-            Memory::Host => {
-                let mut buf = vec![0u8; req.size];
-                h.read(&mut buf, req.file_offset, None).map(|_| ())
-            }
-            Memory::Device => {
-                let buf = crate::cuda::DeviceBuffer::new(req.size, 0)?;
-                // SAFETY: `buf` outlives the wait.
-                unsafe { h.pread_device(buf.addr(), req.size, req.file_offset, None) }?
-                    .wait()
-                    .map(|_| ())
-            }
-        };
-        let report = observe::end(obs);
-        r.map(|()| report)
-    })();
-    config::restore(&saved)?;
-    result
+    run_with(
+        req,
+        &Engine::global()?.settings(),
+        &FileHandle::open(file, "r")?,
+    )
+}
+
+fn run_with(req: &Request, defaults: &Settings, h: &FileHandle) -> Result<Report> {
+    let settings = req.settings(defaults)?;
+    let file_size = h.size()?;
+    if req.file_offset.saturating_add(req.size as u64) > file_size {
+        return Err(Error::UnexpectedEof {
+            path: h.path().to_owned(),
+            offset: req.file_offset,
+            len: req.size,
+            file_size,
+        });
+    }
+    let req_at = |buffer| gpufile::Request::read(buffer, req.file_offset);
+    let obs = observe::begin();
+    let r = match req.memory {
+        Memory::Host => {
+            let mut buf = vec![0u8; req.size];
+            // SAFETY: `buf` outlives the wait.
+            unsafe { h.submit(req_at(Buffer::host(&mut buf)), Some(&settings)) }
+                .and_then(|f| f.wait())
+        }
+        Memory::Device => {
+            let buf = gpufile::cuda::DeviceBuffer::new(req.size, 0)?;
+            let buffer = Buffer::Device {
+                addr: buf.addr(),
+                len: req.size,
+            };
+            // SAFETY: `buf` outlives the wait.
+            unsafe { h.submit(req_at(buffer), Some(&settings)) }.and_then(|f| f.wait())
+        }
+    };
+    let report = observe::end(obs);
+    r.map(|_| report)
+}
+
+/// A prediction and, where a run was asked for, what was observed.
+pub struct Outcome {
+    /// The prediction.
+    pub explanation: Explanation,
+    /// What ran.
+    pub observed: Option<Report>,
+}
+
+impl Outcome {
+    /// For people: the prediction, then prediction and observation side by side.
+    pub fn render(&self) -> String {
+        let mut text = self.explanation.render();
+        if let Some(o) = &self.observed {
+            text.push('\n');
+            text.push_str(&render_comparison(&self.explanation, o));
+        }
+        text
+    }
+
+    /// For programs.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "prediction": self.explanation,
+            "observed": self.observed.as_ref().map(Report::to_json),
+        })
+    }
+}
+
+/// Explains `req` under the process defaults and, with `run`, reads `file` the same way: the
+/// one orchestration the CLI and Python share.
+pub fn explain_and_run(req: &Request, file: Option<&Path>, run: bool) -> Result<Outcome> {
+    let defaults = Engine::global()?.settings();
+    if run && file.is_none() {
+        return Err(Error::InvalidArgument("run needs a file".into()));
+    }
+    let handle = file.map(|f| FileHandle::open(f, "r")).transpose()?;
+    let explanation = explain_with(req, &defaults, handle.as_ref())?;
+    let observed = match (&handle, run) {
+        (Some(h), true) => Some(run_with(req, &defaults, h)?),
+        _ => None,
+    };
+    Ok(Outcome {
+        explanation,
+        observed,
+    })
 }
 
 /// Prediction and observation side by side.

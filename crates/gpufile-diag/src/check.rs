@@ -7,11 +7,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::config::{self, CompatMode};
-use crate::cuda;
-use crate::cufile::{self, Availability};
-use crate::file::FileHandle;
-use crate::plan::{self, Memory, Policy};
+use gpufile::config::CompatMode;
+use gpufile::cuda;
+use gpufile::cufile;
+use gpufile::plan::{self, Availability, Memory, Policy};
+use gpufile::{Engine, FileHandle};
 
 /// One GPU.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -252,8 +252,8 @@ pub fn check(path: Option<&Path>) -> CheckReport {
         Err("libcufile not loaded".into())
     };
     let file = path.map(file_check);
-    let gds_threshold = config::current()
-        .map(|s| s.gds_threshold)
+    let gds_threshold = Engine::global()
+        .map(|e| e.settings().gds_threshold)
         .unwrap_or(16 << 10);
     let verdicts = [CompatMode::Auto, CompatMode::On, CompatMode::Off]
         .into_iter()
@@ -263,25 +263,23 @@ pub fn check(path: Option<&Path>) -> CheckReport {
                 gds_threshold,
                 require_gds: false,
             };
-            let text =
-                match plan::choose_path(Memory::Device, usize::MAX, policy, cufile::availability) {
-                    Ok(p) if p.backend == plan::Backend::Cufile => match &file {
-                        Some(FileCheck {
-                            cufile_registers: Err(why),
-                            ..
-                        }) => {
-                            format!("{}: but this file does not register ({why})", p)
-                        }
-                        _ => p.to_string(),
-                    },
-                    Ok(p) => p.to_string(),
-                    Err(e) => format!("error: {e}"),
-                };
+            // The same two steps a request takes: the path, then (for a file) the registration.
+            let path = plan::choose_path(Memory::Device, usize::MAX, policy, cufile::availability)
+                .and_then(|p| match (&file, p.backend) {
+                    (Some(f), plan::Backend::Cufile) => {
+                        plan::after_registration(p, policy, f.cufile_registers.clone())
+                    }
+                    _ => Ok(p),
+                });
+            let text = match path {
+                Ok(p) => p.to_string(),
+                Err(e) => format!("error: {e}"),
+            };
             (mode.name().to_owned(), text)
         })
         .collect();
     CheckReport {
-        gpufile_version: crate::VERSION,
+        gpufile_version: gpufile::VERSION,
         libcuda,
         gpus,
         libcufile,

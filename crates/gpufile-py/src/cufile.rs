@@ -1,0 +1,123 @@
+//! cuFile: the driver, its library, properties and parameters, cufile.json, and registration of
+//! buffers and streams.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+
+use crate::buffer::{wait_for_stream, BufferView};
+use crate::errors::{to_py, GpufileError};
+use crate::tools::json_to_py;
+
+/// Extra folders to find libcufile.so.0 in (before the system loader).
+#[pyfunction]
+pub(crate) fn cufile_set_search_dirs(dirs: Vec<std::path::PathBuf>) {
+    gpufile::cufile::set_search_dirs(dirs);
+}
+
+/// `(major, minor)` of libcufile, `(0, 0)` where it cannot be loaded or does not say (KvikIO).
+#[pyfunction]
+pub(crate) fn cufile_version(py: Python<'_>) -> (i32, i32) {
+    py.detach(|| gpufile::cufile::version().ok().flatten().unwrap_or((0, 0)))
+}
+
+/// Where libcufile was loaded from, or why not.
+#[pyfunction]
+pub(crate) fn cufile_library(py: Python<'_>) -> (bool, String) {
+    py.detach(|| match gpufile::cufile::library() {
+        Ok(l) => (true, l.path.clone()),
+        Err(e) => (false, e.to_string()),
+    })
+}
+
+/// The driver's properties as a dict (opens the driver).
+#[pyfunction]
+pub(crate) fn cufile_properties(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let props = py.detach(gpufile::cufile::properties).map_err(to_py)?;
+    let value = serde_json::to_value(&props).map_err(|e| GpufileError::new_err(e.to_string()))?;
+    json_to_py(py, &value)
+}
+
+/// `[(name, value)]` as cuFile reports them (`cuFileGetParameter*`).
+#[pyfunction]
+pub(crate) fn cufile_parameters(py: Python<'_>) -> PyResult<Vec<(String, String)>> {
+    let params = py.detach(gpufile::cufile::parameters).map_err(to_py)?;
+    Ok(params.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// `(path, [(section.key, json value)])` of cufile.json (`CUFILE_ENV_PATH_JSON` or
+/// `/etc/cufile.json` unless `path` is given).
+#[pyfunction]
+#[pyo3(signature = (path=None))]
+pub(crate) fn cufile_config(
+    path: Option<std::path::PathBuf>,
+) -> PyResult<(std::path::PathBuf, Vec<(String, String)>)> {
+    let path = path.unwrap_or_else(gpufile::cufile::config_path);
+    let values = gpufile::cufile::read_config(&path).map_err(to_py)?;
+    Ok((path, values))
+}
+
+/// Opens the cuFile driver.
+#[pyfunction]
+pub(crate) fn cufile_driver_open(py: Python<'_>) -> PyResult<()> {
+    py.detach(gpufile::cufile::driver_open).map_err(to_py)
+}
+
+/// Closes the cuFile driver if gpufile opened it.
+#[pyfunction]
+pub(crate) fn cufile_driver_close(py: Python<'_>) -> PyResult<()> {
+    py.detach(gpufile::cufile::driver_close).map_err(to_py)
+}
+
+pub(crate) fn device_base(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(u64, usize)> {
+    match BufferView::new(buf, false)? {
+        BufferView::Device { addr, .. } => {
+            let info = py.detach(|| gpufile::cuda::classify(addr)).map_err(to_py)?;
+            Ok((info.base, info.size))
+        }
+        BufferView::Host(_) => Err(PyTypeError::new_err("cuFile registers device memory only")),
+    }
+}
+
+/// `cuFileBufRegister` on the allocation holding `buf`.
+#[pyfunction]
+pub(crate) fn memory_register(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+    let (base, size) = device_base(py, buf)?;
+    py.detach(|| gpufile::cufile::buf_register(base, size))
+        .map_err(to_py)
+}
+
+/// `cuFileBufDeregister` on the allocation holding `buf`.
+#[pyfunction]
+pub(crate) fn memory_deregister(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+    let (base, _) = device_base(py, buf)?;
+    py.detach(|| gpufile::cufile::buf_deregister(base))
+        .map_err(to_py)
+}
+
+/// Waits for the work queued on CUDA stream `stream` (a handle) in the context of `buf`.
+#[pyfunction]
+pub(crate) fn stream_synchronize(
+    py: Python<'_>,
+    stream: u64,
+    buf: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    match BufferView::new(buf, false)? {
+        BufferView::Device { addr, .. } => wait_for_stream(py, addr, stream),
+        BufferView::Host(_) => Ok(()),
+    }
+}
+
+/// `cuFileStreamRegister`.
+#[pyfunction]
+#[pyo3(signature = (stream, flags=0))]
+pub(crate) fn stream_register(py: Python<'_>, stream: u64, flags: u32) -> PyResult<()> {
+    py.detach(|| gpufile::cufile::stream_register(stream, flags))
+        .map_err(to_py)
+}
+
+/// `cuFileStreamDeregister`.
+#[pyfunction]
+pub(crate) fn stream_deregister(py: Python<'_>, stream: u64) -> PyResult<()> {
+    py.detach(|| gpufile::cufile::stream_deregister(stream))
+        .map_err(to_py)
+}

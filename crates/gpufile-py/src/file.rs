@@ -1,0 +1,349 @@
+//! Files and futures: `gpufile.CuFile`'s engine (`NativeFile`) and `IOFuture`'s (`NativeFuture`).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use gpufile::{Direction, Engine, Error, FileHandle, IoFuture, Memory, Request};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::buffer::BufferView;
+use crate::errors::{to_py, uint_arg};
+
+/// An open file (the engine under `gpufile.CuFile`).
+#[pyclass(frozen, module = "gpufile._native")]
+pub(crate) struct NativeFile {
+    handle: Mutex<Option<FileHandle>>,
+}
+
+impl NativeFile {
+    fn handle(&self) -> PyResult<FileHandle> {
+        let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        guard.clone().ok_or_else(|| to_py(Error::Closed))
+    }
+
+    /// Validates the arguments and starts the request; argument errors leave the buffer alone.
+    fn start(
+        &self,
+        py: Python<'_>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(IoFuture, BufferView)> {
+        let handle = self.handle()?;
+        let view = BufferView::new(buf, dir == Direction::Read)?;
+        let len = view.request_len(size)?;
+        let offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
+        let task_size = uint_arg("task_size", task_size, None)?
+            .map(|t| usize::try_from(t).unwrap_or(usize::MAX));
+        let req = Request {
+            direction: dir,
+            buffer: view.buffer(0, len),
+            file_offset: offset,
+            task_size,
+        };
+        let req = SendRequest(req);
+        // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
+        // memory stays valid until the view is dropped; every caller keeps the view until the
+        // future is done.
+        let fut = py.detach(move || unsafe { handle.submit(req.into_inner(), None) });
+        Ok((fut.map_err(to_py)?, view))
+    }
+
+    fn blocking(
+        &self,
+        py: Python<'_>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let (fut, view) = self.start(py, dir, buf, size, file_offset, task_size)?;
+        let result = wait_interruptibly(py, &fut);
+        drop(view);
+        result
+    }
+
+    /// One request, not split (KvikIO's `raw_read`/`raw_write`), host or device memory alike.
+    fn raw(
+        &self,
+        py: Python<'_>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let handle = self.handle()?;
+        let view = BufferView::new(buf, dir == Direction::Read)?;
+        let dev_offset = uint_arg("dev_offset", dev_offset, Some(0))?.unwrap_or(0);
+        let room = (view.len() as u64).checked_sub(dev_offset).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "dev_offset {dev_offset} is past the end of the buffer ({} bytes)",
+                view.len()
+            ))
+        })?;
+        let len = uint_arg("size", size, Some(room))?.unwrap_or(0);
+        if len > room {
+            return Err(PyValueError::new_err(format!(
+                "size {len} at dev_offset {dev_offset} is larger than the buffer ({} bytes)",
+                view.len()
+            )));
+        }
+        let len = len as usize;
+        let req = Request {
+            direction: dir,
+            buffer: view.buffer(dev_offset as usize, len),
+            file_offset: uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0),
+            task_size: Some(len.max(1)),
+        };
+        let req = SendRequest(req);
+        // SAFETY: `view` holds the export or the array object until after the wait.
+        let fut = py.detach(move || unsafe { handle.submit(req.into_inner(), None) });
+        let result = wait_interruptibly(py, &fut.map_err(to_py)?);
+        drop(view);
+        result
+    }
+
+    fn future(
+        slf: &Bound<'_, Self>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        let py = slf.py();
+        let (fut, view) = slf
+            .get()
+            .start(py, dir, buf, size, file_offset, task_size)?;
+        Ok(NativeFuture {
+            fut,
+            view: Mutex::new(Some(view)),
+            _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
+        })
+    }
+}
+
+#[pymethods]
+impl NativeFile {
+    #[new]
+    fn new(py: Python<'_>, path: std::path::PathBuf, flags: &str) -> PyResult<Self> {
+        let flags = flags.to_owned();
+        let handle = py
+            .detach(move || FileHandle::open(path, &flags))
+            .map_err(to_py)?;
+        Ok(NativeFile {
+            handle: Mutex::new(Some(handle)),
+        })
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.blocking(py, Direction::Read, buf, size, file_offset, task_size)
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.blocking(py, Direction::Write, buf, size, file_offset, task_size)
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn pread(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        Self::future(slf, Direction::Read, buf, size, file_offset, task_size)
+    }
+
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn pwrite(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        Self::future(slf, Direction::Write, buf, size, file_offset, task_size)
+    }
+
+    /// One request, not split (KvikIO's `raw_read`): `dev_offset` bytes into `buf`.
+    #[pyo3(signature = (buf, size=None, file_offset=None, dev_offset=None))]
+    fn raw_read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.raw(py, Direction::Read, buf, size, file_offset, dev_offset)
+    }
+
+    /// One request, not split (KvikIO's `raw_write`).
+    #[pyo3(signature = (buf, size=None, file_offset=None, dev_offset=None))]
+    fn raw_write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        self.raw(py, Direction::Write, buf, size, file_offset, dev_offset)
+    }
+
+    /// Closes the handle; requests in flight finish first (they hold the descriptor).
+    fn close(&self) {
+        self.handle.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.handle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    fn fileno(&self) -> PyResult<i32> {
+        Ok(self.handle()?.fd())
+    }
+
+    fn open_flags(&self) -> PyResult<i32> {
+        self.handle()?.open_flags().map_err(to_py)
+    }
+
+    fn nbytes(&self) -> PyResult<u64> {
+        self.handle()?.size().map_err(to_py)
+    }
+
+    fn is_direct_io_supported(&self, py: Python<'_>) -> PyResult<bool> {
+        let handle = self.handle()?;
+        Ok(py.detach(move || handle.is_direct_io_supported()))
+    }
+
+    /// `(backend, reason)` of a request of `size` bytes (default: a large one) into `buf`
+    /// (default: device memory) under the current settings.
+    #[pyo3(signature = (buf=None, size=None))]
+    fn io_path(
+        &self,
+        buf: Option<&Bound<'_, PyAny>>,
+        size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(String, String)> {
+        let handle = self.handle()?;
+        let (memory, len) = match buf {
+            Some(b) => {
+                let view = BufferView::new(b, false)?;
+                (view.memory(), view.request_len(size)?)
+            }
+            None => (Memory::Device, usize::MAX),
+        };
+        let settings = Engine::global().map_err(to_py)?.settings();
+        let path = handle.io_path(memory, len, &settings).map_err(to_py)?;
+        Ok((path.backend.to_string(), path.reason.to_string()))
+    }
+
+    #[getter]
+    fn path(&self) -> PyResult<std::path::PathBuf> {
+        Ok(self.handle()?.path().to_owned())
+    }
+
+    #[getter]
+    fn flags(&self) -> PyResult<&'static str> {
+        Ok(self.handle()?.mode().as_str())
+    }
+}
+
+/// A request in flight. Holds the buffer export and the objects involved until it is done; the
+/// export is released as soon as `get()` has seen the request end.
+#[pyclass(frozen, module = "gpufile._native")]
+pub(crate) struct NativeFuture {
+    fut: IoFuture,
+    view: Mutex<Option<BufferView>>,
+    _owners: Vec<Py<PyAny>>,
+}
+
+#[pymethods]
+impl NativeFuture {
+    /// Waits for the request (GIL released; Ctrl-C cancels it); the bytes transferred.
+    fn get(&self, py: Python<'_>) -> PyResult<usize> {
+        let r = wait_interruptibly(py, &self.fut);
+        // Done (or cancelled and drained): no worker uses the buffer any more.
+        self.view.lock().unwrap_or_else(|e| e.into_inner()).take();
+        r
+    }
+
+    /// Whether the request has finished.
+    fn done(&self) -> bool {
+        self.fut.is_done()
+    }
+}
+
+impl Drop for NativeFuture {
+    fn drop(&mut self) {
+        // The workers may still write into the buffer: keep the export until they are done,
+        // without holding the GIL meanwhile (other Python threads go on).
+        if !self.fut.is_done() {
+            Python::attach(|py| py.detach(|| self.fut.wait().ok()));
+        }
+        if let Err(e) = self.fut.wait() {
+            if self.view.get_mut().map(|v| v.is_some()).unwrap_or(false) {
+                // Nobody called get(): say once that this request failed (a dropped pwrite would
+                // otherwise lose ENOSPC silently).
+                gpufile::observe::notice(format!("a request nobody waited for failed: {e}"));
+            }
+        }
+    }
+}
+
+/// How often a blocking wait looks for signals (Ctrl-C): a KeyboardInterrupt arrives within
+/// about this long.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// Waits for `fut` with the GIL released, checking for signals: on one (KeyboardInterrupt), the
+/// request's tasks not yet started are cancelled and those running are waited for (so no worker
+/// touches the buffer afterwards), then the exception is raised.
+pub(crate) fn wait_interruptibly(py: Python<'_>, fut: &IoFuture) -> PyResult<usize> {
+    loop {
+        if let Some(r) = py.detach(|| fut.wait_timeout(SIGNAL_POLL)) {
+            return r.map_err(to_py);
+        }
+        if let Err(interrupt) = py.check_signals() {
+            fut.cancel();
+            let _ = py.detach(|| fut.wait());
+            return Err(interrupt);
+        }
+    }
+}
+
+/// A request moved into a GIL-free closure: the raw addresses in it stay valid because the
+/// caller holds the buffer view until the request is done.
+pub(crate) struct SendRequest(Request);
+// SAFETY: see above; the request is only submitted, never dereferenced, by the closure.
+unsafe impl Send for SendRequest {}
+impl SendRequest {
+    fn into_inner(self) -> Request {
+        self.0
+    }
+}

@@ -1,0 +1,436 @@
+//! The [`Engine`]: the worker pool, the pinned bounce buffers, the in-flight count and the default
+//! settings of a process (or of a test), and the one path every request takes:
+//! plan (the path and its reason) → executor → record.
+//!
+//! How to use:
+//! 1. [`Engine::global`] is the process engine behind KvikIO's global `defaults` API; a forked
+//!    child gets a fresh one (its parent's threads do not exist there) with the same settings.
+//! 2. Every request carries the settings it runs under ([`Engine::submit`] takes them), so tools
+//!    and tests vary settings per request without touching the defaults.
+//! 3. [`Engine::shutdown`] stops new requests and waits, for a bounded time, for those in flight
+//!    (interpreter exit).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::config::{self, Input, Name, Settings, Source as SettingSource, Value};
+use crate::cuda::{self, MemoryKind};
+use crate::cufile::{self, RegisteredFile};
+use crate::error::{Error, Result};
+use crate::exec::bounce::{BounceExec, BouncePool, DeviceTarget};
+use crate::exec::cufile::CufileExec;
+use crate::exec::host::HostExec;
+use crate::exec::{Endpoint, Executor, SendPtr, Tasks};
+use crate::file::FileHandle;
+use crate::future::{lock, Completion, IoFuture};
+use crate::observe;
+use crate::plan::{self, Backend, IoPath, Policy, Reason, TaskSplit};
+use crate::pool::ThreadPool;
+use crate::request::{Buffer, Direction, Memory, Request};
+
+/// Requests started and not yet finished, with a condvar for [`Engine::shutdown`].
+#[derive(Default)]
+struct InFlight {
+    count: Mutex<usize>,
+    idle: Condvar,
+}
+
+impl InFlight {
+    fn enter(&self) {
+        *lock(&self.count) += 1;
+    }
+
+    fn leave(&self) {
+        let mut n = lock(&self.count);
+        *n -= 1;
+        if *n == 0 {
+            self.idle.notify_all();
+        }
+    }
+}
+
+/// The caller's memory, resolved: host memory, or GPU memory with its allocation and context.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Host(SendPtr),
+    Device {
+        device: DeviceTarget,
+        /// Start of the allocation holding the range (cuFile addresses buffers by base + offset).
+        base: u64,
+    },
+}
+
+impl Target {
+    fn memory(&self) -> Memory {
+        match self {
+            Target::Host(_) => Memory::Host,
+            Target::Device { .. } => Memory::Device,
+        }
+    }
+}
+
+/// Worker pool, pinned buffers, in-flight requests and default settings.
+pub struct Engine {
+    defaults: RwLock<config::State>,
+    pool: Mutex<Option<Arc<ThreadPool>>>,
+    bounce: Arc<BouncePool>,
+    in_flight: Arc<InFlight>,
+    closing: AtomicBool,
+    pid: u32,
+}
+
+static GLOBAL: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
+
+impl Engine {
+    /// An engine with these default settings; its workers start on its first request.
+    pub fn new(defaults: config::State) -> Self {
+        Engine {
+            defaults: RwLock::new(defaults),
+            pool: Mutex::new(None),
+            bounce: Arc::new(BouncePool::default()),
+            in_flight: Arc::new(InFlight::default()),
+            closing: AtomicBool::new(false),
+            pid: std::process::id(),
+        }
+    }
+
+    /// The process engine, made on first use from the environment (`KVIKIO_*`/`GPUFILE_*`; a
+    /// value that does not parse is an error naming the variable). In a forked child, a fresh
+    /// engine with the parent's settings: the parent's one is forgotten, never dropped (its
+    /// workers do not exist in the child, and its pinned memory belongs to the parent's CUDA).
+    pub fn global() -> Result<Arc<Engine>> {
+        let mut slot = lock(&GLOBAL);
+        if let Some(e) = &*slot {
+            if e.pid == std::process::id() {
+                return Ok(Arc::clone(e));
+            }
+        }
+        let defaults = match slot.take() {
+            Some(parent) => {
+                let state = match parent.defaults.try_read() {
+                    Ok(s) => s.clone(),
+                    Err(_) => config::State::from_process_env()?,
+                };
+                parent.bounce.forget();
+                std::mem::forget(parent);
+                state
+            }
+            None => config::State::from_process_env()?,
+        };
+        let engine = Arc::new(Engine::new(defaults));
+        *slot = Some(Arc::clone(&engine));
+        Ok(engine)
+    }
+
+    /// The default settings now (a snapshot: later changes do not affect it).
+    pub fn settings(&self) -> Settings {
+        self.read_defaults().settings.clone()
+    }
+
+    fn read_defaults(&self) -> std::sync::RwLockReadGuard<'_, config::State> {
+        self.defaults.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_defaults(&self) -> std::sync::RwLockWriteGuard<'_, config::State> {
+        self.defaults.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The default settings with `updates` applied, for one request or tool run: the defaults
+    /// themselves do not change (a bad value is an [`Error::InvalidSetting`]).
+    pub fn settings_with(&self, updates: &[(Name, Input<'_>)]) -> Result<Settings> {
+        let mut state = self.read_defaults().clone();
+        state.set(updates)?;
+        Ok(state.settings)
+    }
+
+    /// Changes default settings (all or nothing); a bad value is an [`Error::InvalidSetting`].
+    pub fn set(&self, updates: &[(Name, Input<'_>)]) -> Result<()> {
+        self.write_defaults().set(updates)
+    }
+
+    /// The value and source of each named setting, for a later [`Engine::restore`].
+    pub fn snapshot(&self, names: &[Name]) -> Vec<(Name, Value, SettingSource)> {
+        self.read_defaults().snapshot(names)
+    }
+
+    /// Puts back what [`Engine::snapshot`] saved.
+    pub fn restore(&self, saved: &[(Name, Value, SettingSource)]) {
+        self.write_defaults().restore(saved)
+    }
+
+    /// Every setting with its value and source.
+    pub fn report(&self) -> Vec<(Name, Value, SettingSource)> {
+        self.snapshot(&Name::ALL)
+    }
+
+    /// Frees the pooled pinned bounce buffers; the bytes freed.
+    pub fn free_bounce_buffers(&self) -> usize {
+        self.bounce.free()
+    }
+
+    /// Bytes of pinned bounce buffers pooled now.
+    pub fn pooled_bounce_bytes(&self) -> usize {
+        self.bounce.pooled()
+    }
+
+    /// Requests started and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        *lock(&self.in_flight.count)
+    }
+
+    /// Stops accepting requests ([`Error::ShuttingDown`] from then on) and waits up to `timeout`
+    /// for those in flight; whether none is left.
+    pub fn shutdown(&self, timeout: Duration) -> bool {
+        self.closing.store(true, Ordering::SeqCst);
+        let n = lock(&self.in_flight.count);
+        let (n, _) = self
+            .in_flight
+            .idle
+            .wait_timeout_while(n, timeout, |n| *n > 0)
+            .unwrap_or_else(|e| e.into_inner());
+        *n == 0
+    }
+
+    /// The path a request of `len` bytes into or out of `memory` on `file` takes under
+    /// `settings`, and why, with the registered file where cuFile runs it. The registration
+    /// fallback is part of the decision ([`plan::after_registration`]).
+    pub fn decide(
+        file: &FileHandle,
+        memory: Memory,
+        len: usize,
+        settings: &Settings,
+    ) -> Result<(IoPath, Option<Arc<RegisteredFile>>)> {
+        let policy = Policy::from(settings);
+        let path = plan::choose_path(memory, len, policy, cufile::availability)?;
+        if path.backend != Backend::Cufile {
+            if let Reason::NotAccelerated(_) | Reason::CufileUnavailable(_) = path.reason {
+                observe::notice(format!(
+                    "compat_mode AUTO: device I/O uses gpufile's POSIX path ({})",
+                    path.reason
+                ));
+            }
+            return Ok((path, None));
+        }
+        let registered = file.registered();
+        let outcome = registered.as_ref().map(drop).map_err(ToString::to_string);
+        let path = plan::after_registration(path, policy, outcome)?;
+        if path.backend != Backend::Cufile {
+            observe::notice(format!(
+                "compat_mode AUTO: {} uses gpufile's POSIX path ({})",
+                file.path().display(),
+                path.reason
+            ));
+            return Ok((path, None));
+        }
+        Ok((path, registered.ok()))
+    }
+
+    /// Starts a request on `file` under `settings`.
+    ///
+    /// Argument errors (reading past the end of the file, a write-only handle, a device range
+    /// past its allocation, compat_mode OFF without cuFile) come back before any byte moves.
+    ///
+    /// # Safety
+    /// The request's buffer must be valid for its length (writable for a read) until the
+    /// returned future is done (waited on or seen done), and nothing else may write it meanwhile
+    /// (nor read it, for a read).
+    pub unsafe fn submit(
+        &self,
+        file: &FileHandle,
+        req: Request,
+        settings: &Settings,
+    ) -> Result<IoFuture> {
+        let task_size = self.accept(&req, settings)?;
+        let target = resolve(req.buffer)?;
+        let len = req.buffer.len();
+        file.check(req.direction, len, req.file_offset)?;
+        let (path, registered) = Self::decide(file, target.memory(), len, settings)?;
+        if len == 0 {
+            return Ok(IoFuture::ready(Ok(0)));
+        }
+        let endpoint = match req.direction {
+            Direction::Read => Endpoint::Read(file.local()),
+            Direction::Write => Endpoint::Write(file.local()),
+        };
+        let exec: Arc<dyn Executor> = match (target, registered) {
+            (Target::Device { device, base }, Some(registered)) => Arc::new(CufileExec {
+                registered,
+                direction: req.direction,
+                ctx: device.ctx,
+                base,
+                offset_in_allocation: device.addr - base,
+                path: file.path().to_owned(),
+            }),
+            (target, _) => self.posix_executor(endpoint, target, req.direction, settings),
+        };
+        let split = TaskSplit::new(req.file_offset, len, task_size);
+        self.run(exec, split, path.backend, settings.num_threads)
+    }
+
+    /// Starts a request on any source or sink (a remote object, a mapping) through gpufile's own
+    /// path: host memory directly, GPU memory through the pinned bounce pipeline. The caller has
+    /// checked the range against the source's size.
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`].
+    pub unsafe fn submit_to(
+        &self,
+        endpoint: Endpoint,
+        req: Request,
+        settings: &Settings,
+    ) -> Result<IoFuture> {
+        let task_size = self.accept(&req, settings)?;
+        let target = resolve(req.buffer)?;
+        let len = req.buffer.len();
+        if len == 0 {
+            return Ok(IoFuture::ready(Ok(0)));
+        }
+        let exec = self.posix_executor(endpoint, target, req.direction, settings);
+        let split = TaskSplit::new(req.file_offset, len, task_size);
+        self.run(exec, split, Backend::GpufilePosix, settings.num_threads)
+    }
+
+    /// Checks what every request needs; the task size it runs with.
+    fn accept(&self, req: &Request, settings: &Settings) -> Result<usize> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown);
+        }
+        let task_size = req.task_size.unwrap_or(settings.task_size);
+        if task_size == 0 {
+            return Err(Error::InvalidArgument(
+                "task_size must be at least 1 byte".into(),
+            ));
+        }
+        let end = req.file_offset.checked_add(req.buffer.len() as u64);
+        if end.is_none_or(|e| e > i64::MAX as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "file_offset {} + size {} is past the largest file offset",
+                req.file_offset,
+                req.buffer.len()
+            )));
+        }
+        Ok(task_size)
+    }
+
+    fn posix_executor(
+        &self,
+        endpoint: Endpoint,
+        target: Target,
+        direction: Direction,
+        settings: &Settings,
+    ) -> Arc<dyn Executor> {
+        let direct = match direction {
+            Direction::Read => settings.auto_direct_io_read,
+            Direction::Write => settings.auto_direct_io_write,
+        };
+        match target {
+            Target::Host(ptr) => Arc::new(HostExec {
+                endpoint,
+                ptr,
+                direct,
+            }),
+            Target::Device { device, .. } => Arc::new(BounceExec {
+                endpoint,
+                target: device,
+                bounce: settings.bounce_buffer_size,
+                direct,
+                pool: Arc::clone(&self.bounce),
+            }),
+        }
+    }
+
+    /// Runs `split` on the workers: one run of `exec` per worker, at most `threads` and at most
+    /// one per task; the request is recorded and leaves the in-flight count when its last task
+    /// ends, before any waiter wakes.
+    fn run(
+        &self,
+        exec: Arc<dyn Executor>,
+        split: TaskSplit,
+        backend: Backend,
+        threads: usize,
+    ) -> Result<IoFuture> {
+        let pool = self.pool(threads)?;
+        let count = split.count();
+        let tasks = Arc::new(Tasks::new(split));
+        // The executor (and the file it holds open) is let go when the request ends, not when
+        // the last queued run gets a worker and finds nothing left to do.
+        let slot = Arc::new(Mutex::new(Some(exec)));
+        self.in_flight.enter();
+        let (in_flight, start, done_slot) = (
+            Arc::clone(&self.in_flight),
+            Instant::now(),
+            Arc::clone(&slot),
+        );
+        let completion = Completion::new(count, move |o| {
+            observe::record(backend, count, o.bytes, start.elapsed(), o.ok);
+            lock(&done_slot).take();
+            in_flight.leave();
+        });
+        for _ in 0..count.min(threads.max(1)) {
+            let (slot, tasks, done) = (
+                Arc::clone(&slot),
+                Arc::clone(&tasks),
+                Arc::clone(&completion),
+            );
+            pool.submit(Box::new(move || {
+                let exec = lock(&slot).clone();
+                if let Some(exec) = exec {
+                    exec.run(&tasks, &done);
+                }
+            }));
+        }
+        Ok(IoFuture::pending(completion))
+    }
+
+    /// The pool, grown to at least `threads` workers (it never shrinks: a request uses at most
+    /// its own `num_threads` of them).
+    fn pool(&self, threads: usize) -> Result<Arc<ThreadPool>> {
+        let mut slot = lock(&self.pool);
+        let pool = match &*slot {
+            Some(p) => Arc::clone(p),
+            None => {
+                let p = Arc::new(ThreadPool::new(threads.max(1))?);
+                *slot = Some(Arc::clone(&p));
+                p
+            }
+        };
+        pool.grow(threads)?;
+        Ok(pool)
+    }
+}
+
+/// Resolves the caller's memory: a device address is classified by CUDA (a pinned host address
+/// takes the host path; a range past its allocation is refused).
+fn resolve(buffer: Buffer) -> Result<Target> {
+    let (addr, len) = match buffer {
+        Buffer::Host { ptr, .. } => return Ok(Target::Host(SendPtr(ptr))),
+        Buffer::Device { addr, len } => (addr, len),
+    };
+    let info = cuda::classify(addr)?;
+    match info.kind {
+        MemoryKind::Host => Err(Error::InvalidArgument(format!(
+            "address {addr:#x} is not GPU memory CUDA knows of"
+        ))),
+        MemoryKind::PinnedHost => Ok(Target::Host(SendPtr(addr as *mut u8))),
+        MemoryKind::Device | MemoryKind::Managed => {
+            let end = info.base.saturating_add(info.size as u64);
+            if addr.checked_add(len as u64).is_none_or(|e| e > end) {
+                return Err(Error::InvalidArgument(format!(
+                    "{len} bytes at {addr:#x} run past the end of their allocation \
+                     ({} bytes at {:#x})",
+                    info.size, info.base
+                )));
+            }
+            let device = info.device.unwrap_or(0);
+            let ctx = match info.context {
+                Some(c) => c,
+                None => cuda::primary_context(device)?,
+            };
+            Ok(Target::Device {
+                device: DeviceTarget { addr, ctx, device },
+                base: info.base,
+            })
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! The futures of requests: a [`Completion`] counts a request's tasks down and keeps the first
+//! error; an [`IoFuture`] waits on it.
+//!
+//! Nothing here knows of backends, devices or metrics: whoever makes a completion gives it a hook
+//! that runs once, when the last task finishes and before any waiter wakes (the engine uses it to
+//! record the request and take it out of its in-flight count).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// What a request ended with, handed to the completion's hook.
+#[derive(Clone, Copy, Debug)]
+pub struct Outcome {
+    /// Bytes moved by the tasks that succeeded.
+    pub bytes: usize,
+    /// Whether every task succeeded.
+    pub ok: bool,
+}
+
+type Hook = Box<dyn FnOnce(Outcome) + Send>;
+
+struct State {
+    remaining: usize,
+    bytes: usize,
+    error: Option<Error>,
+    hook: Option<Hook>,
+}
+
+/// Shared state of one request.
+pub struct Completion {
+    state: Mutex<State>,
+    cv: Condvar,
+    progress: AtomicU64,
+    stop: AtomicBool,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Completion {
+    /// A request of `tasks` tasks (at least one); `hook` runs once when the last one finishes.
+    pub fn new(tasks: usize, hook: impl FnOnce(Outcome) + Send + 'static) -> Arc<Self> {
+        assert!(tasks > 0, "a completion counts at least one task");
+        Arc::new(Completion {
+            state: Mutex::new(State {
+                remaining: tasks,
+                bytes: 0,
+                error: None,
+                hook: Some(Box::new(hook)),
+            }),
+            cv: Condvar::new(),
+            progress: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// True once a task failed or the request was cancelled: tasks not yet started are skipped.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Cancels the tasks not yet started (they finish as skipped); tasks running go on to their
+    /// end, so no worker touches the caller's memory once the future is done.
+    pub fn cancel(&self) {
+        let mut st = lock(&self.state);
+        if st.remaining > 0 && st.error.is_none() {
+            st.error = Some(Error::Cancelled);
+        }
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Bytes moved so far, updated by tasks as they go.
+    pub fn progress(&self) -> &AtomicU64 {
+        &self.progress
+    }
+
+    /// Counts one task down with its result.
+    pub fn finish_task(&self, result: Result<usize>) {
+        self.finish_tasks(1, result);
+    }
+
+    /// Counts `n` tasks down at once (skipped tasks of a stopped request).
+    pub fn finish_tasks(&self, n: usize, result: Result<usize>) {
+        let mut st = lock(&self.state);
+        match result {
+            Ok(b) => st.bytes += b,
+            Err(e) => {
+                self.stop.store(true, Ordering::Relaxed);
+                st.error.get_or_insert(e);
+            }
+        }
+        st.remaining -= n.min(st.remaining);
+        if st.remaining == 0 {
+            if let Some(hook) = st.hook.take() {
+                hook(Outcome {
+                    bytes: st.bytes,
+                    ok: st.error.is_none(),
+                });
+            }
+            self.cv.notify_all();
+        }
+    }
+
+    fn outcome(st: &State) -> Result<usize> {
+        match &st.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(st.bytes),
+        }
+    }
+}
+
+/// The result of a request that may still be running. Dropping it does not cancel the request.
+#[must_use = "an IoFuture must be waited on to learn whether the I/O succeeded"]
+pub struct IoFuture {
+    inner: Inner,
+}
+
+enum Inner {
+    Ready(Result<usize>),
+    Pending(Arc<Completion>),
+}
+
+impl IoFuture {
+    /// A future that is already done.
+    pub fn ready(result: Result<usize>) -> Self {
+        IoFuture {
+            inner: Inner::Ready(result),
+        }
+    }
+
+    /// A future of a running request.
+    pub fn pending(c: Arc<Completion>) -> Self {
+        IoFuture {
+            inner: Inner::Pending(c),
+        }
+    }
+
+    /// Waits for every task; the bytes transferred, or the first error.
+    pub fn wait(&self) -> Result<usize> {
+        match &self.inner {
+            Inner::Ready(r) => r.clone(),
+            Inner::Pending(c) => {
+                let mut st = lock(&c.state);
+                while st.remaining > 0 {
+                    st = c.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                Completion::outcome(&st)
+            }
+        }
+    }
+
+    /// Like [`IoFuture::wait`], but gives up after `timeout` (returns `None`).
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<usize>> {
+        match &self.inner {
+            Inner::Ready(r) => Some(r.clone()),
+            Inner::Pending(c) => {
+                let st = lock(&c.state);
+                let (st, _) =
+                    c.cv.wait_timeout_while(st, timeout, |s| s.remaining > 0)
+                        .unwrap_or_else(|e| e.into_inner());
+                (st.remaining == 0).then(|| Completion::outcome(&st))
+            }
+        }
+    }
+
+    /// Whether every task has finished.
+    pub fn is_done(&self) -> bool {
+        match &self.inner {
+            Inner::Ready(_) => true,
+            Inner::Pending(c) => lock(&c.state).remaining == 0,
+        }
+    }
+
+    /// Cancels the tasks not yet started (see [`Completion::cancel`]); wait for the future
+    /// afterwards to know that no worker still uses the buffer.
+    pub fn cancel(&self) {
+        if let Inner::Pending(c) = &self.inner {
+            c.cancel();
+        }
+    }
+
+    /// Bytes moved so far (for progress bars).
+    pub fn bytes_transferred(&self) -> u64 {
+        match &self.inner {
+            Inner::Ready(r) => r.as_ref().map_or(0, |n| *n as u64),
+            Inner::Pending(c) => c.progress.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_error_wins_and_get_repeats_it() {
+        let c = Completion::new(2, |_| {});
+        c.finish_task(Err(Error::Closed));
+        assert!(c.stopped());
+        c.finish_task(Err(Error::Cancelled));
+        let f = IoFuture::pending(c);
+        assert_eq!(f.wait().unwrap_err().to_string(), Error::Closed.to_string());
+        assert!(f.wait().is_err());
+    }
+
+    #[test]
+    fn hook_runs_once_before_waiters_see_the_end() {
+        let seen = Arc::new(Mutex::new(None));
+        let s = Arc::clone(&seen);
+        let c = Completion::new(3, move |o| *lock(&s) = Some((o.bytes, o.ok)));
+        let f = IoFuture::pending(Arc::clone(&c));
+        assert!(f.wait_timeout(Duration::from_millis(5)).is_none());
+        c.finish_task(Ok(1));
+        c.finish_tasks(2, Ok(6));
+        assert_eq!(f.wait().unwrap(), 7);
+        assert_eq!(*lock(&seen), Some((7, true)));
+    }
+
+    #[test]
+    fn cancel_stops_and_reports_cancelled() {
+        let c = Completion::new(4, |_| {});
+        let f = IoFuture::pending(Arc::clone(&c));
+        f.cancel();
+        assert!(c.stopped());
+        c.finish_tasks(4, Ok(0));
+        assert!(matches!(f.wait(), Err(Error::Cancelled)));
+    }
+}
