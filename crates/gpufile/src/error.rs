@@ -203,6 +203,8 @@ impl Error {
         }
     }
 
+    /// An OS error of `op` on `path`. An error the kernel gave no errno for (a path with a NUL
+    /// byte, refused before any system call) is an argument error, not EIO.
     pub(crate) fn os(
         op: Op,
         path: &std::path::Path,
@@ -210,12 +212,15 @@ impl Error {
         len: usize,
         err: io::Error,
     ) -> Self {
-        Error::Os {
-            op,
-            path: path.to_owned(),
-            offset,
-            len,
-            errno: err.raw_os_error().unwrap_or(libc::EIO),
+        match err.raw_os_error() {
+            Some(errno) => Error::Os {
+                op,
+                path: path.to_owned(),
+                offset,
+                len,
+                errno,
+            },
+            None => Error::InvalidArgument(format!("{op} {:?}: {err}", path)),
         }
     }
 }
