@@ -16,13 +16,19 @@ the arrays work with the threaded scheduler and with ``dask.distributed`` worker
 
 A block that is not contiguous in the file (a C-order file chunked along a trailing axis) is read
 as its contiguous byte runs — each maximal, adjacent runs merged — all submitted before any is
-waited for. A chunking whose blocks span the trailing axes reads each block in one request; one
-that cuts the last axis makes one request per row and is slower: choose chunks accordingly.
+waited for. Where runs are short (a column block: one run per row), reading whole rows and
+cutting the block out of them is cheaper than one request per run; the reader then does so,
+through a scratch array of at most 64 MiB (or the block's size). Writes are always exact runs
+(other blocks' bytes are never rewritten), so column-chunked writes make one request per run:
+choose chunks that span the trailing axes where you can.
 
 Zarr: ``dask.array.from_zarr`` over a ``gpufile.zarr.GDSStore`` reads zarr arrays through
 gpufile; that store is a separate module (not part of this one).
 
-Requires ``dask[array]`` (and ``distributed`` for clusters); CuPy for device blocks.
+Requires ``dask[array]`` (and ``distributed`` for clusters); CuPy for device blocks. The arrays
+are built with ``dask.array.from_array`` and written with ``dask.array.store``, so they follow
+dask's conventions (names, ``meta``, ``compute=False``); dask's experimental array query planning
+(``array.query-planning: True``) reads them but does not implement ``store`` yet.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+from dask.array.core import normalize_chunks
 from dask.base import tokenize
 
 from .cufile import CuFile
@@ -443,12 +450,12 @@ def read_stack(paths: Sequence[PathLike], shape: Any, dtype: Any, chunks: Any = 
     else:
         bases = [_offset(offset)] * len(paths)
     parts = [_RawArray.open(p, b, shape, dt, kind) for p, b in zip(paths, bases)]
-    per_file = da.core.normalize_chunks(shape if chunks is None else chunks, shape, dtype=dt)
+    per_file = normalize_chunks(shape if chunks is None else chunks, shape, dtype=dt)
     return _from_source(_RawStack(parts), ((1,) * len(parts),) + per_file)
 
 
 def _from_source(src: _RawArray | _RawStack, chunks: Any) -> da.Array:
-    chunks = da.core.normalize_chunks(chunks, src.shape, dtype=src.dtype)
+    chunks = normalize_chunks(chunks, src.shape, dtype=src.dtype)
     return da.from_array(src, chunks=chunks, name="gpufile-read-" + tokenize(src, chunks),
                          lock=False, asarray=False, fancy=False,
                          meta=_meta(src.kind, len(src.shape), src.dtype))
@@ -474,7 +481,8 @@ class _FileTarget:
         _write_box(self.path, self.base, self.shape, self.dtype, lo, hi, block)
 
 
-def to_file(array: da.Array, path: PathLike, offset: int = 0, compute: bool = True) -> Any:
+def to_file(array: da.Array, path: PathLike, offset: int = 0, compute: bool = True,
+            **kwargs: Any) -> Any:
     """Writes ``array`` to ``path`` in C order at ``offset``, each block by the worker holding it.
 
     The file is created if missing and sized once, here, to end at ``offset + array.nbytes``
@@ -494,6 +502,9 @@ def to_file(array: da.Array, path: PathLike, offset: int = 0, compute: bool = Tr
         ``True``: write now and return ``None``. ``False``: size the file now and return the lazy
         store (what :func:`dask.array.store` returns with ``compute=False``, as ``to_zarr``
         does); ``dask.compute(result)`` writes the blocks.
+    **kwargs
+        Passed to ``dask.compute`` when ``compute`` is true (``scheduler=...``), as
+        :func:`dask.array.store` passes them.
 
     Returns
     -------
@@ -523,4 +534,5 @@ def to_file(array: da.Array, path: PathLike, offset: int = 0, compute: bool = Tr
         os.ftruncate(fd, base + math.prod(shape) * dt.itemsize)
     finally:
         os.close(fd)
-    return da.store(array, _FileTarget(path, base, shape, dt), lock=False, compute=compute)
+    return da.store(array, _FileTarget(path, base, shape, dt), lock=False, compute=compute,
+                    **kwargs)
