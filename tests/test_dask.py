@@ -47,8 +47,8 @@ def write_array(path, ref: np.ndarray, offset: int = 0, tail: int = 0) -> None:
 
 
 def reference(shape, dtype, seed=0) -> np.ndarray:
-    raw = np.random.default_rng(seed).integers(0, 256, int(np.prod(shape)) * np.dtype(dtype).itemsize,
-                                               dtype=np.uint8)
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
     return raw.view(dtype).reshape(shape)
 
 
@@ -106,7 +106,8 @@ def test_read_stack(tmp_path, scheduler):
     s = gd.read_stack(paths, (13, 7), ">i4", offset=offsets)
     assert s.chunks == ((1,) * 5, (13,), (7,))
     same_bytes(s.compute(scheduler=scheduler), np.stack(refs))
-    c = gd.read_stack([str(p) for p in paths[:3]], (13, 7), ">i4", chunks=(5, 3), offset=offsets[:3])
+    c = gd.read_stack([str(p) for p in paths[:3]], (13, 7), ">i4", chunks=(5, 3),
+                      offset=offsets[:3])
     assert c.chunks == ((1, 1, 1), (5, 5, 3), (3, 3, 1))
     same_bytes(c.compute(scheduler=scheduler), np.stack(refs[:3]))
     same_bytes(s[1:4, 2].compute(scheduler=scheduler), np.stack(refs)[1:4, 2])

@@ -195,7 +195,7 @@ def _read_exact(f: CuFile, base: int, shape: tuple[int, ...], dtype: np.dtype, x
 
 def _read_box(path: str, base: int, shape: tuple[int, ...], dtype: np.dtype, kind: str,
               lo: Sequence[int], hi: Sequence[int]) -> Any:
-    """The box ``[lo, hi)`` of the array at byte ``base`` of ``path``, as a new C-contiguous array."""
+    """The box ``[lo, hi)`` of the array at byte ``base`` of ``path``, as a new C-order array."""
     xp = _module(kind)
     lo2, hi2 = _read_plan(shape, dtype.itemsize, lo, hi)
     with CuFile(path, "r") as f:
