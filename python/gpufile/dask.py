@@ -22,8 +22,8 @@ through a scratch array of at most 64 MiB (or the block's size). Writes are alwa
 (other blocks' bytes are never rewritten), so column-chunked writes make one request per run:
 choose chunks that span the trailing axes where you can.
 
-Zarr: ``dask.array.from_zarr`` over a ``gpufile.zarr.GDSStore`` reads zarr arrays through
-gpufile; that store is a separate module (not part of this one).
+Zarr: ``dask.array.from_zarr`` over a ``gpufile.zarr.GDSStore`` will read zarr arrays through
+gpufile once that store (a separate module) lands; nothing here is needed for it.
 
 Requires ``dask[array]`` (and ``distributed`` for clusters); CuPy for device blocks. The arrays
 are built with ``dask.array.from_array`` and written with ``dask.array.store``, so they follow
