@@ -319,28 +319,27 @@ def cuda_client():
             yield client
 
 
-def _physical_gpu(block):
-    """The GPU holding ``block``, as numbered before dask_cuda's per-worker CUDA_VISIBLE_DEVICES."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    ids = [v for v in visible.split(",") if v] or [str(block.device.id)]
-    return np.full((1, 1), zlib.crc32(ids[block.device.id].encode()), dtype=np.int64)
-
-
 @pytest.mark.gpu
 def test_local_cuda_cluster(tmp_path, cuda_client):
     import cupy as cp
 
+    def physical_gpu(block):  # nested: cloudpickle ships it by value to the workers
+        """The GPU holding ``block``, numbered as before dask_cuda's CUDA_VISIBLE_DEVICES."""
+        ids = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+        name = ids[block.device.id] if ids else str(block.device.id)
+        return np.full((1, 1), zlib.crc32(name.encode()), dtype=np.int64)
+
     workers = len(cuda_client.scheduler_info()["workers"])
-    ref = reference((8 * workers, 1 << 16), "<f4", seed=4)
+    ref = reference((8 * workers, 1 << 16), "<i4", seed=4)  # ints: x * 2 is exact
     path = tmp_path / "a.bin"
     write_array(path, ref, 4096)
     x = gd.read_array(path, ref.shape, ref.dtype, (1, 1 << 16), offset=4096, like=cp.empty(()))
     # each worker reads onto its own GPU: the blocks report the GPU they are on
-    devices = x.map_blocks(_physical_gpu, chunks=(1, 1), dtype=np.int64,
+    devices = x.map_blocks(physical_gpu, chunks=(1, 1), dtype=np.int64,
                            meta=np.empty((0, 0), np.int64)).compute(scheduler=cuda_client)
     assert len(set(devices.ravel().tolist())) == workers
     got = x.compute(scheduler=cuda_client)
     same_bytes(cp.asnumpy(got), ref)
     out = tmp_path / "out.bin"
     gd.to_file(x * 2, out, scheduler=cuda_client)
-    same_bytes(np.fromfile(out, dtype="<f4").reshape(ref.shape), ref * 2)
+    same_bytes(np.fromfile(out, dtype="<i4").reshape(ref.shape), ref * 2)
