@@ -3,6 +3,7 @@ per-block ``np.fromfile`` + ``cupy.asarray``, one dask_cuda worker per GPU, 1 an
 
     python benches/dask_bench.py [--size 8GiB] [--chunk 256MiB] [--runs 3] [--threads 1,4]
                                  [--workers 1,2] [--file PATH] [--json out.json] [--host]
+                                 [--compat-mode on]
 
 The file (random bytes, read once beforehand so that it is in the page cache) is a 1-D uint8
 array cut into ``--chunk`` blocks. Each run persists the whole array on the cluster (every block
@@ -194,6 +195,8 @@ def main() -> int:
     ap.add_argument("--file", default="/tmp/gpufile-dask-bench.bin")
     ap.add_argument("--json")
     ap.add_argument("--host", action="store_true", help="NumPy blocks on a LocalCluster")
+    ap.add_argument("--compat-mode", default="on",
+                    help="gpufile's compat_mode in the workers (default on, as multi_gpu_bench)")
     args = ap.parse_args()
     if args.size <= 0 or args.chunk <= 0 or args.runs <= 0:
         ap.error("--size, --chunk and --runs must be positive")
@@ -220,6 +223,7 @@ def main() -> int:
               file=sys.stderr)
         return 2
 
+    os.environ["GPUFILE_COMPAT_MODE"] = args.compat_mode  # the workers inherit it
     make_file(args.file, args.size)
     cached, total = gpufile.get_page_cache_info(args.file)
     rows = []
@@ -228,12 +232,15 @@ def main() -> int:
             with cluster(workers, threads, args.host) as c, distributed.Client(c) as client:
                 num_threads = sorted(set(client.run(
                     lambda: gpufile.defaults.get("num_threads")).values()))
+                modes = sorted(set(client.run(
+                    lambda: gpufile.defaults.get("compat_mode").name).values()))
                 for reader in args.readers.split(","):
                     times = run_config(client, reader, args.file, args.size, args.chunk,
                                        args.runs, args.host)
                     rows.append({
                         "reader": reader, "workers": workers, "threads_per_worker": threads,
-                        "gpufile_num_threads": num_threads, "times_s": times,
+                        "gpufile_num_threads": num_threads, "gpufile_compat_mode": modes,
+                        "times_s": times,
                         "gbps_median": args.size / statistics.median(times) / 1e9,
                         "gbps_best": args.size / min(times) / 1e9,
                     })
