@@ -17,6 +17,7 @@ LAYOUT = {
     "cufile_driver": ["properties", "libcufile_version", "driver_open", "driver_close",
                       "initialize"],
     "defaults": ["set", "get", "is_compat_mode_preferred"],
+    "numcodecs": ["CudaCodec"],
     "numpy": ["FileLike", "LikeWrapper", "fromfile", "tofile"],
     "stream": ["stream_register", "stream_deregister"],
     "utils": ["call_once", "kvikio_deprecation_notice", "kvikio_deprecate_module"],
@@ -28,6 +29,8 @@ LAYOUT = {
 def test_kvikio_names_resolve(module):
     if module == "zarr":
         pytest.importorskip("zarr", minversion="3.0.0")
+    if module == "numcodecs":
+        pytest.importorskip("numcodecs")
     mod = importlib.import_module("gpufile" + (f".{module}" if module else ""))
     missing = [name for name in LAYOUT[module] if not hasattr(mod, name)]
     assert not missing, f"gpufile.{module} lacks {missing}"
@@ -41,3 +44,23 @@ def test_reexports_are_the_same_objects():
     assert gpufile.buffer.memory_register is gpufile.memory_register
     assert gpufile.stream.stream_deregister is gpufile.stream_deregister
     assert gpufile.cufile.clear_page_cache is gpufile.clear_page_cache
+
+
+def test_cuda_codec_is_an_abstract_numcodecs_codec():
+    numcodecs = pytest.importorskip("numcodecs")
+    from gpufile.numcodecs import CudaCodec
+
+    assert issubclass(CudaCodec, numcodecs.abc.Codec)
+    with pytest.raises(TypeError, match="abstract"):
+        CudaCodec()
+
+    class Identity(CudaCodec):
+        codec_id = "identity-test"
+
+        def encode(self, buf):
+            return buf
+
+        def decode(self, buf, out=None):
+            return buf
+
+    assert Identity().decode(Identity().encode(b"ab")) == b"ab"
