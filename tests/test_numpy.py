@@ -2,6 +2,7 @@
 and a GPU are present; those cases skip with the reason elsewhere)."""
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -131,6 +132,18 @@ def test_file_objects_read_and_write_at_their_position(tmp_path):
     np.testing.assert_array_equal(np.fromfile(path, dtype="f4"), expected)
     with open(path, "rb") as f, pytest.raises(io.UnsupportedOperation, match="not open for writ"):
         tofile(src, f)
+
+
+def test_file_object_opened_from_a_descriptor(tmp_path):
+    """open(fd) has no path (its name is the descriptor): gpufile opens the descriptor's file."""
+    path = tmp_path / "a.bin"
+    np.arange(10, dtype="u1").tofile(path)
+    with open(os.open(path, os.O_RDWR), "r+b") as f:
+        f.seek(2)
+        np.testing.assert_array_equal(fromfile(f, dtype="u1", count=3), [2, 3, 4])
+        tofile(np.array([90, 91], dtype="u1"), f)
+        assert f.tell() == 7
+    np.testing.assert_array_equal(np.fromfile(path, dtype="u1"), [0, 1, 2, 3, 4, 90, 91, 7, 8, 9])
 
 
 def test_errors(tmp_path):
