@@ -15,6 +15,7 @@ import gpufile
 zarr = pytest.importorskip("zarr", minversion="3.0.0")
 
 import zarr.core.buffer.cpu  # noqa: E402
+import zarr.core.buffer.gpu  # noqa: E402 - imports without CuPy; its buffers need it
 import zarr.storage  # noqa: E402
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest  # noqa: E402
 from zarr.core.buffer import default_buffer_prototype  # noqa: E402
@@ -70,13 +71,14 @@ class TestGDSStoreHost(_Conformance, StoreTests[GDSStore, zarr.core.buffer.cpu.B
     buffer_cls = zarr.core.buffer.cpu.Buffer
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(GPU_REASON is not None, reason=GPU_REASON or "")
+class TestGDSStoreDevice(_Conformance, StoreTests[GDSStore, zarr.core.buffer.gpu.Buffer]):
+    buffer_cls = zarr.core.buffer.gpu.Buffer
+
+
 if GPU_REASON is None:
     import cupy as cp
-    import zarr.core.buffer.gpu
-
-    @pytest.mark.gpu
-    class TestGDSStoreDevice(_Conformance, StoreTests[GDSStore, zarr.core.buffer.gpu.Buffer]):
-        buffer_cls = zarr.core.buffer.gpu.Buffer
 
 
 def _write_array(store, data, **kw):
