@@ -106,6 +106,8 @@ def test_like_wrapper_routes_numpy_fromfile(tmp_path, xp):
     host = (lambda a: xp.asnumpy(a)) if xp.__name__ == "cupy" else (lambda a: a)
     np.testing.assert_array_equal(host(got), src)
     np.testing.assert_array_equal(host(got2), src[2:44])
+    # gpufile's own fromfile takes a LikeWrapper too (KvikIO's recurses forever).
+    np.testing.assert_array_equal(host(fromfile(path, "i4", count=3, like=like)), src[:3])
     # Other functions called with like=LikeWrapper(...) run as NumPy's own.
     np.testing.assert_array_equal(np.arange(3, like=LikeWrapper(np.empty(()))), [0, 1, 2])
 

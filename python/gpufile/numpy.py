@@ -172,6 +172,8 @@ def fromfile(
     available = (nbytes - start) // dt.itemsize
     count = available if count == -1 else min(count, available)
 
+    if isinstance(like, LikeWrapper):  # its __array_function__ would send empty_like back here
+        like = like._like
     if like is None:
         out = np.empty(count, dtype=dt)
     else:
