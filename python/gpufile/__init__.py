@@ -17,7 +17,7 @@ import atexit as _atexit
 import os as _os
 import sys as _sys
 
-from . import _native, buffer, cufile_driver, defaults
+from . import _native, buffer, cufile_driver, defaults, utils
 from ._native import CudaError, CufileError, EndOfFileError, GpufileError
 from .buffer import bounce_buffer_free
 from .cufile import (
@@ -31,7 +31,13 @@ from .cufile import (
 )
 from .defaults import CompatMode
 from .observe import Report, check, explain, observe, stats
-from .pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
+from .pagecache import (
+    clear_page_cache,
+    drop_file_page_cache,
+    drop_system_page_cache,
+    get_page_cache_info,
+)
+from .utils import kvikio_deprecation_notice
 
 __version__: str = _native.__version__
 
@@ -46,11 +52,13 @@ __all__ = [
     "Report",
     "bounce_buffer_free",
     "check",
+    "clear_page_cache",
     "explain",
     "cufile_driver",
     "drop_file_page_cache",
     "drop_system_page_cache",
     "get_page_cache_info",
+    "kvikio_deprecation_notice",
     "memory_deregister",
     "memory_register",
     "observe",
@@ -60,6 +68,7 @@ __all__ = [
     "IOFuture",
     "__version__",
     "defaults",
+    "utils",
 ]
 
 

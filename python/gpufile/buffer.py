@@ -1,8 +1,12 @@
-"""Pinned bounce buffers of the POSIX device path (KvikIO's ``kvikio.buffer``)."""
+"""Pinned bounce buffers of the POSIX device path, and cuFile buffer registration (KvikIO's
+``kvikio.buffer``)."""
 
 from __future__ import annotations
 
 from . import _native
+from .cufile import memory_deregister, memory_register
+
+__all__ = ["bounce_buffer_free", "bounce_buffer_pooled", "memory_deregister", "memory_register"]
 
 
 def bounce_buffer_free() -> int:

@@ -7,6 +7,12 @@ import os
 from typing import Any
 
 from . import _native
+from .pagecache import (  # noqa: F401 - KvikIO's kvikio.cufile exports them
+    clear_page_cache,
+    drop_file_page_cache,
+    drop_system_page_cache,
+    get_page_cache_info,
+)
 
 _log = logging.getLogger("gpufile")
 

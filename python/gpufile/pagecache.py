@@ -9,6 +9,7 @@ import os
 from typing import Any, Iterator
 
 from . import _native
+from .utils import kvikio_deprecation_notice
 
 
 @contextlib.contextmanager
@@ -61,3 +62,11 @@ def drop_system_page_cache(reclaim_dentries_and_inodes: bool = True,
                            sync_first: bool = True) -> bool:
     """Drops the whole system's page cache (``vm.drop_caches``); needs root. Whether it worked."""
     return _native.drop_system_page_cache(bool(reclaim_dentries_and_inodes), bool(sync_first))
+
+
+@kvikio_deprecation_notice("Use :func:`drop_system_page_cache` instead.", since="26.04")
+def clear_page_cache(reclaim_dentries_and_inodes: bool = True,
+                     clear_dirty_pages: bool = True) -> bool:
+    """Drops the system page cache; KvikIO's older name for :func:`drop_system_page_cache`
+    (``clear_dirty_pages`` is its ``sync_first``). Whether it worked."""
+    return drop_system_page_cache(reclaim_dentries_and_inodes, clear_dirty_pages)
