@@ -22,6 +22,7 @@ mod device;
 pub mod error;
 pub mod explain;
 pub mod file;
+pub mod formats;
 pub mod observe;
 pub mod pagecache;
 pub mod plan;
