@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
 mod dlpack;
+mod safetensors;
 
 pyo3::create_exception!(
     gpufile,
@@ -1121,5 +1122,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         m.add_function(f)?;
     }
+    safetensors::register(m)?;
     Ok(())
 }
