@@ -536,10 +536,12 @@ class safe_open:  # noqa: N801 - safetensors' name
         out = fw.view(buf, 0, part, dtype)
         if key is None:
             return out
+        # A copy of its own, C-ordered (a 0-d array for an index of every dimension), that does
+        # not keep the rows read for it alive.
         out = out[key]
         if fw.name == "pt":
-            return out.contiguous()
-        return fw.mod.ascontiguousarray(out)
+            return out.clone(memory_format=fw.mod.contiguous_format)
+        return fw.mod.array(out, order="C")
 
 
 def _main(argv: list[str] | None = None) -> int:
