@@ -1,4 +1,4 @@
-"""Model checkpoint → GPU: gpufile.safetensors against safetensors, fastsafetensors, InstantTensor.
+"""Model checkpoint → GPU: gpufile.safetensors vs safetensors, fastsafetensors, InstantTensor.
 
 Generates a Llama-like bf16 checkpoint (default 8 GB: 20 layers x 7 matrices, hidden 4096,
 intermediate 11008) as one file and as 4 shards with a model.safetensors.index.json, then loads

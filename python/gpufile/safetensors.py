@@ -233,18 +233,17 @@ class _Framework:
         return raw.view(dtype).reshape(shape)
 
 
-def _wait_all(futures: list) -> None:
-    """Waits for every future (a failed read must not leave others writing), then raises the
-    first error."""
+def _wait_all(futures: list) -> BaseException | None:
+    """Waits for every future (a failed read must not leave others writing into memory about
+    to be freed); returns the first error."""
     first: BaseException | None = None
     for fut in futures:
         try:
             fut.get()
-        except BaseException as e:  # noqa: BLE001 - re-raised below, after the others finish
+        except BaseException as e:  # noqa: BLE001 - returned to the caller, who raises it
             if first is None:
                 first = e
-    if first is not None:
-        raise first
+    return first
 
 
 def _select(ck: _Checkpoint, filter: Filter) -> list[_Tensor]:
@@ -319,20 +318,13 @@ def _load(path: str | os.PathLike[str], device: DeviceLike, framework: str, filt
                 futures.append(handles[file].pread(target[dest:dest + length], length, offset))
             for t, dest in zip(tensors, dests):
                 views[t.name] = fw.view(buf, dest, t, dtypes[t.name])
-        _wait_all(futures)
     finally:
-        _wait_all_quietly(futures)
+        error = _wait_all(futures)
         for h in handles:
             h.close()
+    if error is not None:
+        raise error
     return {t.name: views[t.name] for t in selected}
-
-
-def _wait_all_quietly(futures: list) -> None:
-    for fut in futures:
-        try:
-            fut.get()
-        except BaseException:  # noqa: BLE001 - the first error was raised already
-            pass
 
 
 def load_checkpoint(path: str | os.PathLike[str], device: DeviceLike = "cpu", *,
