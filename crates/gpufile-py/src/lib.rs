@@ -9,6 +9,7 @@ mod cufile;
 mod dlpack;
 mod errors;
 mod file;
+mod safetensors;
 mod settings;
 mod tools;
 
@@ -62,5 +63,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         m.add_function(f)?;
     }
+    safetensors::register(m)?;
     Ok(())
 }

@@ -29,6 +29,7 @@ pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod file;
+pub mod formats;
 pub mod future;
 pub mod observe;
 pub mod pagecache;

@@ -1,0 +1,121 @@
+//! Bindings of `gpufile::formats::safetensors`: validated headers and read plans. The reading
+//! itself is `python/gpufile/safetensors.py`'s, through `CuFile.pread`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use gpufile::formats::safetensors::{Checkpoint, FormatError, PlanOptions};
+use pyo3::exceptions::{PyKeyError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    gpufile,
+    SafetensorError,
+    PyValueError,
+    "A safetensors file or checkpoint that does not follow the format; the message names the \
+     file and the tensor."
+);
+
+/// Maps a format error: I/O → `OSError` (subclass by errno), an unknown tensor → `KeyError`,
+/// everything else → `SafetensorError` (a `ValueError`).
+fn to_py(e: FormatError) -> PyErr {
+    let text = e.to_string();
+    match e {
+        FormatError::Io { path, source } => match source.raw_os_error() {
+            Some(errno) => PyOSError::new_err((
+                errno,
+                gpufile::error::os_message(errno),
+                path.to_string_lossy().into_owned(),
+            )),
+            None => PyOSError::new_err(text),
+        },
+        FormatError::UnknownTensor { .. } => PyKeyError::new_err(text),
+        FormatError::InvalidOptions(_) => PyValueError::new_err(text),
+        _ => SafetensorError::new_err(text),
+    }
+}
+
+/// A tensor as Python sees it: (name, file index, dtype, shape, absolute file offset, bytes).
+type TensorRow = (String, usize, &'static str, Vec<u64>, u64, u64);
+
+/// A read plan: (destination bytes, ranges as (file, offset, len, dest), each tensor's dest).
+type PlanRows = (u64, Vec<(usize, u64, u64, u64)>, Vec<u64>);
+
+/// One or more safetensors files with validated headers.
+#[pyclass(frozen, module = "gpufile._native")]
+struct SafetensorsCheckpoint {
+    inner: Checkpoint,
+}
+
+#[pymethods]
+impl SafetensorsCheckpoint {
+    /// Opens a file, a `*.safetensors.index.json` or a directory; reads every header (GIL
+    /// released).
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let inner = py.detach(|| Checkpoint::open(&path)).map_err(to_py)?;
+        Ok(SafetensorsCheckpoint { inner })
+    }
+
+    /// The files, in the order `file` indices refer to.
+    fn files(&self) -> Vec<PathBuf> {
+        self.inner.files.iter().map(|h| h.path.clone()).collect()
+    }
+
+    /// `__metadata__` of file `file`, or None.
+    fn metadata(&self, file: usize) -> PyResult<Option<BTreeMap<String, String>>> {
+        let h = self
+            .inner
+            .files
+            .get(file)
+            .ok_or_else(|| PyValueError::new_err(format!("no file {file}")))?;
+        Ok(h.metadata.clone())
+    }
+
+    /// Every tensor, by file then offset.
+    fn tensors(&self) -> Vec<TensorRow> {
+        let ck = &self.inner;
+        ck.entries
+            .iter()
+            .map(|e| {
+                let t = ck.info(e);
+                let offset = ck.files[e.file].data_start + t.start;
+                (
+                    t.name.clone(),
+                    e.file,
+                    t.dtype.name(),
+                    t.shape.clone(),
+                    offset,
+                    t.len(),
+                )
+            })
+            .collect()
+    }
+
+    /// Plans reading tensors `selection` (indices into `tensors()`) into one allocation.
+    #[pyo3(signature = (selection, align=gpufile::formats::safetensors::DEFAULT_ALIGN, coalesce=true))]
+    fn plan(&self, selection: Vec<usize>, align: u64, coalesce: bool) -> PyResult<PlanRows> {
+        let plan = self
+            .inner
+            .plan(&selection, PlanOptions { align, coalesce })
+            .map_err(to_py)?;
+        let ranges = plan
+            .ranges
+            .iter()
+            .map(|r| (r.file, r.offset, r.len, r.dest))
+            .collect();
+        Ok((plan.total, ranges, plan.dests))
+    }
+
+    /// Index into `tensors()` of the tensor `name`; `KeyError` naming the checkpoint if absent.
+    fn find(&self, name: &str) -> PyResult<usize> {
+        self.inner.find(name).map_err(to_py)
+    }
+}
+
+/// Adds the safetensors classes to `gpufile._native`.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("SafetensorError", m.py().get_type::<SafetensorError>())?;
+    m.add_class::<SafetensorsCheckpoint>()?;
+    Ok(())
+}
