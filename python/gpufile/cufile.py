@@ -53,7 +53,7 @@ def memory_deregister(buf: Any) -> None:
     Parameters
     ----------
     buf : device array
-        The buffer given to :func:`memory_register` (or any array in the same allocation).
+        The buffer given to ``memory_register()`` (or any array in the same allocation).
 
     Raises
     ------
@@ -92,7 +92,7 @@ def stream_deregister(stream: Any) -> None:
     Parameters
     ----------
     stream : int or stream object
-        The stream given to :func:`stream_register`.
+        The stream given to ``stream_register()``.
 
     Raises
     ------
@@ -117,7 +117,7 @@ def _stream_handle(stream: Any) -> int:
 
 
 class IOFutureStream:
-    """The result of :meth:`CuFile.raw_read_async` and :meth:`CuFile.raw_write_async`.
+    """The result of ``CuFile.raw_read_async()`` and ``CuFile.raw_write_async()``.
 
     gpufile orders the transfer after the work already queued on the stream (it waits for the
     stream, then transfers), so the bytes are in place when the call returns; KvikIO's
@@ -141,7 +141,7 @@ class IOFutureStream:
 
 
 class IOFuture:
-    """A request in flight, returned by :meth:`CuFile.pread` and :meth:`CuFile.pwrite`.
+    """A request in flight, returned by ``CuFile.pread()`` and ``CuFile.pwrite()``.
 
     It keeps its buffer and its file alive until the request is done, so dropping the future,
     closing the file or exiting the interpreter while it runs is safe (KvikIO's futures hold no
@@ -164,7 +164,7 @@ class IOFuture:
         Raises
         ------
         OSError, ValueError, gpufile.GpufileError
-            The request's own error, as :meth:`CuFile.read` or :meth:`CuFile.write` would
+            The request's own error, as ``CuFile.read()`` or ``CuFile.write()`` would
             raise it.
         """
         return self._fut.get()
@@ -190,8 +190,8 @@ class CuFile:
     """A file opened for reads and writes of device (CuPy, PyTorch, Numba) and host buffers.
 
     KvikIO's ``CuFile``: each request is split into ``task_size`` tasks run by ``num_threads``
-    workers, through cuFile or gpufile's own POSIX path (see :attr:`io_path`). Use it as a
-    context manager, or call :meth:`close`.
+    workers, through cuFile or gpufile's own POSIX path (see ``io_path``). Use it as a
+    context manager, or call ``close()``.
 
     Parameters
     ----------
@@ -234,7 +234,7 @@ class CuFile:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` has been called."""
+        """Whether ``close()`` has been called."""
         return self._file.closed
 
     def fileno(self) -> int:
@@ -281,9 +281,9 @@ class CuFile:
         Answered under the current settings, without transferring anything; the backend is
         ``"gpufile-posix"`` or ``"cufile"``, the reason says why (for example ``("gpufile-posix",
         "nvidia-fs not loaded")``). Host buffers and device requests below ``gds_threshold``
-        always take ``"gpufile-posix"``: :meth:`io_path_for` answers for a given buffer and
+        always take ``"gpufile-posix"``: ``io_path_for()`` answers for a given buffer and
         size. What really ran, including which of cuFile's own paths, is in
-        :func:`gpufile.observe`.
+        ``gpufile.observe()``.
 
         Raises
         ------
@@ -419,10 +419,10 @@ class CuFile:
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> IOFuture:
-        """Start a read and return at once; the arguments are :meth:`read`'s.
+        """Start a read and return at once; the arguments are ``read()``'s.
 
         Bad arguments raise here; errors of the transfer itself are raised by
-        :meth:`IOFuture.get`.
+        ``IOFuture.get()``.
 
         Returns
         -------
@@ -442,7 +442,7 @@ class CuFile:
 
     def pwrite(self, buf: Any, size: int | None = None, file_offset: int = 0,
                task_size: int | None = None) -> IOFuture:
-        """Start a write and return at once; the arguments are :meth:`write`'s.
+        """Start a write and return at once; the arguments are ``write()``'s.
 
         Returns
         -------
@@ -477,7 +477,7 @@ class CuFile:
         Raises
         ------
         gpufile.EndOfFileError, ValueError, TypeError, OSError, gpufile.CufileError
-            As :meth:`read`.
+            As ``read()``.
         """
         try:
             return self._file.raw_read(buf, size, file_offset, dev_offset)
@@ -507,7 +507,7 @@ class CuFile:
         Raises
         ------
         ValueError, TypeError, OSError, gpufile.CufileError
-            As :meth:`write`.
+            As ``write()``.
         """
         try:
             return self._file.raw_write(buf, size, file_offset, dev_offset)
@@ -516,7 +516,7 @@ class CuFile:
 
     def raw_read_async(self, buf: Any, stream: Any, size: int | None = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """Stream-ordered :meth:`raw_read`: runs after the work already queued on ``stream``.
+        """Stream-ordered ``raw_read()``: runs after the work already queued on ``stream``.
 
         Parameters
         ----------
@@ -525,7 +525,7 @@ class CuFile:
         stream : int or stream object
             A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream.
         size, file_offset, dev_offset : int, optional
-            As :meth:`raw_read`.
+            As ``raw_read()``.
 
         Returns
         -------
@@ -537,7 +537,7 @@ class CuFile:
 
     def raw_write_async(self, buf: Any, stream: Any, size: int | None = None,
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """Stream-ordered :meth:`raw_write`: writes what the work queued on ``stream`` produced.
+        """Stream-ordered ``raw_write()``: writes what the work queued on ``stream`` produced.
 
         Parameters
         ----------
@@ -546,7 +546,7 @@ class CuFile:
         stream : int or stream object
             A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream.
         size, file_offset, dev_offset : int, optional
-            As :meth:`raw_write`.
+            As ``raw_write()``.
 
         Returns
         -------

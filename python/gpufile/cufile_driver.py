@@ -167,6 +167,6 @@ def initialize() -> None:
     Raises
     ------
     gpufile.CudaError, gpufile.CufileError
-        As :func:`driver_open`.
+        As ``driver_open()``.
     """
     driver_open()

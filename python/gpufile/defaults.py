@@ -28,7 +28,7 @@ class CompatMode(enum.IntEnum):
 
     ``ON`` means *compatibility mode on*: cuFile is never used, every request takes gpufile's
     POSIX path. ``OFF`` means cuFile is always used for device requests of ``gds_threshold`` or
-    more, or a :class:`gpufile.CufileError` says why it cannot be. ``AUTO`` (the default) uses
+    more, or a ``gpufile.CufileError`` says why it cannot be. ``AUTO`` (the default) uses
     cuFile only where its accelerated path exists (nvidia-fs loaded, or P2PDMA) and the file
     registers; elsewhere gpufile's POSIX path, which is much faster than cuFile's own compat
     path. ``defaults.set`` also accepts ``"on"``, ``"off"``, ``"auto"``, booleans and 0/1/2.
@@ -40,7 +40,7 @@ class CompatMode(enum.IntEnum):
 
 
 class _Restore:
-    """Returned by :func:`set`; as a context manager it restores the previous values on exit.
+    """Returned by ``set()``; as a context manager it restores the previous values on exit.
 
     Used without ``with``, the change simply stays.
     """
@@ -96,7 +96,7 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     ----------
     *args : dict, or str and value
         The settings to change. Sizes accept ints or strings with suffixes (``"4MiB"``,
-        ``"16k"``); ``compat_mode`` accepts :class:`CompatMode`, ``"on"``/``"off"``/``"auto"``.
+        ``"16k"``); ``compat_mode`` accepts ``CompatMode``, ``"on"``/``"off"``/``"auto"``.
 
     Returns
     -------

@@ -197,7 +197,7 @@ def explain(size: int, *, file_offset: int = 0, device: bool = True,
     cufile_json : str or os.PathLike, optional
         The cufile.json to read instead of ``CUFILE_ENV_PATH_JSON`` or ``/etc/cufile.json``.
     registered : bool, optional
-        Whether the buffer would be registered with cuFile (:func:`gpufile.memory_register`).
+        Whether the buffer would be registered with cuFile (``gpufile.memory_register()``).
     file : str or os.PathLike, optional
         The file to read with ``run=True``.
     run : bool, optional

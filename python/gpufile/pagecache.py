@@ -94,7 +94,7 @@ def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0,
     Raises
     ------
     TypeError, ValueError, OSError
-        As :func:`get_page_cache_info`.
+        As ``get_page_cache_info()``.
     """
     offset, length = _range(offset, length)
     with _descriptor(file) as (fd, name):
