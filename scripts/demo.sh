@@ -8,8 +8,11 @@ cd "$(dirname "$0")/.."
 venv=${GPUFILE_VENV:-.venv}
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+echo "== installing maturin and numpy into $venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy
+echo "== building the Rust extension into $venv (release build; takes ~2 min the first time)"
 VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet --release
+echo "   built: $("$venv/bin/python" -c 'import gpufile; print("gpufile", gpufile.__version__)')"
 
 file=${1:-${TMPDIR:-/tmp}/gpufile-demo.bin}
 [ $# -gt 0 ] && shift
