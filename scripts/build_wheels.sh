@@ -14,12 +14,13 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
 
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+venv=$(cd "$venv" && pwd)
 echo "== installing the release tools into $venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     "maturin>=1.7,<2" "ziglang>=0.13,<0.15" twine auditwheel
 # maturin looks for a `zig` on PATH: the ziglang wheel's binary.
 zig_dir=$("$venv/bin/python" -c 'import os, ziglang; print(os.path.dirname(ziglang.__file__))')
-export PATH="$PWD/$venv/bin:$zig_dir:$PATH"
+export PATH="$venv/bin:$zig_dir:$PATH"
 
 rm -rf dist
 mkdir -p dist

@@ -25,7 +25,8 @@ echo "== python test and docs requirements into $venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     -r tests/requirements.txt -r docs/requirements.txt
 echo "== building the Rust extension into $venv (debug build; takes ~2 min the first time)"
-VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet
+# (pip's "Ignoring ...: markers 'extra == ...'" lines are the optional extras, not a failure)
+VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet 2>&1 | { grep -v "^Ignoring .*: markers" || true; }
 echo "   built: $("$venv/bin/python" -c 'import gpufile; print("gpufile", gpufile.__version__)')"
 
 echo "== pytest"
