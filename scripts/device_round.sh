@@ -2,17 +2,24 @@
 # One whole round on the GPU machine (run there from the repository root, after
 # scripts/build_for_device.sh here; carry target/wheels, target/gpu-tests and .whl):
 # install, GPU tests (pytest and Rust), then the benchmark; a short table last; JSON under $OUT.
-#   bash scripts/device_round.sh [--quick] [extra benchmark options]
+#   bash scripts/device_round.sh [--quick] [--sanitize] [--only-bench] [--before WHEEL_DIR]
+#                                [--conformance DIR] [extra benchmark options]
+# --before DIR: also benchmark the wheel in DIR (an earlier gpufile), same file, same run, after
+#   the current one, for a before/after table. --conformance DIR: run KvikIO's own test suite
+#   (a copy of the shared conformance folder) against the installed gpufile.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpufile-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-quick=0 sanitize=0
+quick=0 sanitize=0 before="" conformance="" only_bench=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
     --sanitize) sanitize=1; shift ;;
+    --only-bench) only_bench=1; shift ;;
+    --before) before=$2; shift 2 ;;
+    --conformance) conformance=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -24,6 +31,29 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import gpufile, kvikio; print("gpufile", gpufile.__version__, "kvikio", kvikio.__version__)'
 
 status=0
+if [ -n "$before" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-before \
+    "$before"/gpufile-*.whl .whl/*.whl || exit 1
+fi
+bench() {  # bench NAME SITE [args]: one benchmark run with the gpufile installed in SITE
+  local name=$1 site=$2; shift 2
+  echo "== benchmark ($name)"
+  if [ $quick = 1 ]; then
+    PYTHONPATH=$site python3 benches/gpu_bench.py --size 1GiB --runs 1 --skip cold,host \
+      --json "$out/bench-$name.json" "$@"
+  else
+    PYTHONPATH=$site python3 benches/gpu_bench.py --json "$out/bench-$name.json" "$@"
+  fi
+}
+if [ $only_bench = 1 ]; then
+  bench now /tmp/site "$@"
+  [ -n "$before" ] && bench before /tmp/site-before "$@"
+  if [ -n "$conformance" ]; then
+    echo "== KvikIO's own test suite under import gpufile as kvikio"
+    OUT=$out/conformance PYTHONPATH=$conformance/shim:/tmp/site bash "$conformance/run_kvikio_suite.sh" | tail -45
+  fi
+  exit $status
+fi
 echo "== Rust GPU tests"
 for t in target/gpu-tests/*; do "$t" --test-threads=1 2>&1 | tail -4 || status=1; done
 if [ $sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
@@ -38,12 +68,8 @@ grep -E "PASSED|FAILED|ERROR|SKIPPED" "$out/pytest.log" | grep -v PASSED | head 
 grep -B2 -A12 "Fatal Python error" "$out/pytest.log" | head -40
 tail -3 "$out/pytest.log"
 
-echo "== benchmark"
-if [ $quick = 1 ]; then
-  python3 benches/gpu_bench.py --size 1GiB --runs 1 --skip cold,host --json "$out/bench.json" "$@"
-else
-  python3 benches/gpu_bench.py --json "$out/bench.json" "$@"
-fi
+bench now /tmp/site "$@"
+[ -n "$before" ] && bench before /tmp/site-before "$@"
 echo "== gpufile check"
 python3 -m gpufile check /tmp/gpufile-bench.bin 2>&1 || status=1
 echo "== gpufile read (CLI, the README's main job)"

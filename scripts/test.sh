@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Every CPU test, from a fresh clone: lints, Rust tests, then pytest against a build of the
-# Python extension in a virtualenv (.venv, or $GPUFILE_VENV). Needs cargo and python3 >= 3.11;
-# installs tests/requirements.txt into the virtualenv. GPU tests skip with a reason here.
+# Every CPU test, from a fresh clone: lints, Rust tests, pytest against a debug build of the
+# Python extension, and the documentation site built with warnings as errors. Needs cargo >= 1.85
+# and python3 >= 3.11. GPU tests skip here, each with its reason.
+#
+# It uses a virtualenv of its own (.venv-test, or $GPUFILE_TEST_VENV), so the release build the
+# demo installed in .venv stays as it is; the test build is a debug build, so pytest also runs
+# the binding with Rust's overflow checks and debug assertions on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=${GPUFILE_VENV:-.venv}
+venv=${GPUFILE_TEST_VENV:-.venv-test}
 
 echo "== lints"
 cargo fmt --all -- --check
@@ -16,10 +20,18 @@ cargo test --workspace --quiet 2>&1
 echo "== valgrind memcheck over the host-path Rust tests"
 if command -v valgrind >/dev/null; then bash scripts/sanitize.sh; else echo "skipped: no valgrind"; fi
 
-echo "== python package"
+echo "== python test and docs requirements into $venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
-VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    -r tests/requirements.txt -r docs/requirements.txt
+echo "== building the Rust extension into $venv (debug build; takes ~2 min the first time)"
+# (pip's "Ignoring ...: markers 'extra == ...'" lines are the optional extras, not a failure)
+VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet 2>&1 | { grep -v "^Ignoring .*: markers" || true; }
+echo "   built: $("$venv/bin/python" -c 'import gpufile; print("gpufile", gpufile.__version__)')"
 
 echo "== pytest"
-"$venv/bin/python" -m pytest -q tests "$@"
+"$venv/bin/python" -m pytest -q -rs tests "$@"
+
+echo "== documentation (mkdocs build --strict)"
+NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "${TMPDIR:-/tmp}/gpufile-site"
+echo "   built into ${TMPDIR:-/tmp}/gpufile-site"

@@ -1,6 +1,7 @@
 """gpufile: move file data into and out of GPU and host memory, fast, and say which path ran.
 
-KvikIO's Python API, so that ``import gpufile as kvikio`` runs KvikIO code unchanged::
+KvikIO's Python API names (``import gpufile as kvikio``; the compatibility page lists what
+matches and what does not)::
 
     import cupy
     import gpufile as kvikio

@@ -10,13 +10,23 @@ __all__ = ["bounce_buffer_free", "bounce_buffer_pooled", "memory_deregister", "m
 
 
 def bounce_buffer_free() -> int:
-    """Frees the pooled pinned bounce buffers; returns the bytes freed.
+    """Free the pooled pinned bounce buffers of the POSIX device path.
 
     Buffers lent to requests still running go back to the pool when those finish.
+
+    Returns
+    -------
+    int
+        The bytes freed.
     """
     return _native.bounce_buffer_free()
 
 
 def bounce_buffer_pooled() -> int:
-    """Bytes of pinned bounce buffers held by the pool now (a gpufile addition)."""
+    """Bytes of pinned bounce buffers held by the pool now (a gpufile addition).
+
+    Returns
+    -------
+    int
+    """
     return _native.bounce_buffer_pooled()

@@ -1,4 +1,4 @@
-"""``CuFile``: an open file, with KvikIO's methods."""
+"""``CuFile``: an open file, with KvikIO's methods, and the cuFile registration helpers."""
 
 from __future__ import annotations
 
@@ -24,22 +24,89 @@ def _log_notices() -> None:
 
 
 def memory_register(buf: Any) -> None:
-    """Registers the device allocation holding ``buf`` with cuFile (``cuFileBufRegister``)."""
+    """Register the device allocation holding ``buf`` with cuFile (``cuFileBufRegister``).
+
+    The whole allocation is registered (from its base address), so later reads and writes into
+    any part of it skip cuFile's own staging buffers. Only useful on the cuFile path
+    (``compat_mode`` OFF, or AUTO where nvidia-fs is loaded).
+
+    Parameters
+    ----------
+    buf : device array
+        Any object with ``__cuda_array_interface__`` or ``__dlpack__`` (CuPy, PyTorch, Numba).
+
+    Raises
+    ------
+    TypeError
+        ``buf`` is not a device buffer.
+    gpufile.CudaError
+        CUDA is not available.
+    gpufile.CufileError
+        cuFile cannot be loaded or refuses the registration (its code and name in the message).
+
+    Examples
+    --------
+    >>> buf = cupy.empty(1 << 30, dtype=cupy.uint8)        # doctest: +SKIP
+    >>> gpufile.memory_register(buf)                       # doctest: +SKIP
+    >>> gpufile.memory_deregister(buf)                     # doctest: +SKIP
+    """
     _native.memory_register(buf)
 
 
 def memory_deregister(buf: Any) -> None:
-    """Deregisters the device allocation holding ``buf`` (``cuFileBufDeregister``)."""
+    """Deregister the device allocation holding ``buf`` (``cuFileBufDeregister``).
+
+    Parameters
+    ----------
+    buf : device array
+        The buffer given to ``memory_register()`` (or any array in the same allocation).
+
+    Raises
+    ------
+    TypeError
+        ``buf`` is not a device buffer.
+    gpufile.CufileError
+        cuFile refuses (for example, the allocation was not registered).
+    """
     _native.memory_deregister(buf)
 
 
 def stream_register(stream: Any, flags: int = 0) -> None:
-    """Registers a CUDA stream with cuFile (``cuFileStreamRegister``)."""
+    """Register a CUDA stream with cuFile (``cuFileStreamRegister``).
+
+    Parameters
+    ----------
+    stream : int or stream object
+        A raw ``CUstream`` handle, a CuPy or Numba stream (``.ptr``) or a PyTorch stream
+        (``.cuda_stream``).
+    flags : int, optional
+        cuFile's stream flags (``CU_FILE_STREAM_*``), 0 by default.
+
+    Raises
+    ------
+    TypeError
+        ``stream`` is neither a handle nor a stream object.
+    gpufile.CufileError
+        cuFile cannot be loaded or refuses the stream.
+    """
     _native.stream_register(_stream_handle(stream), flags)
 
 
 def stream_deregister(stream: Any) -> None:
-    """Deregisters a CUDA stream from cuFile (``cuFileStreamDeregister``)."""
+    """Deregister a CUDA stream from cuFile (``cuFileStreamDeregister``).
+
+    Parameters
+    ----------
+    stream : int or stream object
+        The stream given to ``stream_register()``.
+
+    Raises
+    ------
+    TypeError
+        ``stream`` is neither a handle nor a stream object.
+    gpufile.CufileError
+        cuFile cannot be loaded or refuses.
+    """
     _native.stream_deregister(_stream_handle(stream))
 
 
@@ -56,10 +123,11 @@ def _stream_handle(stream: Any) -> int:
 
 
 class IOFutureStream:
-    """The result of ``raw_read_async``/``raw_write_async``: ``check_bytes_done()``.
+    """The result of ``CuFile.raw_read_async()`` and ``CuFile.raw_write_async()``.
 
     gpufile orders the transfer after the work already queued on the stream (it waits for the
-    stream, then transfers), so the bytes are in place when the call returns.
+    stream, then transfers), so the bytes are in place when the call returns; KvikIO's
+    ``cuFileReadAsync`` is not used yet.
     """
 
     __slots__ = ("_n",)
@@ -68,11 +136,23 @@ class IOFutureStream:
         self._n = n
 
     def check_bytes_done(self) -> int:
+        """The bytes transferred.
+
+        Returns
+        -------
+        int
+            Bytes read or written by the stream-ordered request.
+        """
         return self._n
 
 
 class IOFuture:
-    """A request in flight. Keeps its buffer and file alive until it is done."""
+    """A request in flight, returned by ``CuFile.pread()`` and ``CuFile.pwrite()``.
+
+    It keeps its buffer and its file alive until the request is done, so dropping the future,
+    closing the file or exiting the interpreter while it runs is safe (KvikIO's futures hold no
+    such references). It can also be awaited: ``n = await f.pread(buf)``.
+    """
 
     __slots__ = ("_fut",)
 
@@ -80,11 +160,28 @@ class IOFuture:
         self._fut = fut
 
     def get(self) -> int:
-        """Waits for the request; returns the bytes transferred or raises its error."""
+        """Wait for the request to finish.
+
+        Returns
+        -------
+        int
+            The bytes transferred.
+
+        Raises
+        ------
+        OSError, ValueError, gpufile.GpufileError
+            The request's own error, as ``CuFile.read()`` or ``CuFile.write()`` would
+            raise it.
+        """
         return self._fut.get()
 
     def done(self) -> bool:
-        """Whether the request has finished."""
+        """Whether the request has finished (successfully or not); never blocks.
+
+        Returns
+        -------
+        bool
+        """
         return self._fut.done()
 
     def __await__(self):
@@ -98,8 +195,38 @@ class IOFuture:
 class CuFile:
     """A file opened for reads and writes of device (CuPy, PyTorch, Numba) and host buffers.
 
-    ``flags``: ``"r"`` (read), ``"r+"`` (read and write), ``"w"`` (create or truncate, write),
-    ``"w+"`` (create or truncate, read and write).
+    KvikIO's ``CuFile``: each request is split into ``task_size`` tasks run by ``num_threads``
+    workers, through cuFile or gpufile's own POSIX path (see ``io_path``). Use it as a
+    context manager, or call ``close()``.
+
+    Parameters
+    ----------
+    file : str or os.PathLike
+        Path of the file.
+    flags : str, optional
+        ``"r"`` (read, the default), ``"r+"`` (read and write), ``"w"`` (create or truncate,
+        write), ``"w+"`` (create or truncate, read and write).
+
+    Raises
+    ------
+    FileNotFoundError, PermissionError, IsADirectoryError
+        The file cannot be opened (``errno`` and ``filename`` set).
+    ValueError
+        ``flags`` is not one of the four above.
+    TypeError
+        ``flags`` is not a str.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import gpufile
+    >>> with gpufile.CuFile("data.bin", "w") as f:            # doctest: +SKIP
+    ...     f.write(np.arange(256, dtype=np.uint8))
+    256
+    >>> buf = np.empty(256, dtype=np.uint8)
+    >>> with gpufile.CuFile("data.bin", "r") as f:            # doctest: +SKIP
+    ...     f.read(buf)
+    256
     """
 
     def __init__(self, file: str | os.PathLike[str], flags: str = "r") -> None:
@@ -108,32 +235,91 @@ class CuFile:
         self._file = _native.NativeFile(os.fspath(file), flags)
 
     def close(self) -> None:
-        """Closes the file; requests still in flight finish first."""
+        """Close the file; requests still in flight finish first. Closing twice is harmless."""
         self._file.close()
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` has been called."""
         return self._file.closed
 
     def fileno(self) -> int:
+        """The file descriptor.
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        ValueError
+            The file is closed.
+        """
         return self._file.fileno()
 
     def open_flags(self) -> int:
-        """The descriptor's ``fcntl(F_GETFL)`` flags."""
+        """The descriptor's ``fcntl(F_GETFL)`` flags (``os.O_RDONLY``, ``os.O_RDWR``, ...).
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        ValueError
+            The file is closed.
+        """
         return self._file.open_flags()
 
     def is_direct_io_supported(self) -> bool:
-        """Whether the file system accepts O_DIRECT for this file."""
+        """Whether the file system accepts ``O_DIRECT`` for this file (tmpfs, for one, does not).
+
+        Returns
+        -------
+        bool
+        """
         return self._file.is_direct_io_supported()
 
     @property
     def io_path(self) -> tuple[str, str]:
-        """``(backend, reason)``: the path a large device read or write on this file takes under
-        the current settings, and why. :meth:`io_path_for` answers for a given buffer."""
+        """``(backend, reason)``: the path a large device read or write on this file takes.
+
+        Answered under the current settings, without transferring anything; the backend is
+        ``"gpufile-posix"`` or ``"cufile"``, the reason says why (for example ``("gpufile-posix",
+        "nvidia-fs not loaded")``). Host buffers and device requests below ``gds_threshold``
+        always take ``"gpufile-posix"``: ``io_path_for()`` answers for a given buffer and
+        size. What really ran, including which of cuFile's own paths, is in
+        ``gpufile.observe()``.
+
+        Raises
+        ------
+        gpufile.CufileError
+            ``compat_mode`` is OFF and cuFile cannot be used (the message says why).
+        """
         return self._file.io_path()
 
     def io_path_for(self, buf: Any, size: int | None = None) -> tuple[str, str]:
-        """``(backend, reason)`` of a request of ``size`` bytes (default: all) into ``buf``."""
+        """``(backend, reason)`` of a request of ``size`` bytes into (or from) ``buf``.
+
+        Parameters
+        ----------
+        buf : buffer
+            A host buffer (buffer protocol) or a device array.
+        size : int, optional
+            Bytes of the request; all of ``buf`` by default.
+
+        Returns
+        -------
+        tuple of (str, str)
+            The backend (``"gpufile-posix"`` or ``"cufile"``) and the reason.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``buf`` is not a usable buffer, or ``size`` is bad.
+        gpufile.CufileError
+            ``compat_mode`` is OFF and cuFile cannot be used.
+        """
         return self._file.io_path(buf, size)
 
     def __enter__(self) -> "CuFile":
@@ -149,10 +335,49 @@ class CuFile:
 
     def read(self, buf: Any, size: int | None = None, file_offset: int = 0,
              task_size: int | None = None) -> int:
-        """Reads ``size`` bytes (default: all of ``buf``) at ``file_offset`` into ``buf``.
+        """Read ``size`` bytes at ``file_offset`` into ``buf``, in parallel; block until done.
 
-        Reading past the end of the file raises :class:`gpufile.EndOfFileError` before any
-        byte is copied (KvikIO raises too, after a partial read).
+        The GIL is released while the workers run.
+
+        Parameters
+        ----------
+        buf : buffer
+            A C-contiguous host buffer (NumPy array, bytearray, memoryview) or device array
+            (``__cuda_array_interface__``: CuPy, PyTorch, Numba; or ``__dlpack__``).
+        size : int, optional
+            Bytes to read; all of ``buf`` by default.
+        file_offset : int, optional
+            Where in the file to start, 0 by default.
+        task_size : int, optional
+            Largest piece handed to one worker; the ``task_size`` setting by default.
+
+        Returns
+        -------
+        int
+            The bytes read (``size``).
+
+        Raises
+        ------
+        gpufile.EndOfFileError
+            The range runs past the end of the file; raised before any byte is copied (KvikIO
+            raises too, after a partial read).
+        ValueError
+            Closed file, ``buf`` smaller than ``size``, non-contiguous ``buf``, negative sizes
+            or offsets, ``task_size`` 0.
+        TypeError
+            ``buf`` is not a buffer, or is read-only.
+        io.UnsupportedOperation
+            The file was opened ``"w"``.
+        OSError
+            The read itself failed (errno and file name set).
+        gpufile.CudaError, gpufile.CufileError
+            A device transfer failed.
+
+        Examples
+        --------
+        >>> buf = np.empty(1 << 20, dtype=np.uint8)
+        >>> with gpufile.CuFile("data.bin") as f:                   # doctest: +SKIP
+        ...     n = f.read(buf, size=4096, file_offset=8192)
         """
         try:
             return self._file.read(buf, size, file_offset, task_size)
@@ -161,7 +386,38 @@ class CuFile:
 
     def write(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> int:
-        """Writes ``size`` bytes (default: all of ``buf``) of ``buf`` at ``file_offset``."""
+        """Write ``size`` bytes of ``buf`` at ``file_offset``, in parallel; block until done.
+
+        Parameters
+        ----------
+        buf : buffer
+            A C-contiguous host buffer (NumPy array, bytearray, memoryview, bytes) or device array
+            (``__cuda_array_interface__``: CuPy, PyTorch, Numba; or ``__dlpack__``).
+        size : int, optional
+            Bytes to write; all of ``buf`` by default.
+        file_offset : int, optional
+            Where in the file to start, 0 by default.
+        task_size : int, optional
+            Largest piece handed to one worker; the ``task_size`` setting by default.
+
+        Returns
+        -------
+        int
+            The bytes written.
+
+        Raises
+        ------
+        ValueError
+            Closed file, ``buf`` smaller than ``size``, non-contiguous ``buf``, bad numbers.
+        TypeError
+            ``buf`` is not a buffer.
+        io.UnsupportedOperation
+            The file was opened ``"r"``.
+        OSError
+            The write itself failed (``ENOSPC``, ``EIO``, ...; errno and file name set).
+        gpufile.CudaError, gpufile.CufileError
+            A device transfer failed.
+        """
         try:
             return self._file.write(buf, size, file_offset, task_size)
         finally:
@@ -169,7 +425,22 @@ class CuFile:
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> IOFuture:
-        """Starts a read and returns at once; ``.get()`` waits for it."""
+        """Start a read and return at once; the arguments are ``read()``'s.
+
+        Bad arguments raise here; errors of the transfer itself are raised by
+        ``IOFuture.get()``.
+
+        Returns
+        -------
+        IOFuture
+            ``.get()`` waits and returns the bytes read; ``await`` works too.
+
+        Examples
+        --------
+        >>> fut = f.pread(buf)                                      # doctest: +SKIP
+        >>> ...                                                     # other work meanwhile
+        >>> n = fut.get()                                           # doctest: +SKIP
+        """
         try:
             return IOFuture(self._file.pread(buf, size, file_offset, task_size))
         finally:
@@ -177,7 +448,13 @@ class CuFile:
 
     def pwrite(self, buf: Any, size: int | None = None, file_offset: int = 0,
                task_size: int | None = None) -> IOFuture:
-        """Starts a write and returns at once; ``.get()`` waits for it."""
+        """Start a write and return at once; the arguments are ``write()``'s.
+
+        Returns
+        -------
+        IOFuture
+            ``.get()`` waits and returns the bytes written.
+        """
         try:
             return IOFuture(self._file.pwrite(buf, size, file_offset, task_size))
         finally:
@@ -185,8 +462,29 @@ class CuFile:
 
     def raw_read(self, buf: Any, size: int | None = None, file_offset: int = 0,
                  dev_offset: int = 0) -> int:
-        """One request, not split into tasks: ``size`` bytes at ``file_offset`` into ``buf`` at
-        ``dev_offset`` (one ``cuFileRead`` on the cuFile path)."""
+        """Read in one request, not split into tasks (one ``cuFileRead`` on the cuFile path).
+
+        Parameters
+        ----------
+        buf : buffer
+            A host buffer or a device array.
+        size : int, optional
+            Bytes to transfer; the rest of ``buf`` after ``dev_offset`` by default.
+        file_offset : int, optional
+            Where in the file, 0 by default.
+        dev_offset : int, optional
+            Where in ``buf``, in bytes, 0 by default.
+
+        Returns
+        -------
+        int
+            The bytes read.
+
+        Raises
+        ------
+        gpufile.EndOfFileError, ValueError, TypeError, OSError, gpufile.CufileError
+            As ``read()``.
+        """
         try:
             return self._file.raw_read(buf, size, file_offset, dev_offset)
         finally:
@@ -194,7 +492,29 @@ class CuFile:
 
     def raw_write(self, buf: Any, size: int | None = None, file_offset: int = 0,
                   dev_offset: int = 0) -> int:
-        """One request, not split into tasks (one ``cuFileWrite`` on the cuFile path)."""
+        """Write in one request, not split into tasks (one ``cuFileWrite`` on the cuFile path).
+
+        Parameters
+        ----------
+        buf : buffer
+            A host buffer or a device array.
+        size : int, optional
+            Bytes to transfer; the rest of ``buf`` after ``dev_offset`` by default.
+        file_offset : int, optional
+            Where in the file, 0 by default.
+        dev_offset : int, optional
+            Where in ``buf``, in bytes, 0 by default.
+
+        Returns
+        -------
+        int
+            The bytes written.
+
+        Raises
+        ------
+        ValueError, TypeError, OSError, gpufile.CufileError
+            As ``write()``.
+        """
         try:
             return self._file.raw_write(buf, size, file_offset, dev_offset)
         finally:
@@ -202,12 +522,42 @@ class CuFile:
 
     def raw_read_async(self, buf: Any, stream: Any, size: int | None = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """Stream-ordered ``raw_read``: runs after the work queued on ``stream``."""
+        """Stream-ordered ``raw_read()``: runs after the work already queued on ``stream``.
+
+        Parameters
+        ----------
+        buf : device array
+            The destination.
+        stream : int or stream object
+            A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream.
+        size, file_offset, dev_offset : int, optional
+            As ``raw_read()``.
+
+        Returns
+        -------
+        IOFutureStream
+            ``check_bytes_done()`` gives the bytes read (already in place on return).
+        """
         _native.stream_synchronize(_stream_handle(stream), buf)
         return IOFutureStream(self.raw_read(buf, size, file_offset, dev_offset))
 
     def raw_write_async(self, buf: Any, stream: Any, size: int | None = None,
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """Stream-ordered ``raw_write``: writes what the work queued on ``stream`` produced."""
+        """Stream-ordered ``raw_write()``: writes what the work queued on ``stream`` produced.
+
+        Parameters
+        ----------
+        buf : device array
+            The source.
+        stream : int or stream object
+            A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream.
+        size, file_offset, dev_offset : int, optional
+            As ``raw_write()``.
+
+        Returns
+        -------
+        IOFutureStream
+            ``check_bytes_done()`` gives the bytes written.
+        """
         _native.stream_synchronize(_stream_handle(stream), buf)
         return IOFutureStream(self.raw_write(buf, size, file_offset, dev_offset))

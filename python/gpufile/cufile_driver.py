@@ -16,22 +16,53 @@ __all__ = ["libcufile_version", "library", "properties", "parameters", "config",
 
 
 def libcufile_version() -> tuple[int, int]:
-    """``(major, minor)`` of libcufile (``cuFileGetVersion``), ``(0, 0)`` where unknown."""
+    """The version of libcufile (``cuFileGetVersion``).
+
+    Returns
+    -------
+    tuple of (int, int)
+        ``(major, minor)``, for example ``(1, 15)``; ``(0, 0)`` where cuFile cannot be loaded
+        (as KvikIO answers). Never raises.
+    """
     return tuple(_native.cufile_version())  # type: ignore[return-value]
 
 
 def library() -> tuple[bool, str]:
-    """``(True, path it loaded from)`` or ``(False, why it did not load)`` (a gpufile addition)."""
+    """Where libcufile was loaded from, or why it was not (a gpufile addition).
+
+    libcufile is searched in ``GPUFILE_CUFILE_PATH``, the ``nvidia/cu13/lib`` and
+    ``nvidia/cufile/lib`` folders of site-packages, the system loader, ``$CUDA_HOME/lib64`` and
+    ``/usr/local/cuda/lib64``.
+
+    Returns
+    -------
+    tuple of (bool, str)
+        ``(True, path)`` or ``(False, reason)``; never raises.
+    """
     return _native.cufile_library()
 
 
 class DriverProperties:
-    """``cuFileDriverGetProperties``, read live on each attribute access (opens the driver).
+    """cuFile's driver properties (``cuFileDriverGetProperties``), as KvikIO's ``properties``.
 
-    Attributes: is_gds_available, major_version, minor_version, allow_compat_mode, poll_mode,
-    poll_thresh_size_kb, max_direct_io_size_kb, max_device_cache_size_kb,
-    per_buffer_cache_size_kb, max_device_pinned_mem_size_kb, max_batch_io_size,
-    max_batch_io_timeout_msecs, p2p_supported, streams_supported.
+    Read live on each attribute access, which opens the driver. Attributes:
+    ``is_gds_available``, ``major_version``, ``minor_version``, ``allow_compat_mode``,
+    ``poll_mode``, ``poll_thresh_size_kb``, ``max_direct_io_size_kb``,
+    ``max_device_cache_size_kb``, ``per_buffer_cache_size_kb``,
+    ``max_device_pinned_mem_size_kb``, ``max_batch_io_size``, ``max_batch_io_timeout_msecs``,
+    ``p2p_supported``, ``streams_supported``.
+
+    Raises
+    ------
+    gpufile.CudaError, gpufile.CufileError
+        On attribute access, where CUDA or cuFile is not available.
+    AttributeError
+        An unknown attribute.
+
+    Examples
+    --------
+    >>> gpufile.cufile_driver.properties.is_gds_available       # doctest: +SKIP
+    False
     """
 
     def _all(self) -> dict[str, Any]:
@@ -44,6 +75,13 @@ class DriverProperties:
         return props[name]
 
     def as_dict(self) -> dict[str, Any]:
+        """All properties at once.
+
+        Returns
+        -------
+        dict
+            Property name to value.
+        """
         return self._all()
 
     def __repr__(self) -> str:
@@ -57,27 +95,78 @@ properties = DriverProperties()
 
 
 def parameters() -> dict[str, str]:
-    """Effective settings as cuFile reports them (``cuFileGetParameter*``, cuFile 1.15+)."""
+    """The settings cuFile reports it uses (``cuFileGetParameter*``, cuFile 1.15 and later).
+
+    Returns
+    -------
+    dict of str to str
+        Parameter name to value, as cuFile reports them after reading cufile.json and the
+        ``CUFILE_*`` environment.
+
+    Raises
+    ------
+    gpufile.CufileError
+        cuFile cannot be loaded, or is older than 1.15.
+    """
     return dict(_native.cufile_parameters())
 
 
 def config(path: str | None = None) -> tuple[str, dict[str, Any]]:
-    """``(path, {"execution.max_io_threads": 4, ...})`` from cufile.json
-    (``CUFILE_ENV_PATH_JSON``, else ``/etc/cufile.json``; ``//`` comments allowed)."""
+    """The values of cufile.json, flattened to dotted keys.
+
+    Parameters
+    ----------
+    path : str, optional
+        The file to read; by default ``CUFILE_ENV_PATH_JSON``, else ``/etc/cufile.json``.
+        ``//`` comments are allowed, as cuFile allows them.
+
+    Returns
+    -------
+    tuple of (str, dict)
+        The path read and its values, e.g. ``{"execution.max_io_threads": 4, ...}``.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist (cuFile then uses its built-in defaults).
+    ValueError
+        The file is not valid JSON.
+    """
     where, values = _native.cufile_config(path)
     return str(where), {k: json.loads(v) for k, v in values}
 
 
 def driver_open() -> None:
-    """Opens the cuFile driver (``cuFileDriverOpen``); raises ``gpufile.CufileError``."""
+    """Open the cuFile driver (``cuFileDriverOpen``); gpufile otherwise opens it on first use.
+
+    Raises
+    ------
+    gpufile.CudaError
+        CUDA is not available.
+    gpufile.CufileError
+        cuFile cannot be loaded or its driver does not open (cuFile's code and name in the
+        message).
+    """
     _native.cufile_driver_open()
 
 
 def driver_close() -> None:
-    """Closes the driver if gpufile opened it (``cuFileDriverClose_v2``)."""
+    """Close the driver if gpufile opened it (``cuFileDriverClose_v2``); else do nothing.
+
+    Raises
+    ------
+    gpufile.CufileError
+        cuFile refuses to close.
+    """
     _native.cufile_driver_close()
 
 
 def initialize() -> None:
-    """Opens the driver now rather than at the first cuFile request (KvikIO's ``initialize``)."""
+    """Open the driver now rather than at the first cuFile request (KvikIO's ``initialize``).
+
+    Raises
+    ------
+    gpufile.CudaError, gpufile.CufileError
+        As ``driver_open()``.
+    """
     driver_open()

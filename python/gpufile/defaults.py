@@ -6,7 +6,11 @@ can be used as a context manager that restores the previous values on exit::
     with gpufile.defaults.set({"task_size": 1 << 20, "num_threads": 8}):
         f.read(buf)
 
-Settings read ``KVIKIO_*`` environment variables (``GPUFILE_*`` of the same suffix wins).
+Settings read ``KVIKIO_*`` environment variables at first use (``GPUFILE_*`` of the same suffix
+wins); a variable that does not parse is a ``ValueError`` naming it. Names: ``compat_mode``,
+``num_threads``, ``task_size``, ``gds_threshold``, ``bounce_buffer_size``,
+``auto_direct_io_read``, ``auto_direct_io_write``, ``require_gds`` (gpufile's),
+``http_max_attempts``, ``http_status_codes``, ``http_timeout``.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ __all__ = ["CompatMode", "get", "set", "report", "is_compat_mode_preferred"]
 
 
 class CompatMode(enum.IntEnum):
-    """Whether gpufile may use cuFile: OFF (use it or fail), ON (never), AUTO (where it pays)."""
+    """Whether gpufile may use cuFile for device I/O (KvikIO's values and meaning).
+
+    ``ON`` means *compatibility mode on*: cuFile is never used, every request takes gpufile's
+    POSIX path. ``OFF`` means cuFile is always used for device requests of ``gds_threshold`` or
+    more, or a ``gpufile.CufileError`` says why it cannot be. ``AUTO`` (the default) uses
+    cuFile only where its accelerated path exists (nvidia-fs loaded, or P2PDMA) and the file
+    registers; elsewhere gpufile's POSIX path, which is much faster than cuFile's own compat
+    path. ``defaults.set`` also accepts ``"on"``, ``"off"``, ``"auto"``, booleans and 0/1/2.
+    """
 
     OFF = 0
     ON = 1
@@ -28,7 +40,10 @@ class CompatMode(enum.IntEnum):
 
 
 class _Restore:
-    """Returned by :func:`set`; as a context manager it restores the previous values on exit."""
+    """Returned by ``set()``; as a context manager it restores the previous values on exit.
+
+    Used without ``with``, the change simply stays.
+    """
 
     __slots__ = ("_snapshot",)
 
@@ -43,13 +58,67 @@ class _Restore:
 
 
 def get(name: str) -> Any:
-    """The current value of setting ``name`` (KeyError if there is no such setting)."""
+    """The current value of one setting.
+
+    Parameters
+    ----------
+    name : str
+        A setting name, such as ``"compat_mode"`` or ``"task_size"``.
+
+    Returns
+    -------
+    Any
+        ``CompatMode`` for ``compat_mode``, ``int`` for sizes and counts, ``bool`` for the
+        ``auto_direct_io_*`` flags, a list of ints for ``http_status_codes``.
+
+    Raises
+    ------
+    KeyError
+        There is no such setting (the message lists the known ones).
+
+    Examples
+    --------
+    >>> gpufile.defaults.get("gds_threshold")
+    16384
+    """
     value = _native.settings_get(name)
     return CompatMode(value) if name == "compat_mode" else value
 
 
 def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
-    """``set({name: value, ...})`` or ``set(name, value)``; bad values raise before any change."""
+    """Change one or several settings, all or nothing.
+
+    Call it as ``set({name: value, ...})`` or ``set(name, value)``. Every value is checked
+    before any is changed. The result is a context manager that restores the previous values
+    on exit; without ``with``, the change stays.
+
+    Parameters
+    ----------
+    *args : dict, or str and value
+        The settings to change. Sizes accept ints or strings with suffixes (``"4MiB"``,
+        ``"16k"``); ``compat_mode`` accepts ``CompatMode``, ``"on"``/``"off"``/``"auto"``.
+
+    Returns
+    -------
+    _Restore
+        A context manager that restores the previous values on exit.
+
+    Raises
+    ------
+    KeyError
+        An unknown setting name.
+    ValueError
+        A value out of range or that does not parse (for example a negative size).
+    TypeError
+        A value of the wrong type, or arguments other than a dict or a name and a value.
+
+    Examples
+    --------
+    >>> with gpufile.defaults.set({"task_size": "1MiB", "num_threads": 8}):
+    ...     gpufile.defaults.get("task_size")
+    1048576
+    >>> gpufile.defaults.set("compat_mode", "on")                 # doctest: +SKIP
+    """
     if len(args) == 1 and isinstance(args[0], dict):
         updates = args[0]
     elif len(args) == 2 and isinstance(args[0], str):
@@ -60,7 +129,14 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
 
 
 def report() -> list[tuple[str, Any, str]]:
-    """``[(name, value, source)]`` for every setting; source is default, env VAR or set."""
+    """Every setting with its value and where the value came from (as ``gpufile config``).
+
+    Returns
+    -------
+    list of (str, Any, str)
+        ``(name, value, source)``; source is ``"default"`` (with how it was chosen, e.g.
+        ``"default: min(cores=16, 16)"``), ``"env KVIKIO_TASK_SIZE"`` or ``"set"``.
+    """
     return [
         (name, CompatMode(value) if name == "compat_mode" else value, source)
         for name, value, source in _native.settings_report()
@@ -68,7 +144,12 @@ def report() -> list[tuple[str, Any, str]]:
 
 
 def is_compat_mode_preferred() -> bool:
-    """Whether device I/O (of gds_threshold or more) would use gpufile's POSIX path rather than
-    cuFile under the current settings: True for ON, and for AUTO where cuFile's accelerated path
-    does not exist (probes cuFile once); False for OFF."""
+    """Whether device I/O of ``gds_threshold`` or more would avoid cuFile under the settings.
+
+    Returns
+    -------
+    bool
+        True for ``compat_mode`` ON, and for AUTO where cuFile's accelerated path does not
+        exist (cuFile is probed once per process); False for OFF.
+    """
     return _native.compat_mode_preferred()

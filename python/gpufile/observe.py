@@ -1,4 +1,4 @@
-"""Which path really ran: ``gpufile.observe()`` and ``gpufile.stats()``."""
+"""Which path really ran: ``gpufile.observe()``, ``gpufile.stats()``, ``check()`` and ``explain()``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,24 @@ from . import _native
 class Report:
     """Requests by path over a span, with cuFile's own counters for the same span.
 
-    ``paths``: ``{"gpufile-posix": {...}, "cufile": {...}}``, each with ops (requests), tasks,
-    bytes, seconds (busy, summed over requests), gb_per_s and errors. ``cufile_path``:
-    "cufile-nvfs", "cufile-compat" (cuFile's POSIX path) or None, from ``cufile_stats``, which
-    holds cuFile's counters (n_reads, nvfs_reads, posix_reads, ... as gds_stats shows them), or
-    None with ``cufile_stats_note`` saying why.
+    ``str(report)`` is a table for people; ``as_dict()`` the same data for programs;
+    ``report["gpufile-posix"]`` one path's counters.
+
+    Attributes
+    ----------
+    paths : dict
+        ``{"gpufile-posix": {...}, "cufile": {...}}``, each with ``ops`` (requests),
+        ``tasks``, ``bytes``, ``seconds`` (busy time, summed over requests), ``gb_per_s``
+        (decimal GB/s) and ``errors``.
+    cufile_path : str or None
+        ``"cufile-nvfs"`` (GPUDirect Storage's accelerated path), ``"cufile-compat"``
+        (cuFile's own POSIX path), or None where cuFile did nothing or its counters are
+        unavailable.
+    cufile_stats : dict or None
+        cuFile's counters over the span (``n_reads``, ``nvfs_reads``, ``posix_reads``,
+        ``n_writes``, ... as ``gds_stats`` shows them), or None.
+    cufile_stats_note : str or None
+        Why ``cufile_stats`` is None.
     """
 
     def __init__(self, data: dict[str, Any]) -> None:
@@ -25,6 +38,12 @@ class Report:
         self.cufile_stats_note: str | None = data["cufile_stats_note"]
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as plain data.
+
+        Returns
+        -------
+        dict
+        """
         return dict(self._data)
 
     def __getitem__(self, path: str) -> dict[str, Any]:
@@ -53,10 +72,24 @@ class Report:
 
 
 class observe:  # noqa: N801 - used like a function: `with gpufile.observe() as r:`
-    """Context manager: ``with gpufile.observe() as obs: ...`` then ``obs.report``.
+    """Observe the requests of a span: ``with gpufile.observe() as obs: ...`` then ``obs.report``.
 
     While it is open, cuFile's statistics are on (level 3), so the report says how many cuFile
-    operations went through nvidia-fs and how many through cuFile's compat path.
+    operations went through nvidia-fs and how many through cuFile's compat path, read
+    in-process through cuFile's statistics API (no ``gds_stats`` needed).
+
+    Attributes
+    ----------
+    report : Report or None
+        Set on exit; None while the span is open.
+
+    Examples
+    --------
+    >>> with gpufile.observe() as obs, gpufile.CuFile("data.bin") as f:   # doctest: +SKIP
+    ...     f.read(buf)
+    >>> print(obs.report)                                                   # doctest: +SKIP
+    path               ops   tasks          bytes   seconds    GB/s errors
+    gpufile-posix        1     256     1073741824    0.0214   50.10      0
     """
 
     def __init__(self) -> None:
@@ -75,7 +108,12 @@ class observe:  # noqa: N801 - used like a function: `with gpufile.observe() as 
 
 
 def stats() -> Report:
-    """Totals since the process started."""
+    """Totals by path since the process started.
+
+    Returns
+    -------
+    Report
+    """
     return Report(_native.stats())
 
 
@@ -87,6 +125,12 @@ class _Text:
         self._text = text
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (the same as the CLI's ``--json``).
+
+        Returns
+        -------
+        dict
+        """
         return dict(self._data)
 
     def __getitem__(self, key: str) -> Any:
@@ -100,9 +144,25 @@ class _Text:
 
 
 def check(path: Any = None) -> _Text:
-    """What this machine offers for GPU file I/O (libraries, GPUs, nvidia-fs, udev, IOMMU,
-    cufile.json, and for ``path`` its file system, O_DIRECT and cuFile registration), and the path
-    each compat_mode would take. ``str()`` for people, ``as_dict()`` for programs."""
+    """What this machine offers for GPU file I/O, and the path each compat_mode would take.
+
+    The same report as ``gpufile check``: libraries, GPUs, nvidia-fs, udev, IOMMU, WSL,
+    cufile.json, and for ``path`` its file system, O_DIRECT and cuFile registration.
+
+    Parameters
+    ----------
+    path : str or os.PathLike, optional
+        A file to check too.
+
+    Returns
+    -------
+    report
+        ``str()`` for people, ``as_dict()`` for programs.
+
+    Examples
+    --------
+    >>> print(gpufile.check("data.bin"))                          # doctest: +SKIP
+    """
     import os
     data, text = _native.check(None if path is None else os.fspath(path))
     return _Text(data, text)
@@ -113,10 +173,49 @@ def explain(size: int, *, file_offset: int = 0, device: bool = True,
             compat_mode: Any = None, gds_threshold: int | None = None, cufile: str = "probe",
             cufile_json: Any = None, registered: bool = False, file: Any = None,
             run: bool = False) -> _Text:
-    """How a read of ``size`` bytes will be split and which path each piece takes, from the
-    planner that executes reads, with the work units cuFile makes of each request (from
-    cufile.json). ``cufile``: "probe" this machine, or assume "nvfs", "compat" or "none".
-    With ``file`` and ``run=True`` the read is performed and observed too."""
+    """How a read of ``size`` bytes will be split, and which path each piece takes.
+
+    The answer comes from the planner that executes reads, with the work units cuFile makes of
+    each request (from cufile.json). The same report as ``gpufile explain``.
+
+    Parameters
+    ----------
+    size : int
+        Bytes to read.
+    file_offset : int, optional
+        Where the read starts.
+    device : bool, optional
+        Into device memory (True, the default) or host memory.
+    task_size, num_threads, gds_threshold : int, optional
+        Override the settings of the same name for this prediction.
+    compat_mode : CompatMode or str, optional
+        Override ``compat_mode`` (``"on"``, ``"off"``, ``"auto"``).
+    cufile : str, optional
+        ``"probe"`` this machine (the default), or assume ``"nvfs"``, ``"compat"`` or
+        ``"none"``: predict for another machine.
+    cufile_json : str or os.PathLike, optional
+        The cufile.json to read instead of ``CUFILE_ENV_PATH_JSON`` or ``/etc/cufile.json``.
+    registered : bool, optional
+        Whether the buffer would be registered with cuFile (``gpufile.memory_register()``).
+    file : str or os.PathLike, optional
+        The file to read with ``run=True``.
+    run : bool, optional
+        Perform the read of ``file`` and report prediction and observation side by side.
+
+    Returns
+    -------
+    report
+        ``str()`` for people, ``as_dict()`` for programs.
+
+    Raises
+    ------
+    ValueError
+        Bad sizes or mode names.
+
+    Examples
+    --------
+    >>> print(gpufile.explain(1 << 30, compat_mode="off", cufile="compat"))   # doctest: +SKIP
+    """
     import os
     data, text = _native.explain(
         size, file_offset, device, task_size, num_threads,

@@ -42,8 +42,35 @@ def _range(offset: int, length: int) -> tuple[int, int]:
 
 
 def get_page_cache_info(file: Any, offset: int = 0, length: int = 0) -> tuple[int, int]:
-    """``(pages in the page cache, pages)`` for ``[offset, offset + length)`` of ``file``
-    (``length`` 0: to the end; beyond the end: ``(0, 0)``)."""
+    """How much of a file range is in the page cache (KvikIO's ``get_page_cache_info``).
+
+    Parameters
+    ----------
+    file : str, os.PathLike, int or file object
+        A path, a file descriptor or an open file.
+    offset : int, optional
+        Start of the range, 0 by default.
+    length : int, optional
+        Length of the range; 0 (the default) means to the end of the file.
+
+    Returns
+    -------
+    tuple of (int, int)
+        ``(pages in the page cache, pages in the range)``; ``(0, 0)`` beyond the end.
+
+    Raises
+    ------
+    TypeError
+        ``file`` is of another type, or ``offset``/``length`` are not ints.
+    ValueError
+        A negative ``offset`` or ``length``.
+    OSError
+        The file cannot be opened or mapped.
+
+    Examples
+    --------
+    >>> cached, total = gpufile.get_page_cache_info("data.bin")     # doctest: +SKIP
+    """
     offset, length = _range(offset, length)
     with _descriptor(file) as (fd, name):
         return _native.page_cache_info(fd, name, offset, length)
@@ -51,8 +78,25 @@ def get_page_cache_info(file: Any, offset: int = 0, length: int = 0) -> tuple[in
 
 def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0,
                          sync_first: bool = True) -> None:
-    """Evicts the range from the page cache (``posix_fadvise`` DONTNEED, after ``fdatasync`` if
-    ``sync_first``). Needs no privileges: the way to make a benchmark's file cold."""
+    """Evict a file range from the page cache; needs no privileges.
+
+    ``posix_fadvise(POSIX_FADV_DONTNEED)``, after ``fdatasync`` if ``sync_first`` (dirty pages
+    are not evicted). The way ``gpufile bench --cache cold`` makes a file cold.
+
+    Parameters
+    ----------
+    file : str, os.PathLike, int or file object
+        A path, a file descriptor or an open file.
+    offset, length : int, optional
+        The range; ``length`` 0 (the default) means to the end.
+    sync_first : bool, optional
+        Write dirty pages back first (True by default).
+
+    Raises
+    ------
+    TypeError, ValueError, OSError
+        As ``get_page_cache_info()``.
+    """
     offset, length = _range(offset, length)
     with _descriptor(file) as (fd, name):
         _native.drop_file_page_cache(fd, name, offset, length, bool(sync_first))
@@ -60,7 +104,20 @@ def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0,
 
 def drop_system_page_cache(reclaim_dentries_and_inodes: bool = True,
                            sync_first: bool = True) -> bool:
-    """Drops the whole system's page cache (``vm.drop_caches``); needs root. Whether it worked."""
+    """Drop the whole system's page cache (``/proc/sys/vm/drop_caches``); needs root.
+
+    Parameters
+    ----------
+    reclaim_dentries_and_inodes : bool, optional
+        Also reclaim dentries and inodes (writes 3 rather than 1), True by default.
+    sync_first : bool, optional
+        ``sync`` first, True by default.
+
+    Returns
+    -------
+    bool
+        Whether it worked (False without the privilege; never raises for that).
+    """
     return _native.drop_system_page_cache(bool(reclaim_dentries_and_inodes), bool(sync_first))
 
 
