@@ -32,7 +32,7 @@ pub mod source;
 
 pub use config::{CompatMode, Settings};
 pub use device::{free_bounce_buffers, pooled_bounce_bytes};
-pub use error::{Error, Result};
+pub use error::{Error, RemoteFailure, Result};
 pub use file::{FileHandle, OpenMode};
 pub use plan::{Backend, IoPath, Memory, Reason};
 pub use pool::IoFuture;
