@@ -32,6 +32,12 @@ from .cufile import (
 from .defaults import CompatMode
 from .observe import Report, check, explain, observe, stats
 from .pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
+from .remote_file import (
+    RemoteEndpointType,
+    RemoteFile,
+    infer_remote_endpoint_type,
+    is_remote_file_available,
+)
 
 __version__: str = _native.__version__
 
@@ -43,6 +49,8 @@ __all__ = [
     "EndOfFileError",
     "GpufileError",
     "IOFutureStream",
+    "RemoteEndpointType",
+    "RemoteFile",
     "Report",
     "bounce_buffer_free",
     "check",
@@ -51,6 +59,8 @@ __all__ = [
     "drop_file_page_cache",
     "drop_system_page_cache",
     "get_page_cache_info",
+    "infer_remote_endpoint_type",
+    "is_remote_file_available",
     "memory_deregister",
     "memory_register",
     "observe",

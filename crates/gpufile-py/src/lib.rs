@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
 mod dlpack;
+mod remote;
 
 pyo3::create_exception!(
     gpufile,
@@ -1081,6 +1082,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CudaError", py.get_type::<CudaError>())?;
     m.add("CufileError", py.get_type::<CufileError>())?;
     m.add_class::<NativeFile>()?;
+    remote::register(m)?;
     m.add_class::<NativeFuture>()?;
     m.add_class::<SettingsSnapshot>()?;
     m.add_function(wrap_pyfunction!(settings_get, m)?)?;

@@ -182,7 +182,8 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
     Ok((bucket.to_owned(), key.to_owned()))
 }
 
-/// The URL with the values of `X-Amz-Signature`, `X-Amz-Credential` and `X-Amz-Security-Token`
+/// The URL with the values of `X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token` and
+/// `Signature` (SigV2)
 /// replaced by `REDACTED`, for errors and `str()`: a presigned URL is a bearer credential.
 pub fn redact(url: &str) -> String {
     let Some((base, query)) = url.split_once('?') else {

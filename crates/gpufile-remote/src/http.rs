@@ -324,13 +324,19 @@ impl Client {
                         progress.fetch_add(n as u64, Ordering::Relaxed);
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                        break Err(Attempt::Fail(t.error(
-                            RemoteFailure::ShortBody,
-                            format!("{}: the body ended after {filled} of {len} bytes", t.what("GET")),
-                        )))
-                    }
-                    Err(e) => break Err(classify(t, "GET", ureq::Error::from(e), p)),
+                    Err(e) => match ureq::Error::from(e) {
+                        // A connection closed or reset mid-body.
+                        ureq::Error::Io(io) if io.kind() != io::ErrorKind::TimedOut => {
+                            break Err(Attempt::Fail(t.error(
+                                RemoteFailure::ShortBody,
+                                format!(
+                                    "{}: the body ended after {filled} of {len} bytes ({io})",
+                                    t.what("GET")
+                                ),
+                            )))
+                        }
+                        other => break Err(classify(t, "GET", other, p)),
+                    },
                 }
             };
             if outcome.is_err() {
