@@ -39,6 +39,12 @@ from .pagecache import (
     get_page_cache_info,
 )
 from .utils import kvikio_deprecation_notice
+from .remote_file import (
+    RemoteEndpointType,
+    RemoteFile,
+    infer_remote_endpoint_type,
+    is_remote_file_available,
+)
 
 __version__: str = _native.__version__
 
@@ -50,6 +56,8 @@ __all__ = [
     "EndOfFileError",
     "GpufileError",
     "IOFutureStream",
+    "RemoteEndpointType",
+    "RemoteFile",
     "Report",
     "bounce_buffer_free",
     "check",
@@ -60,6 +68,8 @@ __all__ = [
     "drop_system_page_cache",
     "get_page_cache_info",
     "kvikio_deprecation_notice",
+    "infer_remote_endpoint_type",
+    "is_remote_file_available",
     "memory_deregister",
     "memory_register",
     "observe",

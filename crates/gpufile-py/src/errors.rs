@@ -2,8 +2,10 @@
 //! argument helpers every binding module shares.
 
 use gpufile::error::Op;
-use gpufile::Error;
-use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueError};
+use gpufile::{Error, RemoteFailure};
+use pyo3::exceptions::{
+    PyException, PyKeyError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
@@ -66,6 +68,13 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             }
         }),
         Error::UnknownSetting { .. } => PyKeyError::new_err(text),
+        // KvikIO's types for remote failures: a server that ignores ranges is an OverflowError,
+        // other server and network failures RuntimeError.
+        Error::Remote {
+            kind: RemoteFailure::NoRangeSupport,
+            ..
+        } => PyOverflowError::new_err(text),
+        Error::Remote { .. } => PyRuntimeError::new_err(text),
         Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
         Error::CufileUnavailable { .. } | Error::Cufile { .. } => CufileError::new_err(text),
         Error::Closed

@@ -317,6 +317,17 @@ impl Drop for NativeFuture {
     }
 }
 
+impl NativeFuture {
+    /// A future of `fut` that holds `view` (the buffer) and `owners` until it is done.
+    pub(crate) fn new(fut: IoFuture, view: BufferView, owners: Vec<Py<PyAny>>) -> Self {
+        NativeFuture {
+            fut,
+            view: Mutex::new(Some(view)),
+            _owners: owners,
+        }
+    }
+}
+
 /// How often a blocking wait looks for signals (Ctrl-C): a KeyboardInterrupt arrives within
 /// about this long.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -339,11 +350,11 @@ pub(crate) fn wait_interruptibly(py: Python<'_>, fut: &IoFuture) -> PyResult<usi
 
 /// A request moved into a GIL-free closure: the raw addresses in it stay valid because the
 /// caller holds the buffer view until the request is done.
-pub(crate) struct SendRequest(Request);
+pub(crate) struct SendRequest(pub(crate) Request);
 // SAFETY: see above; the request is only submitted, never dereferenced, by the closure.
 unsafe impl Send for SendRequest {}
 impl SendRequest {
-    fn into_inner(self) -> Request {
+    pub(crate) fn into_inner(self) -> Request {
         self.0
     }
 }

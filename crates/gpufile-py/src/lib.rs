@@ -9,6 +9,7 @@ mod cufile;
 mod dlpack;
 mod errors;
 mod file;
+mod remote;
 mod safetensors;
 mod settings;
 mod tools;
@@ -64,5 +65,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(f)?;
     }
     safetensors::register(m)?;
+    remote::register(m)?;
     Ok(())
 }

@@ -171,6 +171,34 @@ pub enum Error {
         /// What would have been accepted.
         reason: String,
     },
+    /// A remote object (HTTP(S), S3, WebHDFS) could not be opened or read.
+    #[error("{reason} ({url})")]
+    Remote {
+        /// The object's URL (signatures and tokens redacted).
+        url: String,
+        /// What went wrong, for callers that branch on it.
+        kind: RemoteFailure,
+        /// What happened, in words: the request, the server's answer, the attempts made.
+        reason: String,
+    },
+}
+
+/// The kinds of [`Error::Remote`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoteFailure {
+    /// The server answered with an HTTP error status that is not retried (403, 404, ...).
+    Status(u16),
+    /// Every attempt allowed by `http_max_attempts` got a retryable status or timed out.
+    AttemptsExhausted,
+    /// The connection failed (refused, reset, TLS, DNS).
+    Transport,
+    /// The server ignored the byte range and sent the whole object.
+    NoRangeSupport,
+    /// The body ended before the bytes the response announced or the request asked for.
+    ShortBody,
+    /// The answer cannot be used (no size, malformed headers or JSON).
+    BadResponse,
 }
 
 impl Error {

@@ -41,7 +41,7 @@ pub mod source;
 
 pub use config::{CompatMode, Settings};
 pub use engine::Engine;
-pub use error::{Error, Result};
+pub use error::{Error, RemoteFailure, Result};
 pub use file::{FileHandle, OpenMode};
 pub use future::IoFuture;
 pub use plan::{Backend, IoPath, Reason};

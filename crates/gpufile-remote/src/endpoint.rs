@@ -1,0 +1,654 @@
+//! What a URL names and how to ask for its bytes: endpoint types, KvikIO's URL rules, S3 URL
+//! parsing and credentials. Pure (no I/O); the environment comes in as a function.
+
+use std::fmt;
+
+use gpufile::{Error, Result};
+use rusty_s3::{Bucket, Credentials, UrlStyle};
+use url::Url;
+
+/// The kinds of remote endpoint (KvikIO's `RemoteEndpointType`, same values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RemoteEndpointType {
+    /// Infer from the URL (the `allow_list` order decides).
+    Auto = 0,
+    /// S3 with credentials (SigV4).
+    S3 = 1,
+    /// S3 objects readable by anyone (no signing).
+    S3Public = 2,
+    /// An S3 URL signed in advance (`X-Amz-Signature` in its query).
+    S3PresignedUrl = 3,
+    /// Apache Hadoop WebHDFS.
+    WebHdfs = 4,
+    /// Any HTTP(S) server that answers ranged GETs.
+    Http = 5,
+}
+
+impl RemoteEndpointType {
+    /// KvikIO's default allow list, in the order AUTO tries it.
+    pub const DEFAULT_ALLOW_LIST: [RemoteEndpointType; 5] = [
+        RemoteEndpointType::S3,
+        RemoteEndpointType::S3Public,
+        RemoteEndpointType::S3PresignedUrl,
+        RemoteEndpointType::WebHdfs,
+        RemoteEndpointType::Http,
+    ];
+
+    /// The value as KvikIO numbers it.
+    pub fn from_value(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Auto,
+            1 => Self::S3,
+            2 => Self::S3Public,
+            3 => Self::S3PresignedUrl,
+            4 => Self::WebHdfs,
+            5 => Self::Http,
+            _ => return None,
+        })
+    }
+
+    /// Whether `url` has the shape this endpoint type accepts (KvikIO's `is_url_valid`).
+    pub fn accepts(self, url: &str) -> bool {
+        match self {
+            Self::Auto => false,
+            Self::S3 | Self::S3Public => is_s3_url(url),
+            Self::S3PresignedUrl => is_presigned_url(url),
+            Self::WebHdfs => is_webhdfs_url(url),
+            Self::Http => is_http_url(url),
+        }
+    }
+}
+
+impl fmt::Display for RemoteEndpointType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "AUTO",
+            Self::S3 => "S3",
+            Self::S3Public => "S3 public",
+            Self::S3PresignedUrl => "S3 with presigned URL",
+            Self::WebHdfs => "WebHDFS",
+            Self::Http => "HTTP",
+        })
+    }
+}
+
+/// The scheme of `url` ("https"), lower case; `Bad scheme` when it has none.
+pub fn scheme(url: &str) -> Result<String> {
+    let bad = || {
+        Error::InvalidArgument(format!(
+            "Bad scheme: {url:?} has no scheme (https://, s3://, ...)"
+        ))
+    };
+    let (s, _) = url.split_once("://").ok_or_else(bad)?;
+    let valid = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if valid {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err(bad())
+    }
+}
+
+fn parse_http(url: &str) -> Option<Url> {
+    let u = Url::parse(url).ok()?;
+    matches!(u.scheme(), "http" | "https").then_some(u)
+}
+
+/// `http(s)://host/path` with a path beyond `/`.
+pub fn is_http_url(url: &str) -> bool {
+    parse_http(url).is_some_and(|u| u.host_str().is_some() && u.path().len() > 1)
+}
+
+/// `http(s)://host:port/webhdfs/v1/path` (the port is required, as in KvikIO).
+pub fn is_webhdfs_url(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return false;
+    }
+    let Some((authority, path)) = rest.split_once('/') else {
+        return false;
+    };
+    let port_ok = authority.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+    });
+    port_ok && path.len() > "webhdfs/v1/".len() && path.starts_with("webhdfs/v1/")
+}
+
+/// The AWS S3 HTTP forms KvikIO knows: virtual host (`bucket.s3[.-]region.amazonaws.com/key`,
+/// `bucket.s3.amazonaws.com/key`) and path style (`s3[.-]region.amazonaws.com/bucket/key`,
+/// `s3.amazonaws.com/bucket/key`). Returns the bucket and the (still encoded) key.
+pub fn aws_s3_http_parts(url: &str) -> Option<(String, String)> {
+    let u = parse_http(url)?;
+    let host = u.host_str()?;
+    let rest = host.strip_suffix(".amazonaws.com")?;
+    let region_ok = |r: &str| !r.is_empty() && !r.contains('.');
+    let path = u.path().strip_prefix('/')?;
+    let is_service = |s: &str| {
+        s == "s3"
+            || s.strip_prefix("s3.").is_some_and(region_ok)
+            || s.strip_prefix("s3-").is_some_and(region_ok)
+    };
+    if is_service(rest) {
+        let (bucket, key) = path.split_once('/')?;
+        return (!bucket.is_empty() && !key.is_empty())
+            .then(|| (bucket.to_owned(), key.to_owned()));
+    }
+    // Virtual host: the bucket is everything before the last ".s3" label.
+    let split = [".s3.", ".s3-"]
+        .iter()
+        .filter_map(|m| rest.rfind(m).map(|i| (i, &rest[i + 1..])))
+        .chain(rest.strip_suffix(".s3").map(|b| (b.len(), "s3")))
+        .max_by_key(|(i, _)| *i)?;
+    let (bucket, service) = (&rest[..split.0], split.1);
+    (!bucket.is_empty() && is_service(service) && !path.is_empty())
+        .then(|| (bucket.to_owned(), path.to_owned()))
+}
+
+/// An AWS S3 URL with `X-Amz-Algorithm` and `X-Amz-Signature` in its query.
+pub fn is_presigned_url(url: &str) -> bool {
+    aws_s3_http_parts(url).is_some()
+        && parse_http(url)
+            .and_then(|u| u.query().map(str::to_owned))
+            .is_some_and(|q| q.contains("X-Amz-Algorithm") && q.contains("X-Amz-Signature"))
+}
+
+/// `s3://bucket/key`, or an AWS S3 HTTP URL that is not presigned.
+pub fn is_s3_url(url: &str) -> bool {
+    if scheme(url).is_ok_and(|s| s == "s3") {
+        return parse_s3_url(url).is_ok();
+    }
+    aws_s3_http_parts(url).is_some() && !is_presigned_url(url)
+}
+
+/// `s3://bucket/key` → (bucket, key).
+pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
+    let bad = || {
+        Error::InvalidArgument(format!(
+            "{url:?} does not match the expected S3 URL format s3://<bucket>/<object>"
+        ))
+    };
+    let rest = url
+        .get(..5)
+        .filter(|p| p.eq_ignore_ascii_case("s3://"))
+        .map(|_| &url[5..])
+        .ok_or_else(bad)?;
+    let (bucket, key) = rest.split_once('/').ok_or_else(bad)?;
+    if bucket.is_empty() || key.is_empty() {
+        return Err(bad());
+    }
+    Ok((bucket.to_owned(), key.to_owned()))
+}
+
+/// The URL with the values of `X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token` and
+/// `Signature` (SigV2)
+/// replaced by `REDACTED`, for errors and `str()`: a presigned URL is a bearer credential.
+pub fn redact(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let secret = [
+        "x-amz-signature",
+        "x-amz-credential",
+        "x-amz-security-token",
+    ];
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if secret.contains(&k.to_ascii_lowercase().as_str()) => {
+                format!("{k}=REDACTED")
+            }
+            _ => kv.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", parts.join("&"))
+}
+
+/// S3 settings given by the caller; what is `None` comes from KvikIO's environment variables.
+#[derive(Clone, Debug, Default)]
+pub struct S3Options {
+    /// `AWS_DEFAULT_REGION`.
+    pub region: Option<String>,
+    /// `AWS_ACCESS_KEY_ID`.
+    pub access_key_id: Option<String>,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    pub secret_access_key: Option<String>,
+    /// `AWS_ENDPOINT_URL`: `<endpoint>/<bucket>/<object>` instead of AWS's own hosts.
+    pub endpoint_url: Option<String>,
+    /// `AWS_SESSION_TOKEN` (temporary credentials).
+    pub session_token: Option<String>,
+}
+
+fn pick(given: &Option<String>, env: &dyn Fn(&str) -> Option<String>, var: &str) -> Option<String> {
+    given.clone().or_else(|| env(var)).filter(|v| !v.is_empty())
+}
+
+fn required(value: Option<String>, what: &str, var: &str) -> Result<String> {
+    value.ok_or_else(|| {
+        Error::InvalidArgument(format!("S3: must provide `{what}` if {var} isn't set"))
+    })
+}
+
+/// A signed S3 object: where it is and who asks.
+#[derive(Clone, Debug)]
+pub struct S3Object {
+    pub(crate) bucket: Bucket,
+    pub(crate) key: String,
+    pub(crate) credentials: Credentials,
+}
+
+impl S3Object {
+    fn build(
+        endpoint: Url,
+        style: UrlStyle,
+        bucket: &str,
+        key: String,
+        region: String,
+        o: &S3Options,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        let key_id = required(
+            pick(&o.access_key_id, env, "AWS_ACCESS_KEY_ID"),
+            "aws_access_key_id",
+            "AWS_ACCESS_KEY_ID",
+        )?;
+        let secret = required(
+            pick(&o.secret_access_key, env, "AWS_SECRET_ACCESS_KEY"),
+            "aws_secret_access_key",
+            "AWS_SECRET_ACCESS_KEY",
+        )?;
+        let credentials = match pick(&o.session_token, env, "AWS_SESSION_TOKEN") {
+            Some(token) => Credentials::new_with_token(key_id, secret, token),
+            None => Credentials::new(key_id, secret),
+        };
+        let bucket = Bucket::new(endpoint, style, bucket.to_owned(), region)
+            .map_err(|e| Error::InvalidArgument(format!("S3 bucket {bucket:?}: {e}")))?;
+        Ok(S3Object {
+            bucket,
+            key,
+            credentials,
+        })
+    }
+
+    /// `bucket` + `object`: at `<endpoint>/<bucket>/<object>` when an endpoint is given
+    /// (argument or `AWS_ENDPOINT_URL`), else `https://<bucket>.s3.<region>.amazonaws.com/<object>`.
+    pub fn from_bucket(
+        bucket: &str,
+        object: &str,
+        o: &S3Options,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        if bucket.is_empty() || object.is_empty() {
+            return Err(Error::InvalidArgument(
+                "S3: bucket and object names must not be empty".into(),
+            ));
+        }
+        let region = required(
+            pick(&o.region, env, "AWS_DEFAULT_REGION"),
+            "aws_region",
+            "AWS_DEFAULT_REGION",
+        )?;
+        let (endpoint, style) = match pick(&o.endpoint_url, env, "AWS_ENDPOINT_URL") {
+            Some(e) => {
+                let u = Url::parse(&e).map_err(|err| {
+                    Error::InvalidArgument(format!("S3 endpoint URL {e:?}: {err}"))
+                })?;
+                (u, UrlStyle::Path)
+            }
+            None => (aws_endpoint(&region)?, UrlStyle::VirtualHost),
+        };
+        Self::build(endpoint, style, bucket, object.to_owned(), region, o, env)
+    }
+
+    /// An `http(s)://` URL of an S3 object: the AWS forms keep their style; any other URL is read
+    /// as path style, `<scheme>://<host>/<bucket>/<object>`.
+    pub fn from_http_url(
+        url: &str,
+        o: &S3Options,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        let u = parse_http(url)
+            .ok_or_else(|| Error::InvalidArgument(format!("{url:?} is not an http(s) URL")))?;
+        let region = required(
+            pick(&o.region, env, "AWS_DEFAULT_REGION"),
+            "aws_region",
+            "AWS_DEFAULT_REGION",
+        )?;
+        let decode = |k: &str| percent_decode(k);
+        if let Some((bucket, key)) = aws_s3_http_parts(url) {
+            let host = u.host_str().unwrap_or_default();
+            let (endpoint, style) = match host.strip_prefix(&format!("{bucket}.")) {
+                Some(service) => (format!("{}://{service}", u.scheme()), UrlStyle::VirtualHost),
+                None => (format!("{}://{host}", u.scheme()), UrlStyle::Path),
+            };
+            let endpoint = Url::parse(&endpoint)
+                .map_err(|e| Error::InvalidArgument(format!("{url:?}: {e}")))?;
+            return Self::build(endpoint, style, &bucket, decode(&key), region, o, env);
+        }
+        let path = u.path().strip_prefix('/').unwrap_or_default();
+        let (bucket, key) = path
+            .split_once('/')
+            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+            .ok_or_else(|| Error::InvalidArgument(format!("{url:?} names no <bucket>/<object>")))?;
+        let mut endpoint = u.clone();
+        endpoint.set_path("/");
+        endpoint.set_query(None);
+        Self::build(
+            endpoint,
+            UrlStyle::Path,
+            bucket,
+            decode(key),
+            region,
+            o,
+            env,
+        )
+    }
+
+    /// The object's URL, unsigned (for errors and `str()`).
+    pub fn url(&self) -> String {
+        self.bucket
+            .object_url(&self.key)
+            .map(String::from)
+            .unwrap_or_else(|_| format!("s3://{}/{}", self.bucket.name(), self.key))
+    }
+}
+
+fn aws_endpoint(region: &str) -> Result<Url> {
+    Url::parse(&format!("https://s3.{region}.amazonaws.com"))
+        .map_err(|e| Error::InvalidArgument(format!("S3 region {region:?}: {e}")))
+}
+
+/// The public HTTP URL of `s3://bucket/key` (endpoint from `AWS_ENDPOINT_URL`, else AWS's
+/// global virtual-host form), for S3 public objects named by an `s3://` URL.
+pub fn public_http_url(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+    let (bucket, key) = parse_s3_url(url)?;
+    Ok(match env("AWS_ENDPOINT_URL").filter(|e| !e.is_empty()) {
+        Some(e) => format!("{}/{bucket}/{key}", e.trim_end_matches('/')),
+        None => format!("https://{bucket}.s3.amazonaws.com/{key}"),
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Which endpoint type `url` is, trying `allow_list` in order (KvikIO's AUTO rules, without
+/// network probing); `Unsupported endpoint URL` when none fits.
+pub fn infer(url: &str, allow_list: &[RemoteEndpointType]) -> Result<RemoteEndpointType> {
+    scheme(url)?;
+    allow_list
+        .iter()
+        .copied()
+        .find(|t| t.accepts(url))
+        .ok_or_else(|| Error::InvalidArgument(format!("Unsupported endpoint URL: {}", redact(url))))
+}
+
+/// KvikIO's `infer_remote_endpoint_type`: the default allow list.
+pub fn infer_remote_endpoint_type(url: &str) -> Result<RemoteEndpointType> {
+    infer(url, &RemoteEndpointType::DEFAULT_ALLOW_LIST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use RemoteEndpointType as T;
+
+    #[test]
+    fn infers_kvikio_examples() {
+        assert_eq!(
+            infer_remote_endpoint_type("s3://bucket-name/object-key-name").unwrap(),
+            T::S3
+        );
+        assert_eq!(
+            infer_remote_endpoint_type("https://host:1234/webhdfs/v1/data.bin").unwrap(),
+            T::WebHdfs
+        );
+        assert_eq!(
+            infer_remote_endpoint_type("https://example.com/path/file.bin").unwrap(),
+            T::Http
+        );
+        let presigned = "https://bucket-name.s3.region-code.amazonaws.com/object-key-name?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=sig&X-Amz-Credential=cred&X-Amz-SignedHeaders=host";
+        assert_eq!(
+            infer_remote_endpoint_type(presigned).unwrap(),
+            T::S3PresignedUrl
+        );
+        assert_eq!(
+            infer_remote_endpoint_type("https://bucket.s3.us-east-1.amazonaws.com/key").unwrap(),
+            T::S3
+        );
+    }
+
+    #[test]
+    fn bad_and_unsupported_urls_say_so() {
+        let e = infer_remote_endpoint_type("example.com/path")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Bad scheme"), "{e}");
+        let e = infer_remote_endpoint_type("unsupported://example.com/path")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Unsupported endpoint URL"), "{e}");
+        // http without a path, and WebHDFS without a port, fit nothing / only HTTP.
+        assert!(infer_remote_endpoint_type("http://example.com/").is_err());
+        assert_eq!(
+            infer_remote_endpoint_type("http://host/webhdfs/v1/x").unwrap(),
+            T::Http
+        );
+    }
+
+    #[test]
+    fn allow_list_order_decides() {
+        let url = "https://bucket.s3.amazonaws.com/key";
+        assert_eq!(infer(url, &[T::Http, T::S3]).unwrap(), T::Http);
+        assert_eq!(infer(url, &[T::S3Public]).unwrap(), T::S3Public);
+        assert!(infer("s3://b/k", &[T::Http]).is_err());
+    }
+
+    #[test]
+    fn aws_forms() {
+        let p = |u: &str| aws_s3_http_parts(u);
+        assert_eq!(
+            p("https://b.s3.eu-west-1.amazonaws.com/a/b.bin"),
+            Some(("b".into(), "a/b.bin".into()))
+        );
+        assert_eq!(
+            p("https://my.dotted.bucket.s3.amazonaws.com/k"),
+            Some(("my.dotted.bucket".into(), "k".into()))
+        );
+        assert_eq!(
+            p("https://b.s3-eu-west-1.amazonaws.com/k"),
+            Some(("b".into(), "k".into()))
+        );
+        assert_eq!(
+            p("http://s3.us-east-1.amazonaws.com/b/k"),
+            Some(("b".into(), "k".into()))
+        );
+        assert_eq!(
+            p("http://s3.amazonaws.com/b/k"),
+            Some(("b".into(), "k".into()))
+        );
+        assert_eq!(
+            p("http://s3-us-west-2.amazonaws.com/b/k"),
+            Some(("b".into(), "k".into()))
+        );
+        assert_eq!(p("http://s3.amazonaws.com/b/"), None);
+        assert_eq!(p("https://b.s3.eu-west-1.amazonaws.com/"), None);
+        assert_eq!(p("https://example.com/b/k"), None);
+        assert_eq!(p("https://b.s3.a.b.amazonaws.com/k"), None);
+    }
+
+    #[test]
+    fn s3_urls_parse() {
+        assert_eq!(
+            parse_s3_url("s3://bkt/dir/obj").unwrap(),
+            ("bkt".into(), "dir/obj".into())
+        );
+        assert_eq!(
+            parse_s3_url("S3://bkt/o").unwrap(),
+            ("bkt".into(), "o".into())
+        );
+        for bad in ["s3://bkt", "s3://bkt/", "s3:///obj", "http://b/o"] {
+            assert!(parse_s3_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn env(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn s3_object_from_env_and_arguments() {
+        let e = env(&[
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "AKID"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+        ]);
+        let o = S3Object::from_bucket("bkt", "a b/c.bin", &S3Options::default(), &e).unwrap();
+        assert_eq!(o.url(), "http://127.0.0.1:9000/bkt/a%20b/c.bin");
+        assert_eq!(o.bucket.region(), "us-east-1");
+        assert_eq!(o.credentials.key(), "AKID");
+        assert_eq!(o.credentials.token(), None);
+        // Arguments win over the environment.
+        let args = S3Options {
+            region: Some("eu-west-1".into()),
+            endpoint_url: None,
+            session_token: Some("tok".into()),
+            ..Default::default()
+        };
+        let no_endpoint = env(&[
+            ("AWS_ACCESS_KEY_ID", "AKID"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+        ]);
+        let o = S3Object::from_bucket("bkt", "k", &args, &no_endpoint).unwrap();
+        assert_eq!(o.url(), "https://bkt.s3.eu-west-1.amazonaws.com/k");
+        assert_eq!(o.credentials.token(), Some("tok"));
+        // Missing pieces are named.
+        let e = S3Object::from_bucket("bkt", "k", &S3Options::default(), &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("AWS_DEFAULT_REGION"), "{e}");
+        let e = S3Object::from_bucket("bkt", "k", &args, &env(&[])).unwrap_err();
+        assert!(e.to_string().contains("AWS_ACCESS_KEY_ID"), "{e}");
+    }
+
+    #[test]
+    fn s3_object_from_http_urls() {
+        let e = env(&[
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "k"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+        ]);
+        let o = S3Object::from_http_url(
+            "http://127.0.0.1:5000/bkt/dir/x%20y.bin",
+            &S3Options::default(),
+            &e,
+        )
+        .unwrap();
+        assert_eq!(o.bucket.name(), "bkt");
+        assert_eq!(o.key, "dir/x y.bin");
+        assert_eq!(o.url(), "http://127.0.0.1:5000/bkt/dir/x%20y.bin");
+        let o = S3Object::from_http_url(
+            "https://bkt.s3.eu-west-1.amazonaws.com/k",
+            &S3Options::default(),
+            &e,
+        )
+        .unwrap();
+        assert_eq!(o.url(), "https://bkt.s3.eu-west-1.amazonaws.com/k");
+        let o = S3Object::from_http_url(
+            "https://s3.eu-west-1.amazonaws.com/bkt/k",
+            &S3Options::default(),
+            &e,
+        )
+        .unwrap();
+        assert_eq!(o.url(), "https://s3.eu-west-1.amazonaws.com/bkt/k");
+        assert!(
+            S3Object::from_http_url("http://127.0.0.1:5000/bkt", &S3Options::default(), &e)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn signed_urls_carry_sigv4_query() {
+        use rusty_s3::S3Action;
+        let e = env(&[
+            ("AWS_DEFAULT_REGION", "eu-west-1"),
+            ("AWS_ACCESS_KEY_ID", "AKID"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+        ]);
+        let args = S3Options {
+            session_token: Some("tok".into()),
+            ..Default::default()
+        };
+        let o = S3Object::from_bucket("bkt", "k", &args, &e).unwrap();
+        let url = o
+            .bucket
+            .get_object(Some(&o.credentials), &o.key)
+            .sign(std::time::Duration::from_secs(60));
+        let q: std::collections::HashMap<_, _> = url.query_pairs().into_owned().collect();
+        assert_eq!(q["X-Amz-Algorithm"], "AWS4-HMAC-SHA256");
+        assert!(
+            q["X-Amz-Credential"].starts_with("AKID/")
+                && q["X-Amz-Credential"].ends_with("/eu-west-1/s3/aws4_request")
+        );
+        assert_eq!(q["X-Amz-Security-Token"], "tok");
+        assert_eq!(q["X-Amz-Signature"].len(), 64);
+        assert_eq!(url.host_str(), Some("bkt.s3.eu-west-1.amazonaws.com"));
+        // The signed URL is itself recognised as presigned, and redacted for display.
+        assert!(is_presigned_url(url.as_str()));
+        assert!(!redact(url.as_str()).contains(&q["X-Amz-Signature"]));
+    }
+
+    #[test]
+    fn presigned_secrets_are_redacted() {
+        let u = "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=A&X-Amz-Credential=AKID%2F1&X-Amz-Signature=abc&x-amz-security-token=t";
+        let r = redact(u);
+        assert!(
+            !r.contains("abc") && !r.contains("AKID") && !r.contains("=t"),
+            "{r}"
+        );
+        assert!(r.contains("X-Amz-Algorithm=A"), "{r}");
+        assert_eq!(redact("http://h/p"), "http://h/p");
+    }
+
+    #[test]
+    fn public_url_of_s3_url() {
+        assert_eq!(
+            public_http_url("s3://b/k", &env(&[])).unwrap(),
+            "https://b.s3.amazonaws.com/k"
+        );
+        assert_eq!(
+            public_http_url(
+                "s3://b/k",
+                &env(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:1/")])
+            )
+            .unwrap(),
+            "http://127.0.0.1:1/b/k"
+        );
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b%2Fc%"), "a b/c%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+}

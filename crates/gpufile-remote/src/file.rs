@@ -1,0 +1,503 @@
+//! [`RemoteFile`]: an opened remote object (size known) that reads ranges into host slices.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpufile::source::{Call, Source};
+use gpufile::{Error, Result};
+
+use rusty_s3::S3Action;
+
+use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
+use crate::http::{Client, Target};
+
+/// How long a signature made for one request stays valid (it is used at once).
+const SIGNATURE_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// How the bytes of an object are asked for.
+#[derive(Clone, Debug)]
+enum Access {
+    /// A ranged GET of a fixed URL (HTTP, S3 public, presigned URL).
+    Plain { url: String },
+    /// A ranged GET of a URL signed per request (SigV4 in the query).
+    S3(Box<S3Object>),
+    /// WebHDFS: `op=GETFILESTATUS` for the size, `op=OPEN&offset&length` for the bytes.
+    WebHdfs { base: String, user: Option<String> },
+}
+
+/// An opened remote object. Cheap to share (`Arc`); safe to read from several threads at once.
+#[derive(Debug)]
+pub struct RemoteFile {
+    access: Access,
+    kind: RemoteEndpointType,
+    shown: String,
+    nbytes: u64,
+    client: Client,
+}
+
+type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+impl RemoteFile {
+    fn new(access: Access, kind: RemoteEndpointType, nbytes: Option<u64>) -> Result<Self> {
+        let shown = match &access {
+            Access::Plain { url } => endpoint::redact(url),
+            Access::S3(o) => o.url(),
+            Access::WebHdfs { base, .. } => base.clone(),
+        };
+        let mut f = RemoteFile {
+            access,
+            kind,
+            shown,
+            nbytes: 0,
+            client: Client::new(),
+        };
+        f.nbytes = match nbytes {
+            Some(n) => n,
+            None => f.fetch_size()?,
+        };
+        Ok(f)
+    }
+
+    fn fetch_size(&self) -> Result<u64> {
+        match &self.access {
+            Access::Plain { url } if self.kind == RemoteEndpointType::S3PresignedUrl => self
+                .client
+                .range_probe_size(&self.target(url, Some((0, 1)))),
+            Access::Plain { url } => self.client.head_size(&self.target(url, None)),
+            Access::S3(o) => {
+                let url = o
+                    .bucket
+                    .head_object(Some(&o.credentials), &o.key)
+                    .sign(SIGNATURE_LIFETIME);
+                self.client.head_size(&self.target(url.as_str(), None))
+            }
+            Access::WebHdfs { base, user } => {
+                let url = format!("{base}?{}op=GETFILESTATUS", user_param(user));
+                let body = self.client.get_small(&self.target(&url, None))?;
+                webhdfs_length(&body).ok_or_else(|| Error::Remote {
+                    url: self.shown.clone(),
+                    kind: gpufile::RemoteFailure::BadResponse,
+                    reason: format!(
+                        "Cannot extract file length from the JSON response of GETFILESTATUS: {:.200}",
+                        body
+                    ),
+                })
+            }
+        }
+    }
+
+    fn target<'a>(&'a self, url: &'a str, range: Option<(u64, usize)>) -> Target<'a> {
+        Target {
+            url,
+            shown: &self.shown,
+            range,
+        }
+    }
+
+    /// An HTTP(S) server that answers ranged GETs; size by `HEAD` (`Content-Length`).
+    pub fn open_http(url: &str, nbytes: Option<u64>) -> Result<Self> {
+        check_http(url, RemoteEndpointType::Http)?;
+        Self::new(
+            Access::Plain {
+                url: url.to_owned(),
+            },
+            RemoteEndpointType::Http,
+            nbytes,
+        )
+    }
+
+    /// S3 `bucket`/`object`, signed (SigV4) with the given or the environment's credentials.
+    pub fn open_s3(
+        bucket: &str,
+        object: &str,
+        nbytes: Option<u64>,
+        options: &S3Options,
+    ) -> Result<Self> {
+        Self::open_s3_with_env(bucket, object, nbytes, options, &process_env)
+    }
+
+    fn open_s3_with_env(
+        bucket: &str,
+        object: &str,
+        nbytes: Option<u64>,
+        o: &S3Options,
+        env: Env<'_>,
+    ) -> Result<Self> {
+        let obj = S3Object::from_bucket(bucket, object, o, env)?;
+        Self::new(Access::S3(Box::new(obj)), RemoteEndpointType::S3, nbytes)
+    }
+
+    /// S3 by URL: `s3://bucket/object` or an `http(s)://` URL of the object; `Unsupported
+    /// protocol` for any other scheme.
+    pub fn open_s3_url(url: &str, nbytes: Option<u64>, options: &S3Options) -> Result<Self> {
+        match endpoint::scheme(url)?.as_str() {
+            "s3" => {
+                let (bucket, key) = endpoint::parse_s3_url(url)?;
+                Self::open_s3(&bucket, &key, nbytes, options)
+            }
+            "http" | "https" => {
+                let obj = S3Object::from_http_url(url, options, &process_env)?;
+                Self::new(Access::S3(Box::new(obj)), RemoteEndpointType::S3, nbytes)
+            }
+            _ => Err(Error::InvalidArgument(format!(
+                "Unsupported protocol: {url}"
+            ))),
+        }
+    }
+
+    /// A public S3 object (no signing): an `http(s)://` URL, or `s3://bucket/object` (read
+    /// through `AWS_ENDPOINT_URL`, else AWS's global endpoint).
+    pub fn open_s3_public(url: &str, nbytes: Option<u64>) -> Result<Self> {
+        let http = match endpoint::scheme(url)?.as_str() {
+            "s3" => endpoint::public_http_url(url, &process_env)?,
+            _ => {
+                check_http(url, RemoteEndpointType::S3Public)?;
+                url.to_owned()
+            }
+        };
+        Self::new(
+            Access::Plain { url: http },
+            RemoteEndpointType::S3Public,
+            nbytes,
+        )
+    }
+
+    /// A presigned S3 URL; size by `GET` with `Range: bytes=0-0` (`Content-Range`), since
+    /// the signature covers GET only.
+    pub fn open_s3_presigned_url(url: &str, nbytes: Option<u64>) -> Result<Self> {
+        check_http(url, RemoteEndpointType::S3PresignedUrl)?;
+        Self::new(
+            Access::Plain {
+                url: url.to_owned(),
+            },
+            RemoteEndpointType::S3PresignedUrl,
+            nbytes,
+        )
+    }
+
+    /// A WebHDFS file, `http(s)://host:port/webhdfs/v1/<path>[?user.name=<user>]`; without
+    /// `user.name` in the URL, `KVIKIO_WEBHDFS_USERNAME` is used if set.
+    pub fn open_webhdfs(url: &str, nbytes: Option<u64>) -> Result<Self> {
+        Self::open_webhdfs_with_env(url, nbytes, &process_env)
+    }
+
+    fn open_webhdfs_with_env(url: &str, nbytes: Option<u64>, env: Env<'_>) -> Result<Self> {
+        check_http(url, RemoteEndpointType::WebHdfs)?;
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let user = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("user.name="))
+            .map(str::to_owned)
+            .or_else(|| env("KVIKIO_WEBHDFS_USERNAME").filter(|u| !u.is_empty()));
+        let base = base.split('#').next().unwrap_or(base).to_owned();
+        Self::new(
+            Access::WebHdfs { base, user },
+            RemoteEndpointType::WebHdfs,
+            nbytes,
+        )
+    }
+
+    /// KvikIO's `RemoteHandle::open`: `kind` AUTO infers the type from the URL, trying
+    /// `allow_list` (default: S3, S3 public, presigned, WebHDFS, HTTP) in order; an explicit
+    /// type must be in `allow_list`. With AUTO, an S3 URL whose credentials are missing or
+    /// refused is opened as S3 public when that is allowed.
+    pub fn open(
+        url: &str,
+        kind: RemoteEndpointType,
+        allow_list: Option<&[RemoteEndpointType]>,
+        nbytes: Option<u64>,
+    ) -> Result<Self> {
+        let allow = allow_list.unwrap_or(&RemoteEndpointType::DEFAULT_ALLOW_LIST);
+        let kind = if kind == RemoteEndpointType::Auto {
+            let kind = endpoint::infer(url, allow)?;
+            if kind == RemoteEndpointType::S3 {
+                match Self::open_as(url, kind, nbytes) {
+                    Err(_) if allow.contains(&RemoteEndpointType::S3Public) => {
+                        return Self::open_as(url, RemoteEndpointType::S3Public, nbytes)
+                    }
+                    other => return other,
+                }
+            }
+            kind
+        } else {
+            if !allow.contains(&kind) {
+                return Err(Error::InvalidArgument(format!(
+                    "{kind} is not in the allowlist."
+                )));
+            }
+            endpoint::scheme(url)?;
+            if !kind.accepts(url) {
+                return Err(Error::InvalidArgument(format!(
+                    "Invalid URL for {kind} endpoint: {}",
+                    endpoint::redact(url)
+                )));
+            }
+            kind
+        };
+        Self::open_as(url, kind, nbytes)
+    }
+
+    fn open_as(url: &str, kind: RemoteEndpointType, nbytes: Option<u64>) -> Result<Self> {
+        match kind {
+            RemoteEndpointType::S3 => Self::open_s3_url(url, nbytes, &S3Options::default()),
+            RemoteEndpointType::S3Public => Self::open_s3_public(url, nbytes),
+            RemoteEndpointType::S3PresignedUrl => Self::open_s3_presigned_url(url, nbytes),
+            RemoteEndpointType::WebHdfs => Self::open_webhdfs(url, nbytes),
+            RemoteEndpointType::Http | RemoteEndpointType::Auto => Self::open_http(url, nbytes),
+        }
+    }
+
+    /// The object's size in bytes (known since open; no request).
+    pub fn nbytes(&self) -> u64 {
+        self.nbytes
+    }
+
+    /// The endpoint type it was opened as.
+    pub fn remote_endpoint_type(&self) -> RemoteEndpointType {
+        self.kind
+    }
+
+    /// The URL, with signatures and tokens redacted.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    /// KvikIO's range check: `cannot read 0+100 bytes into a 10 bytes file (<url>)`.
+    pub fn check_range(&self, offset: u64, len: usize) -> Result<()> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.nbytes)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "cannot read {offset}+{len} bytes into a {} bytes file ({})",
+                self.nbytes, self.shown
+            )));
+        }
+        Ok(())
+    }
+
+    /// One request for `dst.len()` bytes at `offset` (no splitting).
+    fn get(&self, dst: &mut [u8], offset: u64, progress: &AtomicU64) -> Result<()> {
+        let range = Some((offset, dst.len()));
+        match &self.access {
+            Access::Plain { url } => {
+                self.client
+                    .get_into(&self.target(url, range), offset, dst, progress)
+            }
+            Access::S3(o) => {
+                let url = o
+                    .bucket
+                    .get_object(Some(&o.credentials), &o.key)
+                    .sign(SIGNATURE_LIFETIME);
+                self.client
+                    .get_into(&self.target(url.as_str(), range), offset, dst, progress)
+            }
+            Access::WebHdfs { base, user } => {
+                let url = format!(
+                    "{base}?{}op=OPEN&offset={offset}&length={}",
+                    user_param(user),
+                    dst.len()
+                );
+                self.client
+                    .get_into(&self.target(&url, None), offset, dst, progress)
+            }
+        }
+    }
+
+    /// Reads `dst.len()` bytes at `offset` on the process engine under `settings` (split into
+    /// `task_size` ranged requests over `num_threads` workers); returns the bytes read.
+    pub fn read(
+        self: &Arc<Self>,
+        dst: &mut [u8],
+        offset: u64,
+        settings: &gpufile::Settings,
+    ) -> Result<usize> {
+        self.check_range(offset, dst.len())?;
+        read_into(Arc::clone(self) as Arc<dyn Source>, dst, offset, settings)
+    }
+}
+
+/// Reads `dst.len()` bytes of `source` at `offset` into host memory through the engine.
+pub fn read_into(
+    source: Arc<dyn Source>,
+    dst: &mut [u8],
+    offset: u64,
+    settings: &gpufile::Settings,
+) -> Result<usize> {
+    let req = gpufile::Request::read(gpufile::Buffer::host(dst), offset);
+    let engine = gpufile::Engine::global()?;
+    // SAFETY: `dst` is exclusively borrowed until the wait returns.
+    unsafe { engine.submit_to(gpufile::exec::Endpoint::Read(source), req, settings) }?.wait()
+}
+
+impl Source for RemoteFile {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    fn size(&self) -> Result<u64> {
+        Ok(self.nbytes)
+    }
+
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        if offset
+            .checked_add(dst.len() as u64)
+            .is_none_or(|end| end > self.nbytes)
+        {
+            return Err(Error::UnexpectedEof {
+                path: self.shown.clone().into(),
+                offset,
+                len: dst.len(),
+                file_size: self.nbytes,
+            });
+        }
+        self.get(dst, offset, call.progress)
+    }
+}
+
+fn user_param(user: &Option<String>) -> String {
+    user.as_ref()
+        .map(|u| format!("user.name={u}&"))
+        .unwrap_or_default()
+}
+
+/// `FileStatus.length` of a WebHDFS `GETFILESTATUS` answer.
+fn webhdfs_length(body: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    v.get("FileStatus")
+        .and_then(|s| s.get("length"))
+        .or_else(|| v.get("length"))?
+        .as_u64()
+}
+
+fn check_http(url: &str, kind: RemoteEndpointType) -> Result<()> {
+    match endpoint::scheme(url)?.as_str() {
+        "http" | "https" => Ok(()),
+        _ => Err(Error::InvalidArgument(format!(
+            "Unsupported protocol for {kind}: {} (http:// or https://)",
+            endpoint::redact(url)
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhdfs_length_from_file_status() {
+        let body = r#"{"FileStatus":{"accessTime":0,"length":24930,"type":"FILE"}}"#;
+        assert_eq!(webhdfs_length(body), Some(24930));
+        assert_eq!(webhdfs_length(r#"{"length": 5}"#), Some(5));
+        assert_eq!(webhdfs_length(r#"{"FileStatus":{"type":"FILE"}}"#), None);
+        assert_eq!(webhdfs_length("not json"), None);
+    }
+
+    /// A source over memory, to test the splitting without a server.
+    struct Bytes(Vec<u8>);
+
+    impl Source for Bytes {
+        fn describe(&self) -> String {
+            "mem".into()
+        }
+        fn size(&self) -> Result<u64> {
+            Ok(self.0.len() as u64)
+        }
+        fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+            let o = offset as usize;
+            if o + dst.len() > self.0.len() {
+                return Err(Error::InvalidArgument(format!("past the end at {o}")));
+            }
+            dst.copy_from_slice(&self.0[o..o + dst.len()]);
+            call.progress
+                .fetch_add(dst.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    fn settings(task_size: usize, num_threads: usize) -> gpufile::Settings {
+        gpufile::Settings {
+            task_size,
+            num_threads,
+            ..gpufile::Settings::default()
+        }
+    }
+
+    #[test]
+    fn the_engine_splits_a_source_and_reassembles_it() {
+        let data: Vec<u8> = (0..10_007u32).map(|i| (i * 7 % 251) as u8).collect();
+        let src: Arc<dyn Source> = Arc::new(Bytes(data.clone()));
+        for (task, threads) in [(199, 1), (199, 3), (1, 4), (4096, 16), (20_000, 2)] {
+            let mut dst = vec![0u8; 9000];
+            let n = read_into(Arc::clone(&src), &mut dst, 1000, &settings(task, threads));
+            assert_eq!(n.unwrap(), 9000);
+            assert_eq!(dst, data[1000..10_000], "task {task} threads {threads}");
+        }
+    }
+
+    #[test]
+    fn the_engine_returns_the_sources_error() {
+        let src: Arc<dyn Source> = Arc::new(Bytes(vec![0; 100]));
+        let mut dst = vec![0u8; 200];
+        let e = read_into(Arc::clone(&src), &mut dst, 0, &settings(10, 3)).unwrap_err();
+        assert!(e.to_string().contains("past the end"), "{e}");
+        assert!(read_into(src, &mut dst, 0, &settings(0, 3)).is_err());
+    }
+
+    #[test]
+    fn explicit_type_outside_allow_list_is_refused_before_any_request() {
+        let e = RemoteFile::open(
+            "http://127.0.0.1:9/x",
+            RemoteEndpointType::S3,
+            Some(&[RemoteEndpointType::Http]),
+            None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("S3 is not in the allowlist"), "{e}");
+        let e = RemoteFile::open(
+            "http://127.0.0.1:9/x",
+            RemoteEndpointType::WebHdfs,
+            None,
+            Some(1),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("Invalid URL for WebHDFS endpoint"),
+            "{e}"
+        );
+        let e = RemoteFile::open_s3_url("ftp://b/k", None, &S3Options::default()).unwrap_err();
+        assert!(e.to_string().contains("Unsupported protocol"), "{e}");
+    }
+
+    #[test]
+    fn webhdfs_user_from_url_or_env() {
+        let env = |k: &str| (k == "KVIKIO_WEBHDFS_USERNAME").then(|| "envuser".to_string());
+        let f = RemoteFile::open_webhdfs_with_env(
+            "http://h:1/webhdfs/v1/a?user.name=me",
+            Some(3),
+            &env,
+        )
+        .unwrap();
+        assert!(
+            matches!(&f.access, Access::WebHdfs { user: Some(u), base } if u == "me" && base == "http://h:1/webhdfs/v1/a")
+        );
+        let f =
+            RemoteFile::open_webhdfs_with_env("http://h:1/webhdfs/v1/a", Some(3), &env).unwrap();
+        assert!(matches!(&f.access, Access::WebHdfs { user: Some(u), .. } if u == "envuser"));
+        assert_eq!(f.nbytes(), 3);
+        assert_eq!(f.url(), "http://h:1/webhdfs/v1/a");
+        let e = f.check_range(0, 100).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot read 0+100 bytes into a 3 bytes file (http://h:1/webhdfs/v1/a)"),
+            "{e}"
+        );
+    }
+}

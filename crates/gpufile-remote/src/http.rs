@@ -1,0 +1,391 @@
+//! HTTP requests with KvikIO's retry policy, reading bodies straight into the caller's slice.
+//!
+//! One [`Client`] per remote file: a `ureq` agent (blocking, rustls, a connection pool shared by
+//! the workers). Each request reads `http_max_attempts`, `http_status_codes` and `http_timeout`
+//! from the settings when it starts (as KvikIO reads its defaults per request), retries a
+//! retryable status or a timeout after 500 ms, 1 s, 2 s, 4 s (at most 4 s), and fails with an
+//! [`Error::Remote`] that names the URL, the range and the attempts made.
+
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use gpufile::{Error, RemoteFailure, Result};
+use ureq::http::Response;
+use ureq::{Agent, Body};
+
+/// Base and cap of the backoff between attempts (KvikIO's values).
+const BACKOFF_BASE_MS: u64 = 500;
+const BACKOFF_MAX_MS: u64 = 4000;
+/// Bodies read into memory (WebHDFS JSON) are bounded; a file status is a few hundred bytes.
+const SMALL_BODY_LIMIT: u64 = 1 << 20;
+
+/// The retry settings of one request.
+#[derive(Clone, Debug)]
+pub(crate) struct Policy {
+    pub max_attempts: usize,
+    pub retry_codes: Vec<u16>,
+    pub timeout: Duration,
+}
+
+impl Policy {
+    /// From the current settings.
+    pub fn current() -> Result<Self> {
+        let s = gpufile::Engine::global()?.settings();
+        Ok(Policy {
+            max_attempts: s.http_max_attempts.max(1),
+            retry_codes: s.http_status_codes.clone(),
+            timeout: Duration::from_secs(s.http_timeout),
+        })
+    }
+}
+
+/// What one attempt came to when it did not succeed.
+enum Attempt {
+    /// Worth another try: a retryable status or a timeout (the text says which).
+    Retry(String),
+    /// Final.
+    Fail(Error),
+}
+
+/// One HTTP request's description, for errors.
+pub(crate) struct Target<'a> {
+    /// The URL to send (may carry a signature).
+    pub url: &'a str,
+    /// The URL to show (redacted).
+    pub shown: &'a str,
+    /// `Range: bytes=a-b` to send, if any.
+    pub range: Option<(u64, usize)>,
+}
+
+impl Target<'_> {
+    fn what(&self, method: &str) -> String {
+        match self.range {
+            Some((off, len)) => format!("{method} of bytes {off}-{}", off + len as u64 - 1),
+            None => method.to_owned(),
+        }
+    }
+
+    fn error(&self, kind: RemoteFailure, reason: String) -> Error {
+        Error::Remote {
+            url: self.shown.to_owned(),
+            kind,
+            reason,
+        }
+    }
+}
+
+/// A blocking HTTP client shared by the workers of a remote file.
+#[derive(Clone, Debug)]
+pub(crate) struct Client {
+    agent: Agent,
+}
+
+impl Client {
+    pub fn new() -> Self {
+        let config = Agent::config_builder()
+            // Status codes are ours to judge (retry list, range checks).
+            .http_status_as_error(false)
+            // One idle connection per worker, so that tasks reuse them.
+            .max_idle_connections(256)
+            .max_idle_connections_per_host(256)
+            .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
+            .build();
+        Client {
+            agent: config.into(),
+        }
+    }
+
+    /// Runs `attempt` under the retry policy.
+    fn retrying<T>(
+        &self,
+        t: &Target<'_>,
+        method: &str,
+        mut attempt: impl FnMut(&Policy) -> std::result::Result<T, Attempt>,
+    ) -> Result<T> {
+        let policy = Policy::current()?;
+        let mut last = String::new();
+        for n in 1..=policy.max_attempts {
+            match attempt(&policy) {
+                Ok(v) => return Ok(v),
+                Err(Attempt::Fail(e)) => return Err(e),
+                Err(Attempt::Retry(why)) => {
+                    if n < policy.max_attempts {
+                        let delay = (BACKOFF_BASE_MS << (n - 1).min(4)).min(BACKOFF_MAX_MS);
+                        eprintln!(
+                            "gpufile: {why} on {} {}. Retrying after {delay}ms (attempt {n} of {}).",
+                            t.what(method),
+                            t.shown,
+                            policy.max_attempts
+                        );
+                        std::thread::sleep(Duration::from_millis(delay));
+                    }
+                    last = why;
+                }
+            }
+        }
+        Err(t.error(
+            RemoteFailure::AttemptsExhausted,
+            format!(
+                "HTTP request reached maximum number of attempts ({}). Reason: {last} ({})",
+                policy.max_attempts,
+                t.what(method)
+            ),
+        ))
+    }
+
+    /// Sends one request; classifies transport errors and statuses.
+    fn send(
+        &self,
+        t: &Target<'_>,
+        method: &str,
+        policy: &Policy,
+    ) -> std::result::Result<Response<Body>, Attempt> {
+        let mut req = match method {
+            "HEAD" => self.agent.head(t.url),
+            _ => self.agent.get(t.url),
+        };
+        if let Some((off, len)) = t.range {
+            req = req.header("Range", format!("bytes={off}-{}", off + len as u64 - 1));
+        }
+        let resp = req
+            .config()
+            .timeout_global(Some(policy.timeout))
+            .build()
+            .call()
+            .map_err(|e| classify(t, method, e, policy))?;
+        let status = resp.status().as_u16();
+        if policy.retry_codes.contains(&status) {
+            return Err(Attempt::Retry(format!("Got HTTP code {status}")));
+        }
+        if status >= 400 {
+            let reason = resp.status().canonical_reason().unwrap_or("");
+            return Err(Attempt::Fail(
+                t.error(
+                    RemoteFailure::Status(status),
+                    format!("{}: URL returned error: {status} {reason}", t.what(method))
+                        .trim_end()
+                        .to_owned(),
+                ),
+            ));
+        }
+        Ok(resp)
+    }
+
+    /// `HEAD`: the `Content-Length` of the object.
+    pub fn head_size(&self, t: &Target<'_>) -> Result<u64> {
+        self.retrying(t, "HEAD", |p| {
+            let resp = self.send(t, "HEAD", p)?;
+            header_u64(&resp, "content-length").ok_or_else(|| {
+                Attempt::Fail(t.error(
+                    RemoteFailure::BadResponse,
+                    "HEAD: the server sent no Content-Length, so the size is unknown (pass nbytes)".into(),
+                ))
+            })
+        })
+    }
+
+    /// `GET` with `Range: bytes=0-0`: the size from `Content-Range: bytes 0-0/<size>`.
+    pub fn range_probe_size(&self, t: &Target<'_>) -> Result<u64> {
+        self.retrying(t, "GET", |p| {
+            let mut resp = self.send(t, "GET", p)?;
+            let size = if resp.status().as_u16() == 206 {
+                let cr = header_str(&resp, "content-range").unwrap_or_default();
+                match cr.rsplit_once('/').map(|(_, s)| s.trim().parse::<u64>()) {
+                    Some(Ok(n)) => n,
+                    _ => {
+                        return Err(Attempt::Fail(t.error(
+                            RemoteFailure::BadResponse,
+                            format!("File size information missing on the server side (Content-Range: {cr:?})"),
+                        )))
+                    }
+                }
+            } else {
+                // The whole object came back: its length is the size; the body is not read.
+                header_u64(&resp, "content-length").ok_or_else(|| {
+                    Attempt::Fail(t.error(
+                        RemoteFailure::BadResponse,
+                        "the server sent neither Content-Range nor Content-Length".into(),
+                    ))
+                })?
+            };
+            if resp.status().as_u16() == 206 {
+                // Drain the one byte so that the connection can be reused.
+                let mut one = [0u8; 1];
+                let _ = resp.body_mut().as_reader().read(&mut one);
+            }
+            Ok(size)
+        })
+    }
+
+    /// `GET` of a small body (WebHDFS file status), at most 1 MiB.
+    pub fn get_small(&self, t: &Target<'_>) -> Result<String> {
+        self.retrying(t, "GET", |p| {
+            let mut resp = self.send(t, "GET", p)?;
+            let status = resp.status().as_u16();
+            if status != 200 {
+                return Err(Attempt::Fail(t.error(
+                    RemoteFailure::BadResponse,
+                    format!("GET: HTTP response is not successful (status {status})"),
+                )));
+            }
+            resp.body_mut()
+                .with_config()
+                .limit(SMALL_BODY_LIMIT)
+                .read_to_string()
+                .map_err(|e| classify(t, "GET", e, p))
+        })
+    }
+
+    /// `GET` of `dst.len()` bytes into `dst`. `ranged`: the request carries a `Range` header
+    /// (a `200` answer then means the server ignored it); otherwise the URL itself selects the
+    /// bytes (WebHDFS `op=OPEN&offset&length`).
+    pub fn get_into(
+        &self,
+        t: &Target<'_>,
+        offset: u64,
+        dst: &mut [u8],
+        progress: &AtomicU64,
+    ) -> Result<()> {
+        let len = dst.len();
+        self.retrying(t, "GET", |p| {
+            let mut resp = self.send(t, "GET", p)?;
+            let status = resp.status().as_u16();
+            let announced = header_u64(&resp, "content-length");
+            if t.range.is_some() {
+                match status {
+                    206 => {
+                        let cr = header_str(&resp, "content-range").unwrap_or_default();
+                        let start = cr
+                            .strip_prefix("bytes ")
+                            .and_then(|r| r.split_once('-'))
+                            .and_then(|(a, _)| a.trim().parse::<u64>().ok());
+                        if start != Some(offset) {
+                            return Err(Attempt::Fail(t.error(
+                                RemoteFailure::BadResponse,
+                                format!("{}: the server answered with Content-Range {cr:?}", t.what("GET")),
+                            )));
+                        }
+                    }
+                    // A whole-object answer is the right bytes only for a read of the whole object.
+                    200 if offset == 0 && announced == Some(len as u64) => {}
+                    _ => {
+                        return Err(Attempt::Fail(t.error(
+                            RemoteFailure::NoRangeSupport,
+                            format!(
+                                "{}: the server answered {status} with {} bytes instead of the range; \
+                                 maybe the server doesn't support file ranges?",
+                                t.what("GET"),
+                                announced.map_or("an unknown number of".into(), |n| n.to_string())
+                            ),
+                        )));
+                    }
+                }
+            } else if status != 200 {
+                return Err(Attempt::Fail(t.error(
+                    RemoteFailure::BadResponse,
+                    format!("{}: unexpected HTTP status {status}", t.what("GET")),
+                )));
+            }
+            match announced {
+                Some(n) if n > len as u64 => {
+                    return Err(Attempt::Fail(t.error(
+                        RemoteFailure::NoRangeSupport,
+                        format!(
+                            "{}: the server announced {n} bytes for a {len}-byte range; \
+                             maybe the server doesn't support file ranges?",
+                            t.what("GET")
+                        ),
+                    )))
+                }
+                Some(n) if n < len as u64 => {
+                    return Err(Attempt::Fail(t.error(
+                        RemoteFailure::ShortBody,
+                        format!("{}: the server announced {n} of the {len} bytes asked for", t.what("GET")),
+                    )))
+                }
+                _ => {}
+            }
+            let mut reader = resp.body_mut().as_reader();
+            let mut filled = 0;
+            let outcome = loop {
+                if filled == len {
+                    break Ok(());
+                }
+                match reader.read(&mut dst[filled..]) {
+                    Ok(0) => {
+                        break Err(Attempt::Fail(t.error(
+                            RemoteFailure::ShortBody,
+                            format!("{}: the body ended after {filled} of {len} bytes", t.what("GET")),
+                        )))
+                    }
+                    Ok(n) => {
+                        filled += n;
+                        progress.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => match ureq::Error::from(e) {
+                        // A connection closed or reset mid-body.
+                        ureq::Error::Io(io) if io.kind() != io::ErrorKind::TimedOut => {
+                            break Err(Attempt::Fail(t.error(
+                                RemoteFailure::ShortBody,
+                                format!(
+                                    "{}: the body ended after {filled} of {len} bytes ({io})",
+                                    t.what("GET")
+                                ),
+                            )))
+                        }
+                        other => break Err(classify(t, "GET", other, p)),
+                    },
+                }
+            };
+            if outcome.is_err() {
+                // A retry reads the range again: take back what this attempt counted.
+                progress.fetch_sub(filled as u64, Ordering::Relaxed);
+            } else if announced.is_none() {
+                // No length announced (chunked): a longer body means the range was ignored.
+                let mut extra = [0u8; 1];
+                if matches!(reader.read(&mut extra), Ok(n) if n > 0) {
+                    return Err(Attempt::Fail(t.error(
+                        RemoteFailure::NoRangeSupport,
+                        format!(
+                            "{}: the body is longer than the range; maybe the server doesn't support file ranges?",
+                            t.what("GET")
+                        ),
+                    )));
+                }
+            }
+            outcome
+        })
+    }
+}
+
+fn header_str(resp: &Response<Body>, name: &str) -> Option<String> {
+    resp.headers().get(name)?.to_str().ok().map(str::to_owned)
+}
+
+fn header_u64(resp: &Response<Body>, name: &str) -> Option<u64> {
+    header_str(resp, name)?.trim().parse().ok()
+}
+
+/// A `ureq` error as an attempt's outcome: timeouts are retried (as in KvikIO), the rest final.
+fn classify(t: &Target<'_>, method: &str, e: ureq::Error, policy: &Policy) -> Attempt {
+    match e {
+        ureq::Error::Timeout(_) => Attempt::Retry(format!(
+            "Operation timed out (http_timeout {} s)",
+            policy.timeout.as_secs()
+        )),
+        ureq::Error::Io(ref io) if io.kind() == io::ErrorKind::TimedOut => Attempt::Retry(format!(
+            "Operation timed out (http_timeout {} s)",
+            policy.timeout.as_secs()
+        )),
+        ureq::Error::BodyExceedsLimit(n) => Attempt::Fail(t.error(
+            RemoteFailure::BadResponse,
+            format!("{}: the response is larger than {n} bytes", t.what(method)),
+        )),
+        other => Attempt::Fail(t.error(
+            RemoteFailure::Transport,
+            format!("{}: {other}", t.what(method)),
+        )),
+    }
+}

@@ -1,0 +1,29 @@
+//! Remote objects as gpufile sources: HTTP(S), S3 (SigV4), S3 public, presigned S3 URLs and
+//! WebHDFS, with KvikIO's URL rules, environment and retry settings.
+//!
+//! How to use:
+//! 1. Open with one of [`RemoteFile`]'s constructors (`open_http`, `open_s3`, `open_s3_url`,
+//!    `open_s3_public`, `open_s3_presigned_url`, `open_webhdfs`) or with [`RemoteFile::open`],
+//!    which infers the endpoint type from the URL (see [`infer_remote_endpoint_type`]). The size
+//!    is asked once, at open, unless given.
+//! 2. [`RemoteFile`] is a [`gpufile::source::Source`]: each `read_at` is one ranged GET read
+//!    straight into the caller's slice (no intermediate buffer). The engine
+//!    ([`gpufile::Engine::submit_to`]) splits a request over its workers, into host memory or
+//!    through pinned bounce buffers into GPU memory, receiving one range while the previous one
+//!    is copied to the GPU; [`RemoteFile::read`] and [`read_into`] are the host-memory shortcut.
+//! 3. Every failure is a [`gpufile::Error`]: [`gpufile::Error::Remote`] (with a
+//!    [`gpufile::RemoteFailure`] kind) for what the server or the network did, with the URL
+//!    (signatures redacted), the byte range and the attempts made; `InvalidArgument` for bad
+//!    URLs, missing credentials and reads past the end.
+//!
+//! Libraries: `ureq` (blocking HTTP/1.1, rustls with ring, webpki roots) and `rusty-s3` (SigV4
+//! query signing of each GET/HEAD). Neither starts a thread or a runtime.
+
+mod endpoint;
+mod file;
+mod http;
+
+pub use endpoint::{
+    infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Options,
+};
+pub use file::{read_into, RemoteFile};

@@ -1,0 +1,420 @@
+"""Remote files: HTTP(S), S3, public S3, presigned S3 URLs and WebHDFS (KvikIO's ``RemoteFile``).
+
+::
+
+    import numpy, gpufile
+    with gpufile.RemoteFile.open("https://example.com/data.bin") as f:
+        buf = numpy.empty(f.nbytes(), dtype="u1")
+        f.read(buf)
+
+Each read is split into ``task_size`` ranged GETs run on ``num_threads`` threads; the settings
+``http_max_attempts``, ``http_status_codes`` and ``http_timeout`` govern retries. S3 credentials
+come from the arguments or from ``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN`` and ``AWS_ENDPOINT_URL``; WebHDFS's user from
+``user.name`` in the URL or ``KVIKIO_WEBHDFS_USERNAME``.
+"""
+
+from __future__ import annotations
+
+import enum
+import urllib.parse
+from typing import Any, Optional
+
+from . import _native
+from .cufile import IOFuture
+
+
+class RemoteEndpointType(enum.Enum):
+    """Kinds of remote endpoint (KvikIO's values).
+
+    Attributes
+    ----------
+    AUTO
+        Infer the type from the URL, trying the allow list in order.
+    S3
+        S3 with credentials (SigV4 signing).
+    S3_PUBLIC
+        S3 objects readable by anyone (no signing).
+    S3_PRESIGNED_URL
+        An S3 URL signed in advance (``X-Amz-Signature`` in its query).
+    WEBHDFS
+        Apache Hadoop WebHDFS (``http://host:port/webhdfs/v1/<path>``).
+    HTTP
+        Any HTTP(S) server that answers ranged GETs.
+    """
+
+    AUTO = 0
+    S3 = 1
+    S3_PUBLIC = 2
+    S3_PRESIGNED_URL = 3
+    WEBHDFS = 4
+    HTTP = 5
+
+
+def is_remote_file_available() -> bool:
+    """Whether remote files can be used (always true: gpufile is built with them).
+
+    Returns
+    -------
+    bool
+        True.
+    """
+    return hasattr(_native, "NativeRemoteFile")
+
+
+def infer_remote_endpoint_type(url: str) -> RemoteEndpointType:
+    """The endpoint type that ``RemoteFile.open(url)`` would pick (without network requests).
+
+    Parameters
+    ----------
+    url
+        The URL.
+
+    Returns
+    -------
+    RemoteEndpointType
+        The first of S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, HTTP whose URL form matches.
+
+    Raises
+    ------
+    RuntimeError
+        "Bad scheme" when the URL has no scheme, "Unsupported endpoint URL" when no type fits.
+    """
+    return RemoteEndpointType(_native.infer_remote_endpoint_type(url))
+
+
+def _type_value(t: Any, what: str) -> int:
+    if isinstance(t, RemoteEndpointType):
+        return t.value
+    name = getattr(t, "name", None)  # another library's enum with the same names
+    if isinstance(name, str) and name in RemoteEndpointType.__members__:
+        return RemoteEndpointType[name].value
+    raise TypeError(f"{what} must be a RemoteEndpointType, not {type(t).__name__}")
+
+
+class RemoteFile:
+    """A remote object, read into host or GPU memory (GPU memory through pinned bounce buffers:
+    each range is received while the previous one is copied to the GPU).
+
+    Open it with a factory method (``open``, ``open_http``, ``open_s3``, ``open_s3_url``,
+    ``open_s3_public``, ``open_s3_presigned_url``, ``open_webhdfs``); its size is asked once,
+    at open, unless ``nbytes`` is given.
+    """
+
+    def __init__(self, handle: Any) -> None:
+        """Wraps a native handle; use the factory methods instead.
+
+        Parameters
+        ----------
+        handle
+            A ``gpufile._native.NativeRemoteFile``.
+        """
+        if not isinstance(handle, _native.NativeRemoteFile):
+            raise TypeError("use RemoteFile.open(...) or another RemoteFile.open_* method")
+        self._handle = handle
+
+    @classmethod
+    def open_http(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
+        """Opens an HTTP(S) file; its size comes from ``HEAD`` (Content-Length).
+
+        Parameters
+        ----------
+        url
+            URL of the file.
+        nbytes
+            Its size, if known (no request is then made at open).
+
+        Returns
+        -------
+        RemoteFile
+            The open file.
+
+        Raises
+        ------
+        RuntimeError
+            The server refused or failed (status, timeout, attempts exhausted).
+        """
+        return cls(_native.NativeRemoteFile.open_http(url, nbytes))
+
+    @classmethod
+    def open_s3(
+        cls,
+        bucket_name: str,
+        object_name: str,
+        nbytes: Optional[int] = None,
+        aws_region_name: Optional[str] = None,
+        aws_access_key_id: Optional[str] = None,
+        aws_secret_access_key: Optional[str] = None,
+        aws_endpoint_url: Optional[str] = None,
+        aws_session_token: Optional[str] = None,
+    ) -> RemoteFile:
+        """Opens an S3 object by bucket and object name, signing each request (SigV4).
+
+        Parameters
+        ----------
+        bucket_name, object_name
+            The object.
+        nbytes
+            Its size, if known.
+        aws_region_name, aws_access_key_id, aws_secret_access_key, aws_session_token
+            Credentials; each ``None`` is read from ``AWS_DEFAULT_REGION``,
+            ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``.
+        aws_endpoint_url
+            ``<endpoint>/<bucket>/<object>`` instead of
+            ``https://<bucket>.s3.<region>.amazonaws.com/<object>``; ``None``: ``AWS_ENDPOINT_URL``.
+
+        Returns
+        -------
+        RemoteFile
+            The open file.
+
+        Raises
+        ------
+        RuntimeError
+            Missing region or credentials, or the server refused (e.g. "URL returned error: 404").
+        """
+        return cls(
+            _native.NativeRemoteFile.open_s3(
+                bucket_name,
+                object_name,
+                nbytes,
+                aws_region_name,
+                aws_access_key_id,
+                aws_secret_access_key,
+                aws_endpoint_url,
+                aws_session_token,
+            )
+        )
+
+    @classmethod
+    def open_s3_url(
+        cls,
+        url: str,
+        nbytes: Optional[int] = None,
+        aws_region_name: Optional[str] = None,
+        aws_access_key_id: Optional[str] = None,
+        aws_secret_access_key: Optional[str] = None,
+        aws_endpoint_url: Optional[str] = None,
+        aws_session_token: Optional[str] = None,
+    ) -> RemoteFile:
+        """Opens an S3 object by URL: ``s3://<bucket>/<object>`` or an ``http(s)://`` URL.
+
+        Parameters
+        ----------
+        url
+            The object's URL.
+        nbytes, aws_region_name, aws_access_key_id, aws_secret_access_key, aws_endpoint_url, aws_session_token
+            As in ``open_s3`` (the endpoint applies to ``s3://`` URLs).
+
+        Returns
+        -------
+        RemoteFile
+            The open file.
+
+        Raises
+        ------
+        ValueError
+            "Unsupported protocol" for another scheme.
+        RuntimeError
+            As in ``open_s3``.
+        """
+        scheme = urllib.parse.urlparse(url.lower()).scheme
+        if scheme not in ("http", "https", "s3"):
+            raise ValueError(f"Unsupported protocol: {url}")
+        return cls(
+            _native.NativeRemoteFile.open_s3_url(
+                url,
+                nbytes,
+                aws_region_name,
+                aws_access_key_id,
+                aws_secret_access_key,
+                aws_endpoint_url,
+                aws_session_token,
+            )
+        )
+
+    @classmethod
+    def open_s3_public(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
+        """Opens a publicly readable S3 object (no signing).
+
+        Parameters
+        ----------
+        url
+            ``http(s)://`` URL of the object, or ``s3://<bucket>/<object>`` (read through
+            ``AWS_ENDPOINT_URL`` if set, else AWS's global endpoint).
+        nbytes
+            Its size, if known.
+
+        Returns
+        -------
+        RemoteFile
+            The open file.
+        """
+        return cls(_native.NativeRemoteFile.open_s3_public(url, nbytes))
+
+    @classmethod
+    def open_s3_presigned_url(cls, presigned_url: str, nbytes: Optional[int] = None) -> RemoteFile:
+        """Opens an S3 object by presigned URL; the size comes from a ``Range: bytes=0-0`` GET.
+
+        Parameters
+        ----------
+        presigned_url
+            The presigned URL (its signature is never shown in errors or ``str()``).
+        nbytes
+            Its size, if known.
+
+        Returns
+        -------
+        RemoteFile
+            The open file.
+        """
+        return cls(_native.NativeRemoteFile.open_s3_presigned_url(presigned_url, nbytes))
+
+    @classmethod
+    def open_webhdfs(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
+        """Opens a WebHDFS file, ``http(s)://<host>:<port>/webhdfs/v1/<path>[?user.name=<u>]``.
+
+        Parameters
+        ----------
+        url
+            The file's URL; without ``user.name``, ``KVIKIO_WEBHDFS_USERNAME`` is used if set.
+        nbytes
+            Its size, if known (else ``op=GETFILESTATUS``).
+
+        Returns
+        -------
+        RemoteFile
+            The open file.
+        """
+        return cls(_native.NativeRemoteFile.open_webhdfs(url, nbytes))
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        remote_endpoint_type: RemoteEndpointType = RemoteEndpointType.AUTO,
+        allow_list: Optional[list] = None,
+        nbytes: Optional[int] = None,
+    ) -> RemoteFile:
+        """Opens a remote file of any supported kind.
+
+        Parameters
+        ----------
+        url
+            The URL.
+        remote_endpoint_type
+            AUTO (default) infers it from the URL, trying ``allow_list`` in order; an S3 URL
+            whose credentials are missing or refused falls back to S3_PUBLIC if allowed.
+        allow_list
+            Endpoint types allowed (default: S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, HTTP).
+        nbytes
+            The size, if known.
+
+        Returns
+        -------
+        RemoteFile
+            The open file.
+
+        Raises
+        ------
+        RuntimeError
+            "Bad scheme", "Unsupported endpoint URL", "... is not in the allowlist.",
+            "Invalid URL for ... endpoint", or a failed request.
+        """
+        kind = _type_value(remote_endpoint_type, "remote_endpoint_type")
+        allowed = None
+        if allow_list is not None:
+            allowed = [_type_value(t, "allow_list items") for t in allow_list]
+        return cls(_native.NativeRemoteFile.open(url, kind, allowed, nbytes))
+
+    def close(self) -> None:
+        """Closes the file (reads in flight finish)."""
+        self._handle.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._handle.closed
+
+    def __enter__(self) -> RemoteFile:
+        return self
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return self._handle.url()
+
+    def __repr__(self) -> str:
+        return f"<gpufile.RemoteFile {self.remote_endpoint_type().name} {self._handle.url()!r}>"
+
+    def remote_endpoint_type(self) -> RemoteEndpointType:
+        """The endpoint type the file was opened as.
+
+        Returns
+        -------
+        RemoteEndpointType
+            Never AUTO.
+        """
+        return RemoteEndpointType(self._handle.remote_endpoint_type())
+
+    def nbytes(self) -> int:
+        """The file size in bytes (known since open; no request).
+
+        Returns
+        -------
+        int
+            The size.
+        """
+        return self._handle.nbytes()
+
+    def read(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> int:
+        """Reads ``size`` bytes (default: all of ``buf``) at ``file_offset`` into ``buf``.
+
+        Parameters
+        ----------
+        buf
+            A writable, C-contiguous buffer: host (NumPy array, bytearray, memoryview) or GPU
+            memory (CuPy, PyTorch, Numba, DLPack).
+        size
+            Bytes to read; at most the buffer's size.
+        file_offset
+            Where in the file to start.
+
+        Returns
+        -------
+        int
+            The bytes read (``size``).
+
+        Raises
+        ------
+        ValueError
+            The range goes past the end ("cannot read 0+100 bytes into a 10 bytes file").
+        OverflowError
+            The server ignored the range ("maybe the server doesn't support file ranges?").
+        RuntimeError
+            The server refused or failed (status, timeout, short body, attempts exhausted).
+        """
+        return self.pread(buf, size, file_offset).get()
+
+    def pread(self, buf: Any, size: Optional[int] = None, file_offset: int = 0) -> IOFuture:
+        """Starts a read like ``read`` and returns at once.
+
+        Parameters
+        ----------
+        buf, size, file_offset
+            As in ``read``; the future keeps ``buf`` alive until the read is done.
+
+        Returns
+        -------
+        IOFuture
+            ``get()`` returns the bytes read or raises the read's error.
+
+        Raises
+        ------
+        ValueError
+            Bad arguments or a range past the end (before any byte moves).
+        TypeError
+            Not a writable buffer (NumPy, bytearray, CuPy, PyTorch, ...).
+        """
+        return IOFuture(self._handle.pread(buf, size, file_offset))
