@@ -27,8 +27,10 @@ from .cufile import (
     IOFutureStream,
     memory_deregister,
     memory_register,
+    read_batch,
     stream_deregister,
     stream_register,
+    write_batch,
 )
 from .defaults import CompatMode
 from .observe import Report, check, explain, observe, stats
@@ -72,6 +74,8 @@ __all__ = [
     "is_remote_file_available",
     "memory_deregister",
     "memory_register",
+    "read_batch",
+    "write_batch",
     "observe",
     "stats",
     "stream_deregister",

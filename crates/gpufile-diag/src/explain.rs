@@ -234,8 +234,15 @@ pub fn explain_with(
     file: Option<&FileHandle>,
 ) -> Result<Explanation> {
     let s = req.settings(defaults)?;
-    let (task_size, num_threads, compat_mode, gds_threshold) =
-        (s.task_size, s.num_threads, s.compat_mode, s.gds_threshold);
+    // The same task size the engine uses: an explicit one as given, the setting's smaller for a
+    // request that would leave workers idle.
+    let task_size = plan::effective_task_size(
+        req.size,
+        s.task_size,
+        s.num_threads,
+        req.task_size.is_some(),
+    );
+    let (num_threads, compat_mode, gds_threshold) = (s.num_threads, s.compat_mode, s.gds_threshold);
     let policy = Policy::from(&s);
     let mut notes = Vec::new();
     let availability = || match req.cufile {

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use gpufile::{Direction, Engine, Error, FileHandle, IoFuture, Memory, Request};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
@@ -313,6 +313,118 @@ impl Drop for NativeFuture {
                 // otherwise lose ENOSPC silently).
                 gpufile::observe::notice(format!("a request nobody waited for failed: {e}"));
             }
+        }
+    }
+}
+
+/// Many files as one stream of requests (`gpufile.read_batch` / `write_batch`): `entries` are
+/// `(NativeFile or path, buf, size, file_offset)`; every request is checked and planned before
+/// any starts, then all are queued back to back; one future for all of them.
+#[pyfunction]
+#[pyo3(signature = (entries, write=false))]
+pub(crate) fn submit_batch(
+    py: Python<'_>,
+    entries: &Bound<'_, PyAny>,
+    write: bool,
+) -> PyResult<NativeBatchFuture> {
+    let dir = if write {
+        Direction::Write
+    } else {
+        Direction::Read
+    };
+    let flags = if write { "r+" } else { "r" };
+    let mut batch = Vec::new();
+    let mut views = Vec::new();
+    let mut owners = Vec::new();
+    for (i, entry) in entries.try_iter()?.enumerate() {
+        let entry = entry?;
+        let bad = || {
+            PyTypeError::new_err(format!(
+                "batch entry {i} must be (file, buf, size, file_offset), got {}",
+                crate::errors::type_name(&entry)
+            ))
+        };
+        let items: Vec<Bound<'_, PyAny>> = entry
+            .try_iter()
+            .map_err(|_| bad())?
+            .collect::<PyResult<_>>()?;
+        let [file, buf, size, offset] = items.as_slice() else {
+            return Err(bad());
+        };
+        let handle = match file.cast::<NativeFile>() {
+            Ok(f) => f.get().handle()?,
+            Err(_) => {
+                let path: std::path::PathBuf = file.extract().map_err(|_| bad())?;
+                py.detach(|| FileHandle::open(path, flags)).map_err(to_py)?
+            }
+        };
+        let view = BufferView::new(buf, dir == Direction::Read)?;
+        let len = view.request_len(Some(size))?;
+        let file_offset = uint_arg("file_offset", Some(offset), Some(0))?.unwrap_or(0);
+        let req = Request {
+            direction: dir,
+            buffer: view.buffer(0, len),
+            file_offset,
+            task_size: None,
+        };
+        batch.push((handle, req));
+        views.push(view);
+        owners.push(buf.clone().unbind());
+        owners.push(file.clone().unbind());
+    }
+    let batch = SendBatch(batch);
+    let fut = py.detach(move || -> gpufile::Result<IoFuture> {
+        let engine = Engine::global()?;
+        let settings = engine.settings();
+        // SAFETY: every buffer's view is held by the returned future until all requests are
+        // done.
+        unsafe { engine.submit_batch(batch.requests(), &settings) }
+    });
+    Ok(NativeBatchFuture {
+        fut: fut.map_err(to_py)?,
+        views: Mutex::new(views),
+        _owners: owners,
+    })
+}
+
+/// The batch moved into a GIL-free closure (see [`SendRequest`]).
+struct SendBatch(Vec<(FileHandle, Request)>);
+// SAFETY: as for SendRequest: the raw addresses stay valid while the views are held.
+unsafe impl Send for SendBatch {}
+impl SendBatch {
+    // A method (not `.0`) so that closures capture the whole `SendBatch`.
+    fn requests(&self) -> &[(FileHandle, Request)] {
+        &self.0
+    }
+}
+
+/// The future of a batch: holds every buffer until all requests are done.
+#[pyclass(frozen, module = "gpufile._native")]
+pub(crate) struct NativeBatchFuture {
+    fut: IoFuture,
+    views: Mutex<Vec<BufferView>>,
+    _owners: Vec<Py<PyAny>>,
+}
+
+#[pymethods]
+impl NativeBatchFuture {
+    /// Waits for every request (GIL released; Ctrl-C cancels them); the bytes transferred.
+    fn get(&self, py: Python<'_>) -> PyResult<usize> {
+        let r = wait_interruptibly(py, &self.fut);
+        self.views.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        r
+    }
+
+    /// Whether every request has finished.
+    fn done(&self) -> bool {
+        self.fut.is_done()
+    }
+}
+
+impl Drop for NativeBatchFuture {
+    fn drop(&mut self) {
+        if !self.fut.is_done() {
+            Python::attach(|py| py.detach(|| self.fut.wait().ok()));
         }
     }
 }

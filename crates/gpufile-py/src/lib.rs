@@ -25,6 +25,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CufileError", py.get_type::<errors::CufileError>())?;
     m.add_class::<file::NativeFile>()?;
     m.add_class::<file::NativeFuture>()?;
+    m.add_class::<file::NativeBatchFuture>()?;
     m.add_class::<settings::SettingsSnapshot>()?;
     m.add_class::<tools::Observation>()?;
     for f in [
@@ -61,6 +62,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(tools::compat_mode_preferred, m)?,
         wrap_pyfunction!(tools::shutdown, m)?,
         wrap_pyfunction!(tools::cli_main, m)?,
+        wrap_pyfunction!(file::submit_batch, m)?,
     ] {
         m.add_function(f)?;
     }

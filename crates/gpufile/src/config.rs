@@ -91,6 +91,11 @@ pub struct Settings {
     /// Make every device request that would not run on GPUDirect Storage's accelerated path an
     /// error (gpufile's addition; default false).
     pub require_gds: bool,
+    /// Read ranges that are not in the page cache with O_DIRECT (large aligned reads, no
+    /// readahead), while cached ranges stay buffered, chosen per chunk with `mincore`
+    /// (gpufile's addition; default false: O_DIRECT reads do not fill the page cache, so a
+    /// second read of the same data is as slow as the first).
+    pub direct_io_uncached: bool,
     /// KvikIO's remote-I/O retry count (kept for API compatibility; gpufile reads local files).
     pub http_max_attempts: usize,
     /// KvikIO's remote-I/O retryable HTTP codes (kept for API compatibility).
@@ -125,6 +130,7 @@ impl Default for Settings {
             auto_direct_io_read: false,
             auto_direct_io_write: true,
             require_gds: false,
+            direct_io_uncached: false,
             http_max_attempts: 3,
             http_status_codes: vec![429, 500, 502, 503, 504],
             http_timeout: 60,
@@ -151,6 +157,8 @@ pub enum Name {
     AutoDirectIoWrite,
     /// `require_gds`
     RequireGds,
+    /// `direct_io_uncached`
+    DirectIoUncached,
     /// `http_max_attempts`
     HttpMaxAttempts,
     /// `http_status_codes`
@@ -180,7 +188,7 @@ pub enum Kind {
 
 impl Name {
     /// Every setting, in the order `gpufile config` prints them.
-    pub const ALL: [Name; 11] = [
+    pub const ALL: [Name; 12] = [
         Name::CompatMode,
         Name::NumThreads,
         Name::TaskSize,
@@ -189,6 +197,7 @@ impl Name {
         Name::AutoDirectIoRead,
         Name::AutoDirectIoWrite,
         Name::RequireGds,
+        Name::DirectIoUncached,
         Name::HttpMaxAttempts,
         Name::HttpStatusCodes,
         Name::HttpTimeout,
@@ -205,6 +214,7 @@ impl Name {
             Name::AutoDirectIoRead => "auto_direct_io_read",
             Name::AutoDirectIoWrite => "auto_direct_io_write",
             Name::RequireGds => "require_gds",
+            Name::DirectIoUncached => "direct_io_uncached",
             Name::HttpMaxAttempts => "http_max_attempts",
             Name::HttpStatusCodes => "http_status_codes",
             Name::HttpTimeout => "http_timeout",
@@ -218,7 +228,10 @@ impl Name {
             Name::NumThreads | Name::HttpMaxAttempts => Kind::Count,
             Name::TaskSize | Name::BounceBufferSize => Kind::PositiveSize,
             Name::GdsThreshold => Kind::Size,
-            Name::AutoDirectIoRead | Name::AutoDirectIoWrite | Name::RequireGds => Kind::Bool,
+            Name::AutoDirectIoRead
+            | Name::AutoDirectIoWrite
+            | Name::RequireGds
+            | Name::DirectIoUncached => Kind::Bool,
             Name::HttpStatusCodes => Kind::IntList,
             Name::HttpTimeout => Kind::Seconds,
         }
@@ -235,6 +248,7 @@ impl Name {
             Name::AutoDirectIoRead => &["AUTO_DIRECT_IO_READ"],
             Name::AutoDirectIoWrite => &["AUTO_DIRECT_IO_WRITE"],
             Name::RequireGds => &["REQUIRE_GDS"],
+            Name::DirectIoUncached => &["DIRECT_IO_UNCACHED"],
             Name::HttpMaxAttempts => &["HTTP_MAX_ATTEMPTS"],
             Name::HttpStatusCodes => &["HTTP_STATUS_CODES"],
             Name::HttpTimeout => &["HTTP_TIMEOUT"],
@@ -467,6 +481,7 @@ impl Settings {
             Name::AutoDirectIoRead => Value::Bool(self.auto_direct_io_read),
             Name::AutoDirectIoWrite => Value::Bool(self.auto_direct_io_write),
             Name::RequireGds => Value::Bool(self.require_gds),
+            Name::DirectIoUncached => Value::Bool(self.direct_io_uncached),
             Name::HttpMaxAttempts => Value::Int(self.http_max_attempts as u64),
             Name::HttpStatusCodes => Value::IntList(
                 self.http_status_codes
@@ -490,6 +505,7 @@ impl Settings {
             (Name::AutoDirectIoRead, Value::Bool(b)) => self.auto_direct_io_read = b,
             (Name::AutoDirectIoWrite, Value::Bool(b)) => self.auto_direct_io_write = b,
             (Name::RequireGds, Value::Bool(b)) => self.require_gds = b,
+            (Name::DirectIoUncached, Value::Bool(b)) => self.direct_io_uncached = b,
             (Name::HttpMaxAttempts, Value::Int(n)) => self.http_max_attempts = n as usize,
             (Name::HttpStatusCodes, Value::IntList(v)) => {
                 self.http_status_codes = v.into_iter().map(|c| c as u16).collect()

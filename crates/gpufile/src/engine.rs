@@ -205,10 +205,14 @@ impl Engine {
         let path = plan::choose_path(memory, len, policy, cufile::availability)?;
         if path.backend != Backend::Cufile {
             if let Reason::NotAccelerated(_) | Reason::CufileUnavailable(_) = path.reason {
-                observe::notice(format!(
-                    "compat_mode AUTO: device I/O uses gpufile's POSIX path ({})",
-                    path.reason
-                ));
+                // Said once per process: this runs for every device request.
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    observe::notice(format!(
+                        "compat_mode AUTO: device I/O uses gpufile's POSIX path ({})",
+                        path.reason
+                    ));
+                }
             }
             return Ok((path, None));
         }
@@ -268,6 +272,25 @@ impl Engine {
         self.run(exec, split, path.backend, settings.num_threads)
     }
 
+    /// Reads or writes many files as one stream of requests: every request is planned and queued
+    /// before any is waited for, so the workers go from one file to the next with no gap; the
+    /// future ends when all have, with the total bytes (or the first error).
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`], for every request's buffer.
+    pub unsafe fn submit_batch(
+        &self,
+        batch: &[(FileHandle, Request)],
+        settings: &Settings,
+    ) -> Result<IoFuture> {
+        let mut futures = Vec::with_capacity(batch.len());
+        for (file, req) in batch {
+            // SAFETY: the caller's contract, per request.
+            futures.push(unsafe { self.submit(file, *req, settings) }?);
+        }
+        Ok(IoFuture::all(futures))
+    }
+
     /// Starts a request on any source or sink (a remote object, a mapping) through gpufile's own
     /// path: host memory directly, GPU memory through the pinned bounce pipeline. The caller has
     /// checked the range against the source's size.
@@ -291,13 +314,19 @@ impl Engine {
         self.run(exec, split, Backend::GpufilePosix, settings.num_threads)
     }
 
-    /// Checks what every request needs; the task size it runs with.
+    /// Checks what every request needs; the task size it runs with
+    /// ([`plan::effective_task_size`]).
     fn accept(&self, req: &Request, settings: &Settings) -> Result<usize> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(Error::ShuttingDown);
         }
-        let task_size = req.task_size.unwrap_or(settings.task_size);
-        if task_size == 0 {
+        let task_size = plan::effective_task_size(
+            req.buffer.len(),
+            req.task_size.unwrap_or(settings.task_size),
+            settings.num_threads,
+            req.task_size.is_some(),
+        );
+        if req.task_size == Some(0) || settings.task_size == 0 {
             return Err(Error::InvalidArgument(
                 "task_size must be at least 1 byte".into(),
             ));
@@ -324,17 +353,20 @@ impl Engine {
             Direction::Read => settings.auto_direct_io_read,
             Direction::Write => settings.auto_direct_io_write,
         };
+        let direct_uncached = direction == Direction::Read && settings.direct_io_uncached;
         match target {
             Target::Host(ptr) => Arc::new(HostExec {
                 endpoint,
                 ptr,
                 direct,
+                direct_uncached,
             }),
             Target::Device { device, .. } => Arc::new(BounceExec {
                 endpoint,
                 target: device,
                 bounce: settings.bounce_buffer_size,
                 direct,
+                direct_uncached,
                 pool: Arc::clone(&self.bounce),
             }),
         }
@@ -352,7 +384,8 @@ impl Engine {
     ) -> Result<IoFuture> {
         let pool = self.pool(threads)?;
         let count = split.count();
-        let tasks = Arc::new(Tasks::new(split));
+        let runs = count.min(threads.max(1));
+        let tasks = Arc::new(Tasks::new(split, runs));
         // The executor (and the file it holds open) is let go when the request ends, not when
         // the last queued run gets a worker and finds nothing left to do.
         let slot = Arc::new(Mutex::new(Some(exec)));
@@ -367,7 +400,7 @@ impl Engine {
             lock(&done_slot).take();
             in_flight.leave();
         });
-        for _ in 0..count.min(threads.max(1)) {
+        for _ in 0..runs {
             let (slot, tasks, done) = (
                 Arc::clone(&slot),
                 Arc::clone(&tasks),

@@ -122,6 +122,8 @@ pub struct IoFuture {
 enum Inner {
     Ready(Result<usize>),
     Pending(Arc<Completion>),
+    /// Several requests as one (a batch): done when all are.
+    All(Vec<IoFuture>),
 }
 
 impl IoFuture {
@@ -139,10 +141,19 @@ impl IoFuture {
         }
     }
 
+    /// One future of several requests: done when all are, the sum of their bytes, or the first
+    /// error (after every request has ended, so no worker still uses a buffer).
+    pub fn all(futures: Vec<IoFuture>) -> Self {
+        IoFuture {
+            inner: Inner::All(futures),
+        }
+    }
+
     /// Waits for every task; the bytes transferred, or the first error.
     pub fn wait(&self) -> Result<usize> {
         match &self.inner {
             Inner::Ready(r) => r.clone(),
+            Inner::All(fs) => Self::sum(fs.iter().map(IoFuture::wait)),
             Inner::Pending(c) => {
                 let mut st = lock(&c.state);
                 while st.remaining > 0 {
@@ -153,10 +164,31 @@ impl IoFuture {
         }
     }
 
+    fn sum(results: impl Iterator<Item = Result<usize>>) -> Result<usize> {
+        let (mut total, mut first_error) = (0usize, None);
+        for r in results {
+            match r {
+                Ok(n) => total += n,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(total), Err)
+    }
+
     /// Like [`IoFuture::wait`], but gives up after `timeout` (returns `None`).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<usize>> {
         match &self.inner {
             Inner::Ready(r) => Some(r.clone()),
+            Inner::All(fs) => {
+                let deadline = std::time::Instant::now() + timeout;
+                for f in fs {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    let _ended = f.wait_timeout(left)?;
+                }
+                Some(self.wait())
+            }
             Inner::Pending(c) => {
                 let st = lock(&c.state);
                 let (st, _) =
@@ -172,14 +204,17 @@ impl IoFuture {
         match &self.inner {
             Inner::Ready(_) => true,
             Inner::Pending(c) => lock(&c.state).remaining == 0,
+            Inner::All(fs) => fs.iter().all(IoFuture::is_done),
         }
     }
 
     /// Cancels the tasks not yet started (see [`Completion::cancel`]); wait for the future
     /// afterwards to know that no worker still uses the buffer.
     pub fn cancel(&self) {
-        if let Inner::Pending(c) = &self.inner {
-            c.cancel();
+        match &self.inner {
+            Inner::Ready(_) => {}
+            Inner::Pending(c) => c.cancel(),
+            Inner::All(fs) => fs.iter().for_each(IoFuture::cancel),
         }
     }
 
@@ -188,6 +223,7 @@ impl IoFuture {
         match &self.inner {
             Inner::Ready(r) => r.as_ref().map_or(0, |n| *n as u64),
             Inner::Pending(c) => c.progress.load(Ordering::Relaxed),
+            Inner::All(fs) => fs.iter().map(IoFuture::bytes_transferred).sum(),
         }
     }
 }
@@ -218,6 +254,26 @@ mod tests {
         c.finish_tasks(2, Ok(6));
         assert_eq!(f.wait().unwrap(), 7);
         assert_eq!(*lock(&seen), Some((7, true)));
+    }
+
+    #[test]
+    fn all_sums_and_waits_for_every_request_before_an_error() {
+        let (a, b) = (Completion::new(1, |_| {}), Completion::new(1, |_| {}));
+        let f = IoFuture::all(vec![
+            IoFuture::pending(Arc::clone(&a)),
+            IoFuture::ready(Ok(5)),
+            IoFuture::pending(Arc::clone(&b)),
+        ]);
+        a.finish_task(Err(Error::Closed));
+        assert!(
+            f.wait_timeout(Duration::from_millis(5)).is_none(),
+            "b still runs"
+        );
+        assert!(!f.is_done());
+        b.finish_task(Ok(3));
+        assert!(matches!(f.wait(), Err(Error::Closed)));
+        let ok = IoFuture::all(vec![IoFuture::ready(Ok(2)), IoFuture::ready(Ok(3))]);
+        assert_eq!(ok.wait().unwrap(), 5);
     }
 
     #[test]

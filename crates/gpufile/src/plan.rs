@@ -72,6 +72,26 @@ impl TaskSplit {
     }
 }
 
+/// Smallest task gpufile cuts a request into when it splits below `task_size` so that every
+/// worker helps with a request that would otherwise leave most of them idle (a 4 MiB read is
+/// four tasks, not one).
+pub const MIN_SPLIT: usize = 1 << 20;
+
+/// The task size a request of `len` bytes runs with. A size the caller gave for this request is
+/// used as given (`raw_read` is one task). The settings' `task_size` is a largest piece: a request
+/// of fewer tasks than `threads` is cut into `threads` even pieces (4 KiB multiples) instead,
+/// but none smaller than [`MIN_SPLIT`].
+pub fn effective_task_size(len: usize, task_size: usize, threads: usize, explicit: bool) -> usize {
+    let task_size = task_size.max(1);
+    if explicit || len.div_ceil(task_size) >= threads {
+        return task_size;
+    }
+    let even = len
+        .div_ceil(threads.max(1))
+        .next_multiple_of(crate::source::DIRECT_ALIGN);
+    even.max(MIN_SPLIT).min(task_size)
+}
+
 /// Every task of `size` bytes at `file_offset` (see [`TaskSplit`]). `size` 0 gives no task.
 pub fn split(file_offset: u64, size: usize, task_size: usize) -> impl Iterator<Item = Task> {
     let s = TaskSplit::new(file_offset, size, task_size);
@@ -375,6 +395,20 @@ mod tests {
         assert_eq!(chunk_size(100, 16 << 20), MIN_CHUNK);
         assert_eq!(chunk_size(4 << 20, 64 << 10), 64 << 10);
         assert_eq!(chunk_size(5_000_001, 16 << 20) % 4096, 0);
+    }
+
+    #[test]
+    fn small_requests_are_split_so_every_worker_helps() {
+        // A 4 MiB read with 16 workers: four 1 MiB tasks (the floor), not one.
+        assert_eq!(effective_task_size(4 << 20, 4 << 20, 16, false), MIN_SPLIT);
+        // 64 MiB with 16 workers: 4 MiB pieces, as task_size says.
+        assert_eq!(effective_task_size(64 << 20, 4 << 20, 16, false), 4 << 20);
+        // 24 MiB with 16 workers: 1.5 MiB each.
+        assert_eq!(effective_task_size(24 << 20, 4 << 20, 16, false), 3 << 19);
+        // A size the caller gave is kept, and nothing is cut below the floor.
+        assert_eq!(effective_task_size(4 << 20, 4 << 20, 16, true), 4 << 20);
+        assert_eq!(effective_task_size(100, 4 << 20, 16, false), MIN_SPLIT);
+        assert_eq!(effective_task_size(100, 4 << 20, 1, false), 4 << 20);
     }
 
     #[test]

@@ -237,3 +237,51 @@ fn a_private_engine_runs_requests_and_shuts_down() {
         unsafe { engine.submit(&h, Request::read(Buffer::host(&mut back), 0), &settings) };
     assert!(matches!(refused, Err(Error::ShuttingDown)));
 }
+
+#[test]
+fn uncached_ranges_read_directly_and_cached_ones_through_the_cache() {
+    use std::os::fd::AsRawFd;
+    let data = pattern(8 << 20, 21);
+    let dir = tempfile::tempdir_in(".").unwrap(); // a disk file system (tmpfs keeps its pages)
+    let path = dir.path().join("cold.bin");
+    std::fs::write(&path, &data).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: plain advice on an open descriptor.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let h = FileHandle::open(&path, "r").unwrap();
+    let cold = h.local().uncached(0, 1 << 20);
+    let settings = gpufile::Settings {
+        direct_io_uncached: true,
+        ..Engine::global().unwrap().settings()
+    };
+    // Page-aligned memory, as O_DIRECT needs (a Vec of u64 pages would not guarantee 4 KiB).
+    let layout = std::alloc::Layout::from_size_align(data.len(), 4096).unwrap();
+    // SAFETY: a non-zero size; freed below.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    let buffer = Buffer::Host {
+        ptr,
+        len: data.len(),
+    };
+    // SAFETY: `ptr` holds `data.len()` bytes until freed after the wait.
+    let n = unsafe { h.submit(Request::read(buffer, 0), Some(&settings)) };
+    assert_eq!(n.unwrap().wait().unwrap(), data.len());
+    // SAFETY: the read is done; the memory is initialised.
+    let back = unsafe { std::slice::from_raw_parts(ptr, data.len()) };
+    assert!(back == &data[..]);
+    // SAFETY: allocated above with `layout`.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    if cold {
+        // Read directly, the pages did not come into the cache.
+        assert!(
+            h.local().uncached(0, 1 << 20),
+            "a direct read filled the cache"
+        );
+    } else {
+        eprintln!("skipped the residency check: this file system kept the pages cached");
+    }
+    let mut again = vec![0u8; data.len()];
+    h.read(&mut again, 0, None).unwrap(); // buffered: now cached
+    assert!(again == data);
+    assert!(!h.local().uncached(0, 1 << 20));
+}

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::cuda::{self, Context, ContextGuard, Event, PinnedBuffer, Stream};
 use crate::error::Result;
-use crate::exec::{Endpoint, Executor, Tasks};
+use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::{lock, Completion};
 use crate::plan::{chunk_size, Task};
 use crate::source::Call;
@@ -96,6 +96,8 @@ pub struct BounceExec {
     pub bounce: usize,
     /// Direct I/O asked for.
     pub direct: bool,
+    /// Direct I/O asked for where the range is not cached.
+    pub direct_uncached: bool,
     /// Where pinned buffers come from.
     pub pool: Arc<BouncePool>,
 }
@@ -178,14 +180,25 @@ impl Drop for Lent<'_> {
 
 impl Executor for BounceExec {
     fn run(&self, tasks: &Tasks, done: &Completion) {
-        let Some(first) = tasks.next() else { return };
+        let mut lease = Lease::default();
+        let Some(first) = tasks.next(&mut lease) else {
+            return;
+        };
         let t = self.target;
+        let lease = &mut lease;
         let r = ContextGuard::push(t.ctx).and_then(|_guard| {
             with_lane(t.ctx, t.device, |lane| {
                 let lent = Lent::take(&self.pool, self.bounce, &lane.stream)?;
+                let run = Run {
+                    tasks,
+                    lease: &mut *lease,
+                    done,
+                    lane,
+                    lent: &lent,
+                };
                 match &self.endpoint {
-                    Endpoint::Read(_) => self.read_run(first, tasks, done, lane, &lent),
-                    Endpoint::Write(_) => self.write_run(first, tasks, done, lane, &lent),
+                    Endpoint::Read(_) => self.read_run(first, run),
+                    Endpoint::Write(_) => self.write_run(first, run),
                 }
                 Ok(())
             })
@@ -193,9 +206,18 @@ impl Executor for BounceExec {
         if let Err(e) = r {
             // The run could not start: its first task fails, the others are skipped.
             done.finish_task(Err(e));
-            tasks.skip_rest(done);
+            tasks.skip_rest(lease, done);
         }
     }
+}
+
+/// What one run works with.
+struct Run<'a, 'l> {
+    tasks: &'a Tasks,
+    lease: &'a mut Lease,
+    done: &'a Completion,
+    lane: &'a Lane,
+    lent: &'a Lent<'l>,
 }
 
 /// A task whose last copy may still be running.
@@ -209,15 +231,23 @@ impl BounceExec {
         Call {
             progress: done.progress(),
             direct: self.direct,
+            direct_uncached: self.direct_uncached,
         }
     }
 
     /// Reads the run's tasks; each finishes once its last copy is done, which is checked after
     /// the next task's first read (so that copy and read overlap) or at the end of the run.
-    fn read_run(&self, first: Task, tasks: &Tasks, done: &Completion, lane: &Lane, lent: &Lent) {
+    fn read_run(&self, first: Task, run: Run<'_, '_>) {
         let Endpoint::Read(src) = &self.endpoint else {
             return;
         };
+        let Run {
+            tasks,
+            lease,
+            done,
+            lane,
+            lent,
+        } = run;
         let mut slot = 0usize;
         let mut pending: Option<Pending> = None;
         let finish = |p: Pending| {
@@ -281,7 +311,7 @@ impl BounceExec {
                     break;
                 }
             }
-            task = tasks.next();
+            task = tasks.next(lease);
         }
         // Drain the stream before the last task reports, so a caller who frees the pool right
         // after its read finds every buffer back.
@@ -289,14 +319,21 @@ impl BounceExec {
         if let Some(p) = pending.take() {
             done.finish_task(drained.map(|()| p.len));
         }
-        tasks.skip_rest(done);
+        tasks.skip_rest(lease, done);
     }
 
     /// Writes the run's tasks: the copy of chunk *i + 1* from the GPU overlaps the write of *i*.
-    fn write_run(&self, first: Task, tasks: &Tasks, done: &Completion, lane: &Lane, lent: &Lent) {
+    fn write_run(&self, first: Task, run: Run<'_, '_>) {
         let Endpoint::Write(sink) = &self.endpoint else {
             return;
         };
+        let Run {
+            tasks,
+            lease,
+            done,
+            lane,
+            lent,
+        } = run;
         let mut task = Some(first);
         while let Some(t) = task.take() {
             if done.stopped() {
@@ -309,9 +346,9 @@ impl BounceExec {
             if failed {
                 break;
             }
-            task = tasks.next();
+            task = tasks.next(lease);
         }
-        tasks.skip_rest(done);
+        tasks.skip_rest(lease, done);
     }
 
     fn write_task(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::cuda::{self, Context};
 use crate::cufile::{self, RegisteredFile};
 use crate::error::{Error, Result};
-use crate::exec::{Executor, Tasks};
+use crate::exec::{Executor, Lease, Tasks};
 use crate::future::Completion;
 use crate::plan::Task;
 use crate::request::Direction;
@@ -32,7 +32,8 @@ pub struct CufileExec {
 impl Executor for CufileExec {
     fn run(&self, tasks: &Tasks, done: &Completion) {
         let guard = cuda::ContextGuard::push(self.ctx);
-        while let Some(task) = tasks.next() {
+        let mut lease = Lease::default();
+        while let Some(task) = tasks.next(&mut lease) {
             if done.stopped() {
                 done.finish_task(Ok(0));
                 break;
@@ -43,7 +44,7 @@ impl Executor for CufileExec {
             };
             done.finish_task(r);
         }
-        tasks.skip_rest(done);
+        tasks.skip_rest(&mut lease, done);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Host memory ⇄ a source or sink: each task reads or writes its own range of the caller's
 //! buffer in place.
 
-use crate::exec::{Endpoint, Executor, SendPtr, Tasks};
+use crate::exec::{Endpoint, Executor, Lease, SendPtr, Tasks};
 use crate::future::Completion;
 use crate::source::Call;
 
@@ -13,19 +13,23 @@ pub struct HostExec {
     pub ptr: SendPtr,
     /// Direct I/O asked for.
     pub direct: bool,
+    /// Direct I/O asked for where the range is not cached.
+    pub direct_uncached: bool,
 }
 
 impl Executor for HostExec {
     fn run(&self, tasks: &Tasks, done: &Completion) {
-        while let Some(task) = tasks.next() {
+        let mut lease = Lease::default();
+        while let Some(task) = tasks.next(&mut lease) {
             if done.stopped() {
                 done.finish_task(Ok(0));
-                tasks.skip_rest(done);
+                tasks.skip_rest(&mut lease, done);
                 return;
             }
             let call = Call {
                 progress: done.progress(),
                 direct: self.direct,
+                direct_uncached: self.direct_uncached,
             };
             let p = self.ptr.at(task.buf_offset);
             let r = match &self.endpoint {

@@ -35,18 +35,34 @@ pub enum Endpoint {
     Write(Arc<dyn Sink>),
 }
 
-/// The tasks of one request, handed out to the runs in order.
+/// The tasks of one request, handed out to the runs in blocks of consecutive tasks: each run
+/// reads a contiguous stretch of the file at a time (the kernel's readahead sees a sequential
+/// stream per worker, which a cold file needs), while blocks small enough that every run still
+/// gets several keep the load even.
 pub struct Tasks {
     split: TaskSplit,
     next: AtomicUsize,
+    block: usize,
 }
 
+/// A run's current block of tasks.
+#[derive(Default)]
+pub struct Lease {
+    next: usize,
+    end: usize,
+}
+
+/// Most tasks in one block (64 × 4 MiB = 256 MiB of a file read sequentially by one run).
+const MAX_BLOCK: usize = 64;
+
 impl Tasks {
-    /// The tasks of `split`.
-    pub fn new(split: TaskSplit) -> Self {
+    /// The tasks of `split`, for `runs` runs.
+    pub fn new(split: TaskSplit, runs: usize) -> Self {
+        let block = (split.count() / (runs.max(1) * 4)).clamp(1, MAX_BLOCK);
         Tasks {
             split,
             next: AtomicUsize::new(0),
+            block,
         }
     }
 
@@ -55,22 +71,31 @@ impl Tasks {
         self.split.count()
     }
 
-    /// The next task not yet taken.
-    pub fn next(&self) -> Option<Task> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        (i < self.split.count()).then(|| self.split.task(i))
+    /// The run's next task: the next of its block, or the first of a new block.
+    pub fn next(&self, lease: &mut Lease) -> Option<Task> {
+        if lease.next >= lease.end {
+            let count = self.split.count();
+            let start = self.next.fetch_add(self.block, Ordering::Relaxed);
+            if start >= count {
+                return None;
+            }
+            *lease = Lease {
+                next: start,
+                end: (start + self.block).min(count),
+            };
+        }
+        let i = lease.next;
+        lease.next += 1;
+        Some(self.split.task(i))
     }
 
-    /// Takes every task left and returns how many (to finish them as skipped).
-    pub fn take_rest(&self) -> usize {
+    /// Finishes as skipped every task not yet started: the rest of `lease` and every block not
+    /// yet handed out (the request stopped, or a run cannot start).
+    pub fn skip_rest(&self, lease: &mut Lease, done: &Completion) {
         let count = self.split.count();
         let before = self.next.fetch_max(count, Ordering::Relaxed);
-        count.saturating_sub(before)
-    }
-
-    /// Finishes every task left as skipped (the request stopped or a run cannot start).
-    pub fn skip_rest(&self, done: &Completion) {
-        let n = self.take_rest();
+        let n = count.saturating_sub(before) + lease.end.saturating_sub(lease.next);
+        lease.next = lease.end;
         if n > 0 {
             done.finish_tasks(n, Ok(0));
         }

@@ -24,6 +24,74 @@ pub struct LocalFile {
     writable: bool,
     /// A second descriptor with O_DIRECT, opened on first need (None: the file system refuses).
     direct: OnceLock<Option<File>>,
+    /// A read-only mapping of the file, never touched, only asked by `mincore` which pages are
+    /// in the page cache (made on first need; None where the file cannot be mapped).
+    residency: OnceLock<Option<Residency>>,
+}
+
+/// A mapping used only for `mincore`: no page is ever read through it, so a file that shrinks
+/// cannot fault here. Unmapped on drop.
+#[derive(Debug)]
+struct Residency {
+    addr: usize,
+    len: usize,
+}
+
+impl Residency {
+    fn map(fd: RawFd, len: u64) -> Option<Self> {
+        let len = usize::try_from(len).ok().filter(|l| *l > 0)?;
+        // SAFETY: a new read-only shared mapping of the file; never dereferenced, only handed
+        // to mincore, and unmapped in Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(Residency {
+            addr: p as usize,
+            len,
+        })
+    }
+
+    /// Whether no page of `[offset, offset + len)` is in the page cache (a range past the mapping
+    /// counts as cached: the caller then reads it through the cache, the safe choice).
+    fn uncached(&self, offset: u64, len: usize) -> bool {
+        const PAGE: usize = 4096;
+        const WINDOW: usize = 1024; // pages asked per mincore call (4 MiB)
+        let Ok(start) = usize::try_from(offset) else {
+            return false;
+        };
+        let start = start / PAGE * PAGE;
+        let end = match start.checked_add(len) {
+            Some(e) if e <= self.len => e,
+            _ => return false,
+        };
+        let mut vec = [0u8; WINDOW];
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(WINDOW * PAGE);
+            // SAFETY: `[addr + at, + n)` lies in the mapping (at is page-aligned, end <= len);
+            // `vec` has a byte for each of its at most WINDOW pages.
+            let r = unsafe { libc::mincore((self.addr + at) as *mut _, n, vec.as_mut_ptr()) };
+            if r != 0 || vec[..n.div_ceil(PAGE)].iter().any(|b| b & 1 != 0) {
+                return false;
+            }
+            at += n;
+        }
+        true
+    }
+}
+
+impl Drop for Residency {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping this value made.
+        unsafe { libc::munmap(self.addr as *mut _, self.len) };
+    }
 }
 
 impl LocalFile {
@@ -35,6 +103,7 @@ impl LocalFile {
             readable,
             writable,
             direct: OnceLock::new(),
+            residency: OnceLock::new(),
         }
     }
 
@@ -69,13 +138,24 @@ impl LocalFile {
     }
 
     /// The descriptor for `len` bytes at `offset` from/to memory at `ptr`: the O_DIRECT one when
-    /// asked for and everything is aligned, else the buffered one.
-    fn pick(&self, direct: bool, ptr: *const u8, len: usize, offset: u64) -> RawFd {
+    /// everything is aligned and the call asks for direct I/O (always, or where no page of the
+    /// range is cached), else the buffered one.
+    fn pick(&self, call: &Call<'_>, ptr: *const u8, len: usize, offset: u64) -> RawFd {
         let aligned = (offset as usize | len | ptr as usize) % DIRECT_ALIGN == 0;
-        match direct && aligned {
+        let direct =
+            aligned && (call.direct || (call.direct_uncached && self.uncached(offset, len)));
+        match direct {
             true => self.direct_fd().unwrap_or_else(|| self.fd()),
             false => self.fd(),
         }
+    }
+
+    /// Whether no page of the range is in the page cache (false where that cannot be known).
+    pub fn uncached(&self, offset: u64, len: usize) -> bool {
+        self.residency
+            .get_or_init(|| Residency::map(self.fd(), self.current_size().unwrap_or(0)))
+            .as_ref()
+            .is_some_and(|r| r.uncached(offset, len))
     }
 
     /// The file's size now.
@@ -96,7 +176,7 @@ impl Source for LocalFile {
     }
 
     fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
-        let fd = self.pick(call.direct, dst.as_ptr(), dst.len(), offset);
+        let fd = self.pick(&call, dst.as_ptr(), dst.len(), offset);
         // SAFETY: `dst` is an exclusively borrowed slice of `dst.len()` bytes.
         unsafe {
             posix::pread_all(
@@ -118,7 +198,7 @@ impl Sink for LocalFile {
     }
 
     fn write_at(&self, src: &[u8], offset: u64, call: Call<'_>) -> Result<()> {
-        let fd = self.pick(call.direct, src.as_ptr(), src.len(), offset);
+        let fd = self.pick(&call, src.as_ptr(), src.len(), offset);
         // SAFETY: `src` is a borrowed slice of `src.len()` bytes, only read.
         unsafe {
             posix::pwrite_all(

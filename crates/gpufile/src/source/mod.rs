@@ -23,6 +23,10 @@ pub struct Call<'a> {
     /// The request asked for direct I/O (`auto_direct_io_read`/`_write`): a source that can
     /// bypass its cache for aligned ranges may do so; others ignore it.
     pub direct: bool,
+    /// The request asked for direct I/O where the range is not cached (`direct_io_uncached`): a
+    /// source that knows its cache reads uncached aligned ranges directly, cached ones through
+    /// the cache.
+    pub direct_uncached: bool,
 }
 
 /// Bytes to read: a local file, a memory mapping, a remote object.
