@@ -67,7 +67,9 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         }),
         Error::UnknownSetting { .. } => PyKeyError::new_err(text),
         Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
-        Error::CufileUnavailable { .. } | Error::Cufile { .. } => CufileError::new_err(text),
+        Error::CufileUnavailable { .. } | Error::Cufile { .. } | Error::CufileBusy { .. } => {
+            CufileError::new_err(text)
+        }
         Error::Closed
         | Error::InvalidArgument(_)
         | Error::InvalidSetting { .. }
