@@ -254,3 +254,30 @@ def test_a_jax_array_is_never_a_read_destination(src):
     with gpufile.CuFile(path) as f, pytest.raises(TypeError, match="JAX arrays are immutable"):
         f.read(a)
     assert bytes(a.backing) == bytes(16)
+
+
+# ---- item 8: environment values that are not UTF-8 ----------------------------------------------
+
+def _run_with_env_bytes(code, extra):
+    env = {k.encode(): v.encode() for k, v in os.environ.items()
+           if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    env.update(extra)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          timeout=120)
+
+
+def test_a_non_utf8_env_value_is_an_error_naming_the_variable():
+    """It used to be skipped silently, so the lower-priority KVIKIO_ value won."""
+    r = _run_with_env_bytes("import gpufile.defaults as d; print(d.get('task_size'))",
+                            {b"GPUFILE_TASK_SIZE": b"4\xffMiB", b"KVIKIO_TASK_SIZE": b"1MiB"})
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode != 0, r.stdout
+    assert "ValueError" in err and "GPUFILE_TASK_SIZE" in err and "not valid UTF-8" in err, err
+    assert r"4\xffMiB" in err, err
+
+
+def test_the_same_variable_in_utf8_is_honoured():
+    r = _run_with_env_bytes("import gpufile.defaults as d; print(d.get('task_size'))",
+                            {b"GPUFILE_TASK_SIZE": b"4MiB", b"KVIKIO_TASK_SIZE": b"1MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().split() == [str(4 << 20)]
