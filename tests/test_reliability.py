@@ -281,3 +281,42 @@ def test_the_same_variable_in_utf8_is_honoured():
                             {b"GPUFILE_TASK_SIZE": b"4MiB", b"KVIKIO_TASK_SIZE": b"1MiB"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode().split() == [str(4 << 20)]
+
+
+def test_many_threads_read_into_the_newly_accepted_buffers(tmp_path):
+    """32 threads, each with its own pread futures into 0-d arrays, ctypes arrays and structured
+    arrays of one shared handle: every byte lands where it belongs and every export is released
+    (the exports are made and given back off the main thread)."""
+    import threading
+
+    data = pattern(1 << 20, 21)
+    path = tmp_path / "shared.bin"
+    data.tofile(path)
+    errors = []
+
+    def worker(i, f):
+        try:
+            for j in range(8):
+                off = ((i * 8 + j) * 4093) % ((1 << 20) - 64)
+                bufs = [np.array(0, dtype=np.int64), (ctypes.c_uint16 * 7)(),
+                        np.zeros(3, dtype=[("Offset", "<u4"), ("Other", "u1")])]
+                futs = [f.pread(b, file_offset=off) for b in bufs]
+                for b, fut in zip(bufs, futs):
+                    n = memoryview(b).nbytes
+                    assert fut.get() == n
+                    assert bytes(memoryview(b).cast("B")) == data[off:off + n].tobytes()
+                ba = bytearray(32)
+                fut = f.pread(ba, file_offset=off)
+                fut.get()
+                ba.extend(b"!")  # released at get()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    with gpufile.CuFile(path) as f:
+        threads = [threading.Thread(target=worker, args=(i, f)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads)
+    assert errors == []
