@@ -153,10 +153,17 @@ def driver_open() -> None:
 def driver_close() -> None:
     """Close the driver if gpufile opened it (``cuFileDriverClose_v2``); else do nothing.
 
+    Files registered with cuFile (open files that used it, and the requests in flight on them)
+    keep the driver open: closing it under them would leave their handles used after the close,
+    so this refuses instead (KvikIO closes regardless). Close those files first. Buffers and
+    streams registered with ``memory_register``/``stream_register`` are not counted: deregister
+    them before closing.
+
     Raises
     ------
     gpufile.CufileError
-        cuFile refuses to close.
+        Files are still registered with the driver (the message says how many), or cuFile
+        refuses to close.
     """
     _native.cufile_driver_close()
 

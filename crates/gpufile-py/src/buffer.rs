@@ -1,9 +1,11 @@
 //! Buffer intake: the buffer protocol (NumPy, bytearray, memoryview), `__cuda_array_interface__`
 //! (CuPy, PyTorch, Numba; its `stream` is waited for) and DLPack (JAX and others).
 
+use std::ffi::CStr;
+
 use gpufile::{Buffer, Memory};
-use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::dlpack;
@@ -13,7 +15,7 @@ use crate::errors::{to_py, type_name, uint_arg};
 /// this value lives.
 pub(crate) enum BufferView {
     /// Exported through the buffer protocol.
-    Host(PyUntypedBuffer),
+    Host(HostBuffer),
     /// Described by `__cuda_array_interface__` or DLPack; the object (and the DLPack capsule)
     /// is held.
     Device {
@@ -21,6 +23,105 @@ pub(crate) enum BufferView {
         len: usize,
         _owner: Vec<Py<PyAny>>,
     },
+}
+
+/// A buffer-protocol export (`PyObject_GetBuffer`, strides and format asked for), released with
+/// the GIL taken on drop.
+///
+/// PyO3's own export refuses what PEP 3118 allows: a 0-d export (no shape: NumPy scalars arrays,
+/// 0-d memoryviews) and an export without strides (C-contiguous by definition: ctypes arrays and
+/// structures). This one takes both and leaves contiguity to `PyBuffer_IsContiguous`.
+pub(crate) struct HostBuffer(Box<ffi::Py_buffer>);
+
+// SAFETY: the export pins the exporter's memory until released; the pointer fields are only read
+// (and the release only happens with the GIL held), so the value may move between threads.
+unsafe impl Send for HostBuffer {}
+// SAFETY: as for Send; shared access only reads plain fields.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// Exports `obj`'s buffer, or the exporter's own error (e.g. NumPy's "cannot include dtype
+    /// 'M' in a buffer").
+    fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut view = Box::new(ffi::Py_buffer::new());
+        // SAFETY: `obj` is a live object and `view` a writable Py_buffer; on success the export
+        // is released exactly once, in Drop; on failure nothing is held and an exception is set.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, ffi::PyBUF_FULL_RO) };
+        if rc != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        Ok(HostBuffer(view))
+    }
+
+    /// The struct-module format of one item ("B" where the exporter gives none).
+    fn format(&self) -> &CStr {
+        if self.0.format.is_null() {
+            c"B"
+        } else {
+            // SAFETY: a non-NULL format is a NUL-terminated string owned by the export.
+            unsafe { CStr::from_ptr(self.0.format) }
+        }
+    }
+
+    fn is_c_contiguous(&self) -> bool {
+        // SAFETY: `self.0` is a live export (shape and strides may be NULL, which CPython handles).
+        unsafe { ffi::PyBuffer_IsContiguous(&*self.0, b'C' as std::ffi::c_char) != 0 }
+    }
+
+    fn readonly(&self) -> bool {
+        self.0.readonly != 0
+    }
+
+    fn len_bytes(&self) -> usize {
+        usize::try_from(self.0.len).unwrap_or(0)
+    }
+
+    fn buf_ptr(&self) -> *mut u8 {
+        self.0.buf.cast()
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // Without an interpreter (finalised) the exporter is gone and there is nothing to release.
+        let _ = Python::try_attach(|_| {
+            // SAFETY: the export made in `get`, released once.
+            unsafe { ffi::PyBuffer_Release(&mut *self.0) }
+        });
+    }
+}
+
+/// Whether a PEP 3118 / struct-module format string holds Python object pointers (`O`) anywhere:
+/// at top level, in a `T{...}` struct, or under a repeat count or sub-array shape. Field names
+/// (`:name:`) are skipped, so a field named "Offset" is data.
+pub(crate) fn format_holds_objects(format: &[u8]) -> bool {
+    let mut in_name = false;
+    for &c in format {
+        match (in_name, c) {
+            (_, b':') => in_name = !in_name,
+            (false, b'O') => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether `obj` is immutable by its library's contract whatever its export says: JAX arrays
+/// (`jax.Array`, jaxlib's array types) are never written in place, and their CUDA Array
+/// Interface and legacy DLPack exports carry no read-only mark.
+fn immutable_by_contract(obj: &Bound<'_, PyAny>) -> bool {
+    obj.get_type().module().is_ok_and(|m| {
+        m.to_string_lossy().split('.').next() == Some("jax")
+            || m.to_string_lossy().starts_with("jaxlib")
+    })
+}
+
+/// The error for a read into `obj`, which must not be written.
+fn read_only(obj: &Bound<'_, PyAny>, why: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "the destination {} is read-only{why}",
+        type_name(obj)
+    ))
 }
 
 /// Byte size of one item of a `__cuda_array_interface__` typestr such as "<f4" or "|u1".
@@ -43,13 +144,28 @@ pub(crate) fn wait_for_stream(py: Python<'_>, addr: u64, handle: u64) -> PyResul
 
 impl BufferView {
     pub(crate) fn new(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
+        if writable && immutable_by_contract(obj) {
+            return Err(read_only(obj, " (JAX arrays are immutable)"));
+        }
         if let Ok(cai) = obj.getattr("__cuda_array_interface__") {
             return Self::from_cai(obj, &cai, writable);
         }
-        let buf = match PyUntypedBuffer::get(obj) {
-            Ok(buf) => buf,
-            Err(_) => {
-                if let Some(t) = dlpack::take(obj)? {
+        // SAFETY: `obj` is a live object; the call only reads its type's slots.
+        let has_buffer = unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0;
+        let buf = match has_buffer {
+            true => HostBuffer::get(obj).map_err(|e| {
+                // The exporter's own reason (a datetime dtype, a released memoryview) is the
+                // cause the caller needs; gpufile says which argument it was about.
+                let err = PyTypeError::new_err(format!(
+                    "{} cannot be used as a buffer: {}",
+                    type_name(obj),
+                    e.value(obj.py())
+                ));
+                err.set_cause(obj.py(), Some(e));
+                err
+            })?,
+            false => {
+                if let Some(t) = dlpack::take(obj, writable)? {
                     if t.len > 0 {
                         wait_for_stream(obj.py(), t.addr, 1)?;
                     }
@@ -67,10 +183,11 @@ impl BufferView {
                 )));
             }
         };
-        if buf.format().to_bytes().contains(&b'O') {
+        if format_holds_objects(buf.format().to_bytes()) {
             return Err(PyTypeError::new_err(format!(
-                "unsupported dtype: {} holds Python object pointers, not data",
-                type_name(obj)
+                "unsupported dtype: {} holds Python object pointers, not data (format {:?})",
+                type_name(obj),
+                buf.format().to_string_lossy()
             )));
         }
         if !buf.is_c_contiguous() {
@@ -79,10 +196,7 @@ impl BufferView {
             ));
         }
         if writable && buf.readonly() {
-            return Err(PyTypeError::new_err(format!(
-                "the destination {} is read-only",
-                type_name(obj)
-            )));
+            return Err(read_only(obj, ""));
         }
         Ok(BufferView::Host(buf))
     }
@@ -133,10 +247,7 @@ impl BufferView {
             }
         }
         if writable && readonly {
-            return Err(PyTypeError::new_err(format!(
-                "the destination {} is read-only",
-                type_name(obj)
-            )));
+            return Err(read_only(obj, ""));
         }
         // v3: work queued on `stream` must finish before gpufile touches the data.
         if let Ok(stream) = cai.get_item("stream") {
@@ -186,7 +297,7 @@ impl BufferView {
     pub(crate) fn buffer(&self, offset: usize, len: usize) -> Buffer {
         match self {
             BufferView::Host(b) => Buffer::Host {
-                ptr: (b.buf_ptr() as *mut u8).wrapping_add(offset),
+                ptr: b.buf_ptr().wrapping_add(offset),
                 len,
             },
             BufferView::Device { addr, .. } => Buffer::Device {

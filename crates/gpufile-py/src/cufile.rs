@@ -62,7 +62,7 @@ pub(crate) fn cufile_driver_open(py: Python<'_>) -> PyResult<()> {
     py.detach(gpufile::cufile::driver_open).map_err(to_py)
 }
 
-/// Closes the cuFile driver if gpufile opened it.
+/// Closes the cuFile driver if gpufile opened it; refused while files are registered with it.
 #[pyfunction]
 pub(crate) fn cufile_driver_close(py: Python<'_>) -> PyResult<()> {
     py.detach(gpufile::cufile::driver_close).map_err(to_py)

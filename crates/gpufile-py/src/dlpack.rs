@@ -3,6 +3,10 @@
 //! The capsule is held, not consumed: while gpufile holds it, the producer's tensor stays alive;
 //! when it is dropped, the capsule's own destructor calls the tensor's deleter, as the DLPack
 //! protocol provides for capsules a consumer did not take over.
+//!
+//! DLPack 1.0 is asked for first (`max_version=(1, 0)`): its versioned capsule carries flags, so a
+//! read-only tensor (or a copy the producer made) is refused as a read's destination. A producer
+//! older than the keyword gets the legacy call, whose capsule says nothing about mutability.
 
 use std::ffi::{c_void, CStr};
 
@@ -41,6 +45,27 @@ struct DLTensor {
     byte_offset: u64,
 }
 
+/// `DLPACK_FLAG_BITMASK_READ_ONLY`.
+const FLAG_READ_ONLY: u64 = 1 << 0;
+/// `DLPACK_FLAG_BITMASK_IS_COPIED`.
+const FLAG_IS_COPIED: u64 = 1 << 1;
+
+#[repr(C)]
+struct DLPackVersion {
+    major: u32,
+    minor: u32,
+}
+
+/// DLPack 1.0's managed tensor (capsule name "dltensor_versioned").
+#[repr(C)]
+struct DLManagedTensorVersioned {
+    version: DLPackVersion,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: DLTensor,
+}
+
 #[repr(C)]
 struct DLManagedTensor {
     dl_tensor: DLTensor,
@@ -56,9 +81,27 @@ pub(crate) struct DlpackTensor {
     pub capsule: Py<PyAny>,
 }
 
+/// Calls `__dlpack__(stream=1, max_version=(1, 0))`, or the legacy `__dlpack__(stream=1)` where
+/// the producer does not know `max_version` (a TypeError).
+fn export<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // stream=1: the producer makes the data ready on the legacy default stream, which the
+    // caller then synchronises before any transfer.
+    let kwargs = pyo3::types::PyDict::new(obj.py());
+    kwargs.set_item("stream", 1)?;
+    kwargs.set_item("max_version", (1, 0))?;
+    match obj.call_method("__dlpack__", (), Some(&kwargs)) {
+        Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => {
+            kwargs.del_item("max_version")?;
+            obj.call_method("__dlpack__", (), Some(&kwargs))
+        }
+        r => r,
+    }
+}
+
 /// Takes `obj`'s DLPack export if it is a CUDA (device, managed or pinned) tensor; `Ok(None)`
-/// where `obj` has no `__dlpack__`.
-pub(crate) fn take(obj: &Bound<'_, PyAny>) -> PyResult<Option<DlpackTensor>> {
+/// where `obj` has no `__dlpack__`. With `writable`, a tensor its producer marks read-only (or
+/// exported as a copy) is refused.
+pub(crate) fn take(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Option<DlpackTensor>> {
     if !obj.hasattr("__dlpack__")? || !obj.hasattr("__dlpack_device__")? {
         return Ok(None);
     }
@@ -69,24 +112,51 @@ pub(crate) fn take(obj: &Bound<'_, PyAny>) -> PyResult<Option<DlpackTensor>> {
              protocol"
         )));
     }
-    // stream=1: the producer makes the data ready on the legacy default stream, which the
-    // caller then synchronises before any transfer.
-    let kwargs = pyo3::types::PyDict::new(obj.py());
-    kwargs.set_item("stream", 1)?;
-    let capsule = obj.call_method("__dlpack__", (), Some(&kwargs))?;
-    const NAME: &CStr = c"dltensor";
-    // SAFETY: `capsule` is a live Python object; PyCapsule_GetPointer checks its type and name
-    // and returns NULL (with an exception set) otherwise.
-    let ptr = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), NAME.as_ptr()) };
+    let capsule = export(obj)?;
+    const VERSIONED: &CStr = c"dltensor_versioned";
+    const LEGACY: &CStr = c"dltensor";
+    // SAFETY: `capsule` is a live Python object; PyCapsule_IsValid only checks type and name.
+    let versioned = unsafe { ffi::PyCapsule_IsValid(capsule.as_ptr(), VERSIONED.as_ptr()) } == 1;
+    let name = if versioned { VERSIONED } else { LEGACY };
+    // SAFETY: as above; PyCapsule_GetPointer returns NULL (with an exception set) on a mismatch.
+    let ptr = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), name.as_ptr()) };
     if ptr.is_null() {
         return Err(PyErr::take(obj.py()).unwrap_or_else(|| {
             PyTypeError::new_err("__dlpack__ did not return a \"dltensor\" capsule")
         }));
     }
-    // SAFETY: a "dltensor" capsule holds a DLManagedTensor that stays valid while the capsule
-    // lives (we hold it); shape and strides point to `ndim` entries (strides may be NULL).
+    let tensor: *const DLTensor = if versioned {
+        // SAFETY: a "dltensor_versioned" capsule holds a DLManagedTensorVersioned that stays
+        // valid while the capsule lives (we hold it); its version and flags lead the struct.
+        let m = unsafe { &*(ptr as *const DLManagedTensorVersioned) };
+        if m.version.major != 1 {
+            return Err(PyTypeError::new_err(format!(
+                "DLPack {}.{} is not supported (gpufile reads DLPack 1.x)",
+                m.version.major, m.version.minor
+            )));
+        }
+        if writable && m.flags & FLAG_READ_ONLY != 0 {
+            return Err(PyTypeError::new_err(format!(
+                "the destination {} is read-only (its DLPack export says so)",
+                crate::errors::type_name(obj)
+            )));
+        }
+        if writable && m.flags & FLAG_IS_COPIED != 0 {
+            return Err(PyTypeError::new_err(format!(
+                "the destination {} was exported as a copy (DLPack IS_COPIED): data read into \
+                 it would not reach the array",
+                crate::errors::type_name(obj)
+            )));
+        }
+        &m.dl_tensor
+    } else {
+        // SAFETY: a "dltensor" capsule holds a DLManagedTensor, valid while the capsule lives.
+        unsafe { &(*(ptr as *const DLManagedTensor)).dl_tensor }
+    };
+    // SAFETY: `tensor` points into the held capsule's tensor; shape and strides point to `ndim`
+    // entries (strides may be NULL).
     let (addr, len, contiguous) = unsafe {
-        let t = &(*(ptr as *const DLManagedTensor)).dl_tensor;
+        let t = &*tensor;
         let ndim = usize::try_from(t.ndim).map_err(|_| PyValueError::new_err("negative ndim"))?;
         let shape = if ndim == 0 {
             &[][..]

@@ -76,7 +76,9 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         } => PyOverflowError::new_err(text),
         Error::Remote { .. } => PyRuntimeError::new_err(text),
         Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
-        Error::CufileUnavailable { .. } | Error::Cufile { .. } => CufileError::new_err(text),
+        Error::CufileUnavailable { .. } | Error::Cufile { .. } | Error::CufileBusy { .. } => {
+            CufileError::new_err(text)
+        }
         Error::Closed
         | Error::InvalidArgument(_)
         | Error::InvalidSetting { .. }

@@ -9,6 +9,7 @@
 //! Environment: `KVIKIO_<NAME>` is honoured so that KvikIO's documented commands work as written;
 //! `GPUFILE_<NAME>` of the same suffix wins over it.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -553,6 +554,13 @@ impl State {
     /// Defaults overlaid with the environment as seen through `lookup` (a pure function of it, so
     /// tests need not touch the process environment).
     pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<State> {
+        State::from_env_os(|var| lookup(var).map(OsString::from))
+    }
+
+    /// As [`State::from_env`], with values as the OS holds them: a value that is not UTF-8 is an
+    /// [`Error::InvalidEnv`] naming its variable, never skipped (a lower-priority variable, or
+    /// the default, would then win without a word).
+    pub fn from_env_os(lookup: impl Fn(&str) -> Option<OsString>) -> Result<State> {
         let mut settings = Settings::default();
         let mut sources: Vec<Source> = Name::ALL
             .iter()
@@ -562,13 +570,21 @@ impl State {
             })
             .collect();
         for name in Name::ALL {
-            let Some((var, text)) = name
+            let Some((var, raw)) = name
                 .env_vars()
                 .into_iter()
                 .find_map(|v| lookup(&v).map(|t| (v, t)))
             else {
                 continue;
             };
+            let text = raw.into_string().map_err(|raw| Error::InvalidEnv {
+                var: var.clone(),
+                value: raw.to_string_lossy().into_owned(),
+                reason: format!(
+                    "not valid UTF-8 (bytes b\"{}\")",
+                    raw.as_encoded_bytes().escape_ascii()
+                ),
+            })?;
             let value =
                 validate(name, &Input::Text(&text)).map_err(|reason| Error::InvalidEnv {
                     var: var.clone(),
@@ -624,7 +640,7 @@ impl State {
 impl State {
     /// Defaults overlaid with this process's environment.
     pub fn from_process_env() -> Result<State> {
-        State::from_env(|v| std::env::var(v).ok())
+        State::from_env_os(|v| std::env::var_os(v))
     }
 }
 
@@ -717,6 +733,33 @@ mod tests {
             assert!(matches!(err, Error::InvalidEnv { .. }), "{text}");
             assert!(text.contains(var) && text.contains(value), "{text}");
         }
+    }
+
+    /// A value that is not UTF-8 is an error naming its variable, even where a lower-priority
+    /// variable holds a good value (it used to be skipped, and that one won).
+    #[test]
+    fn non_utf8_env_value_is_an_error_naming_the_variable() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || OsString::from_vec(b"4\xffMiB".to_vec());
+        let lookup = |var: &str| match var {
+            "GPUFILE_TASK_SIZE" => Some(bad()),
+            "KVIKIO_TASK_SIZE" => Some(OsString::from("1MiB")),
+            _ => None,
+        };
+        let err = State::from_env_os(lookup).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::InvalidEnv { .. }), "{text}");
+        assert!(text.contains("GPUFILE_TASK_SIZE"), "{text}");
+        assert!(
+            text.contains("4\\xffMiB") && text.contains("UTF-8"),
+            "{text}"
+        );
+        // The same bytes in a KVIKIO_ variable, alone.
+        let err = State::from_env_os(|v| (v == "KVIKIO_NTHREADS").then(bad)).unwrap_err();
+        assert!(err.to_string().contains("KVIKIO_NTHREADS"), "{err}");
+        // Good UTF-8 still parses through the OS-string lookup.
+        let s = State::from_env_os(|v| (v == "KVIKIO_TASK_SIZE").then(|| "2MiB".into())).unwrap();
+        assert_eq!(s.settings.task_size, 2 << 20);
     }
 
     #[test]

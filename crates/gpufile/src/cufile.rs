@@ -120,6 +120,12 @@ fn api() -> Result<&'static CufileApi> {
 
 static DRIVER: Mutex<Option<Result<()>>> = Mutex::new(None);
 
+/// Live [`RegisteredFile`] values. Every open file registered with cuFile holds one, and every
+/// request in flight on it holds that one too (an `Arc`), so while this is above zero closing
+/// the driver would leave handles to be used after the close. Counted in under the `DRIVER`
+/// lock, so [`driver_close`] sees every registration that may still happen.
+static REGISTERED: AtomicUsize = AtomicUsize::new(0);
+
 /// Observations in progress (they want cuFile's statistics as soon as the driver opens).
 static STATS_WATCHERS: AtomicUsize = AtomicUsize::new(0);
 /// cuFile's counters when the driver opened while someone observed.
@@ -142,7 +148,11 @@ pub fn stats_at_open() -> Option<Stats> {
 /// Opens the cuFile driver (`cuFileDriverOpen`) once; later calls return the first outcome
 /// until [`driver_close`].
 pub fn driver_open() -> Result<()> {
-    let mut state = DRIVER.lock().unwrap_or_else(|e| e.into_inner());
+    open_locked(&mut DRIVER.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// [`driver_open`] with the `DRIVER` lock held.
+fn open_locked(state: &mut Option<Result<()>>) -> Result<()> {
     if let Some(r) = &*state {
         return r.clone();
     }
@@ -163,16 +173,24 @@ pub fn driver_open() -> Result<()> {
 }
 
 /// Closes the driver if gpufile opened it (`cuFileDriverClose_v2` where present).
+///
+/// Refused with [`Error::CufileBusy`] while files are registered with it (open files that used
+/// cuFile, and the requests in flight on them): KvikIO closes regardless, and the handles are
+/// then used after the close. Close those files (their I/O finishes first) and call again.
 pub fn driver_close() -> Result<()> {
     let mut state = DRIVER.lock().unwrap_or_else(|e| e.into_inner());
     if !matches!(&*state, Some(Ok(()))) {
         *state = None;
         return Ok(());
     }
+    let registered = REGISTERED.load(Ordering::SeqCst);
+    if registered > 0 {
+        return Err(Error::CufileBusy { registered });
+    }
     *state = None;
     let api = api()?;
     // SAFETY: the driver was opened by `driver_open`; nothing of gpufile's is registered with
-    // it any more once callers close their files.
+    // it (REGISTERED is 0, and new registrations wait for the lock held here).
     let status = unsafe {
         match api.driver_close_v2 {
             Some(close) => close(),
@@ -342,16 +360,24 @@ pub fn availability() -> Availability {
         .clone()
 }
 
-/// A descriptor registered with cuFile; deregistered on drop.
+/// A descriptor registered with cuFile; deregistered on drop. While one lives, the driver does
+/// not close ([`driver_close`]).
 pub struct RegisteredFile {
     handle: usize,
+    fd: i32,
 }
 
 impl RegisteredFile {
     /// `cuFileHandleRegister` on `fd` (opens the driver first).
     pub fn register(fd: i32) -> Result<Self> {
-        driver_open()?;
-        let api = api()?;
+        let api = {
+            let mut state = DRIVER.lock().unwrap_or_else(|e| e.into_inner());
+            open_locked(&mut state)?;
+            let api = api()?;
+            REGISTERED.fetch_add(1, Ordering::SeqCst);
+            api
+        };
+        let uncount = || REGISTERED.fetch_sub(1, Ordering::SeqCst);
         let mut descr = CUfileDescr_t {
             type_: sys::CU_FILE_HANDLE_TYPE_OPAQUE_FD,
             handle: fd as u32 as u64,
@@ -362,8 +388,19 @@ impl RegisteredFile {
         // outlives this registration.
         check("cuFileHandleRegister", unsafe {
             (api.handle_register)(&mut h, &mut descr)
+        })
+        .inspect_err(|_| {
+            uncount();
         })?;
-        Ok(RegisteredFile { handle: h as usize })
+        Ok(RegisteredFile {
+            handle: h as usize,
+            fd,
+        })
+    }
+
+    /// The registered descriptor (owned by the file handle, which outlives this value).
+    pub fn fd(&self) -> i32 {
+        self.fd
     }
 
     /// One `cuFileRead` of `len` bytes at `file_offset` into `base + buf_offset` (device
@@ -412,11 +449,18 @@ impl Drop for RegisteredFile {
     fn drop(&mut self) {
         if let Ok(api) = api() {
             if driver_is_open() {
-                // SAFETY: deregisters the handle this value registered.
+                // SAFETY: deregisters the handle this value registered; the driver cannot close
+                // before the count below drops.
                 unsafe { (api.handle_deregister)(self.handle as _) };
             }
         }
+        REGISTERED.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// How many files are registered with cuFile now ([`driver_close`] refuses while any is).
+pub fn registered_files() -> usize {
+    REGISTERED.load(Ordering::SeqCst)
 }
 
 /// `cuFileBufRegister` on a device allocation (its base), for KvikIO's `memory_register`.

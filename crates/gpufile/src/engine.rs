@@ -434,7 +434,7 @@ impl Engine {
 }
 
 /// Resolves the caller's memory: a device address is classified by CUDA (a pinned host address
-/// takes the host path; a range past its allocation is refused).
+/// takes the host path); a range past its allocation is refused, pinned host memory included.
 fn resolve(buffer: Buffer) -> Result<Target> {
     let (addr, len) = match buffer {
         Buffer::Host { ptr, .. } => return Ok(Target::Host(SendPtr(ptr))),
@@ -445,16 +445,18 @@ fn resolve(buffer: Buffer) -> Result<Target> {
         MemoryKind::Host => Err(Error::InvalidArgument(format!(
             "address {addr:#x} is not GPU memory CUDA knows of"
         ))),
-        MemoryKind::PinnedHost => Ok(Target::Host(SendPtr(addr as *mut u8))),
-        MemoryKind::Device | MemoryKind::Managed => {
-            let end = info.base.saturating_add(info.size as u64);
-            if addr.checked_add(len as u64).is_none_or(|e| e > end) {
-                return Err(Error::InvalidArgument(format!(
-                    "{len} bytes at {addr:#x} run past the end of their allocation \
-                     ({} bytes at {:#x})",
-                    info.size, info.base
-                )));
+        MemoryKind::PinnedHost => {
+            // CUDA gives the range of page-locked allocations too (cuMemHostAlloc and
+            // cuMemHostRegister); where it gives none, or a range in another address space than
+            // the pointer's, there is nothing to check against.
+            let known = info.size > 0 && addr >= info.base && addr - info.base < info.size as u64;
+            if known {
+                within_allocation(addr, len, info.base, info.size)?;
             }
+            Ok(Target::Host(SendPtr(addr as *mut u8)))
+        }
+        MemoryKind::Device | MemoryKind::Managed => {
+            within_allocation(addr, len, info.base, info.size)?;
             let device = info.device.unwrap_or(0);
             let ctx = match info.context {
                 Some(c) => c,
@@ -464,6 +466,43 @@ fn resolve(buffer: Buffer) -> Result<Target> {
                 device: DeviceTarget { addr, ctx, device },
                 base: info.base,
             })
+        }
+    }
+}
+
+/// Refuses `len` bytes at `addr` that run past the allocation of `size` bytes at `base`.
+fn within_allocation(addr: u64, len: usize, base: u64, size: usize) -> Result<()> {
+    let end = base.saturating_add(size as u64);
+    if addr < base || addr.checked_add(len as u64).is_none_or(|e| e > end) {
+        return Err(Error::InvalidArgument(format!(
+            "{len} bytes at {addr:#x} run past the end of their allocation ({size} bytes at \
+             {base:#x})"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::within_allocation;
+
+    #[test]
+    fn ranges_inside_their_allocation_pass_and_others_are_refused() {
+        let (base, size) = (0x10_000u64, 4096usize);
+        for (addr, len) in [
+            (base, 4096),
+            (base + 4095, 1),
+            (base + 100, 0),
+            (base + 4096, 0),
+        ] {
+            assert!(
+                within_allocation(addr, len, base, size).is_ok(),
+                "{addr:#x} {len}"
+            );
+        }
+        for (addr, len) in [(base, 4097), (base + 4095, 2), (base - 1, 1), (u64::MAX, 2)] {
+            let e = within_allocation(addr, len, base, size).unwrap_err();
+            assert!(e.to_string().contains("run past the end"), "{e}");
         }
     }
 }

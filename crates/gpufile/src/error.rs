@@ -161,6 +161,15 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The cuFile driver was asked to close while files are registered with it.
+    #[error(
+        "cannot close the cuFile driver: {registered} file handle(s) are still registered with \
+         it (close those files, and let their requests in flight finish, first)"
+    )]
+    CufileBusy {
+        /// Files registered now.
+        registered: usize,
+    },
     /// An environment variable whose value does not parse.
     #[error("environment variable {var}={value:?} is invalid: {reason}")]
     InvalidEnv {

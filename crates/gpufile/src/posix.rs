@@ -174,7 +174,7 @@ unsafe fn transfer_all(
                     path: path.to_owned(),
                     offset: at,
                     len: len - done,
-                    file_size: at,
+                    file_size: size_now(fd).unwrap_or(at),
                 });
             }
             // A write of a non-zero count returning 0: the device takes no more.
@@ -197,6 +197,63 @@ unsafe fn transfer_all(
     Ok(len)
 }
 
+/// The file's size now (`fstat`): what a read cut short by a shrinking file reports, rather
+/// than the offset where it stopped. `None` where `fstat` fails.
+pub(crate) fn size_now(fd: RawFd) -> Option<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a writable stat buffer; fstat fills it on success.
+    let rc = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
+    // SAFETY: fstat returned 0, so `st` is initialised.
+    (rc == 0).then(|| unsafe { st.assume_init() }.st_size as u64)
+}
+
 fn retryable(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// A file truncated after the size check: the read stops where the data ends and reports that
+    /// offset and the size the file has now, not the offset again as the size.
+    #[test]
+    fn a_read_cut_short_by_truncation_reports_where_it_stopped_and_the_size_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shrinks.bin");
+        std::fs::write(&path, vec![7u8; 100]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        // Checked at 100 bytes; another process truncates it to 40 before the read runs.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(40)
+            .unwrap();
+        let mut buf = vec![0u8; 80];
+        let progress = AtomicU64::new(0);
+        // SAFETY: `buf` holds 80 writable bytes, used by nobody else during the call.
+        let r = unsafe { pread_all(file.as_raw_fd(), &path, buf.as_mut_ptr(), 80, 10, &progress) };
+        match r {
+            Err(Error::UnexpectedEof {
+                offset,
+                len,
+                file_size,
+                ..
+            }) => assert_eq!((offset, len, file_size), (40, 50, 40)),
+            other => panic!("expected UnexpectedEof, got {other:?}"),
+        }
+        assert_eq!(progress.load(Ordering::Relaxed), 30);
+        assert_eq!(&buf[..30], &[7u8; 30]);
+
+        // Read from past the new end: nothing moves; the offset is the request's, the size 40.
+        // SAFETY: as above (20 of the 80 bytes).
+        let r = unsafe { pread_all(file.as_raw_fd(), &path, buf.as_mut_ptr(), 20, 60, &progress) };
+        let e = r.unwrap_err();
+        assert!(
+            e.to_string().contains("at offset 60") && e.to_string().contains("(40 bytes)"),
+            "{e}"
+        );
+    }
 }

@@ -69,12 +69,13 @@ impl CufileExec {
                     moved += r as usize;
                     done.progress().fetch_add(r as u64, Ordering::Relaxed);
                 }
+                // The file shrank after the size check: where the read stopped, and its size now.
                 0 if is_read => {
                     return Err(Error::UnexpectedEof {
                         path: self.path.clone(),
                         offset: fo,
                         len: n,
-                        file_size: fo,
+                        file_size: crate::posix::size_now(self.registered.fd()).unwrap_or(fo),
                     })
                 }
                 r => {

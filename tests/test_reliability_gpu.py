@@ -1,0 +1,162 @@
+"""Reliability, round two, on a GPU (issue 15, item 14): pinned host memory gets the allocation
+range check device memory gets; the cuFile driver does not close under registered files.
+
+Run on a machine with an NVIDIA GPU and CuPy (`pytest -m gpu`); elsewhere every test here skips
+with the reason. The driver test also needs libcufile and a disk cuFile registers (see
+test_cufile_gpu.py: the udev properties are written for the test's disk, as root).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import gpufile
+from conftest import pattern
+from test_gpu import REASON as GPU_REASON
+from test_cufile import HAVE_CUFILE
+from test_cufile_gpu import _udev_entry
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_REASON is not None, reason=GPU_REASON or "")]
+
+if GPU_REASON is None:
+    import cupy as cp
+
+
+class PinnedCAI:
+    """`nbytes` of page-locked host memory (cudaHostAlloc) described as a CUDA array of `claim`
+    bytes: a producer that overstates its size."""
+
+    def __init__(self, nbytes, claim):
+        self.ptr = cp.cuda.runtime.hostAlloc(nbytes, 0)
+        self.nbytes, self.claim = nbytes, claim
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr, False), "shape": (self.claim,), "typestr": "|u1",
+                "strides": None, "version": 3}
+
+    def host_bytes(self):
+        import ctypes
+        return ctypes.string_at(self.ptr, self.nbytes)
+
+    def free(self):
+        cp.cuda.runtime.freeHost(self.ptr)
+
+
+@pytest.fixture
+def src(tmp_path):
+    data = pattern(1 << 20, 14)
+    path = tmp_path / "src.bin"
+    data.tofile(path)
+    return path, data
+
+
+def test_pinned_host_memory_is_read_into_within_its_allocation(src):
+    path, data = src
+    buf = PinnedCAI(4096, 4096)
+    try:
+        with gpufile.CuFile(path) as f:
+            assert f.read(buf) == 4096
+        assert buf.host_bytes() == data[:4096].tobytes()
+    finally:
+        buf.free()
+
+
+@pytest.mark.parametrize("direction", ["read", "write"])
+def test_a_pinned_range_past_its_allocation_is_refused(src, tmp_path, direction):
+    """Before, pinned host pointers skipped the check: the read wrote 1 MiB into a 4 KiB
+    allocation (the write read past it). In a fresh interpreter, so that a regression is a
+    failed test, not a crashed suite."""
+    path, _ = src
+    target = path if direction == "read" else tmp_path / "w.bin"
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import gpufile
+        from test_reliability_gpu import PinnedCAI
+        buf = PinnedCAI(4096, 1 << 20)
+        with gpufile.CuFile(sys.argv[1], {"r" if direction == "read" else "w"!r}) as f:
+            try:
+                f.{direction}(buf)
+                print("accepted")
+            except ValueError as e:
+                print("refused:", e)
+        print("untouched" if buf.host_bytes() == bytes(4096) else "overwritten")
+        buf.free()
+    """)
+    r = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("refused:") and "run past the end of their allocation" in lines[0]
+    assert lines[1] == "untouched"
+
+
+@pytest.fixture
+def cufile_disk(tmp_path):
+    """A file on a disk cuFile will register (udev properties written where missing)."""
+    if not HAVE_CUFILE:
+        pytest.skip("libcufile is not installed")
+    path = tmp_path / "reg.bin"
+    pattern(1 << 20, 9).tofile(path)
+    entry = _udev_entry(path)
+    if os.path.exists(entry):
+        yield path
+        return
+    if os.geteuid() != 0:
+        pytest.skip("writing /run/udev needs root")
+    os.makedirs(os.path.dirname(entry), exist_ok=True)
+    with open(entry, "w") as f:
+        f.write("E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n")
+    try:
+        yield path
+    finally:
+        os.remove(entry)
+
+
+def test_driver_close_is_refused_while_a_file_is_registered(cufile_disk):
+    """Before, the driver closed under the open file and its next read used a handle of a closed
+    driver. Now: refused with the count; after close() (requests finished) it closes, and a new
+    file reopens it. In a fresh interpreter: cuFile's state is per process."""
+    code = textwrap.dedent("""
+        import gc, json, sys
+        import cupy as cp, numpy as np
+        import gpufile
+        from gpufile import cufile_driver, defaults
+        path = sys.argv[1]
+        out = {}
+        dev = cp.zeros(1 << 20, dtype=cp.uint8)
+        ref = cp.asarray(np.fromfile(path, dtype=np.uint8))
+        with defaults.set({"compat_mode": "off"}):
+            f = gpufile.CuFile(path, "r")
+            f.read(dev)
+            fut = f.pread(dev)
+            try:
+                cufile_driver.driver_close()
+                out["refused"] = None
+            except gpufile.CufileError as e:
+                out["refused"] = str(e)
+            out["pending_read"] = fut.get()
+            out["same"] = bool(cp.array_equal(dev, ref))
+            f.close()
+            del fut
+            gc.collect()
+            cufile_driver.driver_close()
+            out["closed"] = True
+            with gpufile.CuFile(path, "r") as g:
+                dev[:] = 0
+                out["reopened_read"] = g.read(dev)
+            out["same_after"] = bool(cp.array_equal(dev, ref))
+        print(json.dumps(out))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, str(cufile_disk)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["refused"] and "still registered" in out["refused"], out
+    assert out["pending_read"] == 1 << 20 and out["same"], out
+    assert out["closed"] and out["reopened_read"] == 1 << 20 and out["same_after"], out
