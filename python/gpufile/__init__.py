@@ -31,6 +31,7 @@ from .cufile import (
     stream_register,
 )
 from .defaults import CompatMode
+from .mmap import Mmap
 from .observe import Report, check, explain, observe, stats
 from .pagecache import (
     clear_page_cache,
@@ -50,6 +51,7 @@ __all__ = [
     "EndOfFileError",
     "GpufileError",
     "IOFutureStream",
+    "Mmap",
     "Report",
     "bounce_buffer_free",
     "check",

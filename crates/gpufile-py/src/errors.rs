@@ -3,7 +3,9 @@
 
 use gpufile::error::Op;
 use gpufile::Error;
-use pyo3::exceptions::{PyException, PyKeyError, PyOSError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyException, PyIndexError, PyKeyError, PyOSError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
@@ -66,6 +68,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             }
         }),
         Error::UnknownSetting { .. } => PyKeyError::new_err(text),
+        Error::OutOfRange(_) => PyIndexError::new_err(text),
         Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
         Error::CufileUnavailable { .. } | Error::Cufile { .. } => CufileError::new_err(text),
         Error::Closed

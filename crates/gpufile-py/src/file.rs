@@ -284,6 +284,18 @@ pub(crate) struct NativeFuture {
     _owners: Vec<Py<PyAny>>,
 }
 
+impl NativeFuture {
+    /// A future over `fut` that holds `view` until the request is done and `owners` (the buffer,
+    /// the file or mapping) for as long as it lives.
+    pub(crate) fn new(fut: IoFuture, view: BufferView, owners: Vec<Py<PyAny>>) -> Self {
+        NativeFuture {
+            fut,
+            view: Mutex::new(Some(view)),
+            _owners: owners,
+        }
+    }
+}
+
 #[pymethods]
 impl NativeFuture {
     /// Waits for the request (GIL released; Ctrl-C cancels it); the bytes transferred.
@@ -339,11 +351,11 @@ pub(crate) fn wait_interruptibly(py: Python<'_>, fut: &IoFuture) -> PyResult<usi
 
 /// A request moved into a GIL-free closure: the raw addresses in it stay valid because the
 /// caller holds the buffer view until the request is done.
-pub(crate) struct SendRequest(Request);
+pub(crate) struct SendRequest(pub(crate) Request);
 // SAFETY: see above; the request is only submitted, never dereferenced, by the closure.
 unsafe impl Send for SendRequest {}
 impl SendRequest {
-    fn into_inner(self) -> Request {
+    pub(crate) fn into_inner(self) -> Request {
         self.0
     }
 }

@@ -9,6 +9,7 @@ mod cufile;
 mod dlpack;
 mod errors;
 mod file;
+mod mmap;
 mod safetensors;
 mod settings;
 mod tools;
@@ -24,6 +25,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CufileError", py.get_type::<errors::CufileError>())?;
     m.add_class::<file::NativeFile>()?;
     m.add_class::<file::NativeFuture>()?;
+    m.add_class::<mmap::NativeMmap>()?;
     m.add_class::<settings::SettingsSnapshot>()?;
     m.add_class::<tools::Observation>()?;
     for f in [
