@@ -211,8 +211,18 @@ impl MmapSource {
             mapping: None,
             delta: 0,
         };
-        if file_size == 0 && offset == 0 && options.size.unwrap_or(0) == 0 {
-            return Ok(source);
+        let past_end = |size: u64| {
+            Error::OutOfRange(format!(
+                "Mapped region is past the end of file. initial map offset: {offset}, \
+                 initial map size: {size}, file size: {file_size} ({})",
+                path.display()
+            ))
+        };
+        if file_size == 0 && offset == 0 {
+            return match options.size {
+                None | Some(0) => Ok(source),
+                Some(size) => Err(past_end(size)),
+            };
         }
         if offset >= file_size {
             return Err(Error::OutOfRange(format!(
@@ -228,11 +238,7 @@ impl MmapSource {
             ));
         }
         if offset.checked_add(size).is_none_or(|end| end > file_size) {
-            return Err(Error::OutOfRange(format!(
-                "Mapped region is past the end of file. initial map offset: {offset}, \
-                 initial map size: {size}, file size: {file_size} ({})",
-                path.display()
-            )));
+            return Err(past_end(size));
         }
         let page = page_size();
         let map_offset = offset / page * page;
