@@ -49,7 +49,9 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             // appends the filename itself.
             let reason = gpufile::error::os_message(errno);
             let what = match op {
-                Op::Read | Op::Write => format!("{op} of {len} bytes at offset {offset}: {reason}"),
+                Op::Read | Op::Write | Op::Map => {
+                    format!("{op} of {len} bytes at offset {offset}: {reason}")
+                }
                 _ => format!("{op}: {reason}"),
             };
             PyOSError::new_err((errno, what, path.to_string_lossy().into_owned()))
