@@ -33,6 +33,7 @@ from .cufile import (
     write_batch,
 )
 from .defaults import CompatMode
+from .mmap import Mmap
 from .observe import Report, check, explain, observe, stats
 from .pagecache import (
     clear_page_cache,
@@ -58,6 +59,7 @@ __all__ = [
     "EndOfFileError",
     "GpufileError",
     "IOFutureStream",
+    "Mmap",
     "RemoteEndpointType",
     "RemoteFile",
     "Report",

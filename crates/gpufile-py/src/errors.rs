@@ -4,7 +4,8 @@
 use gpufile::error::Op;
 use gpufile::{Error, RemoteFailure};
 use pyo3::exceptions::{
-    PyException, PyKeyError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
+    PyException, PyIndexError, PyKeyError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError,
+    PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
@@ -49,7 +50,9 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             // appends the filename itself.
             let reason = gpufile::error::os_message(errno);
             let what = match op {
-                Op::Read | Op::Write => format!("{op} of {len} bytes at offset {offset}: {reason}"),
+                Op::Read | Op::Write | Op::Map => {
+                    format!("{op} of {len} bytes at offset {offset}: {reason}")
+                }
                 _ => format!("{op}: {reason}"),
             };
             PyOSError::new_err((errno, what, path.to_string_lossy().into_owned()))
@@ -75,6 +78,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             ..
         } => PyOverflowError::new_err(text),
         Error::Remote { .. } => PyRuntimeError::new_err(text),
+        Error::OutOfRange(_) => PyIndexError::new_err(text),
         Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
         Error::CufileUnavailable { .. } | Error::Cufile { .. } | Error::CufileBusy { .. } => {
             CufileError::new_err(text)

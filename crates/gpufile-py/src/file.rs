@@ -284,6 +284,18 @@ pub(crate) struct NativeFuture {
     _owners: Vec<Py<PyAny>>,
 }
 
+impl NativeFuture {
+    /// A future over `fut` that holds `view` until the request is done and `owners` (the buffer,
+    /// the file or mapping) for as long as it lives.
+    pub(crate) fn new(fut: IoFuture, view: BufferView, owners: Vec<Py<PyAny>>) -> Self {
+        NativeFuture {
+            fut,
+            view: Mutex::new(Some(view)),
+            _owners: owners,
+        }
+    }
+}
+
 #[pymethods]
 impl NativeFuture {
     /// Waits for the request (GIL released; Ctrl-C cancels it); the bytes transferred.
@@ -425,17 +437,6 @@ impl Drop for NativeBatchFuture {
     fn drop(&mut self) {
         if !self.fut.is_done() {
             Python::attach(|py| py.detach(|| self.fut.wait().ok()));
-        }
-    }
-}
-
-impl NativeFuture {
-    /// A future of `fut` that holds `view` (the buffer) and `owners` until it is done.
-    pub(crate) fn new(fut: IoFuture, view: BufferView, owners: Vec<Py<PyAny>>) -> Self {
-        NativeFuture {
-            fut,
-            view: Mutex::new(Some(view)),
-            _owners: owners,
         }
     }
 }

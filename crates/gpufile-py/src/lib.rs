@@ -9,6 +9,7 @@ mod cufile;
 mod dlpack;
 mod errors;
 mod file;
+mod mmap;
 mod remote;
 mod safetensors;
 mod settings;
@@ -26,6 +27,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<file::NativeFile>()?;
     m.add_class::<file::NativeFuture>()?;
     m.add_class::<file::NativeBatchFuture>()?;
+    m.add_class::<mmap::NativeMmap>()?;
     m.add_class::<settings::SettingsSnapshot>()?;
     m.add_class::<tools::Observation>()?;
     for f in [

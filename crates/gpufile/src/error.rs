@@ -22,6 +22,8 @@ pub enum Op {
     Write,
     /// `fstat(2)`.
     Stat,
+    /// `mmap(2)`.
+    Map,
 }
 
 impl fmt::Display for Op {
@@ -31,6 +33,7 @@ impl fmt::Display for Op {
             Op::Read => "pread",
             Op::Write => "pwrite",
             Op::Stat => "fstat",
+            Op::Map => "mmap",
         })
     }
 }
@@ -92,6 +95,10 @@ pub enum Error {
     /// An argument of a call is out of range or malformed.
     #[error("{0}")]
     InvalidArgument(String),
+    /// A range outside what an object covers (a read outside a mapping's region: KvikIO's
+    /// `std::out_of_range`, Python's `IndexError`).
+    #[error("{0}")]
+    OutOfRange(String),
     /// The worker threads could not be started.
     #[error("cannot start {threads} worker threads: {source}")]
     Spawn {
@@ -224,7 +231,7 @@ impl Error {
     pub fn os_context(&self) -> String {
         match self {
             Error::Os {
-                op: op @ (Op::Read | Op::Write),
+                op: op @ (Op::Read | Op::Write | Op::Map),
                 path,
                 offset,
                 len,

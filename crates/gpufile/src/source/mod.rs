@@ -53,3 +53,6 @@ pub trait Sink: Send + Sync {
 
 mod local;
 pub use local::{LocalFile, DIRECT_ALIGN};
+
+mod mmap;
+pub use mmap::{MapOptions, MmapSource};
