@@ -333,6 +333,10 @@ def test_gpu_cufile_driver_get_set():
     ok, why = cufile_driver.library()
     if not ok:
         pytest.skip(f"libcufile does not load: {why}")
+    try:
+        cufile_driver.driver_open()
+    except gpufile.GpufileError as e:
+        pytest.skip(f"the cuFile driver does not open here: {e}")
     gds = cufile_driver.properties.is_gds_available
     assert gds is cufile_driver.get("is_gds_available") and isinstance(gds, bool)
     for name in ("major_version", "minor_version", "per_buffer_cache_size"):
@@ -350,5 +354,9 @@ def test_gpu_cufile_driver_get_set():
         cufile_driver.set("max_pinned_memory_size", -1)
     with pytest.raises(TypeError, match="bool"):
         cufile_driver.set("poll_mode", "yes")
+    before = cufile_driver.get("max_device_cache_size")
     cufile_driver.properties.max_device_cache_size = 2048
-    assert cufile_driver.get("max_device_cache_size") == 2048
+    try:
+        assert cufile_driver.get("max_device_cache_size") == 2048
+    finally:
+        cufile_driver.properties.max_device_cache_size = before
