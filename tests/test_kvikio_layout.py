@@ -7,7 +7,7 @@ import pytest
 
 # module (relative to gpufile) -> names, as KvikIO 26.10 exports them.
 LAYOUT = {
-    "": ["CompatMode", "__version__", "bounce_buffer_free", "memory_deregister",
+    "": ["CompatMode", "__version__", "__git_commit__", "bounce_buffer_free", "memory_deregister",
          "memory_register", "CuFile", "clear_page_cache", "drop_file_page_cache",
          "drop_system_page_cache", "get_page_cache_info", "stream_deregister", "stream_register",
          "kvikio_deprecation_notice", "Mmap"],
@@ -15,8 +15,8 @@ LAYOUT = {
     "cufile": ["IOFutureStream", "IOFuture", "CuFile", "get_page_cache_info",
                "drop_file_page_cache", "drop_system_page_cache", "clear_page_cache"],
     "cufile_driver": ["properties", "libcufile_version", "driver_open", "driver_close",
-                      "initialize"],
-    "defaults": ["set", "get", "is_compat_mode_preferred"],
+                      "initialize", "get", "set", "ConfigContextManager"],
+    "defaults": ["set", "get", "is_compat_mode_preferred", "ConfigContextManager"],
     "mmap": ["Mmap"],
     "numcodecs": ["CudaCodec"],
     "numpy": ["FileLike", "LikeWrapper", "fromfile", "tofile"],

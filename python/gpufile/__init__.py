@@ -15,6 +15,7 @@ matches and what does not)::
 from __future__ import annotations
 
 import atexit as _atexit
+import importlib.resources as _resources
 import os as _os
 import sys as _sys
 
@@ -51,6 +52,18 @@ from .remote_file import (
 
 __version__: str = _native.__version__
 
+
+def _git_commit() -> str:
+    # As KvikIO: a GIT_COMMIT file written into the package when a distribution is built;
+    # empty in a source checkout.
+    try:
+        return (_resources.files(__name__) / "GIT_COMMIT").read_text().strip()
+    except (FileNotFoundError, OSError):
+        return ""
+
+
+__git_commit__: str = _git_commit()
+
 __all__ = [
     "CompatMode",
     "CuFile",
@@ -83,6 +96,7 @@ __all__ = [
     "stream_deregister",
     "stream_register",
     "IOFuture",
+    "__git_commit__",
     "__version__",
     "defaults",
     "utils",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 import os
 from typing import Any
 
@@ -117,9 +118,9 @@ def _stream_handle(stream: Any) -> int:
         if hasattr(stream, attr):
             stream = getattr(stream, attr)
             break
-    if not isinstance(stream, int):
+    if isinstance(stream, bool) or not hasattr(stream, "__index__"):
         raise TypeError(f"expected a CUDA stream or its handle, got {type(stream).__name__}")
-    return stream
+    return operator.index(stream)  # an int, or a NumPy integer holding the handle
 
 
 class IOFutureStream:
@@ -205,16 +206,25 @@ class CuFile:
         Path of the file.
     flags : str, optional
         ``"r"`` (read, the default), ``"r+"`` (read and write), ``"w"`` (create or truncate,
-        write), ``"w+"`` (create or truncate, read and write).
+        write), ``"w+"`` (create or truncate, read and write); a ``"b"`` may follow or be
+        mixed in, as Python's ``open`` takes it (``"rb"``, ``"r+b"``, ``"rb+"``, ``"wb"``).
 
     Raises
     ------
     FileNotFoundError, PermissionError, IsADirectoryError
-        The file cannot be opened (``errno`` and ``filename`` set).
+        The file cannot be opened (``errno`` and ``filename`` set; the message says "Unable to
+        open file"). Each is also a ``RuntimeError``, what KvikIO raises.
     ValueError
-        ``flags`` is not one of the four above.
+        ``flags`` is not one of those above ("Unknown file open flag"; ``"a"``: "Open flag 'a'
+        isn't supported").
     TypeError
         ``flags`` is not a str.
+
+    Notes
+    -----
+    Reading a file opened ``"w"``, or writing one opened ``"r"``, raises
+    ``io.UnsupportedOperation`` ("... Operation not permitted"), which is also a
+    ``RuntimeError`` as KvikIO's error is. Offsets and sizes take ints or NumPy integers.
 
     Examples
     --------

@@ -20,7 +20,8 @@ from typing import Any
 
 from . import _native
 
-__all__ = ["CompatMode", "get", "set", "report", "is_compat_mode_preferred"]
+__all__ = ["CompatMode", "ConfigContextManager", "get", "set", "report",
+           "is_compat_mode_preferred"]
 
 
 class CompatMode(enum.IntEnum):
@@ -39,6 +40,10 @@ class CompatMode(enum.IntEnum):
     AUTO = 2
 
 
+class _SetArgumentsError(TypeError, ValueError):
+    """``set`` called with other than a dict or a name and a value (KvikIO: ValueError)."""
+
+
 class _Restore:
     """Returned by ``set()``; as a context manager it restores the previous values on exit.
 
@@ -55,6 +60,10 @@ class _Restore:
 
     def __exit__(self, *exc: object) -> None:
         self._snapshot.restore()
+
+
+#: KvikIO's name for what ``set()`` returns.
+ConfigContextManager = _Restore
 
 
 def get(name: str) -> Any:
@@ -95,8 +104,10 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     Parameters
     ----------
     *args : dict, or str and value
-        The settings to change. Sizes accept ints or strings with suffixes (``"4MiB"``,
-        ``"16k"``); ``compat_mode`` accepts ``CompatMode``, ``"on"``/``"off"``/``"auto"``.
+        The settings to change. Sizes and counts accept ints, NumPy integers (anything with
+        ``__index__``) or strings with suffixes (``"4MiB"``, ``"16k"``); ``compat_mode``
+        accepts ``CompatMode``, ``"on"``/``"off"``/``"auto"``; ``http_status_codes`` a list or
+        tuple of ints, or ``"429,503"``.
 
     Returns
     -------
@@ -108,9 +119,14 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     KeyError
         An unknown setting name.
     ValueError
-        A value out of range or that does not parse (for example a negative size).
+        A value out of range or that does not parse: 0 where a positive integer is needed
+        ("positive integer", as KvikIO says); a negative integer raises
+        ``gpufile._native.OutOfRangeError``, both a ``ValueError`` and the ``OverflowError``
+        KvikIO raises ("negative value").
     TypeError
-        A value of the wrong type, or arguments other than a dict or a name and a value.
+        A value of the wrong type (``http_status_codes`` that is not a list of ints, a float
+        for a size, ...), or arguments other than a dict or a name and a value (then also a
+        ``ValueError``, as KvikIO raises).
 
     Examples
     --------
@@ -124,7 +140,7 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     elif len(args) == 2 and isinstance(args[0], str):
         updates = {args[0]: args[1]}
     else:
-        raise TypeError("defaults.set takes a dict, or a name and a value")
+        raise _SetArgumentsError("defaults.set takes a dict, or a name and a value")
     return _Restore(_native.settings_set(updates))
 
 

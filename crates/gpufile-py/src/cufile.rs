@@ -1,11 +1,13 @@
 //! cuFile: the driver, its library, properties and parameters, cufile.json, and registration of
 //! buffers and streams.
 
-use pyo3::exceptions::PyTypeError;
+use gpufile::cufile::{DriverSetting, DriverValue};
+use pyo3::exceptions::{PyKeyError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::types::PyBool;
 
 use crate::buffer::{wait_for_stream, BufferView};
-use crate::errors::{to_py, GpufileError};
+use crate::errors::{to_py, type_name, uint_arg, GpufileError};
 use crate::tools::json_to_py;
 
 /// Extra folders to find libcufile.so.0 in (before the system loader).
@@ -54,6 +56,59 @@ pub(crate) fn cufile_config(
     let path = path.unwrap_or_else(gpufile::cufile::config_path);
     let values = gpufile::cufile::read_config(&path).map_err(to_py)?;
     Ok((path, values))
+}
+
+fn driver_setting(name: &str) -> PyResult<DriverSetting> {
+    name.parse::<DriverSetting>().map_err(to_py)
+}
+
+/// One cuFile driver property by KvikIO's name (`cufile_driver.get`; opens the driver).
+#[pyfunction]
+pub(crate) fn cufile_driver_get(py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+    let setting = driver_setting(name)?;
+    let value = py
+        .detach(|| gpufile::cufile::driver_setting(setting))
+        .map_err(to_py)?;
+    Ok(match value {
+        DriverValue::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
+        DriverValue::Int(n) => n.into_pyobject(py)?.into_any().unbind(),
+    })
+}
+
+/// Sets one settable driver property (`cufile_driver.set`): a bool for `poll_mode` (or 0/1),
+/// a size in KiB (an int or anything with `__index__`) for the others. A read-only name is
+/// KeyError, as KvikIO's.
+#[pyfunction]
+pub(crate) fn cufile_driver_set(
+    py: Python<'_>,
+    name: &str,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let setting = driver_setting(name)?;
+    if setting.read_only() {
+        return Err(PyKeyError::new_err(format!(
+            "{name} is a read-only property of the cuFile driver; settable: poll_mode, \
+             poll_thresh_size, max_device_cache_size, max_pinned_memory_size"
+        )));
+    }
+    let value = if setting.is_bool() {
+        match value.extract::<bool>() {
+            Ok(b) if value.is_instance_of::<PyBool>() => DriverValue::Bool(b),
+            _ => match uint_arg(name, Some(value), None) {
+                Ok(Some(n @ (0 | 1))) => DriverValue::Bool(n == 1),
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "{name} must be a bool, not {}",
+                        type_name(value)
+                    )))
+                }
+            },
+        }
+    } else {
+        DriverValue::Int(uint_arg(name, Some(value), None)?.unwrap_or(0))
+    };
+    py.detach(|| gpufile::cufile::set_driver_setting(setting, value))
+        .map_err(to_py)
 }
 
 /// Opens the cuFile driver.

@@ -1,21 +1,29 @@
 //! Python exceptions, declared once, and the mapping from the core's error enum onto them; the
 //! argument helpers every binding module shares.
+//!
+//! KvikIO raises `RuntimeError` where gpufile raises a precise builtin type (`FileNotFoundError`,
+//! `io.UnsupportedOperation`, ...), and `OverflowError` for a negative size where gpufile says
+//! `ValueError`. So that code written for either catches what it expects, the error raised is a
+//! class deriving from both (`gpufile._native.FileNotFoundError` is a `FileNotFoundError` and a
+//! `RuntimeError`), made once at import by [`register`]; `GpufileError` itself derives from
+//! `RuntimeError`.
 
 use gpufile::error::Op;
 use gpufile::{Error, RemoteFailure};
 use pyo3::exceptions::{
-    PyException, PyIndexError, PyKeyError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError,
-    PyValueError,
+    PyIndexError, PyKeyError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 
 pyo3::create_exception!(
     gpufile,
     GpufileError,
-    PyException,
-    "Base class of gpufile's own failures."
+    PyRuntimeError,
+    "Base class of gpufile's own failures (a RuntimeError, as KvikIO's failures are)."
 );
+
 pyo3::create_exception!(
     gpufile,
     CudaError,
@@ -35,6 +43,112 @@ pyo3::create_exception!(
     "A read reached the end of the file before the requested range was complete."
 );
 
+/// The builtin `OSError` subclasses an errno can map to; each gets a twin that is also a
+/// `RuntimeError`.
+const OS_ERRORS: [&str; 16] = [
+    "OSError",
+    "BlockingIOError",
+    "ChildProcessError",
+    "ConnectionError",
+    "BrokenPipeError",
+    "ConnectionAbortedError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "FileExistsError",
+    "FileNotFoundError",
+    "InterruptedError",
+    "IsADirectoryError",
+    "NotADirectoryError",
+    "PermissionError",
+    "ProcessLookupError",
+    "TimeoutError",
+];
+
+/// The classes deriving from two bases: `(gpufile's base, class)` for the OS errors and
+/// `io.UnsupportedOperation`, then the out-of-range class last.
+static COMPAT: PyOnceLock<Vec<(Py<PyType>, Py<PyType>)>> = PyOnceLock::new();
+
+fn make_class<'py>(
+    py: Python<'py>,
+    name: &str,
+    bases: (Bound<'py, PyAny>, Bound<'py, PyAny>),
+    doc: &str,
+) -> PyResult<Bound<'py, PyType>> {
+    let ns = PyDict::new(py);
+    ns.set_item("__module__", "gpufile._native")?;
+    ns.set_item("__doc__", doc)?;
+    let bases = PyTuple::new(py, [bases.0, bases.1])?;
+    Ok(py
+        .get_type::<PyType>()
+        .call1((name, bases, ns))?
+        .cast_into::<PyType>()?)
+}
+
+/// Makes the two-base classes and adds them to the module (so they pickle by name).
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let builtins = py.import("builtins")?;
+    let runtime = py.get_type::<PyRuntimeError>().into_any();
+    let mut classes = Vec::new();
+    for name in OS_ERRORS {
+        let base = builtins.getattr(name)?;
+        let doc = format!("{name}, also a RuntimeError (what KvikIO raises for it).");
+        classes.push((
+            base.clone(),
+            make_class(py, name, (base, runtime.clone()), &doc)?,
+        ));
+    }
+    let unsupported = py.import("io")?.getattr("UnsupportedOperation")?;
+    let doc = "io.UnsupportedOperation (the file's flags forbid the operation), also a \
+               RuntimeError (what KvikIO raises, \"Operation not permitted\").";
+    classes.push((
+        unsupported.clone(),
+        make_class(py, "UnsupportedOperation", (unsupported, runtime), doc)?,
+    ));
+    let value = py.get_type::<PyValueError>().into_any();
+    let overflow = builtins.getattr("OverflowError")?;
+    let doc = "An integer argument below 0 or too large: a ValueError, also the OverflowError \
+               KvikIO raises for it.";
+    classes.push((
+        value.clone(),
+        make_class(py, "OutOfRangeError", (value, overflow), doc)?,
+    ));
+    for (_, class) in &classes {
+        m.add(class.name()?, class)?;
+    }
+    let classes = classes
+        .into_iter()
+        .map(|(b, c)| Ok((b.cast_into::<PyType>()?.unbind(), c.unbind())))
+        .collect::<PyResult<Vec<_>>>()?;
+    let _ = COMPAT.set(py, classes);
+    Ok(())
+}
+
+/// An exception of the two-base twin of `base` (of `base` itself before [`register`]), made
+/// from `args`.
+fn compat_err<'py>(py: Python<'py>, base: &Bound<'py, PyType>, args: Bound<'py, PyTuple>) -> PyErr {
+    let class = COMPAT
+        .get(py)
+        .and_then(|v| v.iter().find(|(b, _)| b.bind(py).is(base)))
+        .map(|(_, c)| c.bind(py).clone())
+        .unwrap_or_else(|| base.clone());
+    match class.call1(args) {
+        Ok(v) => PyErr::from_value(v),
+        Err(e) => e,
+    }
+}
+
+/// An `OutOfRangeError` (a `ValueError` and an `OverflowError`) with `text`.
+pub(crate) fn out_of_range(text: String) -> PyErr {
+    Python::attach(|py| {
+        let base = py.get_type::<PyValueError>();
+        match PyTuple::new(py, [text]) {
+            Ok(args) => compat_err(py, &base, args),
+            Err(e) => e,
+        }
+    })
+}
+
 /// Maps the core error onto the Python exception a caller would expect.
 pub(crate) fn to_py(e: Error) -> PyErr {
     let text = e.to_string();
@@ -45,29 +159,37 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             op,
             offset,
             len,
-        } => {
-            // OSError(errno, strerror, filename) picks the subclass (FileNotFoundError, ...) and
-            // appends the filename itself.
+        } => Python::attach(|py| {
+            // OSError(errno, strerror, filename) picks the subclass (FileNotFoundError, ...);
+            // its RuntimeError twin is raised with the same arguments. KvikIO's wording for a
+            // failed open is kept ("Unable to open file").
             let reason = gpufile::error::os_message(errno);
             let what = match op {
                 Op::Read | Op::Write | Op::Map => {
                     format!("{op} of {len} bytes at offset {offset}: {reason}")
                 }
+                Op::Open => format!("Unable to open file: {reason}"),
                 _ => format!("{op}: {reason}"),
             };
-            PyOSError::new_err((errno, what, path.to_string_lossy().into_owned()))
-        }
+            let args = (errno, what, path.to_string_lossy().into_owned());
+            let picked = PyOSError::new_err(args.clone()).into_value(py);
+            let base = picked.bind(py).get_type();
+            match args.into_pyobject(py) {
+                Ok(args) => compat_err(py, &base, args),
+                Err(e) => e,
+            }
+        }),
         Error::UnexpectedEof { .. } => EndOfFileError::new_err(text),
         Error::NotReadable { .. } | Error::NotWritable { .. } => Python::attach(|py| {
-            match py
+            // KvikIO's text for it (its POSIX path checks for EBADF).
+            let text = format!("{text}: Operation not permitted");
+            let base = py
                 .import("io")
                 .and_then(|io| io.getattr("UnsupportedOperation"))
-            {
-                Ok(ty) => match ty.cast_into::<pyo3::types::PyType>() {
-                    Ok(ty) => PyErr::from_type(ty, text),
-                    Err(_) => PyValueError::new_err(text),
-                },
-                Err(err) => err,
+                .and_then(|t| Ok(t.cast_into::<PyType>()?));
+            match (base, PyTuple::new(py, [text])) {
+                (Ok(base), Ok(args)) => compat_err(py, &base, args),
+                (Err(e), _) | (_, Err(e)) => e,
             }
         }),
         Error::UnknownSetting { .. } => PyKeyError::new_err(text),
@@ -98,8 +220,25 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// A non-negative integer argument (`None` → `default`); bad types are TypeError, negative or
-/// too large values ValueError.
+/// `obj` as a Python int: an `int` (not a `bool`), or anything with `__index__` (NumPy integer
+/// scalars), as `operator.index` takes it; `None` for anything else.
+pub(crate) fn index_of<'py>(obj: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    if obj.is_instance_of::<PyBool>() {
+        return None;
+    }
+    if obj.is_instance_of::<PyInt>() {
+        return Some(obj.clone());
+    }
+    if !obj.hasattr("__index__").unwrap_or(false) {
+        return None;
+    }
+    let index = obj.py().import("operator").ok()?.getattr("index").ok()?;
+    index.call1((obj,)).ok()
+}
+
+/// A non-negative integer argument (`None` → `default`): an `int` or anything with `__index__`
+/// (`np.int64`); other types are TypeError, negative or too large values `OutOfRangeError` (a
+/// ValueError, and the OverflowError KvikIO raises).
 pub(crate) fn uint_arg(
     name: &str,
     obj: Option<&Bound<'_, PyAny>>,
@@ -108,19 +247,20 @@ pub(crate) fn uint_arg(
     let Some(obj) = obj.filter(|o| !o.is_none()) else {
         return Ok(default);
     };
-    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
+    let Some(int) = index_of(obj) else {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an int, not {}",
             type_name(obj)
         )));
-    }
-    match obj.extract::<i128>() {
-        Ok(v) if v < 0 => Err(PyValueError::new_err(format!(
-            "{name} must not be negative, got {v}"
+    };
+    match int.extract::<i128>() {
+        Ok(v) if v < 0 => Err(out_of_range(format!(
+            "{name} must not be negative, got {v} (can't convert negative value to an \
+             unsigned integer)"
         ))),
         Ok(v) => u64::try_from(v)
             .map(Some)
-            .map_err(|_| PyValueError::new_err(format!("{name} {v} is out of range"))),
-        Err(_) => Err(PyValueError::new_err(format!("{name} is out of range"))),
+            .map_err(|_| out_of_range(format!("{name} {v} is out of range"))),
+        Err(_) => Err(out_of_range(format!("{name} is out of range"))),
     }
 }

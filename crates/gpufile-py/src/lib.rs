@@ -24,6 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EndOfFileError", py.get_type::<errors::EndOfFileError>())?;
     m.add("CudaError", py.get_type::<errors::CudaError>())?;
     m.add("CufileError", py.get_type::<errors::CufileError>())?;
+    errors::register(m)?;
     m.add_class::<file::NativeFile>()?;
     m.add_class::<file::NativeFuture>()?;
     m.add_class::<file::NativeBatchFuture>()?;
@@ -45,6 +46,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(cufile::cufile_config, m)?,
         wrap_pyfunction!(cufile::cufile_driver_open, m)?,
         wrap_pyfunction!(cufile::cufile_driver_close, m)?,
+        wrap_pyfunction!(cufile::cufile_driver_get, m)?,
+        wrap_pyfunction!(cufile::cufile_driver_set, m)?,
         wrap_pyfunction!(cufile::memory_register, m)?,
         wrap_pyfunction!(cufile::memory_deregister, m)?,
         wrap_pyfunction!(cufile::stream_synchronize, m)?,

@@ -1,12 +1,12 @@
 //! Settings: KvikIO's `defaults` over the process engine's default settings; the pinned pool.
 
-use gpufile::config::{Input, Name, Source, Value};
+use gpufile::config::{Input, Kind, Name, Source, Value};
 use gpufile::Engine;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};
 
-use crate::errors::{to_py, type_name};
+use crate::errors::{index_of, out_of_range, to_py, type_name};
 
 pub(crate) fn value_to_py(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
     Ok(match value {
@@ -47,6 +47,11 @@ impl SettingsSnapshot {
 }
 
 /// Applies every update or none; returns what was there before.
+///
+/// Types are checked here, as KvikIO's typed setters check them: an integer setting takes an
+/// `int` or anything with `__index__` (`np.int64`), a negative one is `OutOfRangeError` (a
+/// ValueError and KvikIO's OverflowError); `http_status_codes` takes a list or tuple of such
+/// integers (or a comma-separated str), anything else is TypeError. Ranges are the core's.
 #[pyfunction]
 pub(crate) fn settings_set(updates: &Bound<'_, PyDict>) -> PyResult<SettingsSnapshot> {
     let mut texts: Vec<(Name, String)> = Vec::new();
@@ -56,25 +61,51 @@ pub(crate) fn settings_set(updates: &Bound<'_, PyDict>) -> PyResult<SettingsSnap
             PyTypeError::new_err(format!("setting names are str, not {}", type_name(&key)))
         })?;
         let name = parse_name(&key)?;
-        if value.is_instance_of::<PyBool>() {
-            parsed.push((name, Input::Bool(value.extract()?)));
-        } else if value.is_instance_of::<PyInt>() {
-            let n: i128 = value.extract().map_err(|_| {
-                PyValueError::new_err(format!("invalid value for setting {key:?}: out of range"))
-            })?;
-            parsed.push((name, Input::Int(n)));
-        } else if value.is_instance_of::<PyString>() {
-            texts.push((name, value.extract()?));
-        } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
-            let items: Vec<i128> = value
-                .extract()
-                .map_err(|_| PyTypeError::new_err(format!("{key} expects a list of ints")))?;
-            parsed.push((name, Input::IntList(items)));
-        } else {
-            return Err(PyTypeError::new_err(format!(
-                "invalid type for setting {key:?}: {}",
+        let wrong_type = |what: &str| {
+            PyTypeError::new_err(format!(
+                "invalid type for setting {key:?}: expected {what}, not {}",
                 type_name(&value)
-            )));
+            ))
+        };
+        let unsigned = matches!(
+            name.kind(),
+            Kind::Count | Kind::PositiveSize | Kind::Size | Kind::Seconds
+        );
+        if value.is_instance_of::<PyString>() {
+            texts.push((name, value.extract()?));
+        } else if name.kind() == Kind::IntList {
+            if !(value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>()) {
+                return Err(wrong_type("a list of ints"));
+            }
+            let items = value
+                .try_iter()?
+                .map(|item| {
+                    let item = item?;
+                    let int = index_of(&item).ok_or_else(|| wrong_type("a list of ints"))?;
+                    int.extract::<i128>()
+                        .map_err(|_| out_of_range(format!("{key}: {int} is out of range")))
+                })
+                .collect::<PyResult<Vec<i128>>>()?;
+            parsed.push((name, Input::IntList(items)));
+        } else if value.is_instance_of::<PyBool>() {
+            parsed.push((name, Input::Bool(value.extract()?)));
+        } else if let Some(int) = index_of(&value) {
+            let n: i128 = int.extract().map_err(|_| {
+                out_of_range(format!("invalid value for setting {key:?}: out of range"))
+            })?;
+            if unsigned && n < 0 {
+                return Err(out_of_range(format!(
+                    "invalid value {n} for setting {key:?}: must not be negative (can't \
+                     convert negative value to an unsigned integer)"
+                )));
+            }
+            parsed.push((name, Input::Int(n)));
+        } else {
+            return Err(wrong_type(match name.kind() {
+                Kind::Bool => "a bool",
+                Kind::CompatMode => "a CompatMode, an int or a str",
+                _ => "an int or a str",
+            }));
         }
     }
     let mut all: Vec<(Name, Input<'_>)> = parsed;

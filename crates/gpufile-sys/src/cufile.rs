@@ -153,6 +153,12 @@ api_table! {
         get_stats_l3 = "cuFileGetStatsL3": fn(*mut c_void) -> CUfileError_t;
         get_parameter_size_t = "cuFileGetParameterSizeT": fn(c_int, *mut usize) -> CUfileError_t;
         get_parameter_bool = "cuFileGetParameterBool": fn(c_int, *mut bool) -> CUfileError_t;
+        // Present in every cuFile gpufile has met; optional so that a build without them
+        // still loads (KvikIO's `cufile_driver.set` then says why it cannot).
+        driver_set_poll_mode = "cuFileDriverSetPollMode": fn(bool, usize) -> CUfileError_t;
+        driver_set_max_cache_size = "cuFileDriverSetMaxCacheSize": fn(usize) -> CUfileError_t;
+        driver_set_max_pinned_mem_size = "cuFileDriverSetMaxPinnedMemSize":
+            fn(usize) -> CUfileError_t;
     }
 }
 

@@ -415,15 +415,18 @@ pub fn validate(name: Name, input: &Input<'_>) -> std::result::Result<Value, Str
             } else {
                 u64::MAX
             };
-            if n == 0 || n > max {
-                return Err(format!("must be between 1 and {max}"));
+            if n == 0 {
+                return Err("must be a positive integer".into());
+            }
+            if n > max {
+                return Err(format!("must be a positive integer, at most {max}"));
             }
             Ok(Value::Int(n))
         }
         Kind::PositiveSize => {
             let n = int_of(input, &parse_size)?;
             if n == 0 {
-                return Err("must be at least 1 byte".into());
+                return Err("must be a positive integer (at least 1 byte)".into());
             }
             usize::try_from(n).map_err(|_| "too large for this machine".to_string())?;
             Ok(Value::Int(n))
@@ -436,7 +439,7 @@ pub fn validate(name: Name, input: &Input<'_>) -> std::result::Result<Value, Str
         Kind::Seconds => {
             let n = int_of(input, &plain_int)?;
             if n == 0 {
-                return Err("must be at least 1 second".into());
+                return Err("must be a positive integer (at least 1 second)".into());
             }
             Ok(Value::Int(n))
         }

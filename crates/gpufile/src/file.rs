@@ -71,18 +71,43 @@ impl OpenMode {
     }
 }
 
+/// Parses KvikIO's flags. KvikIO looks at the first character (`r`/`w`) and whether the second
+/// is `+`, and ignores the rest, so `"rb"`, `"r+b"` and `"wb"` open as `"r"`, `"r+"` and `"w"`.
+/// gpufile accepts those, and reads the rest as Python's `open` does: `b` anywhere is allowed and
+/// changes nothing, `+` anywhere means read and write (`"rb+"` is `"r+"`, where KvikIO would
+/// silently open it read-only); any other character, or a repeated one, is an error rather than
+/// ignored. KvikIO's message fragments are kept ("Unknown file open flag", "Open flag 'a' isn't
+/// supported").
 impl FromStr for OpenMode {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "r" => Ok(OpenMode::Read),
-            "r+" => Ok(OpenMode::ReadWrite),
-            "w" => Ok(OpenMode::Write),
-            "w+" => Ok(OpenMode::WriteRead),
-            _ => Err(Error::InvalidArgument(format!(
-                "invalid flags {s:?}: expected \"r\", \"r+\", \"w\" or \"w+\""
-            ))),
+        let bad = |what: &str| {
+            Error::InvalidArgument(format!(
+                "invalid flags {s:?}: {what} (expected \"r\", \"r+\", \"w\" or \"w+\", \
+                 optionally with \"b\")"
+            ))
+        };
+        let mut chars = s.chars();
+        let write = match chars.next() {
+            Some('r') => false,
+            Some('w') => true,
+            Some('a') => return Err(bad("Open flag 'a' isn't supported")),
+            _ => return Err(bad("Unknown file open flag")),
+        };
+        let (mut plus, mut binary) = (false, false);
+        for c in chars {
+            match c {
+                '+' if !plus => plus = true,
+                'b' if !binary => binary = true,
+                _ => return Err(bad("Unknown file open flag")),
+            }
         }
+        Ok(match (write, plus) {
+            (false, false) => OpenMode::Read,
+            (false, true) => OpenMode::ReadWrite,
+            (true, false) => OpenMode::Write,
+            (true, true) => OpenMode::WriteRead,
+        })
     }
 }
 
@@ -275,5 +300,40 @@ impl std::fmt::Debug for FileHandle {
             .field("mode", &self.inner.mode)
             .field("fd", &self.fd())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpenMode;
+
+    #[test]
+    fn flags_parse_as_kvikio_and_python_read_them() {
+        for (flags, mode) in [
+            ("r", OpenMode::Read),
+            ("rb", OpenMode::Read),
+            ("r+", OpenMode::ReadWrite),
+            ("r+b", OpenMode::ReadWrite),
+            ("rb+", OpenMode::ReadWrite),
+            ("w", OpenMode::Write),
+            ("wb", OpenMode::Write),
+            ("w+", OpenMode::WriteRead),
+            ("w+b", OpenMode::WriteRead),
+        ] {
+            assert_eq!(flags.parse::<OpenMode>().unwrap(), mode, "{flags}");
+        }
+        for (flags, fragment) in [
+            ("", "Unknown file open flag"),
+            ("x", "Unknown file open flag"),
+            ("R", "Unknown file open flag"),
+            ("rw", "Unknown file open flag"),
+            ("r++", "Unknown file open flag"),
+            ("rbb", "Unknown file open flag"),
+            ("rt", "Unknown file open flag"),
+            ("a", "Open flag 'a' isn't supported"),
+        ] {
+            let e = flags.parse::<OpenMode>().unwrap_err().to_string();
+            assert!(e.contains(fragment) && e.contains("flags"), "{flags}: {e}");
+        }
     }
 }
