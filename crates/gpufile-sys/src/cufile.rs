@@ -189,7 +189,7 @@ pub fn cufile(candidates: &[PathBuf]) -> Result<&'static Loaded, LoadError> {
                             path: c.display().to_string(),
                         });
                     }
-                    Err(e) => tried.push(format!("{}: {e}", c.display())),
+                    Err(e) => tried.push(format!("{}: {}", c.display(), crate::loader_message(&e))),
                 }
             }
             Err(LoadError::Library {
