@@ -198,7 +198,10 @@ impl CudaApi {
         // CUDA program does; the handle is kept for the process lifetime.
         let lib = unsafe { Library::new(Self::LIBRARY) }.map_err(|e| LoadError::Library {
             library: Self::LIBRARY,
-            detail: loader_message(&e),
+            // dlerror starts with the file name, which the message already gives.
+            detail: loader_message(&e)
+                .trim_start_matches(concat!("libcuda.so.1", ": "))
+                .to_owned(),
         })?;
         Self::from_library(lib)
     }
