@@ -166,7 +166,7 @@ pub enum Kind {
     CompatMode,
     /// A count (at least 1).
     Count,
-    /// A byte size (at least 1), text may carry a binary suffix: 4MiB, 16k.
+    /// A byte size (at least 1); text may carry a unit ([`parse_size`]): 4MiB, 16k, 1GB.
     PositiveSize,
     /// A byte size that may be 0.
     Size,
