@@ -103,7 +103,7 @@ def test_read_refuses_ranges_past_the_end_and_files_without_a_size(tmp_path):
     r = gpufile_cli("read", "/dev/zero", "--size", "1k")
     assert r.returncode == 1 and "character device" in r.stderr
     r = gpufile_cli("read", "/proc/self/status")
-    assert r.returncode == 1 and "procfs" in r.stderr
+    assert r.returncode == 1 and "pseudo file system" in r.stderr
 
 
 def test_check_of_a_missing_file_fails():

@@ -123,12 +123,7 @@ fn drop_caches(path: &Path) -> CliResult {
 /// The benchmark's data file. A user's `--file` is only read: it must be a regular file of at
 /// least `size` bytes. gpufile writes only a file it makes: `--file` with `--create` when the path
 /// does not exist yet, or its own default file.
-fn ensure_file(
-    path: &Path,
-    size: usize,
-    own: bool,
-    create: bool,
-) -> Result<Vec<u8>, CliError> {
+fn ensure_file(path: &Path, size: usize, own: bool, create: bool) -> Result<Vec<u8>, CliError> {
     let os = |e: std::io::Error| CliError::from(e).with_path(path);
     let refuse = |kind: &str, message: String| CliError::new(kind, message).with_path(path);
     match std::fs::metadata(path) {
@@ -493,7 +488,9 @@ fn plot(results: &[serde_json::Value], image: &Path, units: Units, quiet: bool) 
     }
     let status = child.wait()?;
     if !status.success() {
-        return Err(CliError::new("plot-failed", format!("--plot failed ({status})")).with_path(image));
+        return Err(
+            CliError::new("plot-failed", format!("--plot failed ({status})")).with_path(image),
+        );
     }
     if quiet {
         eprintln!("gpufile bench: plot written to {}", image.display());

@@ -179,7 +179,10 @@ impl Destination {
             v.try_reserve_exact(size).map_err(|_| {
                 CliError::new(
                     "out-of-memory",
-                    format!("cannot allocate {} of host memory", units::size(size as u64)),
+                    format!(
+                        "cannot allocate {} of host memory",
+                        units::size(size as u64)
+                    ),
                 )
             })?;
             v.resize(size, 0);
@@ -361,25 +364,19 @@ fn cmd_check(path: Option<&Path>, json: bool) -> CliResult {
 }
 
 /// Pseudo file systems whose files report a size of 0 bytes but read as text (/proc, /sys, ...).
-fn pseudo_fs(path: &Path) -> Option<&'static str> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: `c` is a NUL-terminated path and `st` a writable statfs.
-    if unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: statfs succeeded, so it filled `st`.
-    let magic = unsafe { st.assume_init() }.f_type as i64;
-    match magic {
-        0x9fa0 => Some("procfs"),
-        0x6265_6572 => Some("sysfs"),
-        0x6462_6720 => Some("debugfs"),
-        0x7472_6163 => Some("tracefs"),
-        0x2701_12a5 | 0x6367_7270 => Some("cgroupfs"),
-        0x7363_6673 => Some("securityfs"),
-        _ => None,
-    }
+fn pseudo_fs(path: &Path) -> Option<String> {
+    const PSEUDO: [&str; 7] = [
+        "proc",
+        "sysfs",
+        "debugfs",
+        "tracefs",
+        "cgroup",
+        "cgroup2",
+        "securityfs",
+    ];
+    gpufile_diag::check::file_system(path)
+        .map(|(_, fs)| fs)
+        .filter(|fs| PSEUDO.contains(&fs.as_str()))
 }
 
 /// The size of the file `gpufile read`/`explain` reads. Only regular files are read: a
@@ -418,7 +415,8 @@ fn file_size(path: &Path, file: &FileHandle) -> Result<u64, CliError> {
             return Err(CliError::new(
                 "not-a-regular-file",
                 format!(
-                    "{} is on {fs}, whose files report a size of 0 bytes whatever they hold: \
+                    "{} is on {fs} (a pseudo file system), whose files report a size of 0 bytes \
+                     whatever they hold: \
                      gpufile reads files whose size is known (copy it to a regular file first)",
                     path.display()
                 ),
@@ -531,8 +529,7 @@ fn cmd_explain(args: &ExplainArgs, units: Units) -> CliResult {
         cufile_json: args.cufile_json.clone(),
         registered_buffer: args.registered,
     };
-    let mut outcome =
-        gpufile_diag::explain::explain_and_run(&req, args.file.as_deref(), args.run)?;
+    let mut outcome = gpufile_diag::explain::explain_and_run(&req, args.file.as_deref(), args.run)?;
     outcome.units = units;
     if let Some(why) = fallback {
         outcome.explanation.notes.insert(
@@ -588,7 +585,8 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     let report = gpufile::observe::end(observation);
     let verified = if args.verify {
         let mut expect = vec![0u8; size];
-        let f = std::fs::File::open(&args.file).map_err(|e| CliError::from(e).with_path(&args.file))?;
+        let f =
+            std::fs::File::open(&args.file).map_err(|e| CliError::from(e).with_path(&args.file))?;
         std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)
             .map_err(|e| CliError::from(e).with_path(&args.file))?;
         if dest.to_host()? != expect {
@@ -734,7 +732,11 @@ mod tests {
 
     #[test]
     fn proc_is_a_pseudo_file_system() {
-        assert_eq!(pseudo_fs(Path::new("/proc/self/status")), Some("procfs"));
+        assert_eq!(
+            pseudo_fs(Path::new("/proc/self/status")).as_deref(),
+            Some("proc")
+        );
+        assert_eq!(pseudo_fs(Path::new("/")), None);
         assert_eq!(pseudo_fs(Path::new("/nonexistent/x")), None);
     }
 }

@@ -47,7 +47,12 @@ def varies(key):
 swept = [k for k in AXES if varies(k)] or ["threads"]
 fixed = [show(k, rows[0][k]) for k in SETTINGS if not varies(k) and k not in swept]
 runs = max(len(r["seconds_per_run"]) for r in rows)
-fig, axes = plt.subplots(1, len(swept), figsize=(5.4 * len(swept), 4.4), squeeze=False)
+LABELS = {"op": "op", "memory": "memory", "cache": "cache", "compat_mode": "compat_mode",
+          "size": "request size", "threads": "threads", "task_size": "task size"}
+lines = max(len({tuple(r[k] for k in SETTINGS if k != x and varies(k)) for r in rows})
+            for x in swept)
+fig, axes = plt.subplots(1, len(swept), figsize=(max(8.5, 5.4 * len(swept)), 4.2 + 0.22 * lines),
+                         squeeze=False)
 for ax, x in zip(axes[0], swept):
     others = [k for k in SETTINGS if k != x and varies(k)]
     groups = {}
@@ -61,7 +66,8 @@ for ax, x in zip(axes[0], swept):
         hi = [max(rates(r)) for r in rs]
         label = ", ".join(show(k, v) for k, v in zip(others, key)) or "gpufile"
         (line,) = ax.plot(xs, med, marker="o", label=label)
-        ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.18, linewidth=0)
+        if len(groups) <= 3:  # more bands than that only muddy each other
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.18, linewidth=0)
         ax.errorbar(xs, med, yerr=[[m - l for m, l in zip(med, lo)],
                                    [h - m for m, h in zip(med, hi)]],
                     fmt="none", ecolor=line.get_color(), capsize=3, linewidth=1)
@@ -75,11 +81,12 @@ for ax, x in zip(axes[0], swept):
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.set_title(f"throughput vs {AXES[x]}", fontsize=11)
-    ax.legend(fontsize=8, title=None if not others else ", ".join(k for k in others),
-              title_fontsize=8)
+    if others:
+        ax.legend(fontsize=8, title=", ".join(LABELS[k] for k in others), title_fontsize=8,
+                  loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 fig.suptitle("gpufile bench" + (": " + ", ".join(fixed) if fixed else ""), fontsize=12)
-fig.text(0.5, 0.005, f"line: median of {runs} runs; band and bars: min-max of the runs; "
+fig.text(0.5, 0.005, f"line: median of {runs} runs; bars (and bands): min-max of the runs; "
          f"{unit} = {'2^30' if unit == 'GiB/s' else '10^9'} bytes per second",
          ha="center", fontsize=8, color="0.35")
-fig.tight_layout(rect=(0, 0.03, 1, 1))
+fig.tight_layout(rect=(0, 0.02, 1, 1))
 fig.savefig(image, dpi=130)

@@ -177,6 +177,11 @@ fn iommu() -> String {
     }
 }
 
+/// The mount point and file system type (`ext4`, `proc`, ...) of `path`.
+pub fn file_system(path: &Path) -> Option<(String, String)> {
+    mount_of(path).map(|(mount, fs, _)| (mount, fs))
+}
+
 /// Mount point and file system type of `path` (the longest mount point that holds it).
 fn mount_of(path: &Path) -> Option<(String, String, String)> {
     let canon = std::fs::canonicalize(path).ok()?;
@@ -534,21 +539,43 @@ impl CheckReport {
     }
 }
 
+impl serde::Serialize for CheckReport {
+    /// The shape of [`CheckReport::to_json`].
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_has_no_rust_wrappers() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.bin");
+        std::fs::write(&f, b"x").unwrap();
+        let v = check(Some(&f)).to_json();
+        let text = v.to_string();
+        assert!(
+            !text.contains("\"Ok\"") && !text.contains("\"Err\""),
+            "{text}"
+        );
+        assert_eq!(v["schema_version"], crate::schema::SCHEMA_VERSION);
+        assert_eq!(v["verdicts"][1]["compat_mode"], "ON");
+        assert_eq!(v["verdicts"][1]["path"]["reason"]["kind"], "compat-mode-on");
+        assert!(v["file"]["error"].is_null());
+        let v = check(Some(&dir.path().join("missing"))).to_json();
+        assert!(v["file"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("No such file"));
+    }
 
     #[test]
     fn mount_lookup_finds_root() {
         let (mp, fs, _) = mount_of(Path::new("/")).unwrap();
         assert_eq!(mp, "/");
         assert!(!fs.is_empty());
-    }
-}
-
-impl serde::Serialize for CheckReport {
-    /// The shape of [`CheckReport::to_json`].
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.to_json().serialize(s)
     }
 }

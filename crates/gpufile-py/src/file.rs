@@ -267,7 +267,10 @@ impl NativeFile {
         let settings = Engine::global().map_err(to_py)?.settings();
         let path = handle.io_path(memory, len, &settings).map_err(to_py)?;
         let reason = match no_gpu {
-            Some(why) => format!("no GPU ({why}): reads here go to host memory; {}", path.reason),
+            Some(why) => format!(
+                "no GPU ({why}): reads here go to host memory; {}",
+                path.reason
+            ),
             None => path.reason.to_string(),
         };
         Ok((path.backend.to_string(), reason))
