@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 
 def gpufile_cli(*args, env=None):
@@ -25,7 +26,7 @@ def test_config_lists_every_setting_with_source():
 
 def test_config_json():
     r = gpufile_cli("config", "--json", env={"KVIKIO_COMPAT_MODE": "off"})
-    cfg = json.loads(r.stdout)
+    cfg = json.loads(r.stdout)["settings"]
     assert cfg["compat_mode"] == {"value": "OFF", "source": "env KVIKIO_COMPAT_MODE"}
 
 
@@ -37,7 +38,7 @@ def test_read_json_reports_path_and_throughput(tmp_path):
     rep = json.loads(r.stdout)
     assert rep["bytes"] == 4 << 20
     assert rep["path"]["backend"] == "gpufile-posix"
-    assert rep["gb_per_s"] > 0
+    assert rep["throughput_gb_per_s"] > 0
 
 
 def test_read_missing_file():
@@ -50,3 +51,135 @@ def test_bad_env_is_reported():
     r = gpufile_cli("config", env={"GPUFILE_NTHREADS": "many"})
     assert r.returncode == 1
     assert "GPUFILE_NTHREADS" in r.stderr
+
+
+def test_sizes_take_decimal_and_binary_units_and_fractions(tmp_path):
+    p = tmp_path / "u.bin"
+    p.write_bytes(os.urandom(3 << 20))
+    for text, expect in [("1.5MiB", 3 << 19), ("2MB", 2_000_000), ("16k", 16 << 10),
+                         ("1000", 1000), ("0.5 MiB", 1 << 19)]:
+        r = gpufile_cli("read", str(p), "--host", "--size", text, "--json")
+        assert r.returncode == 0, (text, r.stderr)
+        assert json.loads(r.stdout)["bytes"] == expect, text
+    r = gpufile_cli("read", str(p), "--host", "--size", "0.1MiB")
+    assert r.returncode == 1 and "not a whole number of bytes" in r.stderr
+    r = gpufile_cli("read", str(p), "--host", "--size", "3 parsecs")
+    assert r.returncode == 1 and "unknown size unit" in r.stderr
+
+
+def test_text_output_prints_sizes_and_labelled_rates(tmp_path):
+    p = tmp_path / "t.bin"
+    p.write_bytes(os.urandom(3 << 20))
+    r = gpufile_cli("read", str(p), "--host", "--task-size", "1MiB")
+    assert "bytes       3145728 (3 MiB)" in r.stdout and "task_size   1 MiB" in r.stdout
+    assert " GB/s" in r.stdout and "GiB/s" not in r.stdout
+    r = gpufile_cli("read", str(p), "--host", "--units", "binary")
+    assert " GiB/s" in r.stdout
+    r = gpufile_cli("read", str(p), "--host", "--units", "both")
+    assert " GB/s (" in r.stdout and " GiB/s)" in r.stdout
+    r = gpufile_cli("config")
+    assert "4194304 (4 MiB)" in r.stdout
+    r = gpufile_cli("explain", str(p), "--host")
+    assert "request     3 MiB (3145728 bytes)" in r.stdout, r.stdout
+    r = gpufile_cli("read", str(p), "--units", "metric")
+    assert r.returncode == 2 and "expected decimal, binary or both" in r.stderr
+
+
+def test_help_lists_the_commands_truthfully():
+    r = gpufile_cli("--help")
+    assert r.returncode == 0
+    for name in ("config", "read", "check", "explain", "bench"):
+        assert f"\n  {name} " in r.stdout
+    assert "later" not in r.stdout and "read check" not in r.stdout
+
+
+def test_read_refuses_ranges_past_the_end_and_files_without_a_size(tmp_path):
+    p = tmp_path / "s.bin"
+    p.write_bytes(b"abc")
+    r = gpufile_cli("read", str(p), "--offset", "4")
+    assert r.returncode == 1 and "past the end" in r.stderr and str(p) in r.stderr
+    r = gpufile_cli("read", str(p), "--offset", "3", "--json")  # at the end: nothing to read
+    assert r.returncode == 0 and json.loads(r.stdout)["bytes"] == 0
+    r = gpufile_cli("read", "/dev/zero", "--size", "1k")
+    assert r.returncode == 1 and "character device" in r.stderr
+    r = gpufile_cli("read", "/proc/self/status")
+    assert r.returncode == 1 and "pseudo file system" in r.stderr
+
+
+def test_check_of_a_missing_file_fails():
+    r = gpufile_cli("check", "/nonexistent/file.bin")
+    assert r.returncode == 1 and "No such file" in r.stderr
+
+
+def test_explain_takes_the_files_size_and_refuses_zero_threads(tmp_path):
+    p = tmp_path / "e.bin"
+    p.write_bytes(os.urandom(5 << 20))
+    r = gpufile_cli("explain", str(p), "--offset", "1MiB", "--host", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["prediction"]["request"]["size"] == 4 << 20
+    r = gpufile_cli("explain", str(p), "--threads", "0")
+    assert r.returncode == 2 and "--threads" in r.stderr
+    r = gpufile_cli("explain")
+    assert r.returncode == 1 and "FILE or --size" in r.stderr
+    r = gpufile_cli("explain", "--size", "1MiB", "--device")
+    assert r.returncode == 2  # --device takes a GPU number, as in `read`
+
+
+def _has_gpu():
+    import gpufile
+    return gpufile.check().as_dict()["gpus"] != []
+
+
+def test_explain_run_falls_back_to_host_memory_without_a_gpu(tmp_path):
+    if _has_gpu():
+        pytest.skip("this machine has a GPU: explain --run reads into GPU 0")
+    p = tmp_path / "f.bin"
+    p.write_bytes(os.urandom(1 << 20))
+    r = gpufile_cli("explain", str(p), "--run", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["prediction"]["request"]["memory"] == "host"
+    assert out["prediction"]["notes"][0].startswith("host memory:")
+    assert out["observed"]["by_path"]["gpufile-posix"]["bytes"] == 1 << 20
+    r = gpufile_cli("explain", str(p), "--run")
+    assert "note        host memory:" in r.stdout
+
+
+def test_non_utf8_arguments_end_in_a_clear_error(tmp_path):
+    name = os.fsdecode(b"caf\xe9.bin")  # not UTF-8: a surrogate-escaped str in Python
+    r = subprocess.run([sys.executable, "-m", "gpufile", "read", os.fsencode(tmp_path) + b"/" +
+                        b"caf\xe9.bin"], capture_output=True, timeout=60)
+    assert r.returncode == 1 and b"Traceback" not in r.stderr
+    assert b"No such file" in r.stderr
+    (tmp_path / name).write_bytes(b"xyz")
+    r = subprocess.run([sys.executable, "-m", "gpufile", "read", "--host",
+                        os.fsencode(tmp_path / name)], capture_output=True, timeout=60)
+    assert r.returncode == 0 and b"bytes       3 (3 B)" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "gpufile", "read", "x", "--size", b"1\xffk"],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 2 and b"Traceback" not in r.stderr
+    assert b"invalid UTF-8" in r.stderr
+
+
+def test_cufile_config_without_a_file_is_cufiles_defaults(tmp_path):
+    code = ("import gpufile; p, v = gpufile.cufile_driver.config(); "
+            "print(p, v['execution.max_io_threads'])")
+    missing = tmp_path / "none.json"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "CUFILE_ENV_PATH_JSON": str(missing)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(missing), "4"]
+
+
+def test_io_path_describes_the_read_that_would_run(tmp_path):
+    import gpufile
+    if _has_gpu():
+        pytest.skip("this machine has a GPU: io_path describes a device read")
+    p = tmp_path / "io.bin"
+    p.write_bytes(b"x")
+    with gpufile.CuFile(p) as f:
+        backend, reason = f.io_path
+        assert backend == "gpufile-posix" and reason.startswith("no GPU (")
+        assert "host memory" in reason
+        with gpufile.defaults.set("compat_mode", "off"):  # host reads ignore compat_mode
+            assert f.io_path[0] == "gpufile-posix"

@@ -119,10 +119,15 @@ def test_device_decisions_without_cuda(tmp_path):
     path = tmp_path / "d.bin"
     path.write_bytes(b"x")
     with gpufile.CuFile(path) as f:
-        backend, reason = f.io_path  # AUTO: gpufile's path, and why not cuFile
-        assert backend == "gpufile-posix" and reason.startswith("cuFile unavailable")
+        # No GPU: the read that runs here is a host read, whatever compat_mode says.
+        backend, reason = f.io_path
+        assert backend == "gpufile-posix" and reason.startswith("no GPU (")
         with defaults.set("compat_mode", "off"):
-            with pytest.raises(gpufile.CufileError, match="compat_mode is OFF"):
-                f.io_path
-        with defaults.set("compat_mode", "on"):
-            assert f.io_path == ("gpufile-posix", "compat_mode is ON")
+            assert f.io_path[0] == "gpufile-posix"
+    # A device read's decisions, predicted: AUTO says why not cuFile, OFF fails.
+    auto = gpufile.explain(1 << 20)["prediction"]
+    assert auto["path"]["reason"]["kind"] == "cufile-unavailable"
+    off = gpufile.explain(1 << 20, compat_mode="off")["prediction"]
+    assert off["path"] is None and "compat_mode is OFF" in off["error"]
+    on = gpufile.explain(1 << 20, compat_mode="on")["prediction"]
+    assert on["path"]["reason"]["text"] == "compat_mode is ON"

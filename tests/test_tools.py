@@ -22,8 +22,9 @@ def test_check_reports_machine_file_and_verdicts(tmp_path):
     r = gpufile.check(f)
     d = r.as_dict()
     assert d["gpufile_version"] == gpufile.__version__
-    assert [m for m, _ in d["verdicts"]] == ["AUTO", "ON", "OFF"]
-    assert d["verdicts"][1][1] == "gpufile-posix (compat_mode is ON)"
+    assert [v["compat_mode"] for v in d["verdicts"]] == ["AUTO", "ON", "OFF"]
+    assert d["verdicts"][1]["path"]["backend"] == "gpufile-posix"
+    assert d["verdicts"][1]["path"]["reason"]["text"] == "compat_mode is ON"
     assert d["file"]["fs_type"]
     assert isinstance(d["file"]["o_direct"], bool)
     text = str(r)
@@ -53,20 +54,21 @@ def test_explain_reproduces_the_spec(tmp_path, size, task, pieces):
     e = gpufile.explain(size, task_size=task, compat_mode="off", cufile="nvfs",
                         cufile_json=cfg)
     p = e["prediction"]
-    assert p["path"]["Ok"]["backend"] == "cufile"
-    assert p["cufile_requests"] == size // task
-    assert p["cufile_pieces"] == [[n, ps] for n, ps in pieces]
-    assert p["cufile_execution"]["source"] == str(cfg)
+    assert p["path"]["backend"] == "cufile"
+    assert p["cufile"]["requests"] == size // task
+    assert p["cufile"]["pieces"] == [{"requests": n, "piece_bytes": ps} for n, ps in pieces]
+    assert p["cufile"]["execution"]["source"] == str(cfg)
 
 
 def test_explain_posix_and_failure():
     e = gpufile.explain(1 << 20, compat_mode="on")
-    assert e["prediction"]["path"]["Ok"]["backend"] == "gpufile-posix"
+    assert e["prediction"]["path"]["backend"] == "gpufile-posix"
     assert e["prediction"]["bounce_chunk"] > 0
     e = gpufile.explain(1 << 20, compat_mode="off", cufile="none")
-    assert "Err" in e["prediction"]["path"] and "would fail" in str(e)
+    assert e["prediction"]["path"] is None and "would fail" in str(e)
+    assert "compat_mode is OFF" in e["prediction"]["error"]
     h = gpufile.explain(1 << 20, device=False, task_size=199)
-    assert h["prediction"]["task_count"] == (1 << 20) // 199 + 1
+    assert h["prediction"]["tasks"]["count"] == (1 << 20) // 199 + 1
     with pytest.raises(ValueError):
         gpufile.explain(1 << 20, cufile="maybe")
     with pytest.raises(ValueError):
@@ -77,7 +79,8 @@ def test_explain_run_observes_the_same_tasks(tmp_path):
     f = tmp_path / "r.bin"
     np.arange(1 << 20, dtype=np.uint32).tofile(f)
     e = gpufile.explain(4 << 20, device=False, task_size=1 << 20, file=f, run=True)
-    assert e["observed"]["gpufile-posix"]["tasks"] == e["prediction"]["task_count"] == 4
+    assert e["observed"]["by_path"]["gpufile-posix"]["tasks"] == 4
+    assert e["prediction"]["tasks"]["count"] == 4
     assert "predicted" in str(e) and "observed" in str(e)
     r = cli("explain", "--size", "4MiB", "--host", "--task-size", "1MiB", str(f), "--run")
     assert r.returncode == 0, r.stderr
@@ -87,8 +90,8 @@ def test_explain_run_observes_the_same_tasks(tmp_path):
 @pytest.mark.parametrize("task_size", [199, 4096, 65536, 4 << 20])
 def test_explained_tasks_cover_the_request_once(task_size):
     p = gpufile.explain(1_000_003, device=False, task_size=task_size)["prediction"]
-    assert sum(n * s for n, s in p["tasks"]) == 1_000_003
-    assert p["task_count"] == -(-1_000_003 // task_size)
+    assert sum(run["count"] * run["bytes"] for run in p["tasks"]["runs"]) == 1_000_003
+    assert p["tasks"]["count"] == -(-1_000_003 // task_size)
 
 
 def test_bench_smoke(tmp_path):
@@ -97,9 +100,9 @@ def test_bench_smoke(tmp_path):
             "--task-sizes", "256KiB", "--ops", "read,write", "--memory", "host", "--runs", "2",
             "--json", "--create")
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    rows = json.loads(r.stdout)["results"]
     assert len(rows) == 2 * 2 * 2
-    assert all(row["verified"] and row["gb_per_s"] > 0 for row in rows)
+    assert all(row["verified"] and row["throughput_gb_per_s"] > 0 for row in rows)
     assert {row["op"] for row in rows} == {"read", "write"}
     assert f.stat().st_size == 3 << 20
     r = cli("bench", "--file", str(f), "--sizes", "1MiB", "--runs", "1", "--memory", "host")
@@ -141,14 +144,16 @@ def test_bench_cold_runs_need_no_root(tmp_path):
     r = cli("bench", "--file", str(tmp_path / "c.bin"), "--sizes", "2MiB", "--cache", "cold",
             "--memory", "host", "--runs", "2", "--json", "--create")
     assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
+    rows = json.loads(r.stdout)["results"]
     assert rows[0]["cache"] == "cold" and rows[0]["verified"]
 
 
 def test_bench_plot(tmp_path):
     png = tmp_path / "b.png"
-    r = cli("bench", "--file", str(tmp_path / "b.bin"), "--sizes", "1MiB", "--runs", "1",
-            "--memory", "host", "--plot", str(png), "--create")
+    # PATH without python3: `python -m gpufile` plots with its own interpreter.
+    r = cli("bench", "--file", str(tmp_path / "b.bin"), "--sizes", "64k,256k", "--threads",
+            "1,2", "--runs", "2", "--memory", "host", "--plot", str(png), "--create",
+            env={"PATH": "/nonexistent", "GPUFILE_PYTHON": ""})
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -156,3 +161,13 @@ def test_bench_plot(tmp_path):
     else:
         assert r.returncode == 0, r.stderr
         assert png.read_bytes()[:4] == b"\x89PNG"
+        assert f"plot written to {png}" in r.stdout
+
+
+def test_bench_plot_checks_its_interpreter_before_the_sweep(tmp_path):
+    data = tmp_path / "never.bin"
+    r = cli("bench", "--file", str(data), "--sizes", "1MiB", "--memory", "host", "--create",
+            "--plot", str(tmp_path / "p.png"), env={"GPUFILE_PYTHON": "/nonexistent/python"})
+    assert r.returncode == 1
+    assert "/nonexistent/python" in r.stderr and "GPUFILE_PYTHON" in r.stderr
+    assert not data.exists()  # refused before the sweep made (or read) anything

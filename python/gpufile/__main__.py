@@ -1,14 +1,35 @@
-"""``python -m gpufile`` and the ``gpufile`` script: the same command line as the Rust binary."""
+"""``python -m gpufile`` and the ``gpufile`` script: the same command line as the Rust binary.
+
+Arguments travel as OS strings (bytes that are not UTF-8 included, through Python's
+surrogateescape), so a bad argument ends in the command's own error, never a traceback.
+``bench --plot`` draws with this interpreter: ``GPUFILE_PYTHON`` is set to ``sys.executable``
+unless it names one already.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from . import _native
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``gpufile`` command line in this process.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program name; ``sys.argv[1:]`` by default.
+
+    Returns
+    -------
+    int
+        The exit status: 0 success, 1 an error, 2 a usage error.
+    """
     args = sys.argv[1:] if argv is None else argv
+    if sys.executable and not os.environ.get("GPUFILE_PYTHON"):
+        os.environ["GPUFILE_PYTHON"] = sys.executable
     sys.stdout.flush()
     return _native.cli_main(["gpufile", *args])
 

@@ -296,15 +296,17 @@ class CuFile:
 
         Answered under the current settings, without transferring anything; the backend is
         ``"gpufile-posix"`` or ``"cufile"``, the reason says why (for example ``("gpufile-posix",
-        "nvidia-fs not loaded")``). Host buffers and device requests below ``gds_threshold``
-        always take ``"gpufile-posix"``: ``io_path_for()`` answers for a given buffer and
-        size. What really ran, including which of cuFile's own paths, is in
-        ``gpufile.observe()``.
+        "nvidia-fs not loaded")``). On a machine without a CUDA device, where every read goes
+        to host memory, it describes a large host read, and the reason starts with ``"no GPU"``
+        and why. Host buffers and device requests below ``gds_threshold`` always take
+        ``"gpufile-posix"``: ``io_path_for()`` answers for a given buffer and size. What really
+        ran, including which of cuFile's own paths, is in ``gpufile.observe()``.
 
         Raises
         ------
         gpufile.CufileError
-            ``compat_mode`` is OFF and cuFile cannot be used (the message says why).
+            ``compat_mode`` is OFF and cuFile cannot be used on a machine with a GPU (the
+            message says why).
         """
         return self._file.io_path()
 

@@ -20,8 +20,8 @@ from typing import Any, overload
 from . import _native
 
 __all__ = ["libcufile_version", "library", "properties", "parameters", "config",
-           "driver_open", "driver_close", "initialize", "get", "set", "ConfigContextManager",
-           "DriverProperties"]
+           "CUFILE_EXECUTION_DEFAULTS", "driver_open", "driver_close", "initialize", "get", "set",
+           "ConfigContextManager", "DriverProperties"]
 
 #: Properties ``set`` can change (KvikIO's).
 SETTABLE = ("poll_mode", "poll_thresh_size", "max_device_cache_size", "max_pinned_memory_size")
@@ -295,6 +295,16 @@ def parameters() -> dict[str, str]:
     return dict(_native.cufile_parameters())
 
 
+#: cuFile's documented defaults for the ``execution.*`` keys gpufile predicts with; cuFile uses
+#: them where cufile.json (or a key of it) is missing. ``gpufile check`` shows the same.
+CUFILE_EXECUTION_DEFAULTS: dict[str, Any] = {
+    "execution.parallel_io": True,
+    "execution.max_io_threads": 4,
+    "execution.min_io_threshold_size_kb": 8192,
+    "execution.max_request_parallelism": 4,
+}
+
+
 def config(path: str | None = None) -> tuple[str, dict[str, Any]]:
     """The values of cufile.json, flattened to dotted keys.
 
@@ -307,16 +317,23 @@ def config(path: str | None = None) -> tuple[str, dict[str, Any]]:
     Returns
     -------
     tuple of (str, dict)
-        The path read and its values, e.g. ``{"execution.max_io_threads": 4, ...}``.
+        The path read and its values, e.g. ``{"execution.max_io_threads": 4, ...}``. Where
+        the default file does not exist, cuFile uses its built-in defaults, and so does this:
+        the path and ``CUFILE_EXECUTION_DEFAULTS`` (as ``gpufile check`` and ``explain`` do).
 
     Raises
     ------
     FileNotFoundError
-        The file does not exist (cuFile then uses its built-in defaults).
+        ``path`` was given and does not exist.
     ValueError
         The file is not valid JSON.
     """
-    where, values = _native.cufile_config(path)
+    try:
+        where, values = _native.cufile_config(path)
+    except FileNotFoundError as e:
+        if path is not None:
+            raise
+        return str(e.filename), dict(CUFILE_EXECUTION_DEFAULTS)
     return str(where), {k: json.loads(v) for k, v in values}
 
 

@@ -125,7 +125,11 @@ class _Text:
         self._text = text
 
     def as_dict(self) -> dict[str, Any]:
-        """The report as plain data (the same as the CLI's ``--json``).
+        """The report as plain data: the same object as the CLI's ``--json``.
+
+        Its shape, with ``schema_version`` and ``command``, is documented in the JSON output
+        page of the documentation (docs/json.md): named fields, sizes in bytes, the path as
+        ``{"backend", "reason": {"kind", "detail", "text"}}``.
 
         Returns
         -------
@@ -157,11 +161,15 @@ def check(path: Any = None) -> _Text:
     Returns
     -------
     report
-        ``str()`` for people, ``as_dict()`` for programs.
+        ``str()`` for people, ``as_dict()`` for programs (``gpufile check --json``: ``gpus``,
+        ``libcufile``, ``cufile_json``, ``file``, ``verdicts`` = ``[{"compat_mode", "path",
+        "error"}]``, ...).
 
     Examples
     --------
     >>> print(gpufile.check("data.bin"))                          # doctest: +SKIP
+    >>> gpufile.check()["verdicts"][0]["path"]["backend"]         # doctest: +SKIP
+    'gpufile-posix'
     """
     import os
     data, text = _native.check(None if path is None else os.fspath(path))
@@ -205,7 +213,9 @@ def explain(size: int, *, file_offset: int = 0, device: bool = True,
     Returns
     -------
     report
-        ``str()`` for people, ``as_dict()`` for programs.
+        ``str()`` for people, ``as_dict()`` for programs (``gpufile explain --json``:
+        ``prediction`` with ``request``, ``settings``, ``path``/``error``, ``tasks`` =
+        ``{"count", "runs": [{"count", "bytes"}]}``, ``cufile``; ``observed`` with ``run``).
 
     Raises
     ------

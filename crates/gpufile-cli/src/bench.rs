@@ -1,8 +1,10 @@
 //! `gpufile bench`: a gdsio-like sweep. Every combination of sizes, threads, task sizes, compat
 //! modes, operations, cache states and memories runs `--runs` times; every read is checked
 //! against the file's bytes and every write by reading the written file back; the median is
-//! reported in a table (or JSON), and `--plot` draws it with matplotlib where installed.
+//! reported in a table (or JSON), and `--plot` draws it with matplotlib: one panel per swept
+//! dimension (threads, size, task size), one line per setting, the spread across runs shown.
 
+use std::ffi::OsString;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -11,7 +13,12 @@ use gpufile::config::{Input, Name, Settings};
 use gpufile::cuda::DeviceBuffer;
 use gpufile::{Buffer, Engine, FileHandle, Memory, Request};
 
-use crate::{out, parse_size_arg, CliResult};
+use gpufile::plan::IoPath;
+use gpufile_diag::schema;
+use gpufile_diag::units::{self, Units};
+use serde_json::json;
+
+use crate::{emit_json, out, parse_size_arg, CliError, CliResult};
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct BenchArgs {
@@ -52,12 +59,14 @@ pub(crate) struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Draw the results into this PNG (needs python3 with matplotlib).
+    /// Draw the results into this image (PNG, SVG or PDF, by its extension) with matplotlib:
+    /// throughput against each swept dimension, one line per setting, min–max of the runs.
+    /// The interpreter is $GPUFILE_PYTHON, else python3 (`python -m gpufile` sets it to its own).
     #[arg(long)]
     plot: Option<PathBuf>,
 }
 
-#[derive(serde::Serialize, Clone)]
+#[derive(Clone)]
 struct Row {
     op: String,
     memory: String,
@@ -66,10 +75,30 @@ struct Row {
     threads: usize,
     task_size: usize,
     compat_mode: String,
-    path: String,
-    gb_per_s: f64,
+    path: IoPath,
+    seconds: f64,
     runs_s: Vec<f64>,
     verified: bool,
+}
+
+impl Row {
+    /// docs/json.md's `bench` result.
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "op": self.op,
+            "memory": self.memory,
+            "cache": self.cache,
+            "size": self.size,
+            "threads": self.threads,
+            "task_size": self.task_size,
+            "compat_mode": self.compat_mode,
+            "path": schema::path(&self.path),
+            "seconds": self.seconds,
+            "seconds_per_run": self.runs_s,
+            "throughput_gb_per_s": units::gb_per_s(self.size as u64, self.seconds),
+            "verified": self.verified,
+        })
+    }
 }
 
 /// xorshift bytes: cheap, and no two 4 KiB blocks alike.
@@ -85,7 +114,7 @@ fn fill(buf: &mut [u8], seed: u64) {
 }
 
 /// Makes `path` cold: its pages leave the page cache (no privileges needed).
-fn drop_caches(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+fn drop_caches(path: &Path) -> CliResult {
     let f = std::fs::File::open(path)?;
     gpufile::pagecache::drop_file_page_cache(f.as_raw_fd(), path, 0, 0, true)?;
     Ok(())
@@ -94,49 +123,62 @@ fn drop_caches(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
 /// The benchmark's data file. A user's `--file` is only read: it must be a regular file of at
 /// least `size` bytes. gpufile writes only a file it makes: `--file` with `--create` when the path
 /// does not exist yet, or its own default file.
-fn ensure_file(
-    path: &Path,
-    size: usize,
-    own: bool,
-    create: bool,
-) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+fn ensure_file(path: &Path, size: usize, own: bool, create: bool) -> Result<Vec<u8>, CliError> {
+    let os = |e: std::io::Error| CliError::from(e).with_path(path);
+    let refuse = |kind: &str, message: String| CliError::new(kind, message).with_path(path);
     match std::fs::metadata(path) {
         Ok(m) if !m.is_file() => {
-            return Err(format!(
-                "{}: not a regular file; bench reads regular files only",
-                path.display()
-            )
-            .into())
+            return Err(refuse(
+                "not-a-regular-file",
+                format!(
+                    "{}: not a regular file; bench reads regular files only",
+                    path.display()
+                ),
+            ))
         }
         Ok(m) if m.len() as usize >= size => {
             let mut data = vec![0u8; size];
-            let f = std::fs::File::open(path)?;
-            std::os::unix::fs::FileExt::read_exact_at(&f, &mut data, 0)?;
+            let f = std::fs::File::open(path).map_err(os)?;
+            std::os::unix::fs::FileExt::read_exact_at(&f, &mut data, 0).map_err(os)?;
             return Ok(data);
         }
         Ok(m) if !own => {
-            return Err(format!(
-                "{} has {} bytes, fewer than the largest --sizes ({size}); bench never \
-                 modifies a file it did not make: give a larger file or smaller --sizes",
-                path.display(),
-                m.len()
-            )
-            .into())
+            return Err(refuse(
+                "unexpected-eof",
+                format!(
+                    "{} has {} bytes, fewer than the largest --sizes ({}); bench never \
+                     modifies a file it did not make: give a larger file or smaller --sizes",
+                    path.display(),
+                    m.len(),
+                    units::size(size as u64)
+                ),
+            ))
         }
         Ok(_) => {}
-        Err(_) if !own && !create => {
-            return Err(format!(
-                "{} does not exist; add --create to let bench make it ({size} bytes)",
-                path.display()
-            )
-            .into())
+        Err(e) if !own && !create => {
+            let mut err = refuse(
+                "os",
+                format!(
+                    "{}: {}; add --create to let bench make it ({})",
+                    path.display(),
+                    e.raw_os_error()
+                        .map_or_else(|| e.to_string(), gpufile::error::os_message),
+                    units::size(size as u64)
+                ),
+            );
+            err.errno = e.raw_os_error();
+            return Err(err);
         }
         Err(_) => {}
     }
     let mut data = vec![0u8; size];
     fill(&mut data, 0x9e37_79b9_7f4a_7c15);
-    eprintln!("gpufile bench: writing {size} bytes to {}", path.display());
-    std::fs::write(path, &data)?;
+    eprintln!(
+        "gpufile bench: writing {} to {}",
+        units::size(size as u64),
+        path.display()
+    );
+    std::fs::write(path, &data).map_err(os)?;
     Ok(data)
 }
 
@@ -197,12 +239,19 @@ impl Buf {
     }
 }
 
-pub(crate) fn run(args: &BenchArgs) -> CliResult {
+pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
     let sizes: Vec<usize> = args
         .sizes
         .iter()
-        .map(|s| parse_size_arg("sizes", s).map(|n| n as usize))
+        .map(|s| {
+            let n = parse_size_arg("sizes", s)?;
+            usize::try_from(n).map_err(|_| CliError::invalid(format!("--sizes {s}: too large")))
+        })
         .collect::<Result<_, _>>()?;
+    // Before the sweep: a missing matplotlib should cost seconds, not the whole run.
+    if args.plot.is_some() {
+        check_plotting()?;
+    }
     let task_sizes: Vec<String> = args.task_sizes.clone();
     let memories: Vec<Memory> = if args.memory.is_empty() {
         vec![if gpufile::cuda::device_count().unwrap_or(0) > 0 {
@@ -216,7 +265,9 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
             .map(|m| match m.as_str() {
                 "host" => Ok(Memory::Host),
                 "device" | "gpu" => Ok(Memory::Device),
-                other => Err(format!("--memory {other:?}: expected host or device")),
+                other => Err(CliError::invalid(format!(
+                    "--memory {other:?}: expected host or device"
+                ))),
             })
             .collect::<Result<_, _>>()?
     };
@@ -313,10 +364,14 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
                 bar.inc(1);
             }
             if !verified {
-                return Err(format!(
-                    "{op} of {size} bytes ({memory:?}, {threads} threads): data differ"
+                return Err(CliError::new(
+                    "verification-failed",
+                    format!(
+                        "{op} of {} ({memory:?}, {threads} threads): data differ",
+                        units::size(size as u64)
+                    ),
                 )
-                .into());
+                .with_path(target));
             }
             let mut sorted = times.clone();
             sorted.sort_by(f64::total_cmp);
@@ -329,12 +384,8 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
                 threads,
                 task_size: settings.task_size,
                 compat_mode: settings.compat_mode.name().into(),
-                path: path.backend.to_string(),
-                gb_per_s: if med > 0.0 {
-                    size as f64 / med / 1e9
-                } else {
-                    0.0
-                },
+                path,
+                seconds: med,
                 runs_s: times,
                 verified,
             });
@@ -345,25 +396,29 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
     drop(scratch); // removes the write file
     result?;
 
+    let results: Vec<_> = rows.iter().map(Row::to_json).collect();
     if args.json {
-        out(&format!("{}\n", serde_json::to_string_pretty(&rows)?));
+        emit_json(&schema::envelope(
+            "bench",
+            json!({ "file": file, "runs_per_case": args.runs, "results": results }),
+        ));
     } else {
         let mut t = format!(
-            "{:<6} {:<7} {:<5} {:>12} {:>7} {:>10} {:<6} {:<14} {:>8}\n",
-            "op", "memory", "cache", "size", "threads", "task", "compat", "path", "GB/s"
+            "{:<6} {:<7} {:<5} {:>10} {:>7} {:>10} {:<6} {:<14} {:>24}\n",
+            "op", "memory", "cache", "size", "threads", "task", "compat", "path", "throughput"
         );
         for r in &rows {
             t += &format!(
-                "{:<6} {:<7} {:<5} {:>12} {:>7} {:>10} {:<6} {:<14} {:>8.2}\n",
+                "{:<6} {:<7} {:<5} {:>10} {:>7} {:>10} {:<6} {:<14} {:>24}\n",
                 r.op,
                 r.memory,
                 r.cache,
-                r.size,
+                units::size(r.size as u64),
                 r.threads,
-                r.task_size,
+                units::size(r.task_size as u64),
                 r.compat_mode,
-                r.path,
-                r.gb_per_s
+                r.path.backend.to_string(),
+                units::rate(r.size as u64, r.seconds, units)
             );
         }
         t += &format!(
@@ -372,46 +427,75 @@ pub(crate) fn run(args: &BenchArgs) -> CliResult {
         );
         out(&t);
     }
-    if let Some(png) = &args.plot {
-        plot(&rows, png)?;
+    if let Some(image) = &args.plot {
+        plot(&results, image, units, args.json)?;
     }
     Ok(())
 }
 
-const PLOT: &str = r##"
-import json, sys
-try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-except ImportError:
-    sys.exit("--plot needs matplotlib: pip install matplotlib")
-rows = json.load(sys.stdin)
-labels = [f"{r['op']} {r['memory']} {r['cache']}\n{r['size'] >> 20} MiB {r['threads']} thr {r['compat_mode']}" for r in rows]
-fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4.5))
-ax.bar(range(len(rows)), [r["gb_per_s"] for r in rows], color="#4c72b0")
-ax.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=7)
-ax.set_ylabel("GB/s (median)")
-ax.set_title("gpufile bench")
-fig.tight_layout()
-fig.savefig(sys.argv[1], dpi=120)
-"##;
+/// The plotting script, inside the binary so that the standalone `gpufile` plots too.
+const PLOT: &str = include_str!("plot.py");
 
-fn plot(rows: &[Row], png: &Path) -> CliResult {
+/// The interpreter that draws plots: `$GPUFILE_PYTHON` (set by `python -m gpufile` and the
+/// `gpufile` script to their own interpreter), else `python3` from PATH.
+fn python() -> OsString {
+    std::env::var_os("GPUFILE_PYTHON")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "python3".into())
+}
+
+/// Fails fast where the interpreter or matplotlib is missing.
+fn check_plotting() -> CliResult {
+    let py = python();
+    let status = std::process::Command::new(&py)
+        .args(["-c", "import matplotlib"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| {
+            CliError::new(
+                "plot-unavailable",
+                format!(
+                    "--plot runs {} (set GPUFILE_PYTHON to choose another): {e}",
+                    py.to_string_lossy()
+                ),
+            )
+        })?;
+    if !status.success() {
+        return Err(CliError::new(
+            "plot-unavailable",
+            format!(
+                "--plot needs matplotlib in {}: pip install matplotlib (or set GPUFILE_PYTHON \
+                 to an interpreter that has it)",
+                py.to_string_lossy()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn plot(results: &[serde_json::Value], image: &Path, units: Units, quiet: bool) -> CliResult {
     use std::io::Write;
-    let mut child = std::process::Command::new("python3")
+    let mut child = std::process::Command::new(python())
         .args(["-c", PLOT])
-        .arg(png)
+        .arg(image)
+        .arg(units.to_string())
         .stdin(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("--plot runs python3 with matplotlib: {e}"))?;
-    if let Some(stdin) = child.stdin.as_mut() {
-        stdin.write_all(serde_json::to_string(rows)?.as_bytes())?;
+        .map_err(|e| CliError::new("plot-unavailable", format!("--plot: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(serde_json::to_string(results)?.as_bytes())?;
     }
     let status = child.wait()?;
     if !status.success() {
-        return Err(format!("--plot failed ({status})").into());
+        return Err(
+            CliError::new("plot-failed", format!("--plot failed ({status})")).with_path(image),
+        );
     }
-    out(&format!("plot written to {}\n", png.display()));
+    if quiet {
+        eprintln!("gpufile bench: plot written to {}", image.display());
+    } else {
+        out(&format!("plot written to {}\n", image.display()));
+    }
     Ok(())
 }

@@ -1,23 +1,38 @@
 //! The `gpufile` command line: `config`, `read`, `check`, `explain`, `bench`.
 //!
 //! The same [`run`] serves the standalone binary and `python -m gpufile`, so both behave alike.
-//! It never exits the process itself: it returns the exit status.
+//! It never exits the process itself: it returns the exit status (0 success, 1 an error, 2 a
+//! usage error). With `--json`, stdout carries one JSON object, an error included
+//! (docs/json.md); sizes print with units and rates with theirs (`--units`).
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
 
 mod bench;
-use gpufile::config::{self, Input, Name, Settings};
+mod error;
+use error::CliError;
+use gpufile::config::{self, Input, Kind, Name, Settings};
 use gpufile::{Buffer, Engine, FileHandle, Memory, Request};
+use gpufile_diag::schema;
+use gpufile_diag::units::{self, Units};
 
 /// Move file data into GPU and host memory, fast, and say which path ran.
+///
+/// Commands: config (the settings and where they came from), read (read a file and say which
+/// path ran), check (what this machine offers for GPU file I/O), explain (how a read is split and
+/// which path each piece takes), bench (a gdsio-like sweep). Sizes accept units: 4MiB, 1.5GiB,
+/// 16k (binary), 1GB (decimal).
 #[derive(Parser, Debug)]
-#[command(name = "gpufile", version, about, long_about = None)]
+#[command(name = "gpufile", version)]
 struct Cli {
+    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
+    #[arg(long, global = true, default_value = "decimal", value_name = "UNITS")]
+    units: Units,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,30 +63,32 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct ExplainArgs {
-    /// Bytes to read, e.g. 1GiB.
+    /// The file to explain (and read with --run); --size defaults to its size.
+    file: Option<PathBuf>,
+    /// Bytes to read, e.g. 1GiB (default: from --offset to the end of FILE).
     #[arg(long)]
-    size: String,
-    /// File offset.
+    size: Option<String>,
+    /// File offset, e.g. 1MiB.
     #[arg(long, default_value = "0")]
     offset: String,
     /// task_size (default: the setting).
     #[arg(long)]
     task_size: Option<String>,
     /// num_threads (default: the setting).
-    #[arg(long)]
-    threads: Option<usize>,
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=config::MAX_THREADS as i64))]
+    threads: Option<u32>,
     /// compat_mode: on, off or auto (default: the setting).
     #[arg(long)]
     compat_mode: Option<String>,
     /// gds_threshold (default: the setting).
     #[arg(long)]
     gds_threshold: Option<String>,
-    /// Into host memory (default: device memory).
+    /// Into host memory (default: device memory; with --run on a machine without a GPU, host).
     #[arg(long, conflicts_with = "device")]
     host: bool,
-    /// Into device memory (the default).
-    #[arg(long)]
-    device: bool,
+    /// Into the memory of this GPU (default: GPU 0).
+    #[arg(long, value_name = "N")]
+    device: Option<i32>,
     /// What cuFile can do: probe this machine, or assume nvfs, compat or none.
     #[arg(long, default_value = "probe")]
     cufile: String,
@@ -81,8 +98,6 @@ struct ExplainArgs {
     /// The buffer is registered with cuFile (memory_register).
     #[arg(long)]
     registered: bool,
-    /// A file to read with --run.
-    file: Option<PathBuf>,
     /// Perform the read and print prediction and observation side by side.
     #[arg(long, requires = "file")]
     run: bool,
@@ -93,7 +108,7 @@ struct ExplainArgs {
 
 #[derive(clap::Args, Debug)]
 struct ReadArgs {
-    /// The file to read.
+    /// The file to read (a regular file).
     file: PathBuf,
     /// Worker threads (default: the `num_threads` setting).
     #[arg(long, short = 't')]
@@ -104,21 +119,21 @@ struct ReadArgs {
     /// compat_mode: on, off or auto (default: the `compat_mode` setting).
     #[arg(long)]
     compat_mode: Option<String>,
-    /// File offset to start at, e.g. 1GiB.
+    /// File offset to start at, e.g. 1GiB (past the end of the file is an error).
     #[arg(long, default_value = "0")]
     offset: String,
-    /// Bytes to read (default: to the end of the file).
+    /// Bytes to read (default: to the end of the file; past the end is an error).
     #[arg(long)]
     size: Option<String>,
     /// Read this many times into the same buffer and report the median (the first run also pays
     /// for touching fresh memory).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_REPEAT as i64))]
     repeat: u32,
     /// Read into host memory even where a GPU exists.
     #[arg(long, conflicts_with = "device")]
     host: bool,
     /// Read into the memory of this GPU (default: GPU 0 where CUDA works, else host memory).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     device: Option<i32>,
     /// Check the bytes read against a plain read of the file.
     #[arg(long)]
@@ -127,6 +142,9 @@ struct ReadArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// Most `--repeat` runs one `gpufile read` makes.
+const MAX_REPEAT: u32 = 100_000;
 
 /// Where `gpufile read` puts the bytes.
 enum Destination {
@@ -138,26 +156,48 @@ enum Destination {
     },
 }
 
+/// The memory a command reads into where the user named none: GPU 0 where CUDA has a device,
+/// else host memory with the reason.
+fn default_memory() -> (Memory, Option<String>) {
+    match gpufile::cuda::device_count() {
+        Ok(0) => (Memory::Host, Some("no CUDA device".into())),
+        Ok(_) => (Memory::Device, None),
+        Err(e) => (Memory::Host, Some(e.to_string())),
+    }
+}
+
 impl Destination {
     /// GPU `--device N`, host with `--host`, else GPU 0 if CUDA works (with the reason if not).
-    fn choose(args: &ReadArgs, size: usize) -> Result<(Self, Option<String>), gpufile::Error> {
-        let gpu = |ordinal: i32| -> Result<Self, gpufile::Error> {
+    fn choose(args: &ReadArgs, size: usize) -> Result<(Self, Option<String>), CliError> {
+        let gpu = |ordinal: i32| -> Result<Self, CliError> {
             let name = gpufile::cuda::device_name(ordinal)?;
             let buf = gpufile::cuda::DeviceBuffer::new(size, ordinal)?;
             Ok(Destination::Device { buf, ordinal, name })
         };
+        let host = || -> Result<Self, CliError> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(size).map_err(|_| {
+                CliError::new(
+                    "out-of-memory",
+                    format!(
+                        "cannot allocate {} of host memory",
+                        units::size(size as u64)
+                    ),
+                )
+            })?;
+            v.resize(size, 0);
+            Ok(Destination::Host(v))
+        };
         if args.host {
-            return Ok((Destination::Host(vec![0u8; size]), None));
+            return Ok((host()?, None));
         }
         if let Some(ordinal) = args.device {
             return Ok((gpu(ordinal)?, None));
         }
-        let why_host = match gpufile::cuda::device_count() {
-            Ok(0) => "no CUDA device".to_string(),
-            Ok(_) => return Ok((gpu(0)?, None)),
-            Err(e) => e.to_string(),
-        };
-        Ok((Destination::Host(vec![0u8; size]), Some(why_host)))
+        match default_memory() {
+            (Memory::Device, _) => Ok((gpu(0)?, None)),
+            (Memory::Host, why) => Ok((host()?, why)),
+        }
     }
 
     fn memory(&self) -> Memory {
@@ -170,7 +210,7 @@ impl Destination {
     fn describe(&self) -> String {
         match self {
             Destination::Host(_) => "host".into(),
-            Destination::Device { ordinal, name, .. } => format!("device {ordinal} ({name})"),
+            Destination::Device { ordinal, name, .. } => format!("GPU {ordinal} ({name})"),
         }
     }
 
@@ -205,131 +245,311 @@ impl Destination {
     }
 }
 
+/// The subcommand named in `args`, for the error object of a command line that did not parse.
+fn command_name(args: &[OsString]) -> Option<String> {
+    const NAMES: [&str; 5] = ["config", "read", "check", "explain", "bench"];
+    args.iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find(|a| NAMES.contains(a))
+        .map(str::to_owned)
+}
+
 /// Runs the command line `args` (the first item is the program name); returns the exit status.
 pub fn run<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let json = args.iter().skip(1).any(|a| a == "--json");
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            let status = if e.use_stderr() { 2 } else { 0 };
+            if json && status != 0 {
+                let mut err = CliError::new("usage", e.kind().to_string());
+                err.message = e.to_string().trim_end().to_owned();
+                emit_json(&err.to_json(command_name(&args).as_deref()));
+                eprint!("{e}");
+            } else {
+                let _ = e.print();
+            }
+            return status;
         }
     };
+    let name = match &cli.command {
+        Command::Config { .. } => "config",
+        Command::Read(_) => "read",
+        Command::Check { .. } => "check",
+        Command::Explain(_) => "explain",
+        Command::Bench(_) => "bench",
+    };
+    let units = cli.units;
     let result = match cli.command {
         Command::Config { json } => cmd_config(json),
-        Command::Read(args) => cmd_read(&args),
+        Command::Read(args) => cmd_read(&args, units),
         Command::Check { path, json } => cmd_check(path.as_deref(), json),
-        Command::Explain(args) => cmd_explain(&args),
-        Command::Bench(args) => bench::run(&args),
+        Command::Explain(args) => cmd_explain(&args, units),
+        Command::Bench(args) => bench::run(&args, units),
     };
     match result {
         Ok(()) => 0,
         Err(e) => {
+            if json {
+                emit_json(&e.to_json(Some(name)));
+            }
             eprintln!("gpufile: error: {e}");
-            1
+            e.status
         }
     }
 }
 
-type CliResult = Result<(), Box<dyn std::error::Error>>;
+type CliResult = Result<(), CliError>;
 
 fn out(text: &str) {
     // A closed pipe (`gpufile config | head`) is not an error worth a panic.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
+fn emit_json(v: &Value) {
+    out(&format!(
+        "{}\n",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| "{}".into())
+    ));
+}
+
 fn cmd_config(json: bool) -> CliResult {
     let rows = Engine::global()?.report();
     if json {
-        let map: serde_json::Map<String, serde_json::Value> = rows
+        let map: serde_json::Map<String, Value> = rows
             .iter()
             .map(|(name, value, source)| {
-                let entry = serde_json::json!({ "value": value, "source": source.to_string() });
+                let entry = json!({ "value": value, "source": source.to_string() });
                 (name.to_string(), entry)
             })
             .collect();
-        out(&format!("{}\n", serde_json::to_string_pretty(&map)?));
+        emit_json(&schema::envelope("config", json!({ "settings": map })));
         return Ok(());
     }
     let mut text = format!("{:<22} {:<26} {}\n", "setting", "value", "source");
     for (name, value, source) in rows {
-        text += &format!(
-            "{:<22} {:<26} {}\n",
-            name.as_str(),
-            value.to_string(),
-            source
-        );
+        let shown = match (name.kind(), &value) {
+            (Kind::Size | Kind::PositiveSize, config::Value::Int(n)) => {
+                format!("{n} ({})", units::size(*n))
+            }
+            _ => value.to_string(),
+        };
+        text += &format!("{:<22} {:<26} {}\n", name.as_str(), shown, source);
     }
     out(&text);
     Ok(())
 }
 
-fn cmd_check(path: Option<&std::path::Path>, json: bool) -> CliResult {
+fn cmd_check(path: Option<&Path>, json: bool) -> CliResult {
+    // A file that cannot be opened is an error (exit 1), as it is for `read`.
+    if let Some(p) = path {
+        FileHandle::open(p, "r")?;
+    }
     let report = gpufile_diag::check::check(path);
+    if let Some(e) = report.file_error() {
+        return Err(CliError::new("os", e).with_path(path.unwrap_or(Path::new(""))));
+    }
     if json {
-        out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
+        emit_json(&report.to_json());
     } else {
         out(&report.render());
     }
     Ok(())
 }
 
-fn cmd_explain(args: &ExplainArgs) -> CliResult {
-    let size = |what, t: &str| -> Result<usize, String> {
-        usize::try_from(parse_size_arg(what, t)?).map_err(|_| format!("--{what} is too large"))
+/// Pseudo file systems whose files report a size of 0 bytes but read as text (/proc, /sys, ...).
+fn pseudo_fs(path: &Path) -> Option<String> {
+    const PSEUDO: [&str; 7] = [
+        "proc",
+        "sysfs",
+        "debugfs",
+        "tracefs",
+        "cgroup",
+        "cgroup2",
+        "securityfs",
+    ];
+    gpufile_diag::check::file_system(path)
+        .map(|(_, fs)| fs)
+        .filter(|fs| PSEUDO.contains(&fs.as_str()))
+}
+
+/// The size of the file `gpufile read`/`explain` reads. Only regular files are read: a
+/// character device (/dev/zero), FIFO, socket or block device has no size to read to, and a
+/// /proc or /sys file reports 0 bytes whatever it holds; each is refused with the reason.
+fn file_size(path: &Path, file: &FileHandle) -> Result<u64, CliError> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::metadata(path).map_err(|e| CliError::from(e).with_path(path))?;
+    let t = meta.file_type();
+    let kind = if t.is_file() {
+        None
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a regular file")
+    };
+    if let Some(kind) = kind {
+        return Err(CliError::new(
+            "not-a-regular-file",
+            format!(
+                "{} is {kind}: gpufile reads regular files, whose size is known",
+                path.display()
+            ),
+        )
+        .with_path(path));
+    }
+    let size = file.size()?;
+    if size == 0 {
+        if let Some(fs) = pseudo_fs(path) {
+            return Err(CliError::new(
+                "not-a-regular-file",
+                format!(
+                    "{} is on {fs} (a pseudo file system), whose files report a size of 0 bytes \
+                     whatever they hold: \
+                     gpufile reads files whose size is known (copy it to a regular file first)",
+                    path.display()
+                ),
+            )
+            .with_path(path));
+        }
+    }
+    Ok(size)
+}
+
+/// `--offset` and `--size` against a file of `file_size` bytes: the range, or an error of the
+/// same type whichever of the two goes past the end.
+fn file_range(
+    path: &Path,
+    offset_text: &str,
+    size_text: Option<&str>,
+    file_size: u64,
+) -> Result<(u64, u64), CliError> {
+    let offset = parse_size_arg("offset", offset_text)?;
+    let eof = |message: String| {
+        CliError {
+            kind: "unexpected-eof".into(),
+            message,
+            errno: None,
+            path: None,
+            status: 1,
+        }
+        .with_path(path)
+    };
+    if offset > file_size {
+        return Err(eof(format!(
+            "--offset {offset} ({}) is past the end of {} ({file_size} bytes)",
+            units::size(offset),
+            path.display()
+        )));
+    }
+    let size = match size_text {
+        Some(s) => parse_size_arg("size", s)?,
+        None => file_size - offset,
+    };
+    if offset.saturating_add(size) > file_size {
+        return Err(CliError::from(gpufile::Error::UnexpectedEof {
+            path: path.to_owned(),
+            offset,
+            len: usize::try_from(size).unwrap_or(usize::MAX),
+            file_size,
+        }));
+    }
+    Ok((offset, size))
+}
+
+fn cmd_explain(args: &ExplainArgs, units: Units) -> CliResult {
+    let to_usize = |what: &str, n: u64| -> Result<usize, CliError> {
+        usize::try_from(n).map_err(|_| CliError::invalid(format!("--{what} is too large")))
+    };
+    let size_arg = |what: &str, t: &str| to_usize(what, parse_size_arg(what, t)?);
+    let (file_offset, size) = match (&args.file, &args.size) {
+        (Some(f), size) => {
+            let h = FileHandle::open(f, "r")?;
+            let file_size = file_size(f, &h)?;
+            if args.run || size.is_none() {
+                file_range(f, &args.offset, size.as_deref(), file_size)?
+            } else {
+                // A prediction may describe a read the file could not serve; --run checks.
+                (
+                    parse_size_arg("offset", &args.offset)?,
+                    parse_size_arg("size", size.as_deref().unwrap_or("0"))?,
+                )
+            }
+        }
+        (None, Some(s)) => (
+            parse_size_arg("offset", &args.offset)?,
+            parse_size_arg("size", s)?,
+        ),
+        (None, None) => {
+            return Err(CliError::invalid(
+                "explain needs a FILE or --size (e.g. --size 1GiB)",
+            ))
+        }
+    };
+    // As `read` does: with --run and no memory named, GPU 0 where CUDA has a device, else host.
+    let (memory, fallback) = match (args.host, args.device, args.run) {
+        (true, _, _) => (Memory::Host, None),
+        (_, Some(_), _) | (false, None, false) => (Memory::Device, None),
+        (false, None, true) => default_memory(),
     };
     let req = gpufile_diag::explain::Request {
-        size: size("size", &args.size)?,
-        file_offset: parse_size_arg("offset", &args.offset)?,
-        memory: if args.host {
-            Memory::Host
-        } else {
-            Memory::Device
-        },
+        size: to_usize("size", size)?,
+        file_offset,
+        memory,
+        device: args.device.unwrap_or(0),
         task_size: args
             .task_size
             .as_deref()
-            .map(|t| size("task-size", t))
+            .map(|t| size_arg("task-size", t))
             .transpose()?,
-        num_threads: args.threads,
+        num_threads: args.threads.map(|n| n as usize),
         compat_mode: args
             .compat_mode
             .as_deref()
             .map(str::parse)
             .transpose()
-            .map_err(|e: String| format!("--compat-mode: {e}"))?,
+            .map_err(|e: String| CliError::invalid(format!("--compat-mode: {e}")))?,
         gds_threshold: args
             .gds_threshold
             .as_deref()
-            .map(|t| size("gds-threshold", t))
+            .map(|t| size_arg("gds-threshold", t))
             .transpose()?,
         cufile: args.cufile.parse()?,
         cufile_json: args.cufile_json.clone(),
         registered_buffer: args.registered,
     };
-    let outcome = gpufile_diag::explain::explain_and_run(&req, args.file.as_deref(), args.run)?;
+    let mut outcome = gpufile_diag::explain::explain_and_run(&req, args.file.as_deref(), args.run)?;
+    outcome.units = units;
+    if let Some(why) = fallback {
+        outcome.explanation.notes.insert(
+            0,
+            format!("host memory: {why} (a read into GPU memory needs one; --host to choose it)"),
+        );
+    }
     if args.json {
-        out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&outcome.to_json())?
-        ));
+        emit_json(&outcome.to_json());
     } else {
         out(&outcome.render());
     }
     Ok(())
 }
 
-fn parse_size_arg(what: &str, text: &str) -> Result<u64, String> {
-    config::parse_size(text).map_err(|e| format!("--{what} {text:?}: {e}"))
+fn parse_size_arg(what: &str, text: &str) -> Result<u64, CliError> {
+    config::parse_size(text).map_err(|e| CliError::invalid(format!("--{what} {text:?}: {e}")))
 }
 
-/// Most `--repeat` runs one `gpufile read` makes.
-const MAX_REPEAT: u32 = 100_000;
-
-fn cmd_read(args: &ReadArgs) -> CliResult {
+fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     let mut updates = Vec::new();
     if let Some(t) = &args.threads {
         updates.push((Name::NumThreads, Input::Text(t)));
@@ -342,27 +562,11 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
     }
     // The flags apply to this run only: the process defaults stay as they are.
     let settings = Engine::global()?.settings_with(&updates)?;
-    if !(1..=MAX_REPEAT).contains(&args.repeat) {
-        return Err(format!("--repeat {}: expected 1 to {MAX_REPEAT}", args.repeat).into());
-    }
 
     let file = FileHandle::open(&args.file, "r")?;
-    let offset = parse_size_arg("offset", &args.offset)?;
-    let file_size = file.size()?;
-    let size = match &args.size {
-        Some(s) => parse_size_arg("size", s)?,
-        None => file_size.saturating_sub(offset),
-    };
+    let file_size = file_size(&args.file, &file)?;
     // Refused before any memory is allocated for it.
-    if offset.saturating_add(size) > file_size {
-        return Err(gpufile::Error::UnexpectedEof {
-            path: args.file.clone(),
-            offset,
-            len: usize::try_from(size).unwrap_or(usize::MAX),
-            file_size,
-        }
-        .into());
-    }
+    let (offset, size) = file_range(&args.file, &args.offset, args.size.as_deref(), file_size)?;
     let size = usize::try_from(size).map_err(|_| "--size is too large for this machine")?;
     let (mut dest, why_host) = Destination::choose(args, size)?;
     let path = file.io_path(dest.memory(), size, &settings)?;
@@ -372,7 +576,7 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
     for _ in 0..args.repeat {
         let start = Instant::now();
         let fut = dest.start(&file, offset, &settings)?;
-        let n = wait_with_progress(&fut, size as u64, !args.json)?;
+        let n = wait_with_progress(&fut, size as u64, !args.json, units)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {
             return Err(format!("read {n} bytes, expected {size}").into());
@@ -381,10 +585,16 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
     let report = gpufile::observe::end(observation);
     let verified = if args.verify {
         let mut expect = vec![0u8; size];
-        let f = std::fs::File::open(&args.file)?;
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)?;
+        let f =
+            std::fs::File::open(&args.file).map_err(|e| CliError::from(e).with_path(&args.file))?;
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)
+            .map_err(|e| CliError::from(e).with_path(&args.file))?;
         if dest.to_host()? != expect {
-            return Err("verification failed: the bytes read differ from the file".into());
+            return Err(CliError::new(
+                "verification-failed",
+                "verification failed: the bytes read differ from the file",
+            )
+            .with_path(&args.file));
         }
         Some(true)
     } else {
@@ -393,76 +603,92 @@ fn cmd_read(args: &ReadArgs) -> CliResult {
     let mut sorted = runs.clone();
     sorted.sort_by(f64::total_cmp);
     let seconds = sorted[sorted.len() / 2];
-    let gbps = if seconds > 0.0 {
-        size as f64 / seconds / 1e9
-    } else {
-        0.0
-    };
 
     if args.json {
-        let report = serde_json::json!({
-            "file": args.file,
-            "offset": offset,
-            "bytes": size,
-            "seconds": seconds,
-            "gb_per_s": gbps,
-            "runs_seconds": runs,
-            "memory": dest.memory(),
-            "destination": dest.describe(),
-            "host_because": why_host,
-            "verified": verified,
-            "path": { "backend": path.backend, "reason": path.reason.to_string() },
-            "num_threads": settings.num_threads,
-            "task_size": settings.task_size,
-            "compat_mode": settings.compat_mode.name(),
-            "observed": report.to_json(),
-        });
-        out(&format!("{}\n", serde_json::to_string_pretty(&report)?));
-    } else {
-        let runs_note = if args.repeat > 1 {
-            format!(" (median of {} runs)", args.repeat)
-        } else {
-            String::new()
+        let (device, device_name) = match &dest {
+            Destination::Device { ordinal, name, .. } => (Some(*ordinal), Some(name.clone())),
+            Destination::Host(_) => (None, None),
         };
-        out(&format!(
-            "file        {}\nbytes       {} ({})\nseconds     {:.6}{}\nthroughput  {:.2} GB/s\n\
-             memory      {}{}\npath        {}\nreason      {}\nthreads     {}\ntask_size   {}\n{}",
-            args.file.display(),
-            size,
-            human_bytes(size as u64),
-            seconds,
-            runs_note,
-            gbps,
-            dest.describe(),
-            why_host.map(|w| format!(" ({w})")).unwrap_or_default(),
-            path.backend,
-            path.reason,
-            settings.num_threads,
-            settings.task_size,
-            if verified == Some(true) {
-                "verified    bytes match the file\n"
-            } else {
-                ""
-            },
+        emit_json(&schema::envelope(
+            "read",
+            json!({
+                "file": args.file,
+                "offset": offset,
+                "bytes": size,
+                "memory": dest.memory(),
+                "device": device,
+                "device_name": device_name,
+                "memory_note": why_host,
+                "settings": {
+                    "num_threads": settings.num_threads,
+                    "task_size": settings.task_size,
+                    "compat_mode": settings.compat_mode.name(),
+                },
+                "path": schema::path(&path),
+                "runs": runs.len(),
+                "seconds": seconds,
+                "seconds_per_run": runs,
+                "throughput_gb_per_s": units::gb_per_s(size as u64, seconds),
+                "verified": verified,
+                "observed": schema::observation(&report),
+            }),
         ));
-        match (report.cufile.ops, report.cufile_stats) {
-            (0, _) => {}
-            (_, Some(s)) => out(&format!(
-                "cufile      {} (cuFile's counters: n={} nvfs={} posix={})\n",
-                report
-                    .cufile_path()
-                    .unwrap_or("no cuFile operation counted"),
-                s.n_reads,
-                s.nvfs_reads,
-                s.posix_reads
-            )),
-            (_, None) => out(&format!(
-                "cufile      counters unavailable: {}\n",
-                report.cufile_stats_note.as_deref().unwrap_or("unknown")
-            )),
-        }
+        return Ok(());
+    }
+    let runs_note = if args.repeat > 1 {
+        format!(" (median of {} runs)", args.repeat)
+    } else {
+        String::new()
+    };
+    let mut text = format!(
+        "file        {}\nbytes       {} ({})\nseconds     {:.6}{}\nthroughput  {}\n\
+         memory      {}{}\npath        {}\nreason      {}\nthreads     {}\ntask_size   {}\n",
+        args.file.display(),
+        size,
+        units::size(size as u64),
+        seconds,
+        runs_note,
+        units::rate(size as u64, seconds, units),
+        dest.describe(),
+        why_host.map(|w| format!(" ({w})")).unwrap_or_default(),
+        path.backend,
+        path.reason,
+        settings.num_threads,
+        units::size(settings.task_size as u64),
+    );
+    if offset > 0 {
+        text += &format!("offset      {offset} ({})\n", units::size(offset));
+    }
+    if verified == Some(true) {
+        text += "verified    bytes match the file\n";
+    }
+    out(&text);
+    match (report.cufile.ops, report.cufile_stats) {
+        (0, _) => {}
+        (_, Some(s)) => out(&format!(
+            "cufile      {} (cuFile's counters: n={} nvfs={} posix={})\n",
+            report
+                .cufile_path()
+                .unwrap_or("no cuFile operation counted"),
+            s.n_reads,
+            s.nvfs_reads,
+            s.posix_reads
+        )),
+        (_, None) => out(&format!(
+            "cufile      counters unavailable: {}\n",
+            report.cufile_stats_note.as_deref().unwrap_or("unknown")
+        )),
     }
     Ok(())
+}
+
+/// The progress bar's rate, in the units asked for (indicatif labels it: MB/s or MiB/s).
+fn bar_template(units: Units) -> &'static str {
+    match units {
+        Units::Decimal => "{bar:40} {binary_bytes}/{binary_total_bytes} {decimal_bytes_per_sec} eta {eta}",
+        Units::Binary => "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
+        Units::Both => "{bar:40} {binary_bytes}/{binary_total_bytes} {decimal_bytes_per_sec} ({binary_bytes_per_sec}) eta {eta}",
+    }
 }
 
 /// Waits for a read, drawing a progress bar on a terminal for reads that take a while.
@@ -470,6 +696,7 @@ fn wait_with_progress(
     fut: &gpufile::IoFuture,
     total: u64,
     show_progress: bool,
+    units: Units,
 ) -> gpufile::Result<usize> {
     const BAR_MIN_BYTES: u64 = 256 << 20;
     if !show_progress || total < BAR_MIN_BYTES {
@@ -477,10 +704,8 @@ fn wait_with_progress(
     }
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(bar_template(units))
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let result = loop {
         if let Some(r) = fut.wait_timeout(Duration::from_millis(50)) {
@@ -492,13 +717,26 @@ fn wait_with_progress(
     result
 }
 
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit < UNITS.len() - 1 {
-        v /= 1024.0;
-        unit += 1;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_templates_parse_and_say_their_unit() {
+        for u in [Units::Decimal, Units::Binary, Units::Both] {
+            assert!(indicatif::ProgressStyle::with_template(bar_template(u)).is_ok());
+        }
+        assert!(bar_template(Units::Decimal).contains("decimal_bytes_per_sec"));
+        assert!(bar_template(Units::Binary).contains("binary_bytes_per_sec"));
     }
-    format!("{v:.2} {}", UNITS[unit])
+
+    #[test]
+    fn proc_is_a_pseudo_file_system() {
+        assert_eq!(
+            pseudo_fs(Path::new("/proc/self/status")).as_deref(),
+            Some("proc")
+        );
+        assert_eq!(pseudo_fs(Path::new("/")), None);
+        assert_eq!(pseudo_fs(Path::new("/nonexistent/x")), None);
+    }
 }

@@ -47,9 +47,11 @@ fn config_shows_values_and_sources() {
 fn config_json_parses() {
     let o = gpufile(&["config", "--json"], &[("GPUFILE_TASK_SIZE", "2MiB")]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["task_size"]["value"], 2 << 20);
-    assert_eq!(v["task_size"]["source"], "env GPUFILE_TASK_SIZE");
-    assert_eq!(v["compat_mode"]["value"], "AUTO");
+    let s = &v["settings"];
+    assert_eq!(s["task_size"]["value"], 2 << 20);
+    assert_eq!(s["task_size"]["source"], "env GPUFILE_TASK_SIZE");
+    assert_eq!(s["compat_mode"]["value"], "AUTO");
+    assert_eq!(v["command"], "config");
 }
 
 #[test]
@@ -78,7 +80,7 @@ fn read_reports_bytes_throughput_and_path() {
         "{text}"
     );
     assert!(
-        text.contains("threads     3") && text.contains("task_size   262144"),
+        text.contains("threads     3") && text.contains("task_size   256 KiB"),
         "{text}"
     );
 
@@ -90,7 +92,44 @@ fn read_reports_bytes_throughput_and_path() {
     assert_eq!(v["bytes"], 2 << 20);
     assert_eq!(v["path"]["backend"], "gpufile-posix");
     assert_eq!(v["memory"], "host");
-    assert_eq!(v["runs_seconds"].as_array().unwrap().len(), 3);
+    assert_eq!(v["seconds_per_run"].as_array().unwrap().len(), 3);
+    assert_eq!(v["schema_version"], 1);
+}
+
+#[test]
+fn errors_with_json_are_json_on_stdout() {
+    let o = gpufile(&["read", "/nonexistent/file.bin", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"]["type"], "os");
+    assert_eq!(v["error"]["errno"], 2);
+    assert_eq!(v["error"]["path"], "/nonexistent/file.bin");
+    assert_eq!(v["command"], "read");
+}
+
+#[test]
+fn non_utf8_arguments_are_usage_errors_or_paths() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"1\xffk");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpufile"))
+        .args(["read".as_ref(), "x".as_ref(), "--size".as_ref(), bad])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("invalid UTF-8"),
+        "{o:?}"
+    );
+    let path = std::ffi::OsStr::from_bytes(b"/nonexistent/caf\xe9.bin");
+    let o = Command::new(env!("CARGO_BIN_EXE_gpufile"))
+        .args(["read".as_ref(), path])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("No such file"),
+        "{o:?}"
+    );
 }
 
 #[test]

@@ -10,7 +10,11 @@ use std::path::{Path, PathBuf};
 use gpufile::config::CompatMode;
 use gpufile::cuda;
 use gpufile::cufile;
-use gpufile::plan::{self, Availability, Memory, Policy};
+use gpufile::plan::{self, Availability, IoPath, Memory, Policy};
+use serde_json::{json, Value};
+
+use crate::explain::CUFILE_EXECUTION_DEFAULTS;
+use crate::{schema, units};
 use gpufile::{Engine, FileHandle};
 
 /// One GPU.
@@ -31,10 +35,12 @@ pub struct Gpu {
 }
 
 /// The file a check was asked about.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug)]
 pub struct FileCheck {
     /// The path.
     pub path: PathBuf,
+    /// Why it cannot be opened for reading (missing, a directory, no permission), if so.
+    pub error: Option<String>,
     /// File system type (from /proc/self/mountinfo).
     pub fs_type: Option<String>,
     /// Mount point.
@@ -49,8 +55,29 @@ pub struct FileCheck {
     pub cufile_registers: Result<(), String>,
 }
 
+/// cufile.json as cuFile would read it.
+#[derive(Clone, Debug)]
+pub struct CufileJson {
+    /// `CUFILE_ENV_PATH_JSON`, else /etc/cufile.json.
+    pub path: PathBuf,
+    /// Whether the file exists (where not, cuFile uses its built-in defaults).
+    pub exists: bool,
+    /// Its `execution.*` / `properties.*` values (JSON text), cuFile's defaults where the file
+    /// does not exist, or why it could not be read.
+    pub values: Result<Vec<(String, String)>, String>,
+}
+
+/// The path a large device read would take under one compat_mode.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    /// The mode.
+    pub compat_mode: CompatMode,
+    /// The path, or why such a read would fail.
+    pub decision: Result<IoPath, String>,
+}
+
 /// Everything `gpufile check` reports.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug)]
 pub struct CheckReport {
     /// gpufile's version.
     pub gpufile_version: &'static str,
@@ -70,14 +97,14 @@ pub struct CheckReport {
     pub wsl: bool,
     /// IOMMU state: groups in /sys/class/iommu and the kernel command line's iommu words.
     pub iommu: String,
-    /// cufile.json's path and its execution.* / properties.* values, or why not.
-    pub cufile_json: (PathBuf, Result<Vec<(String, String)>, String>),
+    /// cufile.json's path and its values.
+    pub cufile_json: CufileJson,
     /// What cuFile reports it uses (cuFileGetParameter*).
     pub cufile_parameters: Result<Vec<(String, String)>, String>,
     /// The file asked about.
     pub file: Option<FileCheck>,
     /// For each compat mode, the path a large device read would take.
-    pub verdicts: Vec<(String, String)>,
+    pub verdicts: Vec<Verdict>,
 }
 
 fn read_trim(path: impl AsRef<Path>) -> Option<String> {
@@ -150,6 +177,11 @@ fn iommu() -> String {
     }
 }
 
+/// The mount point and file system type (`ext4`, `proc`, ...) of `path`.
+pub fn file_system(path: &Path) -> Option<(String, String)> {
+    mount_of(path).map(|(mount, fs, _)| (mount, fs))
+}
+
 /// Mount point and file system type of `path` (the longest mount point that holds it).
 fn mount_of(path: &Path) -> Option<(String, String, String)> {
     let canon = std::fs::canonicalize(path).ok()?;
@@ -204,6 +236,7 @@ fn file_check(path: &Path) -> FileCheck {
     };
     FileCheck {
         path: path.to_owned(),
+        error: handle.as_ref().err().map(ToString::to_string),
         fs_type: mount.as_ref().map(|m| m.1.clone()),
         mount_point: mount.as_ref().map(|m| m.0.clone()),
         block_device,
@@ -243,7 +276,27 @@ pub fn check(path: Option<&Path>) -> CheckReport {
                 .then(|| "loaded".into())
         });
     let json_path = cufile::config_path();
-    let json_values = cufile::read_config(&json_path).map_err(|e| e.to_string());
+    let cufile_json = match cufile::read_config(&json_path) {
+        Ok(values) => CufileJson {
+            path: json_path,
+            exists: true,
+            values: Ok(values),
+        },
+        // As cuFile (and `explain`) do: no cufile.json means cuFile's built-in defaults.
+        Err(e) if e.errno() == Some(libc::ENOENT) => CufileJson {
+            path: json_path,
+            exists: false,
+            values: Ok(CUFILE_EXECUTION_DEFAULTS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()),
+        },
+        Err(e) => CufileJson {
+            exists: json_path.exists(),
+            path: json_path,
+            values: Err(e.to_string()),
+        },
+    };
     let cufile_parameters = if libcufile.is_ok() {
         cufile::parameters()
             .map(|v| v.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
@@ -271,11 +324,10 @@ pub fn check(path: Option<&Path>) -> CheckReport {
                     }
                     _ => Ok(p),
                 });
-            let text = match path {
-                Ok(p) => p.to_string(),
-                Err(e) => format!("error: {e}"),
-            };
-            (mode.name().to_owned(), text)
+            Verdict {
+                compat_mode: mode,
+                decision: path.map_err(|e| e.to_string()),
+            }
         })
         .collect();
     CheckReport {
@@ -288,7 +340,7 @@ pub fn check(path: Option<&Path>) -> CheckReport {
         run_udev: Path::new("/run/udev").exists(),
         wsl: read_trim("/proc/version").is_some_and(|v| v.to_lowercase().contains("microsoft")),
         iommu: iommu(),
-        cufile_json: (json_path, json_values),
+        cufile_json,
         cufile_parameters,
         file,
         verdicts,
@@ -302,7 +354,65 @@ fn show<T: std::fmt::Display, E: std::fmt::Display>(r: &Result<T, E>) -> String 
     }
 }
 
+impl FileCheck {
+    fn to_json(&self) -> Value {
+        json!({
+            "path": self.path,
+            "error": self.error,
+            "fs_type": self.fs_type,
+            "mount_point": self.mount_point,
+            "block_device": self.block_device,
+            "udev_entry": self.udev_entry,
+            "o_direct": self.o_direct,
+            "cufile_registers": schema::outcome(&self.cufile_registers.clone().map(|()| true)),
+        })
+    }
+}
+
 impl CheckReport {
+    /// The report as plain data: `gpufile check --json`, Python's `check().as_dict()`
+    /// (docs/json.md).
+    pub fn to_json(&self) -> Value {
+        let pairs = |v: &Vec<(String, String)>| -> Vec<Value> {
+            v.iter()
+                .map(|(k, v)| json!({"key": k, "value": v}))
+                .collect()
+        };
+        schema::envelope(
+            "check",
+            json!({
+                "gpufile_version": self.gpufile_version,
+                "libcuda": schema::outcome(&self.libcuda),
+                "gpus": self.gpus,
+                "libcufile": schema::outcome(&self.libcufile),
+                "cufile_properties": schema::outcome(&self.cufile_properties),
+                "nvidia_fs": self.nvidia_fs,
+                "run_udev": self.run_udev,
+                "wsl": self.wsl,
+                "iommu": self.iommu,
+                "cufile_json": {
+                    "path": self.cufile_json.path,
+                    "exists": self.cufile_json.exists,
+                    "values": schema::outcome(&self.cufile_json.values.as_ref().map(pairs)
+                        .map_err(Clone::clone)),
+                },
+                "cufile_parameters": schema::outcome(&self.cufile_parameters.as_ref().map(pairs)
+                    .map_err(Clone::clone)),
+                "file": self.file.as_ref().map(FileCheck::to_json),
+                "verdicts": self.verdicts.iter().map(|v| {
+                    let mut d = schema::decision(&v.decision);
+                    d["compat_mode"] = json!(v.compat_mode.name());
+                    d
+                }).collect::<Vec<_>>(),
+            }),
+        )
+    }
+
+    /// Whether a file was asked about and could not be opened (`gpufile check` then exits 1).
+    pub fn file_error(&self) -> Option<String> {
+        self.file.as_ref()?.error.clone()
+    }
+
     /// The report for people.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -317,14 +427,13 @@ impl CheckReport {
         for g in &self.gpus {
             let _ = writeln!(
                 s,
-                "GPU {}        {}, {:.1} GiB, PCI {}, link {}, BAR1 {}",
+                "GPU {}        {}, {}, PCI {}, link {}, BAR1 {}",
                 g.ordinal,
                 g.name,
-                g.memory_bytes as f64 / (1u64 << 30) as f64,
+                units::size(g.memory_bytes as u64),
                 g.pci.as_deref().unwrap_or("?"),
                 g.pcie_link.as_deref().unwrap_or("unknown"),
-                g.bar1_bytes
-                    .map_or("unknown".into(), |b| format!("{} MiB", b >> 20)),
+                g.bar1_bytes.map_or("unknown".into(), units::size),
             );
         }
         let _ = writeln!(s, "libcufile    {}", show(&self.libcufile));
@@ -362,16 +471,25 @@ impl CheckReport {
         );
         let _ = writeln!(s, "WSL          {}", if self.wsl { "yes" } else { "no" });
         let _ = writeln!(s, "IOMMU        {}", self.iommu);
-        let (path, values) = &self.cufile_json;
-        match values {
+        let j = &self.cufile_json;
+        match &j.values {
             Ok(v) => {
-                let _ = writeln!(s, "cufile.json  {}", path.display());
+                let _ = writeln!(
+                    s,
+                    "cufile.json  {}{}",
+                    j.path.display(),
+                    if j.exists {
+                        ""
+                    } else {
+                        " does not exist: cuFile uses its built-in defaults"
+                    }
+                );
                 for (k, val) in v {
                     let _ = writeln!(s, "  {k} = {val}");
                 }
             }
             Err(e) => {
-                let _ = writeln!(s, "cufile.json  {} ({e})", path.display());
+                let _ = writeln!(s, "cufile.json  {} ({e})", j.path.display());
             }
         }
         if let Ok(params) = &self.cufile_parameters {
@@ -380,7 +498,10 @@ impl CheckReport {
                 let _ = writeln!(s, "  {k} = {v}");
             }
         }
-        if let Some(f) = &self.file {
+        if let Some(e) = self.file.as_ref().and_then(|f| f.error.as_ref()) {
+            let _ = writeln!(s, "file         {e}");
+        }
+        if let Some(f) = &self.file.as_ref().filter(|f| f.error.is_none()) {
             let _ = writeln!(s, "file         {}", f.path.display());
             let _ = writeln!(
                 s,
@@ -407,16 +528,49 @@ impl CheckReport {
             );
         }
         let _ = writeln!(s, "verdict (device reads of gds_threshold or more)");
-        for (mode, text) in &self.verdicts {
-            let _ = writeln!(s, "  {mode:<4} → {text}");
+        for v in &self.verdicts {
+            let text = match &v.decision {
+                Ok(p) => p.to_string(),
+                Err(e) => format!("error: {e}"),
+            };
+            let _ = writeln!(s, "  {:<4} → {text}", v.compat_mode.name());
         }
         s
+    }
+}
+
+impl serde::Serialize for CheckReport {
+    /// The shape of [`CheckReport::to_json`].
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_has_no_rust_wrappers() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.bin");
+        std::fs::write(&f, b"x").unwrap();
+        let v = check(Some(&f)).to_json();
+        let text = v.to_string();
+        assert!(
+            !text.contains("\"Ok\"") && !text.contains("\"Err\""),
+            "{text}"
+        );
+        assert_eq!(v["schema_version"], crate::schema::SCHEMA_VERSION);
+        assert_eq!(v["verdicts"][1]["compat_mode"], "ON");
+        assert_eq!(v["verdicts"][1]["path"]["reason"]["kind"], "compat-mode-on");
+        assert!(v["file"]["error"].is_null());
+        let v = check(Some(&dir.path().join("missing"))).to_json();
+        assert!(v["file"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("No such file"));
+    }
 
     #[test]
     fn mount_lookup_finds_root() {

@@ -16,6 +16,9 @@ use gpufile::error::{Error, Result};
 use gpufile::observe::{self, Report};
 use gpufile::plan::{self, Availability, Backend, IoPath, Memory, Policy, TaskSplit};
 use gpufile::{Buffer, Engine, FileHandle};
+use serde_json::{json, Value};
+
+use crate::{schema, units};
 
 /// What cuFile is assumed to be able to do (`Probe` asks this machine).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +57,8 @@ pub struct Request {
     pub file_offset: u64,
     /// Host or device memory.
     pub memory: Memory,
+    /// The GPU of device memory (its CUDA ordinal).
+    pub device: i32,
     /// task_size override.
     pub task_size: Option<usize>,
     /// num_threads override.
@@ -85,9 +90,18 @@ pub struct CufileExecution {
     pub source: String,
 }
 
+/// cuFile's documented defaults for the `execution.*` keys gpufile predicts with, as cufile.json
+/// would spell them (cuFile uses them where cufile.json or a key is missing).
+pub const CUFILE_EXECUTION_DEFAULTS: [(&str, &str); 4] = [
+    ("execution.parallel_io", "true"),
+    ("execution.max_io_threads", "4"),
+    ("execution.min_io_threshold_size_kb", "8192"),
+    ("execution.max_request_parallelism", "4"),
+];
+
 impl CufileExecution {
     /// Reads `path`; missing keys (or a missing file) take cuFile's documented defaults
-    /// (parallel_io true, 4 threads, 8192 KiB, parallelism 4).
+    /// ([`CUFILE_EXECUTION_DEFAULTS`]).
     pub fn load(path: &Path) -> Self {
         let mut e = CufileExecution {
             parallel_io: true,
@@ -154,7 +168,7 @@ fn runs(sizes: impl Iterator<Item = usize>) -> Vec<(usize, usize)> {
 }
 
 /// The prediction.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug)]
 pub struct Explanation {
     /// Bytes.
     pub size: usize,
@@ -162,6 +176,8 @@ pub struct Explanation {
     pub file_offset: u64,
     /// Host or device.
     pub memory: Memory,
+    /// The GPU of device memory.
+    pub device: i32,
     /// Effective compat_mode.
     pub compat_mode: CompatMode,
     /// Effective task_size.
@@ -319,6 +335,7 @@ pub fn explain_with(
         size: req.size,
         file_offset: req.file_offset,
         memory: req.memory,
+        device: req.device,
         compat_mode,
         task_size,
         num_threads,
@@ -336,18 +353,7 @@ pub fn explain_with(
 }
 
 fn human(n: usize) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < 4 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{} {}", v.round(), UNITS[u])
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
+    units::size(n as u64)
 }
 
 fn run_list(runs: &[(usize, usize)]) -> String {
@@ -358,19 +364,60 @@ fn run_list(runs: &[(usize, usize)]) -> String {
 }
 
 impl Explanation {
+    /// The prediction as plain data (docs/json.md, `explain` → `prediction`).
+    pub fn to_json(&self) -> Value {
+        let cufile = match (self.cufile_requests, &self.cufile_execution) {
+            (Some(requests), Some(e)) => json!({
+                "requests": requests,
+                "work_units": self.cufile_work_units,
+                "pieces": self.cufile_pieces.iter().map(|(n, pieces)| json!({
+                    "requests": n, "piece_bytes": pieces,
+                })).collect::<Vec<_>>(),
+                "execution": e,
+            }),
+            _ => Value::Null,
+        };
+        let mut v = json!({
+            "request": {
+                "size": self.size,
+                "file_offset": self.file_offset,
+                "memory": self.memory,
+                "device": (self.memory == Memory::Device).then_some(self.device),
+            },
+            "settings": {
+                "compat_mode": self.compat_mode.name(),
+                "task_size": self.task_size,
+                "num_threads": self.num_threads,
+                "gds_threshold": self.gds_threshold,
+            },
+            "tasks": {
+                "count": self.task_count,
+                "runs": self.tasks.iter().map(|(n, b)| json!({"count": n, "bytes": b}))
+                    .collect::<Vec<_>>(),
+            },
+            "bounce_chunk": self.bounce_chunk,
+            "cufile": cufile,
+            "notes": self.notes,
+        });
+        if let (Value::Object(m), Value::Object(d)) = (&mut v, schema::decision(&self.path)) {
+            m.extend(d);
+        }
+        v
+    }
+
     /// The explanation for people.
     pub fn render(&self) -> String {
         let mut s = String::new();
         let mem = match self.memory {
-            Memory::Host => "host",
-            Memory::Device => "device",
+            Memory::Host => "host memory".to_owned(),
+            Memory::Device => format!("the memory of GPU {}", self.device),
         };
         let _ = writeln!(
             s,
-            "request     {} ({} bytes) at offset {} into {mem} memory",
+            "request     {} ({} bytes) at offset {} into {mem}",
             human(self.size),
             self.size,
-            self.file_offset
+            human(self.file_offset as usize)
         );
         let _ = writeln!(
             s,
@@ -482,7 +529,7 @@ fn run_with(req: &Request, defaults: &Settings, h: &FileHandle) -> Result<Report
                 .and_then(|f| f.wait())
         }
         Memory::Device => {
-            let buf = gpufile::cuda::DeviceBuffer::new(req.size, 0)?;
+            let buf = gpufile::cuda::DeviceBuffer::new(req.size, req.device)?;
             let buffer = Buffer::Device {
                 addr: buf.addr(),
                 len: req.size,
@@ -497,10 +544,14 @@ fn run_with(req: &Request, defaults: &Settings, h: &FileHandle) -> Result<Report
 
 /// A prediction and, where a run was asked for, what was observed.
 pub struct Outcome {
+    /// The file explained (and read with `run`).
+    pub file: Option<PathBuf>,
     /// The prediction.
     pub explanation: Explanation,
     /// What ran.
     pub observed: Option<Report>,
+    /// How rates print in [`Outcome::render`].
+    pub units: units::Units,
 }
 
 impl Outcome {
@@ -509,17 +560,27 @@ impl Outcome {
         let mut text = self.explanation.render();
         if let Some(o) = &self.observed {
             text.push('\n');
-            text.push_str(&render_comparison(&self.explanation, o));
+            text.push_str(&render_comparison(&self.explanation, o, self.units));
         }
         text
     }
 
-    /// For programs.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "prediction": self.explanation,
-            "observed": self.observed.as_ref().map(Report::to_json),
-        })
+    /// For programs: `gpufile explain --json` and Python's `explain().as_dict()`
+    /// (docs/json.md).
+    pub fn to_json(&self) -> Value {
+        let observed = self.observed.as_ref().map(|r| {
+            let mut o = schema::observation(r);
+            o["throughput_gb_per_s"] = json!(schema::throughput(r));
+            o
+        });
+        schema::envelope(
+            "explain",
+            json!({
+                "file": self.file,
+                "prediction": self.explanation.to_json(),
+                "observed": observed,
+            }),
+        )
     }
 }
 
@@ -537,31 +598,37 @@ pub fn explain_and_run(req: &Request, file: Option<&Path>, run: bool) -> Result<
         _ => None,
     };
     Ok(Outcome {
+        file: file.map(Path::to_path_buf),
         explanation,
         observed,
+        units: units::Units::default(),
     })
 }
 
 /// Prediction and observation side by side.
-pub fn render_comparison(e: &Explanation, observed: &Report) -> String {
+pub fn render_comparison(e: &Explanation, observed: &Report, units: units::Units) -> String {
     let mut s = String::new();
     let predicted_path = e
         .path
         .as_ref()
         .map(|p| p.backend.to_string())
         .unwrap_or_else(|_| "error".into());
-    let (observed_path, totals) = if observed.cufile.ops > 0 {
-        (
-            observed.cufile_path().unwrap_or("cufile").to_owned(),
-            observed.cufile,
-        )
+    let observed_path = schema::observed_path(observed).unwrap_or_else(|| "none".into());
+    let totals = if observed.cufile.ops > 0 {
+        observed.cufile
     } else {
-        ("gpufile-posix".to_owned(), observed.gpufile_posix)
+        observed.gpufile_posix
     };
     let _ = writeln!(s, "{:<18} {:<22} observed", "", "predicted");
     let _ = writeln!(s, "{:<18} {:<22} {}", "path", predicted_path, observed_path);
     let _ = writeln!(s, "{:<18} {:<22} {}", "tasks", e.task_count, totals.tasks);
-    let _ = writeln!(s, "{:<18} {:<22} {}", "bytes", e.size, totals.bytes);
+    let _ = writeln!(
+        s,
+        "{:<18} {:<22} {}",
+        "bytes",
+        human(e.size),
+        human(totals.bytes as usize)
+    );
     if let Some(req) = e.cufile_requests {
         let seen = observed
             .cufile_stats
@@ -574,7 +641,14 @@ pub fn render_comparison(e: &Explanation, observed: &Report) -> String {
             .unwrap_or_else(|| observed.cufile_stats_note.clone().unwrap_or_default());
         let _ = writeln!(s, "{:<18} {:<22} {}", "cuFile requests", req, seen);
     }
-    let _ = writeln!(s, "{:<18} {:<22} {:.2}", "GB/s", "", totals.gb_per_s());
+    let (bytes, seconds) = schema::moved(observed);
+    let _ = writeln!(
+        s,
+        "{:<18} {:<22} {}",
+        "throughput",
+        "",
+        units::rate(bytes, seconds, units)
+    );
     s
 }
 
@@ -598,6 +672,7 @@ mod tests {
             size,
             file_offset: 0,
             memory: Memory::Device,
+            device: 0,
             task_size: Some(task),
             num_threads: Some(4),
             compat_mode: Some(CompatMode::Off),

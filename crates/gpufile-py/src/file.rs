@@ -244,7 +244,8 @@ impl NativeFile {
     }
 
     /// `(backend, reason)` of a request of `size` bytes (default: a large one) into `buf`
-    /// (default: device memory) under the current settings.
+    /// (default: device memory where CUDA has a device, else host memory: the read that would
+    /// really run here) under the current settings.
     #[pyo3(signature = (buf=None, size=None))]
     fn io_path(
         &self,
@@ -252,16 +253,27 @@ impl NativeFile {
         size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(String, String)> {
         let handle = self.handle()?;
-        let (memory, len) = match buf {
+        let (memory, len, no_gpu) = match buf {
             Some(b) => {
                 let view = BufferView::new(b, false)?;
-                (view.memory(), view.request_len(size)?)
+                (view.memory(), view.request_len(size)?, None)
             }
-            None => (Memory::Device, usize::MAX),
+            None => match gpufile::cuda::device_count() {
+                Ok(n) if n > 0 => (Memory::Device, usize::MAX, None),
+                Ok(_) => (Memory::Host, usize::MAX, Some("no CUDA device".to_owned())),
+                Err(e) => (Memory::Host, usize::MAX, Some(e.to_string())),
+            },
         };
         let settings = Engine::global().map_err(to_py)?.settings();
         let path = handle.io_path(memory, len, &settings).map_err(to_py)?;
-        Ok((path.backend.to_string(), path.reason.to_string()))
+        let reason = match no_gpu {
+            Some(why) => format!(
+                "no GPU ({why}): reads here go to host memory; {}",
+                path.reason
+            ),
+            None => path.reason.to_string(),
+        };
+        Ok((path.backend.to_string(), reason))
     }
 
     #[getter]

@@ -9,7 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList};
 
-use crate::errors::{to_py, GpufileError};
+use crate::errors::to_py;
 
 /// An observation in progress (see `gpufile.observe`).
 #[pyclass(module = "gpufile._native")]
@@ -162,8 +162,7 @@ pub(crate) fn check(
     path: Option<std::path::PathBuf>,
 ) -> PyResult<(Py<PyAny>, String)> {
     let report = py.detach(|| gpufile_diag::check::check(path.as_deref()));
-    let value = serde_json::to_value(&report).map_err(|e| GpufileError::new_err(e.to_string()))?;
-    Ok((json_to_py(py, &value)?, report.render()))
+    Ok((json_to_py(py, &report.to_json())?, report.render()))
 }
 
 /// `gpufile explain`: `(dict, text)`; with `run` and `file`, the read is performed (under the
@@ -209,6 +208,7 @@ pub(crate) fn explain(
         size: to_usize(size)?,
         file_offset,
         memory: if device { Memory::Device } else { Memory::Host },
+        device: 0,
         task_size: task_size.map(to_usize).transpose()?,
         num_threads,
         compat_mode,
@@ -239,7 +239,7 @@ pub(crate) fn shutdown(py: Python<'_>) -> PyResult<bool> {
 
 /// Runs the `gpufile` command line in this process; returns its exit status.
 #[pyfunction]
-pub(crate) fn cli_main(py: Python<'_>, argv: Vec<String>) -> i32 {
+pub(crate) fn cli_main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> i32 {
     py.detach(move || gpufile_cli::run(argv))
 }
 

@@ -195,7 +195,15 @@ pub fn cufile(candidates: &[PathBuf]) -> Result<&'static Loaded, LoadError> {
                             path: c.display().to_string(),
                         });
                     }
-                    Err(e) => tried.push(format!("{}: {e}", c.display())),
+                    Err(e) => {
+                        // dlerror's text names the file already; where it does not, add it.
+                        let message = crate::loader_message(&e);
+                        let name = c.display().to_string();
+                        tried.push(match message.starts_with(&name) {
+                            true => message,
+                            false => format!("{name}: {message}"),
+                        });
+                    }
                 }
             }
             Err(LoadError::Library {

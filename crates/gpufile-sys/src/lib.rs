@@ -129,7 +129,7 @@ macro_rules! api_table {
                         .map_err(|e| LoadError::Symbol {
                             library: $lib,
                             symbol: $sym,
-                            detail: e.to_string(),
+                            detail: $crate::loader_message(&e),
                         })?
                     };
                 )*
@@ -198,9 +198,22 @@ impl CudaApi {
         // CUDA program does; the handle is kept for the process lifetime.
         let lib = unsafe { Library::new(Self::LIBRARY) }.map_err(|e| LoadError::Library {
             library: Self::LIBRARY,
-            detail: e.to_string(),
+            // dlerror starts with the file name, which the message already gives.
+            detail: loader_message(&e)
+                .trim_start_matches(concat!("libcuda.so.1", ": "))
+                .to_owned(),
         })?;
         Self::from_library(lib)
+    }
+}
+
+/// The loader's whole message: libloading's `Display` says only "dlopen failed" and keeps
+/// dlerror's text (which file is missing, which symbol is undefined) in `source()`.
+#[doc(hidden)]
+pub fn loader_message(e: &libloading::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(detail) => detail.to_string(),
+        None => e.to_string(),
     }
 }
 
@@ -240,8 +253,21 @@ mod tests {
                 assert_eq!(unsafe { (api.driver_get_version)(&mut v) }, CUDA_SUCCESS);
                 assert!(v >= 11000);
             }
-            Err(e) => assert!(e.to_string().contains("libcuda.so.1"), "{e}"),
+            Err(e) => {
+                assert!(e.to_string().contains("libcuda.so.1"), "{e}");
+                // dlerror's text, not libloading's bare "dlopen failed".
+                assert!(!e.to_string().ends_with("dlopen failed"), "{e}");
+            }
         }
         assert!(cuda_load_attempted());
+    }
+
+    #[test]
+    fn loader_messages_keep_dlerror_text() {
+        // SAFETY: a file that does not exist loads nothing.
+        let e = unsafe { Library::new("/nonexistent/libgpufile-test.so") }.unwrap_err();
+        let m = loader_message(&e);
+        assert!(m.contains("/nonexistent/libgpufile-test.so"), "{m}");
+        assert!(m.contains("No such file"), "{m}");
     }
 }

@@ -175,7 +175,7 @@ pub enum Kind {
     CompatMode,
     /// A count (at least 1).
     Count,
-    /// A byte size (at least 1), text may carry a binary suffix: 4MiB, 16k.
+    /// A byte size (at least 1); text may carry a unit ([`parse_size`]): 4MiB, 16k, 1GB.
     PositiveSize,
     /// A byte size that may be 0.
     Size,
@@ -343,32 +343,61 @@ impl fmt::Display for Input<'_> {
     }
 }
 
-/// Parses a byte size: a plain integer or one with a binary suffix (k, KiB, M, MiB, G, GiB, T,
-/// TiB; K/KB mean 1024 too, as sizes of I/O are binary in KvikIO's docs).
+/// Parses a byte size as people type it: `4194304`, `4MiB`, `1.5GiB`, `16k`, `1GB`, `4 MiB`.
+///
+/// The rule (GNU coreutils' `dd`/`truncate`, and gdsio's and fio's single letters):
+/// - a plain integer is bytes (so KvikIO's environment variables keep their meaning);
+/// - `KiB MiB GiB TiB PiB` are binary (2^10, 2^20, ...);
+/// - `kB KB MB GB TB PB` are decimal (10^3, 10^6, ...): `1GB` is 1,000,000,000 bytes;
+/// - a single letter `k K m M g G t T p P` is binary: `16k` is 16,384 bytes, `1G` is 1 GiB;
+/// - `B` alone means bytes; letters are case-insensitive; a space may separate number and unit;
+/// - a fraction (`1.5GiB`, `0.5k`) must come to a whole number of bytes.
 pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    const HINT: &str = "expected a size such as 4194304, 4MiB, 1.5GiB, 16k or 1GB";
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, suffix) = t.split_at(split);
-    if digits.is_empty() {
-        return Err("expected a size in bytes such as 4194304, 4MiB or 16k".into());
+    let number_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, suffix) = t.split_at(number_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return Err(HINT.into());
     }
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
+    let unit: u128 = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "p" | "pib" => 1 << 50,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        "pb" => 1_000_000_000_000_000,
         other => {
             return Err(format!(
-                "unknown size suffix {other:?} (use k, MiB, G, ...)"
+                "unknown size unit {other:?}: use B, KiB/MiB/GiB/TiB (binary), \
+                 kB/MB/GB/TB (decimal) or k/M/G/T (binary)"
             ))
         }
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| "size does not fit in 64 bits".to_string())?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| "size does not fit in 64 bits".to_string())
+    const TOO_LARGE: &str = "size does not fit in 64 bits";
+    // Exact: (whole.fraction × unit) in integers, so 1.5GiB is 1610612736 and 0.1GiB an error.
+    let digits = format!("{whole}{fraction}");
+    if digits.len() > 30 {
+        return Err(TOO_LARGE.into());
+    }
+    let scaled: u128 = digits.parse::<u128>().map_err(|_| HINT.to_string())?;
+    let denominator = 10u128.pow(fraction.len() as u32);
+    let bytes = scaled.checked_mul(unit).ok_or(TOO_LARGE)?;
+    if bytes % denominator != 0 {
+        return Err(format!(
+            "{t} is not a whole number of bytes ({} and a fraction)",
+            bytes / denominator
+        ));
+    }
+    u64::try_from(bytes / denominator).map_err(|_| TOO_LARGE.into())
 }
 
 fn parse_bool(text: &str) -> std::result::Result<bool, String> {
@@ -827,6 +856,30 @@ mod tests {
         assert_eq!(parse_size("4MiB"), Ok(4 << 20));
         assert_eq!(parse_size("16k"), Ok(16 << 10));
         assert_eq!(parse_size(" 1G "), Ok(1 << 30));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("1GB"), Ok(1_000_000_000));
+        assert_eq!(parse_size("1.5 GB"), Ok(1_500_000_000));
+        assert_eq!(parse_size("4kB"), Ok(4000));
+        assert_eq!(parse_size("4KB"), Ok(4000));
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("4 mib"), Ok(4 << 20));
+        assert_eq!(parse_size("0.5k"), Ok(512));
+        assert_eq!(parse_size(".5k"), Ok(512));
+        assert_eq!(parse_size("7b"), Ok(7));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("16EiB").unwrap_err(), "unknown size unit \"eib\": use B, KiB/MiB/GiB/TiB (binary), kB/MB/GB/TB (decimal) or k/M/G/T (binary)");
+        assert!(parse_size("0.1GiB")
+            .unwrap_err()
+            .contains("not a whole number of bytes"));
+        assert!(parse_size("1.5").is_err());
+        assert!(parse_size("1..5k").is_err());
+        assert!(parse_size("1.2.3k").is_err());
+        assert!(parse_size(".").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("1e9").is_err());
+        assert!(parse_size("16PiB").is_ok());
+        assert!(parse_size("16384PiB").is_err());
         assert!(parse_size("-1").is_err());
         assert!(parse_size("4 parsecs").is_err());
         assert!(parse_size("99999999999999999999").is_err());
@@ -862,6 +915,24 @@ mod tests {
         fn size_suffixes_scale(n in 0u64..1024, unit in 0usize..4) {
             let (suffix, shift) = [("", 0), ("KiB", 10), ("MiB", 20), ("GiB", 30)][unit];
             prop_assert_eq!(parse_size(&format!("{n}{suffix}")), Ok(n << shift));
+        }
+
+        #[test]
+        fn decimal_suffixes_and_fractions_are_exact(n in 0u64..1_000_000, unit in 0usize..4) {
+            let (suffix, scale) = [("kB", 1_000u64), ("MB", 1_000_000), ("GB", 1_000_000_000), ("k", 1024)][unit];
+            prop_assert_eq!(parse_size(&format!("{n}{suffix}")), Ok(n * scale));
+            // n/1000 of the unit, written as a decimal fraction.
+            let text = format!("{}.{:03}{suffix}", n / 1000, n % 1000);
+            let exact = (n as u128 * scale as u128) % 1000 == 0;
+            prop_assert_eq!(parse_size(&text).is_ok(), exact);
+            if exact {
+                prop_assert_eq!(parse_size(&text), Ok((n as u128 * scale as u128 / 1000) as u64));
+            }
+        }
+
+        #[test]
+        fn parse_size_never_panics(text in "\\PC{0,24}") {
+            let _ = parse_size(&text);
         }
     }
 }

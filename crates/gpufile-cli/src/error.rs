@@ -1,0 +1,154 @@
+//! The CLI's one error: a type name, a message, and the errno and path where known, printed
+//! as `gpufile: error: MESSAGE` on stderr, or as docs/json.md's error object with `--json`.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+/// Why a command failed.
+#[derive(Debug)]
+pub(crate) struct CliError {
+    /// The kind, in kebab case: `os`, `unexpected-eof`, `invalid-argument`, `invalid-setting`,
+    /// `cuda-unavailable`, `cufile`, `usage`, ... (gpufile's error variants, named alike).
+    pub kind: String,
+    /// The sentence for people.
+    pub message: String,
+    /// The OS error number, where the kernel said no.
+    pub errno: Option<i32>,
+    /// The file concerned, where known.
+    pub path: Option<PathBuf>,
+    /// The exit status: 1, or 2 for usage errors.
+    pub status: i32,
+}
+
+impl CliError {
+    /// A bad argument (exit status 1: the command line parsed, the value did not make sense).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new("invalid-argument", message)
+    }
+
+    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+        CliError {
+            kind: kind.into(),
+            message: message.into(),
+            errno: None,
+            path: None,
+            status: 1,
+        }
+    }
+
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// docs/json.md's error object, in its envelope.
+    pub fn to_json(&self, command: Option<&str>) -> Value {
+        json!({
+            "schema_version": gpufile_diag::schema::SCHEMA_VERSION,
+            "command": command,
+            "error": {
+                "type": self.kind,
+                "message": self.message,
+                "errno": self.errno,
+                "path": self.path,
+            },
+        })
+    }
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// `UnexpectedEof` → `unexpected-eof`: the variant's name, from its `Debug` text, so a new
+/// variant is named without a change here.
+fn kebab_variant(debug: &str) -> String {
+    let name: String = debug
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('-');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+impl From<gpufile::Error> for CliError {
+    fn from(e: gpufile::Error) -> Self {
+        use gpufile::Error as E;
+        let path = match &e {
+            E::Os { path, .. }
+            | E::UnexpectedEof { path, .. }
+            | E::NotReadable { path, .. }
+            | E::NotWritable { path, .. } => Some(path.clone()),
+            _ => None,
+        };
+        CliError {
+            kind: kebab_variant(&format!("{e:?}")),
+            message: e.to_string(),
+            errno: e.errno(),
+            path,
+            status: 1,
+        }
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        CliError {
+            kind: "os".into(),
+            errno: e.raw_os_error(),
+            message: e.to_string(),
+            path: None,
+            status: 1,
+        }
+    }
+}
+
+impl From<String> for CliError {
+    fn from(message: String) -> Self {
+        CliError::invalid(message)
+    }
+}
+
+impl From<&str> for CliError {
+    fn from(message: &str) -> Self {
+        CliError::invalid(message)
+    }
+}
+
+impl From<serde_json::Error> for CliError {
+    fn from(e: serde_json::Error) -> Self {
+        CliError::new("internal", e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpufile_errors_keep_type_errno_and_path() {
+        let e = CliError::from(gpufile::Error::UnexpectedEof {
+            path: "/data/x".into(),
+            offset: 8,
+            len: 4,
+            file_size: 10,
+        });
+        assert_eq!(e.kind, "unexpected-eof");
+        assert_eq!(e.path.as_deref(), Some(std::path::Path::new("/data/x")));
+        let e = CliError::from(gpufile::Error::InvalidArgument("no".into()));
+        assert_eq!(e.kind, "invalid-argument");
+        let v = e.to_json(Some("read"));
+        assert_eq!(v["error"]["message"], "no");
+        assert!(v["error"]["errno"].is_null());
+        assert_eq!(v["command"], "read");
+    }
+}
