@@ -1276,7 +1276,7 @@ def make_file(path: str, size: int) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line, checked: sizes and lists parsed into ``*_bytes``/``*_list`` fields."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="gpu_bench.py", description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="4GiB", help="file size (default 4GiB)")
     ap.add_argument("--runs", type=int, default=3, help="timed runs per row (median)")
@@ -1324,9 +1324,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                           ("write_size_bytes", "--write-size"), ("sweep_bytes_n", "--sweep-bytes")):
             if getattr(args, name) == 0:
                 raise ValueError(f"{opt} must not be 0")
-        if args.size_bytes < max(args.random_size_list):
+        if "random" in args.groups and args.size_bytes < max(args.random_size_list):
             raise ValueError("--size is smaller than the largest --random-sizes")
-        if args.size_bytes < args.files_size_bytes:
+        if "files" in args.groups and args.size_bytes < args.files_size_bytes:
             raise ValueError("--size is smaller than --files-size")
         if any(s % PAGE for s in args.sweep_task_size_list):
             raise ValueError(f"--sweep-task-sizes must be multiples of {PAGE}")
