@@ -449,6 +449,7 @@ class Bench:
         self._ref = None
         self._dev = None
         self.kv_defaults = _kvikio_defaults()
+        self.gf_defaults = _gpufile_defaults()
 
     # availability: in a dry run, rows are listed even where they would be skipped
     @property
@@ -593,6 +594,21 @@ def _kvikio_defaults() -> dict:
     return out
 
 
+GPUFILE_SETTINGS = ("compat_mode", "num_threads", "task_size", "gds_threshold",
+                    "bounce_buffer_size", "auto_direct_io_read", "auto_direct_io_write")
+
+
+def _gpufile_defaults() -> dict:
+    """gpufile's settings as this process found them (each row starts from these)."""
+    out = {}
+    for name in GPUFILE_SETTINGS:
+        try:
+            out[name] = gpufile.defaults.get(name)
+        except KeyError:  # an older gpufile without this setting
+            pass
+    return out
+
+
 def gpufile_opts(threads: int | None, extra: dict | None = None) -> dict:
     """gpufile settings for a row at ``threads`` threads (POSIX path, as KvikIO's rows)."""
     opts: dict = {"compat_mode": "on"}
@@ -600,6 +616,11 @@ def gpufile_opts(threads: int | None, extra: dict | None = None) -> dict:
         opts["num_threads"] = threads
     opts.update(extra or {})
     return opts
+
+
+def gf_set(b: Bench, opts: dict) -> None:
+    """gpufile's settings for a row: the process's defaults with ``opts`` over them."""
+    gpufile.defaults.set({**b.gf_defaults, **opts})
 
 
 def kv_set(b: Bench, threads: int | None, extra: dict | None = None) -> None:
@@ -611,20 +632,21 @@ def kv_set(b: Bench, threads: int | None, extra: dict | None = None) -> None:
                              **(extra or {})})
 
 
-def gf_read(path: str, buf: Any, opts: dict, size: int | None = None) -> Callable[[], int]:
-    def run() -> int:
-        with gpufile.defaults.set(opts), gpufile.CuFile(path) as f:
-            return f.read(buf, size)
-    return run
+# Settings are applied in a row's setup, not in its timed run: KvikIO rebuilds its thread pool
+# on every num_threads change, which is not the cost of a read.
+def gf_setup(b: Bench, opts: dict, then: Callable[[], Any] = lambda: None) -> Callable[[], None]:
+    return lambda: (gf_set(b, opts), then()) and None
 
 
-def kv_read(b: Bench, path: str, buf: Any, threads: int | None,
-            size: int | None = None) -> Callable[[], int]:
-    def run() -> int:
-        kv_set(b, threads)
-        with kvikio.CuFile(path, "r") as f:
-            return f.read(buf, size)
-    return run
+def kv_setup(b: Bench, threads: int | None,
+             then: Callable[[], Any] = lambda: None) -> Callable[[], None]:
+    return lambda: (kv_set(b, threads), then()) and None
+
+
+def read_file(mod: Any, path: str, buf: Any, size: int | None = None) -> int:
+    """One ``mod.CuFile(path, "r").read(buf, size)`` (gpufile or kvikio), opened and closed."""
+    with mod.CuFile(path, "r") as f:
+        return f.read(buf, size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -661,26 +683,32 @@ def g_ceilings(b: Bench) -> None:
         holder["pinned"] = cp.cuda.alloc_pinned_memory(b.size)
         holder["host"] = np.frombuffer(holder["pinned"], dtype=np.uint8, count=b.size)
     for t in b.args.thread_list:
-        b.measure(f"page cache -> pinned host, gpufile {t} thr", "ceiling", lambda: None,
-                  lambda: gf_read(b.path, holder["host"], gpufile_opts(t))(), lambda: True)
+        b.measure(f"page cache -> pinned host, gpufile {t} thr", "ceiling",
+                  gf_setup(b, gpufile_opts(t)),
+                  lambda: read_file(gpufile, b.path, holder["host"]), lambda: True)
     holder.clear()
+
+
+def _dev_clear_ok(b: Bench) -> tuple[Callable[[], None], Callable[[], bool]]:
+    return (lambda: b.dev.fill(0)), (lambda: bool(cp.array_equal(b.dev, b.ref)))
 
 
 def g_hot(b: Bench) -> None:
     if not b.need_gpu():
         return
     b.warm()
-    clear, ok = (lambda: b.dev.fill(0)), (lambda: bool(cp.array_equal(b.dev, b.ref)))
+    clear, ok = _dev_clear_ok(b)
     for t in b.args.thread_list:
-        b.measure(f"gpufile {t} thr", "read gpu hot", clear,
-                  lambda: gf_read(b.path, b.dev, gpufile_opts(t))(), ok)
+        b.measure(f"gpufile {t} thr", "read gpu hot", gf_setup(b, gpufile_opts(t), clear),
+                  lambda: read_file(gpufile, b.path, b.dev), ok)
         if b.kv:
-            b.measure(f"kvikio {t} thr", "read gpu hot", clear,
-                      lambda: kv_read(b, b.path, b.dev, t)(), ok)
-    b.measure("gpufile defaults", "read gpu hot", clear, lambda: gf_read(b.path, b.dev, {})(), ok)
+            b.measure(f"kvikio {t} thr", "read gpu hot", kv_setup(b, t, clear),
+                      lambda: read_file(kvikio, b.path, b.dev), ok)
+    b.measure("gpufile defaults", "read gpu hot", gf_setup(b, {}, clear),
+              lambda: read_file(gpufile, b.path, b.dev), ok)
     if b.kv:
-        b.measure("kvikio defaults", "read gpu hot", clear,
-                  lambda: kv_read(b, b.path, b.dev, None)(), ok)
+        b.measure("kvikio defaults", "read gpu hot", kv_setup(b, None, clear),
+                  lambda: read_file(kvikio, b.path, b.dev), ok)
     b.measure("naive np.fromfile + cp.asarray", "read gpu hot", clear,
               lambda: b.dev.set(np.fromfile(b.path, dtype=np.uint8)), ok)
 
@@ -689,19 +717,19 @@ def g_experiments(b: Bench) -> None:
     if not b.need_gpu():
         return
     b.warm()
-    clear, ok = (lambda: b.dev.fill(0)), (lambda: bool(cp.array_equal(b.dev, b.ref)))
+    clear, ok = _dev_clear_ok(b)
     for t in (1, 16):
         for ts in (16 << 20, 64 << 20):
-            b.measure(f"gpufile {t} thr task {ts >> 20}MiB", "exp gpu hot", clear,
-                      lambda: gf_read(b.path, b.dev, gpufile_opts(t, {"task_size": ts}))(), ok)
+            b.measure(f"gpufile {t} thr task {ts >> 20}MiB", "exp gpu hot",
+                      gf_setup(b, gpufile_opts(t, {"task_size": ts}), clear),
+                      lambda: read_file(gpufile, b.path, b.dev), ok)
     os.environ["GPUFILE_EXPERIMENTAL_MMAP_READ"] = "1"
     try:
         for t in (1, 4):
             for ts in (4 << 20, 64 << 20):
                 b.measure(f"gpufile mmap+register {t} thr task {ts >> 20}MiB", "exp gpu hot",
-                          clear,
-                          lambda: gf_read(b.path, b.dev, gpufile_opts(t, {"task_size": ts}))(),
-                          ok)
+                          gf_setup(b, gpufile_opts(t, {"task_size": ts}), clear),
+                          lambda: read_file(gpufile, b.path, b.dev), ok)
     finally:
         del os.environ["GPUFILE_EXPERIMENTAL_MMAP_READ"]
 
@@ -711,7 +739,7 @@ def g_off(b: Bench) -> None:
     if not b.need_gpu():
         return
     b.warm()
-    clear, ok = (lambda: b.dev.fill(0)), (lambda: bool(cp.array_equal(b.dev, b.ref)))
+    clear, ok = _dev_clear_ok(b)
     made = None
     if not b.dry:
         # cuFile looks the file system up in the udev database; containers often lack it
@@ -723,17 +751,16 @@ def g_off(b: Bench) -> None:
                 f.write("E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n")
             made = entry
     try:
-        b.measure("gpufile compat_mode OFF", "read gpu hot", clear,
-                  lambda: gf_read(b.path, b.dev, {"compat_mode": "off"})(), ok)
+        b.measure("gpufile compat_mode OFF", "read gpu hot",
+                  gf_setup(b, {"compat_mode": "off"}, clear),
+                  lambda: read_file(gpufile, b.path, b.dev), ok)
         if b.kv:
-            def kv_off() -> int:
+            def kv_off() -> None:
                 kvikio.defaults.set({"num_threads": 1, "compat_mode": kvikio.CompatMode.OFF})
-                with kvikio.CuFile(b.path, "r") as f:
-                    return f.read(b.dev)
-            b.measure("kvikio compat_mode OFF", "read gpu hot", clear, kv_off, ok)
+                clear()
+            b.measure("kvikio compat_mode OFF", "read gpu hot", kv_off,
+                      lambda: read_file(kvikio, b.path, b.dev), ok)
     finally:
-        if kvikio is not None:
-            kv_set(b, None)
         if made:
             os.remove(made)
 
@@ -751,13 +778,13 @@ def g_host(b: Bench) -> None:
         return arrays_equal(holder["host"], b.host_ref)
 
     for t in b.args.thread_list:
-        b.measure(f"gpufile {t} thr", "read host hot", clear,
-                  lambda: gf_read(b.path, holder["host"], gpufile_opts(t))(), ok)
+        b.measure(f"gpufile {t} thr", "read host hot", gf_setup(b, gpufile_opts(t), clear),
+                  lambda: read_file(gpufile, b.path, holder["host"]), ok)
         if b.kv:
-            b.measure(f"kvikio {t} thr", "read host hot", clear,
-                      lambda: kv_read(b, b.path, holder["host"], t)(), ok)
-    b.measure("gpufile defaults", "read host hot", clear,
-              lambda: gf_read(b.path, holder["host"], {})(), ok)
+            b.measure(f"kvikio {t} thr", "read host hot", kv_setup(b, t, clear),
+                      lambda: read_file(kvikio, b.path, holder["host"]), ok)
+    b.measure("gpufile defaults", "read host hot", gf_setup(b, {}, clear),
+              lambda: read_file(gpufile, b.path, holder["host"]), ok)
     b.measure("naive np.fromfile", "read host hot", clear,
               lambda: holder["host"].__setitem__(slice(None), np.fromfile(b.path, np.uint8)), ok)
     holder.clear()
@@ -769,12 +796,12 @@ def g_cpu(b: Bench) -> None:
         return
     b.warm()
     t = b.args.cpu_threads
-    clear, ok = (lambda: b.dev.fill(0)), (lambda: bool(cp.array_equal(b.dev, b.ref)))
-    b.measure(f"gpufile {t} thr", "cpu gpu hot", clear,
-              lambda: gf_read(b.path, b.dev, gpufile_opts(t))(), ok, unit="CPU s/GB")
+    clear, ok = _dev_clear_ok(b)
+    b.measure(f"gpufile {t} thr", "cpu gpu hot", gf_setup(b, gpufile_opts(t), clear),
+              lambda: read_file(gpufile, b.path, b.dev), ok, unit="CPU s/GB")
     if b.kv:
-        b.measure(f"kvikio {t} thr", "cpu gpu hot", clear,
-                  lambda: kv_read(b, b.path, b.dev, t)(), ok, unit="CPU s/GB")
+        b.measure(f"kvikio {t} thr", "cpu gpu hot", kv_setup(b, t, clear),
+                  lambda: read_file(kvikio, b.path, b.dev), ok, unit="CPU s/GB")
 
 
 def make_file_set(b: Bench) -> tuple[list[str], list[int]]:
@@ -815,60 +842,46 @@ def g_files(b: Bench) -> None:
     def ok() -> bool:
         return bool(cp.array_equal(st["dst"], st["expect"]))
 
-    def gf_loop(opts: dict) -> Callable[[], int]:
+    def loop(mod: Any) -> Callable[[], int]:
         def run() -> int:
-            n = 0
-            with gpufile.defaults.set(opts):
-                for p, v in zip(paths, st["views"]):
-                    with gpufile.CuFile(p) as f:
-                        n += f.read(v)
-            return n
-        return run
-
-    def kv_loop(threads: int | None) -> Callable[[], int]:
-        def run() -> int:
-            kv_set(b, threads)
             n = 0
             for p, v in zip(paths, st["views"]):
-                with kvikio.CuFile(p, "r") as f:
+                with mod.CuFile(p, "r") as f:
                     n += f.read(v)
             return n
         return run
 
     label = f"{count} x {_human(each)}"
     t = b.args.cpu_threads
-    b.measure(f"gpufile loop, defaults ({label})", "files gpu hot", clear, gf_loop({}), ok,
-              nbytes=total)
-    b.measure(f"gpufile loop, {t} thr ({label})", "files gpu hot", clear,
-              gf_loop(gpufile_opts(t)), ok, nbytes=total)
+    b.measure(f"gpufile loop, defaults ({label})", "files gpu hot", gf_setup(b, {}, clear),
+              loop(gpufile), ok, nbytes=total)
+    b.measure(f"gpufile loop, {t} thr ({label})", "files gpu hot",
+              gf_setup(b, gpufile_opts(t), clear), loop(gpufile), ok, nbytes=total)
     if b.kv:
-        b.measure(f"kvikio loop, defaults ({label})", "files gpu hot", clear, kv_loop(None), ok,
-                  nbytes=total)
-        b.measure(f"kvikio loop, {t} thr ({label})", "files gpu hot", clear, kv_loop(t), ok,
-                  nbytes=total)
-        if kvikio is not None:
-            kv_set(b, None)
-    if not hasattr(gpufile, "read_batch") and not b.dry:
-        b.note("gpufile.read_batch rows skipped: this gpufile has no read_batch")
-        return
-    if b.dry and not hasattr(gpufile, "read_batch"):
-        b.note("gpufile.read_batch rows would be skipped: this gpufile has no read_batch")
+        b.measure(f"kvikio loop, defaults ({label})", "files gpu hot", kv_setup(b, None, clear),
+                  loop(kvikio), ok, nbytes=total)
+        b.measure(f"kvikio loop, {t} thr ({label})", "files gpu hot", kv_setup(b, t, clear),
+                  loop(kvikio), ok, nbytes=total)
+    if not hasattr(gpufile, "read_batch"):
+        b.note(f"gpufile.read_batch rows {'would be ' if b.dry else ''}skipped: this gpufile "
+               f"has no read_batch")
+        if not b.dry:
+            return
 
-    def batch_paths() -> Any:
-        fut = gpufile.read_batch([(p, v, each, 0) for p, v in zip(paths, st["views"])])
-        return fut.get()
+    def batch(sources: Callable[[], list]) -> Callable[[], Any]:
+        def run() -> Any:
+            return gpufile.read_batch([(f, v, each, 0)
+                                       for f, v in zip(sources(), st["views"])]).get()
+        return run
 
-    def batch_open() -> Any:
-        fut = gpufile.read_batch([(f, v, each, 0) for f, v in zip(st["files"], st["views"])])
-        return fut.get()
-
-    b.measure(f"gpufile read_batch, paths ({label})", "files gpu hot", clear, batch_paths, ok,
-              nbytes=total)
+    b.measure(f"gpufile read_batch, paths ({label})", "files gpu hot", gf_setup(b, {}, clear),
+              batch(lambda: paths), ok, nbytes=total)
     if not b.dry:
         st["files"] = [gpufile.CuFile(p) for p in paths]
     try:
         b.measure(f"gpufile read_batch, open CuFiles ({label}; opened untimed)",
-                  "files gpu hot", clear, batch_open, ok, nbytes=total)
+                  "files gpu hot", gf_setup(b, {}, clear), batch(lambda: st["files"]), ok,
+                  nbytes=total)
     finally:
         for f in st.get("files", []):
             f.close()
@@ -896,26 +909,20 @@ def g_random(b: Bench) -> None:
         def ok() -> bool:
             return bool(cp.array_equal(st["slots"][:len(st["expect"])], st["expect"]))
 
-        def gf_run() -> None:
-            with gpufile.defaults.set(gpufile_opts(threads)), gpufile.CuFile(b.path) as f:
-                pipelined_reads(f.pread, st["views"], offsets, size)
-            return None
-
-        def kv_run() -> None:
-            kv_set(b, threads)
-            with kvikio.CuFile(b.path, "r") as f:
-                pipelined_reads(f.pread, st["views"], offsets, size)
-            return None
+        def reads(mod: Any) -> Callable[[], None]:
+            def run() -> None:
+                with mod.CuFile(b.path, "r") as f:
+                    pipelined_reads(f.pread, st["views"], offsets, size)
+            return run
 
         label = f"{_human(size)}, {threads} thr, {depth} in flight"
-        b.measure(f"gpufile random {label}", "random gpu hot", clear, gf_run, ok,
+        b.measure(f"gpufile random {label}", "random gpu hot",
+                  gf_setup(b, gpufile_opts(threads), clear), reads(gpufile), ok,
                   nbytes=count * size, unit="IOPS", ops=count)
         if b.kv:
-            b.measure(f"kvikio random {label}", "random gpu hot", clear, kv_run, ok,
-                      nbytes=count * size, unit="IOPS", ops=count)
+            b.measure(f"kvikio random {label}", "random gpu hot", kv_setup(b, threads, clear),
+                      reads(kvikio), ok, nbytes=count * size, unit="IOPS", ops=count)
         st.clear()
-    if kvikio is not None:
-        kv_set(b, None)
 
 
 def g_first(b: Bench) -> None:
@@ -1029,18 +1036,9 @@ def g_writes(b: Bench) -> None:
         back = np.fromfile(out, dtype=np.uint8)
         return back.size == n and arrays_equal(back, b.host_ref[:n])
 
-    def gf_write(opts: dict) -> Callable[[], int]:
+    def write(mod: Any) -> Callable[[], int]:
         def run() -> int:
-            with gpufile.defaults.set(opts), gpufile.CuFile(out, "w") as f:
-                w = f.write(b.dev, n)
-            fsync(out)
-            return w
-        return run
-
-    def kv_write(threads: int | None) -> Callable[[], int]:
-        def run() -> int:
-            kv_set(b, threads)
-            with kvikio.CuFile(out, "w") as f:
+            with mod.CuFile(out, "w") as f:
                 w = f.write(b.dev, n)
             fsync(out)
             return w
@@ -1049,18 +1047,19 @@ def g_writes(b: Bench) -> None:
     tag = f"{_human(n)} + fsync"
     ts = b.args.thread_list
     for t in sorted({ts[0], ts[-1]}):
-        b.measure(f"gpufile {t} thr, {tag}", "write gpu", os.sync, gf_write(gpufile_opts(t)),
-                  written_ok, nbytes=n, warmup=False)
+        b.measure(f"gpufile {t} thr, {tag}", "write gpu", gf_setup(b, gpufile_opts(t), os.sync),
+                  write(gpufile), written_ok, nbytes=n, warmup=False)
         if b.kv:
-            b.measure(f"kvikio {t} thr, {tag}", "write gpu", os.sync, kv_write(t), written_ok,
-                      nbytes=n, warmup=False)
-    b.measure(f"gpufile defaults, {tag}", "write gpu", os.sync, gf_write({}), written_ok,
+            b.measure(f"kvikio {t} thr, {tag}", "write gpu", kv_setup(b, t, os.sync),
+                      write(kvikio), written_ok, nbytes=n, warmup=False)
+    b.measure(f"gpufile defaults, {tag}", "write gpu", gf_setup(b, {}, os.sync), write(gpufile),
+              written_ok, nbytes=n, warmup=False)
+    b.measure(f"gpufile defaults, buffered writes, {tag}", "write gpu",
+              gf_setup(b, {"auto_direct_io_write": False}, os.sync), write(gpufile), written_ok,
               nbytes=n, warmup=False)
-    b.measure(f"gpufile defaults, buffered writes, {tag}", "write gpu", os.sync,
-              gf_write({"auto_direct_io_write": False}), written_ok, nbytes=n, warmup=False)
     if b.kv:
-        b.measure(f"kvikio defaults, {tag}", "write gpu", os.sync, kv_write(None), written_ok,
-                  nbytes=n, warmup=False)
+        b.measure(f"kvikio defaults, {tag}", "write gpu", kv_setup(b, None, os.sync),
+                  write(kvikio), written_ok, nbytes=n, warmup=False)
     if not b.dry and os.path.exists(out):
         os.remove(out)
 
@@ -1092,19 +1091,18 @@ def g_cold(b: Bench) -> None:
                     16 << 20, b.size)
     if not b.need_gpu():
         return
-    clear, ok = (lambda: b.dev.fill(0)), (lambda: bool(cp.array_equal(b.dev, b.ref)))
-    b.measure("gpufile defaults", "read cold", clear, lambda: gf_read(path, b.dev, {})(), ok,
-              cold=True)
-    b.measure("gpufile defaults, O_DIRECT reads", "read cold", clear,
-              lambda: gf_read(path, b.dev, {"auto_direct_io_read": True})(), ok, cold=True)
+    clear, ok = _dev_clear_ok(b)
+    b.measure("gpufile defaults", "read cold", gf_setup(b, {}, clear),
+              lambda: read_file(gpufile, path, b.dev), ok, cold=True)
+    b.measure("gpufile defaults, O_DIRECT reads", "read cold",
+              gf_setup(b, {"auto_direct_io_read": True}, clear),
+              lambda: read_file(gpufile, path, b.dev), ok, cold=True)
     if b.kv:
-        b.measure("kvikio defaults", "read cold", clear, lambda: kv_read(b, path, b.dev, None)(),
-                  ok, cold=True)
+        b.measure("kvikio defaults", "read cold", kv_setup(b, None, clear),
+                  lambda: read_file(kvikio, path, b.dev), ok, cold=True)
         t = b.args.cpu_threads
-        b.measure(f"kvikio {t} thr", "read cold", clear, lambda: kv_read(b, path, b.dev, t)(),
-                  ok, cold=True)
-        if kvikio is not None:
-            kv_set(b, None)
+        b.measure(f"kvikio {t} thr", "read cold", kv_setup(b, t, clear),
+                  lambda: read_file(kvikio, path, b.dev), ok, cold=True)
 
 
 def g_cold_sweep(b: Bench) -> None:
@@ -1126,14 +1124,12 @@ def g_cold_sweep(b: Bench) -> None:
             for ts in a.sweep_task_size_list:
                 opts = gpufile_opts(t, {"task_size": ts, "auto_direct_io_read": direct})
                 b.measure(f"gpufile {how} {t} thr task {ts >> 20}MiB, {tag}", "cold sweep",
-                          clear, lambda: gf_read(path, b.dev, opts, n)(), ok, nbytes=n,
-                          cold=True)
+                          gf_setup(b, opts, clear), lambda: read_file(gpufile, path, b.dev, n),
+                          ok, nbytes=n, cold=True)
     if b.kv:
         for t in a.sweep_thread_list:
-            b.measure(f"kvikio {t} thr, {tag}", "cold sweep", clear,
-                      lambda: kv_read(b, path, b.dev, t, n)(), ok, nbytes=n, cold=True)
-        if kvikio is not None:
-            kv_set(b, None)
+            b.measure(f"kvikio {t} thr, {tag}", "cold sweep", kv_setup(b, t, clear),
+                      lambda: read_file(kvikio, path, b.dev, n), ok, nbytes=n, cold=True)
 
 
 GROUP_FUNCS: dict[str, Callable[[Bench], None]] = {
@@ -1363,7 +1359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         b.group = g
         print(f"[{g}]", flush=True)
         t = time.perf_counter()
-        GROUP_FUNCS[g](b)
+        try:
+            GROUP_FUNCS[g](b)
+        finally:  # every group starts from each library's defaults
+            if not b.dry:
+                gf_set(b, {})
+                if kvikio is not None:
+                    kv_set(b, None)
         elapsed[g] = time.perf_counter() - t
         if not b.dry:
             print(f"  ({g}: {elapsed[g]:.0f} s)", flush=True)
