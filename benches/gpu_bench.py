@@ -31,7 +31,9 @@ Every timed read is verified against the file's bytes (a reference copy on the G
 memory for host rows), every write by reading the file back; random reads are verified on a
 sample (the last read that landed in each in-flight slot); the plain-POSIX references and dd only
 count bytes. Each row is the median of --runs runs (after one untimed run for hot rows, so the
-numbers are steady state: first-touch costs are reported apart by the "first" group). Cold runs
+numbers are steady state: first-touch costs are reported apart by the "first" group); each
+library's settings are applied before a run, untimed (KvikIO rebuilds its thread pool whenever
+num_threads is set), and each row's CPU seconds are recorded (getrusage). Cold runs
 drop the page cache first: all of it as root (/proc/sys/vm/drop_caches), else the file's pages
 (gpufile.drop_file_page_cache); each cold row records how much of the file was still cached.
 
@@ -63,22 +65,30 @@ import numpy as np
 
 import gpufile
 
-try:
-    import cupy as cp
-except Exception as e:  # GPU rows are skipped, each with this note
+# The "first" group's children import only the library they time (a gpufile child has no
+# KvikIO loaded, as in a `gpufile read` process): the parent names them in this variable.
+_IMPORTS = os.environ.get("GPU_BENCH_IMPORTS")
+CUPY_ERROR: str | None = None
+KVIKIO_ERROR: str | None = None
+if _IMPORTS is None or "cupy" in _IMPORTS.split(","):
+    try:
+        import cupy as cp
+    except Exception as e:  # GPU rows are skipped, each with this note
+        cp = None
+        CUPY_ERROR = f"{type(e).__name__}: {e}"
+else:
     cp = None
-    CUPY_ERROR: str | None = f"{type(e).__name__}: {e}"
+    CUPY_ERROR = "not imported in this child"
+if _IMPORTS is None or "kvikio" in _IMPORTS.split(","):
+    try:
+        import kvikio
+        import kvikio.defaults
+    except Exception as e:  # the table then shows gpufile, naive and the references only
+        kvikio = None
+        KVIKIO_ERROR = f"{type(e).__name__}: {e}"
 else:
-    CUPY_ERROR = None
-
-try:
-    import kvikio
-    import kvikio.defaults
-except Exception as e:  # the table then shows gpufile, naive and the references only
     kvikio = None
-    KVIKIO_ERROR: str | None = f"{type(e).__name__}: {e}"
-else:
-    KVIKIO_ERROR = None
+    KVIKIO_ERROR = "not imported in this child"
 
 GROUPS = ("ceilings", "hot", "experiments", "off", "host", "cpu", "files", "random", "first",
           "writes", "cold", "cold-sweep")
@@ -946,8 +956,10 @@ def g_first(b: Bench) -> None:
                 continue
             cmd = [sys.executable, os.path.abspath(__file__), "--first-child", f"{lib}:{mem}",
                    "--file", b.path, "--size", str(b.size), "--runs", str(b.args.runs)]
+            env = dict(os.environ, GPU_BENCH_IMPORTS=",".join(
+                {lib, mem} & {"cupy", "kvikio"}))
             try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
                 res = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
             except (subprocess.TimeoutExpired, ValueError, IndexError) as e:
                 res, p = None, e
@@ -970,7 +982,9 @@ def g_first(b: Bench) -> None:
 def first_child(args: argparse.Namespace) -> None:
     """The "first" group's child: one fresh process, one library, one kind of memory."""
     lib, mem = args.first_child.split(":")
-    mod = gpufile if lib == "gpufile" else __import__("kvikio")
+    mod = gpufile if lib == "gpufile" else kvikio
+    if mod is None:
+        raise SystemExit(f"kvikio: {KVIKIO_ERROR}")
     size, path = args.size_bytes, args.file
     if mem == "cupy":
         import cupy
@@ -1249,7 +1263,9 @@ def print_tables(b: Bench) -> list[tuple[str, str, str, str, str]]:
         print("\nnotes:")
         for n in b.notes:
             print(f"  {n}")
-    lines = summary(b.rows, b.args)
+    # lines of groups that did not run are left out (a dry run shows them all)
+    lines = [line for line in summary(b.rows, b.args)
+             if b.dry or any(c.isdigit() for c in line[1] + line[2])]
     print(f"\nissue 14 table (GB/s unless noted; medians of {b.args.runs} runs, data verified):")
     print("| workload | gpufile | KvikIO | gpufile / KvikIO | limit |")
     print("| --- | --- | --- | --- | --- |")

@@ -5,7 +5,6 @@ the measurement loop and the dry run. Real files and gpufile's host path; no CuP
 import errno
 import importlib.util
 import json
-import os
 import pathlib
 
 import numpy as np
