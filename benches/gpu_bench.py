@@ -431,11 +431,12 @@ def _sync() -> None:
         cp.cuda.runtime.deviceSynchronize()
 
 
-def _human(n: int) -> str:
+def _human(n: int, sep: str = " ") -> str:
+    """``4 MiB`` (or ``4MiB`` with ``sep=""``); bytes where no binary unit divides ``n``."""
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
+            return f"{n >> shift}{sep}{unit}"
+    return f"{n}{sep}B"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1126,7 +1127,7 @@ def g_cold_sweep(b: Bench) -> None:
     tag = _human(n)
     for t in a.sweep_thread_list:
         for blk in a.sweep_task_size_list:
-            posix_reference(b, f"posix O_DIRECT preadv {t} thr {blk >> 20}MiB, {tag} (no GPU)",
+            posix_reference(b, f"posix O_DIRECT preadv {t} thr {_human(blk, '')}, {tag} (no GPU)",
                             "cold sweep", t, blk, n)
     if not b.need_gpu():
         return
@@ -1137,7 +1138,7 @@ def g_cold_sweep(b: Bench) -> None:
         for t in a.sweep_thread_list:
             for ts in a.sweep_task_size_list:
                 opts = gpufile_opts(t, {"task_size": ts, "auto_direct_io_read": direct})
-                b.measure(f"gpufile {how} {t} thr task {ts >> 20}MiB, {tag}", "cold sweep",
+                b.measure(f"gpufile {how} {t} thr task {_human(ts, '')}, {tag}", "cold sweep",
                           gf_setup(b, opts, clear), lambda: read_file(gpufile, path, b.dev, n),
                           ok, nbytes=n, cold=True)
     if b.kv:
