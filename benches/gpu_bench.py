@@ -607,7 +607,8 @@ def _kvikio_defaults() -> dict:
 
 
 GPUFILE_SETTINGS = ("compat_mode", "num_threads", "task_size", "gds_threshold",
-                    "bounce_buffer_size", "auto_direct_io_read", "auto_direct_io_write")
+                    "bounce_buffer_size", "auto_direct_io_read", "auto_direct_io_write",
+                    "direct_io_uncached")
 
 
 def _gpufile_defaults() -> dict:
@@ -1112,6 +1113,17 @@ def g_cold(b: Bench) -> None:
               lambda: read_file(gpufile, path, b.dev), ok, cold=True)
     b.measure("gpufile defaults, O_DIRECT reads", "read cold",
               gf_setup(b, {"auto_direct_io_read": True}, clear),
+              lambda: read_file(gpufile, path, b.dev), ok, cold=True)
+    if "direct_io_uncached" in b.gf_defaults:
+        # O_DIRECT only where mincore says no page is cached: cold like O_DIRECT, hot unchanged.
+        b.measure("gpufile direct_io_uncached", "read cold",
+                  gf_setup(b, {"direct_io_uncached": True}, clear),
+                  lambda: read_file(gpufile, path, b.dev), ok, cold=True)
+        b.measure("gpufile direct_io_uncached (hot)", "read gpu hot",
+                  gf_setup(b, {"direct_io_uncached": True}, clear),
+                  lambda: read_file(gpufile, path, b.dev), ok)
+    b.measure("gpufile 1 thr (one sequential stream)", "read cold",
+              gf_setup(b, {"num_threads": 1}, clear),
               lambda: read_file(gpufile, path, b.dev), ok, cold=True)
     if b.kv:
         b.measure("kvikio defaults", "read cold", kv_setup(b, None, clear),

@@ -3,7 +3,11 @@
 # scripts/build_for_device.sh here; carry target/wheels, target/gpu-tests and .whl):
 # install, GPU tests (pytest and Rust), then the benchmark; a short table last; JSON under $OUT.
 #   bash scripts/device_round.sh [--quick] [--sanitize] [--only-bench] [--before WHEEL_DIR]
-#                                [--conformance DIR] [extra benchmark options]
+#                                [--conformance DIR] [--extra WHEEL_DIR] [--safetensors]
+#                                [extra benchmark options]
+# --extra DIR: third-party wheels for the optional tests (zarr, dask, moto, safetensors, ...),
+#   installed into their own folder behind gpufile's. --safetensors: also run
+#   benches/safetensors_bench.py (gpufile vs safetensors, fastsafetensors, InstantTensor).
 # --before DIR: also benchmark the wheel in DIR (an earlier gpufile), same file, same run, after
 #   the current one, for a before/after table. --conformance DIR: run KvikIO's own test suite
 #   (a copy of the shared conformance folder) against the installed gpufile.
@@ -12,7 +16,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpufile-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-quick=0 sanitize=0 before="" conformance="" only_bench=0
+quick=0 sanitize=0 before="" conformance="" only_bench=0 extra="" safetensors=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
@@ -20,6 +24,8 @@ while [ $# -gt 0 ]; do
     --only-bench) only_bench=1; shift ;;
     --before) before=$2; shift 2 ;;
     --conformance) conformance=$2; shift 2 ;;
+    --extra) extra=$2; shift 2 ;;
+    --safetensors) safetensors=1; shift ;;
     *) break ;;
   esac
 done
@@ -27,6 +33,11 @@ done
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   target/wheels/gpufile-*.whl .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
+if [ -n "$extra" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/extra "$extra"/*.whl \
+    || exit 1
+  export PYTHONPATH=/tmp/site:/tmp/extra
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import gpufile, kvikio; print("gpufile", gpufile.__version__, "kvikio", kvikio.__version__)'
 
@@ -45,13 +56,22 @@ bench() {  # bench NAME SITE [args]: one benchmark run with the gpufile installe
     PYTHONPATH=$site python3 benches/gpu_bench.py --json "$out/bench-$name.json" "$@"
   fi
 }
+conformance_run() {
+  [ -n "$conformance" ] || return 0
+  echo "== KvikIO's own test suite under import gpufile as kvikio"
+  OUT=$out/conformance VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-240} PYTHONPATH=$conformance/shim:$PYTHONPATH \
+    bash "$conformance/run_kvikio_suite.sh" | tail -45
+}
+safetensors_run() {
+  [ $safetensors = 1 ] || return 0
+  echo "== model checkpoint loading (benches/safetensors_bench.py)"
+  OUT=$out python3 benches/safetensors_bench.py 2>&1 | tail -30
+}
 if [ $only_bench = 1 ]; then
-  bench now /tmp/site "$@"
+  bench now "$PYTHONPATH" "$@"
   [ -n "$before" ] && bench before /tmp/site-before "$@"
-  if [ -n "$conformance" ]; then
-    echo "== KvikIO's own test suite under import gpufile as kvikio"
-    OUT=$out/conformance PYTHONPATH=$conformance/shim:/tmp/site bash "$conformance/run_kvikio_suite.sh" | tail -45
-  fi
+  safetensors_run
+  conformance_run
   exit $status
 fi
 echo "== Rust GPU tests"
@@ -68,8 +88,10 @@ grep -E "PASSED|FAILED|ERROR|SKIPPED" "$out/pytest.log" | grep -v PASSED | head 
 grep -B2 -A12 "Fatal Python error" "$out/pytest.log" | head -40
 tail -3 "$out/pytest.log"
 
-bench now /tmp/site "$@"
+bench now "$PYTHONPATH" "$@"
 [ -n "$before" ] && bench before /tmp/site-before "$@"
+conformance_run
+safetensors_run
 echo "== gpufile check"
 python3 -m gpufile check /tmp/gpufile-bench.bin 2>&1 || status=1
 echo "== gpufile read (CLI, the README's main job)"
