@@ -276,6 +276,10 @@ impl Engine {
     /// before any is waited for, so the workers go from one file to the next with no gap; the
     /// future ends when all have, with the total bytes (or the first error).
     ///
+    /// A request refused at submission (past the end of its file, ...) refuses the batch: the
+    /// requests already started are cancelled and waited for before the error returns, so no
+    /// worker uses a buffer once the caller has the error.
+    ///
     /// # Safety
     /// As for [`Engine::submit`], for every request's buffer.
     pub unsafe fn submit_batch(
@@ -286,7 +290,15 @@ impl Engine {
         let mut futures = Vec::with_capacity(batch.len());
         for (file, req) in batch {
             // SAFETY: the caller's contract, per request.
-            futures.push(unsafe { self.submit(file, *req, settings) }?);
+            match unsafe { self.submit(file, *req, settings) } {
+                Ok(f) => futures.push(f),
+                Err(e) => {
+                    let started = IoFuture::all(futures);
+                    started.cancel();
+                    let _ended = started.wait();
+                    return Err(e);
+                }
+            }
         }
         Ok(IoFuture::all(futures))
     }
@@ -504,5 +516,31 @@ mod range_tests {
             let e = within_allocation(addr, len, base, size).unwrap_err();
             assert!(e.to_string().contains("run past the end"), "{e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_request_waits_for_the_batch_already_started() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        let len = 32 << 20;
+        std::io::Write::write_all(&mut file, &vec![7u8; len]).unwrap();
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        let (mut big, mut small) = (vec![0u8; len], vec![0u8; 16]);
+        let batch = [
+            (h.clone(), Request::read(Buffer::host(&mut big), 0)),
+            // Past the end of the file: refused at submission.
+            (h, Request::read(Buffer::host(&mut small), len as u64)),
+        ];
+        let settings = engine.settings();
+        // SAFETY: both buffers outlive the call; on error no request may still run.
+        let refused = unsafe { engine.submit_batch(&batch, &settings) };
+        assert!(matches!(refused, Err(Error::UnexpectedEof { .. })));
+        // The first request ended (or was cancelled) before the error came back.
+        assert_eq!(engine.in_flight(), 0);
     }
 }
