@@ -116,7 +116,7 @@ def test_the_documented_schema_is_complete():
     used = {m for types in SCHEMA.values() for t in types.values()
             for m in re.findall(r"\{([a-z-]+)\}", t)}
     assert used <= set(SCHEMA), used - set(SCHEMA)
-    commands = {"config", "read", "check", "explain", "bench", "error-output"}
+    commands = {"config", "read", "check", "explain", "bench", "load", "error-output"}
     assert set(SCHEMA) - used <= commands | {"outcome"}, set(SCHEMA) - used - commands
 
 

@@ -1,4 +1,4 @@
-//! The `gpufile` command line: `config`, `read`, `check`, `explain`, `bench`.
+//! The `gpufile` command line: `config`, `read`, `check`, `explain`, `bench`, `load`.
 //!
 //! The same [`run`] serves the standalone binary and `python -m gpufile`, so both behave alike.
 //! It never exits the process itself: it returns the exit status (0 success, 1 an error, 2 a
@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 mod bench;
 mod error;
+mod load;
 use error::CliError;
 use gpufile::config::{self, Input, Kind, Name, Settings};
 use gpufile::{Buffer, Engine, FileHandle, Memory, Request};
@@ -59,6 +60,10 @@ enum Command {
     Explain(ExplainArgs),
     /// A gdsio-like sweep: sizes × threads × task sizes × compat modes × ops × cache × memory.
     Bench(bench::BenchArgs),
+    /// Load a safetensors checkpoint (file, index or directory of shards) into one GPU
+    /// allocation or host memory, as one stream of requests, and print tensors/s, GB/s and the
+    /// path taken.
+    Load(load::LoadArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -247,7 +252,7 @@ impl Destination {
 
 /// The subcommand named in `args`, for the error object of a command line that did not parse.
 fn command_name(args: &[OsString]) -> Option<String> {
-    const NAMES: [&str; 5] = ["config", "read", "check", "explain", "bench"];
+    const NAMES: [&str; 6] = ["config", "read", "check", "explain", "bench", "load"];
     args.iter()
         .skip(1)
         .filter_map(|a| a.to_str())
@@ -284,6 +289,7 @@ where
         Command::Check { .. } => "check",
         Command::Explain(_) => "explain",
         Command::Bench(_) => "bench",
+        Command::Load(_) => "load",
     };
     let units = cli.units;
     let result = match cli.command {
@@ -292,6 +298,7 @@ where
         Command::Check { path, json } => cmd_check(path.as_deref(), json),
         Command::Explain(args) => cmd_explain(&args, units),
         Command::Bench(args) => bench::run(&args, units),
+        Command::Load(args) => load::run(&args, units),
     };
     match result {
         Ok(()) => 0,

@@ -1,0 +1,692 @@
+//! `gpufile load`: a safetensors checkpoint (one file, a sharded checkpoint's index, or a
+//! directory of shards) into one GPU allocation or host memory, as one stream of requests.
+//!
+//! How it runs:
+//! 1. [`Checkpoint::open`] reads and validates every header before a byte of data is read (a bad
+//!    file is refused, naming the file and the tensor).
+//! 2. [`Checkpoint::plan`] gives the byte ranges of the selected tensors (`--filter`), adjacent
+//!    tensors of a file merged, and where each tensor lands in one destination allocation.
+//! 3. One allocation (GPU memory, or host memory with `--host` or where no GPU can be used),
+//!    then every range of every file goes to the engine at once
+//!    ([`Engine::submit_batch`]): the workers go from one file to the next with no gap.
+//! 4. Tensors, bytes, seconds, GB/s, tensors/s and what ran (the path report); `--verify`
+//!    compares every tensor's bytes with a plain read of its range.
+//!
+//! `--json` prints one object, docs/json.md's `load` (schema_version, command, sizes in bytes,
+//! times in seconds, one throughput field in decimal GB/s); an error is its error object.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gpufile::formats::safetensors::{Checkpoint, FormatError, PlanOptions, ReadPlan};
+use gpufile::observe::Report;
+use gpufile::{Buffer, Engine, FileHandle, IoPath, Memory, Request, Settings};
+use gpufile_diag::schema;
+use gpufile_diag::units::{self, Units};
+use serde_json::{json, Value};
+
+use crate::error::CliError;
+
+/// Bytes compared at a time by `--verify` (its memory does not grow with the tensors).
+const VERIFY_CHUNK: usize = 16 << 20;
+
+/// `gpufile load`'s arguments.
+#[derive(clap::Args, Debug)]
+pub(crate) struct LoadArgs {
+    /// A .safetensors file, a model.safetensors.index.json, or a directory of shards.
+    path: PathBuf,
+    /// Load into the memory of this GPU (default: GPU 0 where CUDA works, else host memory).
+    #[arg(long, value_name = "N")]
+    device: Option<i32>,
+    /// Load into host memory even where a GPU exists.
+    #[arg(long, conflicts_with = "device")]
+    host: bool,
+    /// Load only these tensors: names separated by commas (or the flag repeated); a name
+    /// ending in `*` selects every tensor whose name starts with what precedes it.
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    filter: Vec<String>,
+    /// Compare every tensor's bytes with a plain read of its range of the file.
+    #[arg(long)]
+    verify: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl From<FormatError> for CliError {
+    /// `safetensors` for a file that breaks the format (the message names the file and the
+    /// tensor), `unknown-tensor` for a name the checkpoint lacks, `os` where the OS refused.
+    fn from(e: FormatError) -> Self {
+        let message = e.to_string();
+        let (kind, path) = match e {
+            FormatError::Io { path, source } => {
+                let mut err = CliError::from(source).with_path(path);
+                err.message = message;
+                return err;
+            }
+            FormatError::UnknownTensor { path, .. } => ("unknown-tensor", Some(path)),
+            FormatError::TooShort { path, .. }
+            | FormatError::HeaderTooLarge { path, .. }
+            | FormatError::HeaderPastEnd { path, .. }
+            | FormatError::InvalidHeader { path, .. }
+            | FormatError::InvalidMetadata { path, .. }
+            | FormatError::InvalidTensor { path, .. }
+            | FormatError::OutOfBounds { path, .. }
+            | FormatError::Overlap { path, .. }
+            | FormatError::Gap { path, .. }
+            | FormatError::InvalidIndex { path, .. }
+            | FormatError::NotACheckpoint { path, .. } => ("safetensors", Some(path)),
+            FormatError::DuplicateTensor { second, .. } => ("safetensors", Some(second)),
+            FormatError::MissingTensor { index, .. } => ("safetensors", Some(index)),
+            _ => ("safetensors", None),
+        };
+        let err = CliError::new(kind, message);
+        match path {
+            Some(p) => err.with_path(p),
+            None => err,
+        }
+    }
+}
+
+/// An OS error of a plain read of `path` (`--verify`), the file named in the message too.
+fn os_error(path: &Path, source: std::io::Error) -> CliError {
+    let mut err = CliError::from(source).with_path(path);
+    err.message = format!("{}: {}", path.display(), err.message);
+    err
+}
+
+/// The one allocation the tensors land in.
+enum Destination {
+    Host(Vec<u8>),
+    Device {
+        buf: gpufile::cuda::DeviceBuffer,
+        ordinal: i32,
+        name: String,
+    },
+}
+
+impl Destination {
+    /// GPU `--device N`, host with `--host`, else GPU 0 where CUDA has one (else host memory,
+    /// with the reason).
+    fn choose(args: &LoadArgs, size: u64) -> Result<(Self, Option<String>), CliError> {
+        let size = usize::try_from(size)
+            .map_err(|_| CliError::invalid(format!("{size} bytes do not fit this machine")))?;
+        let gpu = |ordinal: i32| -> Result<Self, CliError> {
+            let name = gpufile::cuda::device_name(ordinal)?;
+            let buf = gpufile::cuda::DeviceBuffer::new(size, ordinal)?;
+            Ok(Destination::Device { buf, ordinal, name })
+        };
+        let host = || -> Result<Self, CliError> {
+            // Sized by the checkpoint: a clear error, not an abort, where memory runs out.
+            let mut v = Vec::new();
+            v.try_reserve_exact(size).map_err(|_| {
+                CliError::new(
+                    "out-of-memory",
+                    format!(
+                        "cannot allocate {} of host memory for the tensors",
+                        units::size(size as u64)
+                    ),
+                )
+            })?;
+            v.resize(size, 0);
+            Ok(Destination::Host(v))
+        };
+        if args.host {
+            return Ok((host()?, None));
+        }
+        if let Some(ordinal) = args.device {
+            return Ok((gpu(ordinal)?, None));
+        }
+        match super::default_memory() {
+            (Memory::Device, _) => Ok((gpu(0)?, None)),
+            (Memory::Host, why) => Ok((host()?, why)),
+        }
+    }
+
+    fn memory(&self) -> Memory {
+        match self {
+            Destination::Host(_) => Memory::Host,
+            Destination::Device { .. } => Memory::Device,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Destination::Host(_) => "host".into(),
+            Destination::Device { ordinal, name, .. } => format!("GPU {ordinal} ({name})"),
+        }
+    }
+
+    /// The destination's `len` bytes at `offset` (the plan keeps every range inside it).
+    fn buffer(&mut self, offset: u64, len: u64) -> Buffer {
+        let (offset, len) = (offset as usize, len as usize);
+        match self {
+            Destination::Host(v) => Buffer::host(&mut v[offset..offset + len]),
+            Destination::Device { buf, .. } => Buffer::Device {
+                addr: buf.addr() + offset as u64,
+                len,
+            },
+        }
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the destination.
+    fn copy_out(&self, offset: u64, dst: &mut [u8]) -> Result<(), CliError> {
+        match self {
+            Destination::Host(v) => {
+                let o = offset as usize;
+                dst.copy_from_slice(&v[o..o + dst.len()]);
+                Ok(())
+            }
+            Destination::Device { buf, .. } => Ok(buf.copy_to_host(offset as usize, dst)?),
+        }
+    }
+}
+
+/// The selected tensors (indices into `checkpoint.entries`, each once, in checkpoint order):
+/// every tensor without `--filter`; an unknown name is an error naming the checkpoint.
+fn select(checkpoint: &Checkpoint, filter: &[String]) -> Result<Vec<usize>, CliError> {
+    if filter.is_empty() {
+        return Ok((0..checkpoint.entries.len()).collect());
+    }
+    let mut chosen = BTreeSet::new();
+    for pattern in filter.iter().map(|p| p.trim()) {
+        if pattern.is_empty() {
+            return Err(CliError::invalid(
+                "--filter: an empty tensor name (two commas in a row?)",
+            ));
+        }
+        if let Some(prefix) = pattern.strip_suffix('*') {
+            let matches: Vec<usize> = (0..checkpoint.entries.len())
+                .filter(|&i| {
+                    checkpoint
+                        .info(&checkpoint.entries[i])
+                        .name
+                        .starts_with(prefix)
+                })
+                .collect();
+            if matches.is_empty() {
+                return Err(CliError::new(
+                    "unknown-tensor",
+                    format!(
+                        "{}: no tensor name starts with {prefix:?} (--filter {pattern:?})",
+                        checkpoint.path.display()
+                    ),
+                )
+                .with_path(&checkpoint.path));
+            }
+            chosen.extend(matches);
+        } else {
+            chosen.insert(checkpoint.find(pattern)?);
+        }
+    }
+    Ok(chosen.into_iter().collect())
+}
+
+/// What one file of the checkpoint gave.
+struct FileLoad {
+    path: PathBuf,
+    tensors: usize,
+    bytes: u64,
+}
+
+/// A finished load, for printing.
+struct Loaded {
+    checkpoint: PathBuf,
+    files: Vec<FileLoad>,
+    tensors: usize,
+    tensors_total: usize,
+    bytes: u64,
+    checkpoint_bytes: u64,
+    requests: usize,
+    allocation: u64,
+    header_seconds: f64,
+    allocation_seconds: f64,
+    seconds: f64,
+    memory: Memory,
+    device: Option<(i32, String)>,
+    destination: String,
+    memory_note: Option<String>,
+    settings: Settings,
+    path: Option<IoPath>,
+    verified: Option<bool>,
+    observed: Report,
+}
+
+impl Loaded {
+    fn tensors_per_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.tensors as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// `gpufile load --json`:
+    ///
+    /// | field | type | meaning |
+    /// | --- | --- | --- |
+    /// | `schema_version` | int | 1 |
+    /// | `command` | string | `"load"` |
+    /// | `checkpoint` | string | the path given |
+    /// | `files` | [{`path`, `tensors`, `bytes`}] | every file of the checkpoint: tensors loaded from it, bytes read |
+    /// | `tensors` | int | tensors loaded |
+    /// | `tensors_total` | int | tensors in the checkpoint |
+    /// | `bytes` | int | bytes read (the loaded tensors' bytes) |
+    /// | `checkpoint_bytes` | int | bytes of every tensor of the checkpoint |
+    /// | `requests` | int | read requests (adjacent tensors of a file are one) |
+    /// | `allocation_bytes` | int | the one destination allocation (tensors aligned) |
+    /// | `memory` | string | `"host"` or `"device"` |
+    /// | `device`, `device_name` | int, string, or null | the GPU loaded into |
+    /// | `memory_note` | string or null | why host memory where none was named |
+    /// | `settings` | {`num_threads`, `task_size`, `compat_mode`} | what the reads ran under |
+    /// | `path` | {`backend`, `reason`: {`kind`, `detail`, `text`}} or null | the path of the largest read, and why |
+    /// | `header_seconds` | number | reading and validating the headers |
+    /// | `allocation_seconds` | number | allocating (and, for host memory, zeroing) the destination |
+    /// | `seconds` | number | the reads, from the first submitted to the last done |
+    /// | `throughput_gb_per_s` | number | `bytes / seconds`, decimal GB/s |
+    /// | `tensors_per_s` | number | `tensors / seconds` |
+    /// | `verified` | bool or null | with `--verify`, true (a mismatch is an error) |
+    /// | `observed` | {`path`, `by_path`, `cufile_stats`, `cufile_stats_note`} | what ran |
+    fn to_json(&self) -> Value {
+        let files: Vec<Value> = self
+            .files
+            .iter()
+            .map(|f| json!({ "path": f.path, "tensors": f.tensors, "bytes": f.bytes }))
+            .collect();
+        let (device, device_name) = match &self.device {
+            Some((ordinal, name)) => (Some(*ordinal), Some(name.clone())),
+            None => (None, None),
+        };
+        let body = json!({
+            "checkpoint": self.checkpoint,
+            "files": files,
+            "tensors": self.tensors,
+            "tensors_total": self.tensors_total,
+            "bytes": self.bytes,
+            "checkpoint_bytes": self.checkpoint_bytes,
+            "requests": self.requests,
+            "allocation_bytes": self.allocation,
+            "memory": self.memory,
+            "device": device,
+            "device_name": device_name,
+            "memory_note": self.memory_note,
+            "settings": {
+                "num_threads": self.settings.num_threads,
+                "task_size": self.settings.task_size,
+                "compat_mode": self.settings.compat_mode.name(),
+            },
+            "path": self.path.as_ref().map(schema::path),
+            "header_seconds": self.header_seconds,
+            "allocation_seconds": self.allocation_seconds,
+            "seconds": self.seconds,
+            "throughput_gb_per_s": units::gb_per_s(self.bytes, self.seconds),
+            "tensors_per_s": self.tensors_per_s(),
+            "verified": self.verified,
+            "observed": schema::observation(&self.observed),
+        });
+        schema::envelope("load", body)
+    }
+
+    fn to_text(&self, rates: Units) -> String {
+        let human = units::size;
+        let selected = if self.tensors == self.tensors_total {
+            String::new()
+        } else {
+            format!(
+                " of {} ({} of {})",
+                self.tensors_total,
+                human(self.bytes),
+                human(self.checkpoint_bytes)
+            )
+        };
+        let mut text = format!(
+            "checkpoint  {} ({} file{})\ntensors     {}{}\nbytes       {} ({}) in {} request{}\n\
+             seconds     {:.6} (before it: headers {:.6}, allocation {:.6})\nthroughput  {}, {:.0} tensors/s\n\
+             memory      {}{}\n",
+            self.checkpoint.display(),
+            self.files.len(),
+            if self.files.len() == 1 { "" } else { "s" },
+            self.tensors,
+            selected,
+            self.bytes,
+            human(self.bytes),
+            self.requests,
+            if self.requests == 1 { "" } else { "s" },
+            self.seconds,
+            self.header_seconds,
+            self.allocation_seconds,
+            units::rate(self.bytes, self.seconds, rates),
+            self.tensors_per_s(),
+            self.destination,
+            self.memory_note
+                .as_ref()
+                .map(|w| format!(" ({w})"))
+                .unwrap_or_default(),
+        );
+        if let Some(p) = &self.path {
+            text += &format!("path        {}\nreason      {}\n", p.backend, p.reason);
+        }
+        text += &format!(
+            "threads     {}\ntask_size   {}\n",
+            self.settings.num_threads,
+            human(self.settings.task_size as u64)
+        );
+        let observed =
+            schema::observed_path(&self.observed).unwrap_or_else(|| "nothing read".into());
+        let counts: Vec<String> = [
+            ("gpufile-posix", &self.observed.gpufile_posix),
+            ("cufile", &self.observed.cufile),
+        ]
+        .into_iter()
+        .filter(|(_, t)| t.ops > 0)
+        .map(|(name, t)| {
+            format!(
+                "{name}: {} request{}, {} task{}, {}",
+                t.ops,
+                if t.ops == 1 { "" } else { "s" },
+                t.tasks,
+                if t.tasks == 1 { "" } else { "s" },
+                human(t.bytes)
+            )
+        })
+        .collect();
+        text += &format!("observed    {observed}");
+        if !counts.is_empty() {
+            text += &format!(" ({})", counts.join("; "));
+        }
+        text.push('\n');
+        match (self.observed.cufile.ops, &self.observed.cufile_stats) {
+            (0, _) => {}
+            (_, Some(s)) => {
+                text += &format!(
+                    "cufile      cuFile's counters: n={} nvfs={} posix={}\n",
+                    s.n_reads, s.nvfs_reads, s.posix_reads
+                )
+            }
+            (_, None) => {
+                text += &format!(
+                    "cufile      counters unavailable: {}\n",
+                    self.observed
+                        .cufile_stats_note
+                        .as_deref()
+                        .unwrap_or("unknown")
+                )
+            }
+        }
+        if self.verified == Some(true) {
+            text += "verified    every tensor matches the file\n";
+        }
+        text
+    }
+}
+
+/// Reads every range of `plan` into `dest` as one batch of requests; the bytes read.
+fn read_all(
+    checkpoint: &Checkpoint,
+    plan: &ReadPlan,
+    dest: &mut Destination,
+    settings: &Settings,
+    show_progress: bool,
+    rates: Units,
+) -> Result<u64, CliError> {
+    let mut handles: Vec<Option<FileHandle>> = vec![None; checkpoint.files.len()];
+    let mut batch = Vec::with_capacity(plan.ranges.len());
+    for r in &plan.ranges {
+        let file = match &handles[r.file] {
+            Some(f) => f.clone(),
+            None => {
+                let f = FileHandle::open(&checkpoint.files[r.file].path, "r")?;
+                handles[r.file] = Some(f.clone());
+                f
+            }
+        };
+        batch.push((file, Request::read(dest.buffer(r.dest, r.len), r.offset)));
+    }
+    // SAFETY: every buffer is a range of `dest` (inside it: the plan's ranges end within
+    // `plan.total`, its size), ranges do not overlap, and `dest` is neither used nor dropped
+    // until the future has been waited on below.
+    let fut = unsafe { Engine::global()?.submit_batch(&batch, settings) }?;
+    let n = super::wait_with_progress(&fut, plan.bytes(), show_progress, rates)? as u64;
+    if n != plan.bytes() {
+        return Err(CliError::new(
+            "unexpected-eof",
+            format!("read {n} bytes, expected {}", plan.bytes()),
+        ));
+    }
+    Ok(n)
+}
+
+/// Compares every selected tensor with a plain read of its bytes; a mismatch names the tensor.
+fn verify(
+    checkpoint: &Checkpoint,
+    selection: &[usize],
+    plan: &ReadPlan,
+    dest: &Destination,
+) -> Result<(), CliError> {
+    let mut files: HashMap<usize, std::fs::File> = HashMap::new();
+    let (mut want, mut got) = (Vec::new(), Vec::new());
+    for (&i, &at) in selection.iter().zip(&plan.dests) {
+        let entry = &checkpoint.entries[i];
+        let header = &checkpoint.files[entry.file];
+        let info = checkpoint.info(entry);
+        let io_err = |source| os_error(&header.path, source);
+        let file = match files.entry(entry.file) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => v.insert(std::fs::File::open(&header.path).map_err(io_err)?),
+        };
+        let mut done = 0u64;
+        while done < info.len() {
+            let n = (info.len() - done).min(VERIFY_CHUNK as u64) as usize;
+            want.resize(n, 0);
+            got.resize(n, 0);
+            file.read_exact_at(&mut want, header.data_start + info.start + done)
+                .map_err(io_err)?;
+            dest.copy_out(at + done, &mut got)?;
+            if let Some(k) = want.iter().zip(&got).position(|(a, b)| a != b) {
+                return Err(CliError::new(
+                    "verification-failed",
+                    format!(
+                        "verification failed: {}: tensor {:?} differs from the file at byte {} \
+                         of the tensor",
+                        header.path.display(),
+                        info.name,
+                        done + k as u64
+                    ),
+                )
+                .with_path(&header.path));
+            }
+            done += n as u64;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `gpufile load`.
+pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
+    let engine = Engine::global()?;
+    let settings = engine.settings();
+
+    let start = Instant::now();
+    let checkpoint = Checkpoint::open(&args.path)?;
+    let header_seconds = start.elapsed().as_secs_f64();
+    let selection = select(&checkpoint, &args.filter)?;
+    let plan = checkpoint.plan(&selection, PlanOptions::default())?;
+
+    // Allocated (host memory: zeroed, so no page faults) before the clock starts: the reads
+    // are what `seconds` times.
+    let start = Instant::now();
+    let (mut dest, memory_note) = Destination::choose(args, plan.total)?;
+    let allocation_seconds = start.elapsed().as_secs_f64();
+    let largest = plan.ranges.iter().max_by_key(|r| r.len);
+    let path = match largest {
+        Some(r) => {
+            let file = FileHandle::open(&checkpoint.files[r.file].path, "r")?;
+            Some(file.io_path(dest.memory(), r.len as usize, &settings)?)
+        }
+        None => None,
+    };
+
+    let observation = gpufile::observe::begin();
+    let start = Instant::now();
+    let bytes = read_all(&checkpoint, &plan, &mut dest, &settings, !args.json, rates)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let observed = gpufile::observe::end(observation);
+
+    let verified = if args.verify {
+        verify(&checkpoint, &selection, &plan, &dest)?;
+        Some(true)
+    } else {
+        None
+    };
+
+    let mut files: Vec<FileLoad> = checkpoint
+        .files
+        .iter()
+        .map(|h| FileLoad {
+            path: h.path.clone(),
+            tensors: 0,
+            bytes: 0,
+        })
+        .collect();
+    for &i in &selection {
+        files[checkpoint.entries[i].file].tensors += 1;
+    }
+    for r in &plan.ranges {
+        files[r.file].bytes += r.len;
+    }
+    let loaded = Loaded {
+        checkpoint: args.path.clone(),
+        files,
+        tensors: selection.len(),
+        tensors_total: checkpoint.entries.len(),
+        bytes,
+        checkpoint_bytes: checkpoint.bytes(),
+        requests: plan.ranges.len(),
+        allocation: plan.total,
+        header_seconds,
+        allocation_seconds,
+        seconds,
+        memory: dest.memory(),
+        device: match &dest {
+            Destination::Device { ordinal, name, .. } => Some((*ordinal, name.clone())),
+            Destination::Host(_) => None,
+        },
+        destination: dest.describe(),
+        memory_note,
+        settings,
+        path,
+        verified,
+        observed,
+    };
+    if args.json {
+        super::emit_json(&loaded.to_json());
+    } else {
+        super::out(&loaded.to_text(rates));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufile::formats::safetensors::Header;
+
+    /// A checkpoint of one file with tensors `names` (F32, 2 elements each), parsed from bytes.
+    fn checkpoint(names: &[&str]) -> Checkpoint {
+        let mut header = serde_json::Map::new();
+        for (i, n) in names.iter().enumerate() {
+            header.insert(
+                (*n).into(),
+                json!({"dtype": "F32", "shape": [2], "data_offsets": [i * 8, i * 8 + 8]}),
+            );
+        }
+        let json = serde_json::to_vec(&header).unwrap();
+        let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&json);
+        bytes.resize(bytes.len() + names.len() * 8, 7);
+        let path = PathBuf::from("m.safetensors");
+        let h = Header::from_bytes(&path, &bytes).unwrap();
+        Checkpoint::from_headers(&path, vec![h], None, None).unwrap()
+    }
+
+    fn names(ck: &Checkpoint, sel: &[usize]) -> Vec<String> {
+        sel.iter()
+            .map(|&i| ck.info(&ck.entries[i]).name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn filters_select_names_and_prefixes_once_each() {
+        let ck = checkpoint(&["a.w", "a.b", "b.w", "c"]);
+        assert_eq!(select(&ck, &[]).unwrap().len(), 4);
+        let f = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let sel = select(&ck, &f(&["a.*", "a.w", "c"])).unwrap();
+        assert_eq!(names(&ck, &sel), ["a.w", "a.b", "c"]);
+        assert_eq!(select(&ck, &f(&["*"])).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn filters_that_match_nothing_are_errors_naming_the_checkpoint() {
+        let ck = checkpoint(&["a.w"]);
+        let e = select(&ck, &["nope".into()]).unwrap_err();
+        assert_eq!(e.kind, "unknown-tensor");
+        assert!(e.to_string().contains("m.safetensors") && e.to_string().contains("\"nope\""));
+        let e = select(&ck, &["z.*".into()]).unwrap_err();
+        assert_eq!(e.kind, "unknown-tensor");
+        assert!(
+            e.to_string().contains("no tensor name starts with \"z.\""),
+            "{e}"
+        );
+        let e = select(&ck, &[" ".into()]).unwrap_err();
+        assert_eq!(e.kind, "invalid-argument");
+        assert!(e.to_string().contains("empty tensor name"), "{e}");
+    }
+
+    #[test]
+    fn verify_names_the_tensor_and_the_first_differing_byte() {
+        // Two tensors, the second longer than one verify chunk, so that the offset of a
+        // difference in its second chunk is checked too.
+        let (a, b) = (16u64, VERIFY_CHUNK as u64 + 100);
+        let header = json!({
+            "a": {"dtype": "U8", "shape": [a], "data_offsets": [0, a]},
+            "b": {"dtype": "U8", "shape": [b], "data_offsets": [a, a + b]},
+        });
+        let header = serde_json::to_vec(&header).unwrap();
+        let data: Vec<u8> = (0..a + b).map(|i| (i % 251) as u8).collect();
+        let mut file = (header.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(&header);
+        file.extend_from_slice(&data);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        std::fs::write(&path, &file).unwrap();
+
+        let ck = Checkpoint::open(&path).unwrap();
+        let selection = select(&ck, &[]).unwrap();
+        let plan = ck.plan(&selection, PlanOptions::default()).unwrap();
+        let mut host = vec![0u8; plan.total as usize];
+        for r in &plan.ranges {
+            let at = (r.offset - ck.files[0].data_start) as usize;
+            host[r.dest as usize..][..r.len as usize]
+                .copy_from_slice(&data[at..at + r.len as usize]);
+        }
+        let mut dest = Destination::Host(host);
+        verify(&ck, &selection, &plan, &dest).unwrap();
+
+        let Destination::Host(host) = &mut dest else {
+            unreachable!()
+        };
+        let wrong = plan.dests[1] as usize + VERIFY_CHUNK + 5;
+        host[wrong] ^= 1;
+        let e = verify(&ck, &selection, &plan, &dest).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("m.safetensors")
+                && text.contains("tensor \"b\"")
+                && text.contains(&format!("at byte {} of the tensor", VERIFY_CHUNK + 5)),
+            "{text}"
+        );
+    }
+}
