@@ -61,3 +61,17 @@ def test_is_compat_mode_preferred():
     with defaults.set("compat_mode", "off"):
         assert defaults.is_compat_mode_preferred() is False
     assert isinstance(defaults.is_compat_mode_preferred(), bool)
+
+
+def test_kvikio_error_types_for_bad_files(tmp_path):
+    """KvikIO raises RuntimeError("Unable to open file") and ValueError for a non-path; gpufile's
+    errors are those and the precise builtin types too."""
+    import pytest
+    with pytest.raises(RuntimeError, match="Unable to open file") as e:
+        gpufile.get_page_cache_info(tmp_path / "missing")
+    assert isinstance(e.value, FileNotFoundError) and e.value.errno == 2
+    for bad in (123.456, ["in a list"]):
+        with pytest.raises(ValueError):
+            gpufile.get_page_cache_info(bad)
+        with pytest.raises(TypeError):
+            gpufile.get_page_cache_info(bad)

@@ -12,15 +12,30 @@ from . import _native
 from .utils import kvikio_deprecation_notice
 
 
+class _FileArgumentError(TypeError, ValueError):
+    """Not a path, a descriptor or a file object: a TypeError, and KvikIO's ValueError."""
+
+
+def _open(path: str) -> int:
+    """``os.open`` whose failure is also KvikIO's ``RuntimeError`` ("Unable to open file")."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as e:
+        twin = getattr(_native, type(e).__name__, None)
+        if twin is None or not issubclass(twin, type(e)):
+            raise
+        raise twin(e.errno, f"Unable to open file: {e.strerror}", e.filename) from None
+
+
 @contextlib.contextmanager
 def _descriptor(file: Any) -> Iterator[tuple[int, str]]:
     """(fd, name) for a path, a descriptor or a file object; paths are opened and closed here."""
     if isinstance(file, bool):
-        raise TypeError("expected a path, a file descriptor or a file object, not bool")
+        raise _FileArgumentError("expected a path, a file descriptor or a file object, not bool")
     if isinstance(file, int):
         yield file, f"<fd {file}>"
     elif isinstance(file, (str, os.PathLike)):
-        fd = os.open(os.fspath(file), os.O_RDONLY)
+        fd = _open(os.fspath(file))
         try:
             yield fd, os.fspath(file)
         finally:
@@ -28,8 +43,8 @@ def _descriptor(file: Any) -> Iterator[tuple[int, str]]:
     elif isinstance(file, io.IOBase) or hasattr(file, "fileno"):
         yield file.fileno(), str(getattr(file, "name", "<file>"))
     else:
-        raise TypeError(f"expected a path, a file descriptor or a file object, not "
-                        f"{type(file).__name__}")
+        raise _FileArgumentError(f"expected a path, a file descriptor or a file object, not "
+                                 f"{type(file).__name__}")
 
 
 def _range(offset: int, length: int) -> tuple[int, int]:
