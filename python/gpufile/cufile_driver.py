@@ -18,6 +18,7 @@ import json
 from typing import Any, overload
 
 from . import _native
+from .defaults import _SetArgumentsError
 
 __all__ = ["libcufile_version", "library", "properties", "parameters", "config",
            "CUFILE_EXECUTION_DEFAULTS", "driver_open", "driver_close", "initialize", "get", "set",
@@ -158,10 +159,6 @@ class DriverProperties:
 
 
 properties = DriverProperties()
-
-
-class _SetArgumentsError(TypeError, ValueError):
-    """``set`` called with other than a dict or a name and a value (KvikIO: ValueError)."""
 
 
 class ConfigContextManager:

@@ -14,11 +14,13 @@ use clap::{Parser, Subcommand};
 use serde_json::{json, Value};
 
 mod bench;
+mod destination;
 mod error;
 mod load;
+use destination::{default_memory, Destination};
 use error::CliError;
-use gpufile::config::{self, Input, Kind, Name, Settings};
-use gpufile::{Buffer, Engine, FileHandle, Memory, Request};
+use gpufile::config::{self, Input, Kind, Name};
+use gpufile::{Engine, FileHandle, Memory, Request};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
 
@@ -150,105 +152,6 @@ struct ReadArgs {
 
 /// Most `--repeat` runs one `gpufile read` makes.
 const MAX_REPEAT: u32 = 100_000;
-
-/// Where `gpufile read` puts the bytes.
-enum Destination {
-    Host(Vec<u8>),
-    Device {
-        buf: gpufile::cuda::DeviceBuffer,
-        ordinal: i32,
-        name: String,
-    },
-}
-
-/// The memory a command reads into where the user named none: GPU 0 where CUDA has a device,
-/// else host memory with the reason.
-fn default_memory() -> (Memory, Option<String>) {
-    match gpufile::cuda::device_count() {
-        Ok(0) => (Memory::Host, Some("no CUDA device".into())),
-        Ok(_) => (Memory::Device, None),
-        Err(e) => (Memory::Host, Some(e.to_string())),
-    }
-}
-
-impl Destination {
-    /// GPU `--device N`, host with `--host`, else GPU 0 if CUDA works (with the reason if not).
-    fn choose(args: &ReadArgs, size: usize) -> Result<(Self, Option<String>), CliError> {
-        let gpu = |ordinal: i32| -> Result<Self, CliError> {
-            let name = gpufile::cuda::device_name(ordinal)?;
-            let buf = gpufile::cuda::DeviceBuffer::new(size, ordinal)?;
-            Ok(Destination::Device { buf, ordinal, name })
-        };
-        let host = || -> Result<Self, CliError> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(size).map_err(|_| {
-                CliError::new(
-                    "out-of-memory",
-                    format!(
-                        "cannot allocate {} of host memory",
-                        units::size(size as u64)
-                    ),
-                )
-            })?;
-            v.resize(size, 0);
-            Ok(Destination::Host(v))
-        };
-        if args.host {
-            return Ok((host()?, None));
-        }
-        if let Some(ordinal) = args.device {
-            return Ok((gpu(ordinal)?, None));
-        }
-        match default_memory() {
-            (Memory::Device, _) => Ok((gpu(0)?, None)),
-            (Memory::Host, why) => Ok((host()?, why)),
-        }
-    }
-
-    fn memory(&self) -> Memory {
-        match self {
-            Destination::Host(_) => Memory::Host,
-            Destination::Device { .. } => Memory::Device,
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Destination::Host(_) => "host".into(),
-            Destination::Device { ordinal, name, .. } => format!("GPU {ordinal} ({name})"),
-        }
-    }
-
-    /// Starts a read of the whole destination under `settings`.
-    fn start(
-        &mut self,
-        file: &FileHandle,
-        offset: u64,
-        settings: &Settings,
-    ) -> gpufile::Result<gpufile::IoFuture> {
-        let buffer = match self {
-            Destination::Host(v) => Buffer::host(v),
-            Destination::Device { buf, .. } => Buffer::Device {
-                addr: buf.addr(),
-                len: buf.len(),
-            },
-        };
-        // SAFETY: the destination outlives the future: every caller waits on it before the
-        // destination can be dropped or reused.
-        unsafe { file.submit(Request::read(buffer, offset), Some(settings)) }
-    }
-
-    fn to_host(&self) -> gpufile::Result<Vec<u8>> {
-        match self {
-            Destination::Host(v) => Ok(v.clone()),
-            Destination::Device { buf, .. } => {
-                let mut v = vec![0u8; buf.len()];
-                buf.copy_to_host(0, &mut v)?;
-                Ok(v)
-            }
-        }
-    }
-}
 
 /// The subcommand named in `args`, for the error object of a command line that did not parse.
 fn command_name(args: &[OsString]) -> Option<String> {
@@ -575,14 +478,17 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     // Refused before any memory is allocated for it.
     let (offset, size) = file_range(&args.file, &args.offset, args.size.as_deref(), file_size)?;
     let size = usize::try_from(size).map_err(|_| "--size is too large for this machine")?;
-    let (mut dest, why_host) = Destination::choose(args, size)?;
+    let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
     let path = file.io_path(dest.memory(), size, &settings)?;
 
     let observation = gpufile::observe::begin();
     let mut runs = Vec::new();
     for _ in 0..args.repeat {
         let start = Instant::now();
-        let fut = dest.start(&file, offset, &settings)?;
+        let req = Request::read(dest.buffer(0, size), offset);
+        // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
+        // again or dropped.
+        let fut = unsafe { file.submit(req, Some(&settings)) }?;
         let n = wait_with_progress(&fut, size as u64, !args.json, units)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {
@@ -596,7 +502,9 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
             std::fs::File::open(&args.file).map_err(|e| CliError::from(e).with_path(&args.file))?;
         std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)
             .map_err(|e| CliError::from(e).with_path(&args.file))?;
-        if dest.to_host()? != expect {
+        let mut got = vec![0u8; dest.len()];
+        dest.copy_out(0, &mut got)?;
+        if got != expect {
             return Err(CliError::new(
                 "verification-failed",
                 "verification failed: the bytes read differ from the file",

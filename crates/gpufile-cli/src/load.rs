@@ -23,11 +23,12 @@ use std::time::Instant;
 
 use gpufile::formats::safetensors::{Checkpoint, FormatError, PlanOptions, ReadPlan};
 use gpufile::observe::Report;
-use gpufile::{Buffer, Engine, FileHandle, IoPath, Memory, Request, Settings};
+use gpufile::{Engine, FileHandle, IoPath, Memory, Request, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
 use serde_json::{json, Value};
 
+use crate::destination::Destination;
 use crate::error::CliError;
 
 /// Bytes compared at a time by `--verify` (its memory does not grow with the tensors).
@@ -96,93 +97,6 @@ fn os_error(path: &Path, source: std::io::Error) -> CliError {
     let mut err = CliError::from(source).with_path(path);
     err.message = format!("{}: {}", path.display(), err.message);
     err
-}
-
-/// The one allocation the tensors land in.
-enum Destination {
-    Host(Vec<u8>),
-    Device {
-        buf: gpufile::cuda::DeviceBuffer,
-        ordinal: i32,
-        name: String,
-    },
-}
-
-impl Destination {
-    /// GPU `--device N`, host with `--host`, else GPU 0 where CUDA has one (else host memory,
-    /// with the reason).
-    fn choose(args: &LoadArgs, size: u64) -> Result<(Self, Option<String>), CliError> {
-        let size = usize::try_from(size)
-            .map_err(|_| CliError::invalid(format!("{size} bytes do not fit this machine")))?;
-        let gpu = |ordinal: i32| -> Result<Self, CliError> {
-            let name = gpufile::cuda::device_name(ordinal)?;
-            let buf = gpufile::cuda::DeviceBuffer::new(size, ordinal)?;
-            Ok(Destination::Device { buf, ordinal, name })
-        };
-        let host = || -> Result<Self, CliError> {
-            // Sized by the checkpoint: a clear error, not an abort, where memory runs out.
-            let mut v = Vec::new();
-            v.try_reserve_exact(size).map_err(|_| {
-                CliError::new(
-                    "out-of-memory",
-                    format!(
-                        "cannot allocate {} of host memory for the tensors",
-                        units::size(size as u64)
-                    ),
-                )
-            })?;
-            v.resize(size, 0);
-            Ok(Destination::Host(v))
-        };
-        if args.host {
-            return Ok((host()?, None));
-        }
-        if let Some(ordinal) = args.device {
-            return Ok((gpu(ordinal)?, None));
-        }
-        match super::default_memory() {
-            (Memory::Device, _) => Ok((gpu(0)?, None)),
-            (Memory::Host, why) => Ok((host()?, why)),
-        }
-    }
-
-    fn memory(&self) -> Memory {
-        match self {
-            Destination::Host(_) => Memory::Host,
-            Destination::Device { .. } => Memory::Device,
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Destination::Host(_) => "host".into(),
-            Destination::Device { ordinal, name, .. } => format!("GPU {ordinal} ({name})"),
-        }
-    }
-
-    /// The destination's `len` bytes at `offset` (the plan keeps every range inside it).
-    fn buffer(&mut self, offset: u64, len: u64) -> Buffer {
-        let (offset, len) = (offset as usize, len as usize);
-        match self {
-            Destination::Host(v) => Buffer::host(&mut v[offset..offset + len]),
-            Destination::Device { buf, .. } => Buffer::Device {
-                addr: buf.addr() + offset as u64,
-                len,
-            },
-        }
-    }
-
-    /// Copies `dst.len()` bytes at `offset` out of the destination.
-    fn copy_out(&self, offset: u64, dst: &mut [u8]) -> Result<(), CliError> {
-        match self {
-            Destination::Host(v) => {
-                let o = offset as usize;
-                dst.copy_from_slice(&v[o..o + dst.len()]);
-                Ok(())
-            }
-            Destination::Device { buf, .. } => Ok(buf.copy_to_host(offset as usize, dst)?),
-        }
-    }
 }
 
 /// The selected tensors (indices into `checkpoint.entries`, each once, in checkpoint order):
@@ -443,7 +357,8 @@ fn read_all(
                 f
             }
         };
-        batch.push((file, Request::read(dest.buffer(r.dest, r.len), r.offset)));
+        let buffer = dest.buffer(r.dest as usize, r.len as usize);
+        batch.push((file, Request::read(buffer, r.offset)));
     }
     // SAFETY: every buffer is a range of `dest` (inside it: the plan's ranges end within
     // `plan.total`, its size), ranges do not overlap, and `dest` is neither used nor dropped
@@ -484,7 +399,7 @@ fn verify(
             got.resize(n, 0);
             file.read_exact_at(&mut want, header.data_start + info.start + done)
                 .map_err(io_err)?;
-            dest.copy_out(at + done, &mut got)?;
+            dest.copy_out((at + done) as usize, &mut got)?;
             if let Some(k) = want.iter().zip(&got).position(|(a, b)| a != b) {
                 return Err(CliError::new(
                     "verification-failed",
@@ -518,7 +433,10 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     // Allocated (host memory: zeroed, so no page faults) before the clock starts: the reads
     // are what `seconds` times.
     let start = Instant::now();
-    let (mut dest, memory_note) = Destination::choose(args, plan.total)?;
+    let total = usize::try_from(plan.total)
+        .map_err(|_| CliError::invalid(format!("{} bytes do not fit this machine", plan.total)))?;
+    let (mut dest, memory_note) =
+        Destination::choose(args.host, args.device, total, " for the tensors")?;
     let allocation_seconds = start.elapsed().as_secs_f64();
     let largest = plan.ranges.iter().max_by_key(|r| r.len);
     let path = match largest {
