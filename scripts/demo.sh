@@ -16,9 +16,16 @@ VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet --release 2>&1 \
     | { grep -v "^Ignoring .*: markers" || true; }
 echo "   built: $("$venv/bin/python" -c 'import gpufile; print("gpufile", gpufile.__version__)')"
 
-file=${1:-${TMPDIR:-/tmp}/gpufile-demo.bin}
+# Only the demo's own default file is ever made; a FILE the user names must exist (a mistyped path
+# must not become a new 1 GiB file).
+default=${TMPDIR:-/tmp}/gpufile-demo.bin
+file=${1:-$default}
 [ $# -gt 0 ] && shift
 if [ ! -e "$file" ]; then
+    if [ "$file" != "$default" ]; then
+        echo "demo: $file does not exist (give an existing file, or no FILE for the demo's own)" >&2
+        exit 1
+    fi
     echo "making $file (1 GiB of random bytes)"
     head -c $((1 << 30)) /dev/urandom > "$file"
 fi
