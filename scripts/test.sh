@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every CPU test, from a fresh clone: lints, Rust tests, pytest against a debug build of the
 # Python extension, its type stubs checked against that build (mypy stubtest), and the
-# documentation site built with warnings as errors. Needs cargo >= 1.85 and python3 >= 3.11. GPU tests skip here, each with its reason.
+# documentation site built with warnings as errors. Needs cargo >= 1.85 and python3 >= 3.11.
+# GPU tests skip here, each with its reason.
 #
 # It uses a virtualenv of its own (.venv-test, or $GPUFILE_TEST_VENV), so the release build the
 # demo installed in .venv stays as it is; the test build is a debug build, so pytest also runs
