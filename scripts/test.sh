@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every CPU test, from a fresh clone: lints, Rust tests, pytest against a debug build of the
-# Python extension, and the documentation site built with warnings as errors. Needs cargo >= 1.85
-# and python3 >= 3.11. GPU tests skip here, each with its reason.
+# Python extension, its type stubs checked against that build (mypy stubtest), and the
+# documentation site built with warnings as errors. Needs cargo >= 1.85 and python3 >= 3.11.
+# GPU tests skip here, each with its reason.
 #
 # It uses a virtualenv of its own (.venv-test, or $GPUFILE_TEST_VENV), so the release build the
 # demo installed in .venv stays as it is; the test build is a debug build, so pytest also runs
@@ -31,6 +32,9 @@ echo "   built: $("$venv/bin/python" -c 'import gpufile; print("gpufile", gpufil
 
 echo "== pytest"
 "$venv/bin/python" -m pytest -q -rs tests "$@"
+
+echo "== type stubs: python/gpufile/_native.pyi against the built extension (mypy stubtest)"
+"$venv/bin/python" -m mypy.stubtest gpufile._native
 
 echo "== documentation (mkdocs build --strict)"
 NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "${TMPDIR:-/tmp}/gpufile-site"

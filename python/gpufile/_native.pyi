@@ -4,8 +4,81 @@ import builtins
 import io
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, final
 
+
+# The module's __all__ (PyO3 writes it: every name the extension adds).
+__all__ = [
+    "BlockingIOError",
+    "BrokenPipeError",
+    "ChildProcessError",
+    "ConnectionAbortedError",
+    "ConnectionError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "CudaError",
+    "CufileError",
+    "EndOfFileError",
+    "FileExistsError",
+    "FileNotFoundError",
+    "GpufileError",
+    "InterruptedError",
+    "IsADirectoryError",
+    "NativeBatchFuture",
+    "NativeFile",
+    "NativeFuture",
+    "NativeMmap",
+    "NativeRemoteFile",
+    "NotADirectoryError",
+    "OSError",
+    "Observation",
+    "OutOfRangeError",
+    "PermissionError",
+    "ProcessLookupError",
+    "SafetensorError",
+    "SafetensorsCheckpoint",
+    "SettingsSnapshot",
+    "TimeoutError",
+    "UnsupportedOperation",
+    "__version__",
+    "_inject_faults",
+    "bounce_buffer_free",
+    "bounce_buffer_pooled",
+    "check",
+    "cli_main",
+    "compat_mode_preferred",
+    "cufile_config",
+    "cufile_driver_close",
+    "cufile_driver_get",
+    "cufile_driver_open",
+    "cufile_driver_set",
+    "cufile_library",
+    "cufile_parameters",
+    "cufile_properties",
+    "cufile_set_search_dirs",
+    "cufile_version",
+    "drop_file_page_cache",
+    "drop_system_page_cache",
+    "explain",
+    "in_flight",
+    "infer_remote_endpoint_type",
+    "memory_deregister",
+    "memory_register",
+    "observe_begin",
+    "observe_end",
+    "page_cache_info",
+    "settings_get",
+    "settings_report",
+    "settings_set",
+    "settings_snapshot",
+    "shutdown",
+    "stats",
+    "stream_deregister",
+    "stream_register",
+    "stream_synchronize",
+    "submit_batch",
+    "take_notices",
+]
 
 __version__: str
 
@@ -41,16 +114,20 @@ class TimeoutError(builtins.TimeoutError, RuntimeError): ...
 class UnsupportedOperation(io.UnsupportedOperation, RuntimeError): ...
 class OutOfRangeError(ValueError, OverflowError): ...
 
+# A PyO3 class: it cannot be subclassed.
+@final
 class NativeFuture:
     def get(self) -> int: ...
     def done(self) -> bool: ...
 
+@final
 class NativeBatchFuture:
     def get(self) -> int: ...
     def done(self) -> bool: ...
 
 def submit_batch(entries: Any, write: bool = False) -> NativeBatchFuture: ...
 
+@final
 class NativeRemoteFile:
     @staticmethod
     def open_http(url: str, nbytes: int | None = None) -> NativeRemoteFile: ...
@@ -84,8 +161,10 @@ class NativeRemoteFile:
 
 def infer_remote_endpoint_type(url: str) -> int: ...
 
+@final
 class NativeFile:
-    def __init__(self, path: str | PathLike[str], flags: str) -> None: ...
+    # PyO3 builds the object in __new__ (its #[new]); there is no __init__ of its own.
+    def __new__(cls, path: str | PathLike[str], flags: str) -> NativeFile: ...
     def read(self, buf: Any, size: int | None = None, file_offset: int | None = None,
              task_size: int | None = None) -> int: ...
     def write(self, buf: Any, size: int | None = None, file_offset: int | None = None,
@@ -111,10 +190,11 @@ class NativeFile:
     @property
     def flags(self) -> str: ...
 
+@final
 class NativeMmap:
-    def __init__(self, file_path: str | PathLike[str], flags: str = "r",
-                 initial_map_size: int | None = None, initial_map_offset: int | None = None,
-                 mode: int | None = None, map_flags: int | None = None) -> None: ...
+    def __new__(cls, file_path: str | PathLike[str], flags: str = "r",
+                initial_map_size: int | None = None, initial_map_offset: int | None = None,
+                mode: int | None = None, map_flags: int | None = None) -> NativeMmap: ...
     def initial_map_size(self) -> int: ...
     def initial_map_offset(self) -> int: ...
     def file_size(self) -> int: ...
@@ -126,6 +206,7 @@ class NativeMmap:
     @property
     def path(self) -> Path | None: ...
 
+@final
 class SettingsSnapshot:
     def restore(self) -> None: ...
 
@@ -138,6 +219,7 @@ def bounce_buffer_free() -> int: ...
 def bounce_buffer_pooled() -> int: ...
 def cli_main(argv: list[str]) -> int: ...
 
+@final
 class Observation: ...
 
 def cufile_set_search_dirs(dirs: list[str]) -> None: ...
@@ -175,12 +257,15 @@ def compat_mode_preferred() -> bool: ...
 class SafetensorError(ValueError):
     """A safetensors file or checkpoint that does not follow the format."""
 
+@final
 class SafetensorsCheckpoint:
     @staticmethod
     def open(path: str | PathLike[str]) -> SafetensorsCheckpoint: ...
     def files(self) -> list[Path]: ...
     def metadata(self, file: int) -> dict[str, str] | None: ...
     def tensors(self) -> list[tuple[str, int, str, list[int], int, int]]: ...
-    def plan(self, selection: list[int], align: int = 256, coalesce: bool = True
+    # align defaults to the format's alignment (256 bytes); the binding takes it from a Rust
+    # constant, which PyO3 cannot render, so the runtime signature shows `...` as well.
+    def plan(self, selection: list[int], align: int = ..., coalesce: bool = True
              ) -> tuple[int, list[tuple[int, int, int, int]], list[int]]: ...
     def find(self, name: str) -> int: ...
