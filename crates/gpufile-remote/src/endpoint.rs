@@ -3,8 +3,17 @@
 
 use std::fmt;
 
+use std::time::SystemTime;
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{
+    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode,
+};
+use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
 use gpufile::{Error, Result};
-use rusty_s3::{Bucket, Credentials, UrlStyle};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use url::Url;
 
 /// The kinds of remote endpoint (KvikIO's `RemoteEndpointType`, same values).
@@ -231,12 +240,42 @@ fn required(value: Option<String>, what: &str, var: &str) -> Result<String> {
     })
 }
 
-/// A signed S3 object: where it is and who asks.
-#[derive(Clone, Debug)]
+/// How an S3 object's URL names its bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UrlStyle {
+    /// `<endpoint>/<bucket>/<key>`: custom endpoints (`AWS_ENDPOINT_URL`) and AWS path URLs.
+    Path,
+    /// `<bucket>.<endpoint host>/<key>`: AWS's own hosts.
+    VirtualHost,
+}
+
+/// Characters kept as they are in an S3 key's URL path: RFC 3986 unreserved ones and `/`
+/// (the URI encoding that SigV4 canonicalises, so that the URL sent is the one signed).
+const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
+/// A signed S3 object: where it is and who asks. Requests are signed one by one, in their
+/// headers (SigV4 `Authorization`), as the AWS SDKs and KvikIO (libcurl) sign them.
+#[derive(Clone)]
 pub struct S3Object {
-    pub(crate) bucket: Bucket,
-    pub(crate) key: String,
-    pub(crate) credentials: Credentials,
+    /// The object's URL (no query).
+    pub(crate) url: Url,
+    region: String,
+    identity: Identity,
+}
+
+impl fmt::Debug for S3Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The credentials stay out, even the key id.
+        f.debug_struct("S3Object")
+            .field("url", &self.url.as_str())
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
 }
 
 impl S3Object {
@@ -259,16 +298,13 @@ impl S3Object {
             "aws_secret_access_key",
             "AWS_SECRET_ACCESS_KEY",
         )?;
-        let credentials = match pick(&o.session_token, env, "AWS_SESSION_TOKEN") {
-            Some(token) => Credentials::new_with_token(key_id, secret, token),
-            None => Credentials::new(key_id, secret),
-        };
-        let bucket = Bucket::new(endpoint, style, bucket.to_owned(), region)
-            .map_err(|e| Error::InvalidArgument(format!("S3 bucket {bucket:?}: {e}")))?;
+        let token = pick(&o.session_token, env, "AWS_SESSION_TOKEN");
+        let identity = Credentials::new(key_id, secret, token, None, "gpufile").into();
+        let url = object_url(&endpoint, style, bucket, &key)?;
         Ok(S3Object {
-            bucket,
-            key,
-            credentials,
+            url,
+            region,
+            identity,
         })
     }
 
@@ -335,6 +371,7 @@ impl S3Object {
         let mut endpoint = u.clone();
         endpoint.set_path("/");
         endpoint.set_query(None);
+        endpoint.set_fragment(None);
         Self::build(
             endpoint,
             UrlStyle::Path,
@@ -348,11 +385,73 @@ impl S3Object {
 
     /// The object's URL, unsigned (for errors and `str()`).
     pub fn url(&self) -> String {
-        self.bucket
-            .object_url(&self.key)
-            .map(String::from)
-            .unwrap_or_else(|_| format!("s3://{}/{}", self.bucket.name(), self.key))
+        self.url.as_str().to_owned()
     }
+
+    /// The SigV4 headers of one `method` request of the object (`Authorization`, `x-amz-date`,
+    /// `x-amz-content-sha256: UNSIGNED-PAYLOAD`, `x-amz-security-token` with a session token),
+    /// signed now over `Host`, `Range` (when given) and those. Each request is signed for
+    /// itself: the range differs from task to task.
+    pub(crate) fn sign(
+        &self,
+        method: &str,
+        range: Option<&str>,
+    ) -> Result<Vec<(&'static str, String)>> {
+        let mut settings = SigningSettings::default();
+        // S3's rules: the path is encoded once, not normalised; the payload hash is a header.
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+        let params = v4::SigningParams::builder()
+            .identity(&self.identity)
+            .region(&self.region)
+            .name("s3")
+            .time(SystemTime::now())
+            .settings(settings)
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url)))?
+            .into();
+        let headers = range.map(|r| ("range", r)).into_iter();
+        let signed = SignableRequest::new(
+            method,
+            self.url.as_str(),
+            headers,
+            SignableBody::UnsignedPayload,
+        )
+        .and_then(|req| sign(req, &params))
+        .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url)))?;
+        let (headers, _query) = signed.into_parts().0.into_parts();
+        Ok(headers
+            .into_iter()
+            .map(|h| (h.name(), h.value().to_owned()))
+            .collect())
+    }
+}
+
+/// The URL of `key` in `bucket` at `endpoint`, in `style`; the key percent-encoded.
+fn object_url(endpoint: &Url, style: UrlStyle, bucket: &str, key: &str) -> Result<Url> {
+    let bad = |why: String| Error::InvalidArgument(format!("S3 bucket {bucket:?}: {why}"));
+    let key = utf8_percent_encode(key, KEY_ENCODE);
+    let mut url = endpoint.clone();
+    url.set_query(None);
+    url.set_fragment(None);
+    match style {
+        UrlStyle::Path => {
+            let base = url.path().trim_end_matches('/').to_owned();
+            let bucket = utf8_percent_encode(bucket, KEY_ENCODE);
+            url.set_path(&format!("{base}/{bucket}/{key}"));
+        }
+        UrlStyle::VirtualHost => {
+            let host = url
+                .host_str()
+                .ok_or_else(|| bad(format!("endpoint {endpoint} has no host")))?;
+            let host = format!("{bucket}.{host}");
+            url.set_host(Some(&host))
+                .map_err(|e| bad(format!("{host:?} is not a host name ({e})")))?;
+            url.set_path(&format!("/{key}"));
+        }
+    }
+    Ok(url)
 }
 
 fn aws_endpoint(region: &str) -> Result<Url> {
@@ -527,9 +626,11 @@ mod tests {
         ]);
         let o = S3Object::from_bucket("bkt", "a b/c.bin", &S3Options::default(), &e).unwrap();
         assert_eq!(o.url(), "http://127.0.0.1:9000/bkt/a%20b/c.bin");
-        assert_eq!(o.bucket.region(), "us-east-1");
-        assert_eq!(o.credentials.key(), "AKID");
-        assert_eq!(o.credentials.token(), None);
+        assert_eq!(o.region, "us-east-1");
+        let h = o.sign("HEAD", None).unwrap();
+        let auth = &h.iter().find(|(n, _)| *n == "authorization").unwrap().1;
+        assert!(auth.contains("Credential=AKID/"), "{auth}");
+        assert!(!h.iter().any(|(n, _)| *n == "x-amz-security-token"));
         // Arguments win over the environment.
         let args = S3Options {
             region: Some("eu-west-1".into()),
@@ -543,7 +644,8 @@ mod tests {
         ]);
         let o = S3Object::from_bucket("bkt", "k", &args, &no_endpoint).unwrap();
         assert_eq!(o.url(), "https://bkt.s3.eu-west-1.amazonaws.com/k");
-        assert_eq!(o.credentials.token(), Some("tok"));
+        let h = o.sign("GET", None).unwrap();
+        assert!(h.contains(&("x-amz-security-token", "tok".into())), "{h:?}");
         // Missing pieces are named.
         let e = S3Object::from_bucket("bkt", "k", &S3Options::default(), &env(&[])).unwrap_err();
         assert!(e.to_string().contains("AWS_DEFAULT_REGION"), "{e}");
@@ -564,8 +666,6 @@ mod tests {
             &e,
         )
         .unwrap();
-        assert_eq!(o.bucket.name(), "bkt");
-        assert_eq!(o.key, "dir/x y.bin");
         assert_eq!(o.url(), "http://127.0.0.1:5000/bkt/dir/x%20y.bin");
         let o = S3Object::from_http_url(
             "https://bkt.s3.eu-west-1.amazonaws.com/k",
@@ -588,34 +688,68 @@ mod tests {
     }
 
     #[test]
-    fn signed_urls_carry_sigv4_query() {
-        use rusty_s3::S3Action;
+    fn requests_are_signed_in_headers() {
         let e = env(&[
             ("AWS_DEFAULT_REGION", "eu-west-1"),
             ("AWS_ACCESS_KEY_ID", "AKID"),
-            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("AWS_SECRET_ACCESS_KEY", "topsecret"),
         ]);
         let args = S3Options {
             session_token: Some("tok".into()),
             ..Default::default()
         };
-        let o = S3Object::from_bucket("bkt", "k", &args, &e).unwrap();
-        let url = o
-            .bucket
-            .get_object(Some(&o.credentials), &o.key)
-            .sign(std::time::Duration::from_secs(60));
-        let q: std::collections::HashMap<_, _> = url.query_pairs().into_owned().collect();
-        assert_eq!(q["X-Amz-Algorithm"], "AWS4-HMAC-SHA256");
+        let o = S3Object::from_bucket("test_read", "k", &args, &e).unwrap();
+        assert_eq!(o.url(), "https://test_read.s3.eu-west-1.amazonaws.com/k");
+        let h: std::collections::HashMap<_, _> = o
+            .sign("GET", Some("bytes=0-9"))
+            .unwrap()
+            .into_iter()
+            .collect();
+        let auth = &h["authorization"];
         assert!(
-            q["X-Amz-Credential"].starts_with("AKID/")
-                && q["X-Amz-Credential"].ends_with("/eu-west-1/s3/aws4_request")
+            auth.starts_with("AWS4-HMAC-SHA256 Credential=AKID/"),
+            "{auth}"
         );
-        assert_eq!(q["X-Amz-Security-Token"], "tok");
-        assert_eq!(q["X-Amz-Signature"].len(), 64);
-        assert_eq!(url.host_str(), Some("bkt.s3.eu-west-1.amazonaws.com"));
-        // The signed URL is itself recognised as presigned, and redacted for display.
-        assert!(is_presigned_url(url.as_str()));
-        assert!(!redact(url.as_str()).contains(&q["X-Amz-Signature"]));
+        assert!(auth.contains("/eu-west-1/s3/aws4_request"), "{auth}");
+        // The range is signed with the host and the x-amz-* headers.
+        assert!(
+            auth.contains(
+                "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date;x-amz-security-token"
+            ),
+            "{auth}"
+        );
+        assert_eq!(h["x-amz-content-sha256"], "UNSIGNED-PAYLOAD");
+        assert_eq!(h["x-amz-security-token"], "tok");
+        assert_eq!(h["x-amz-date"].len(), "20261130T120000Z".len());
+        // A different range is a different signature.
+        let other: std::collections::HashMap<_, _> = o
+            .sign("GET", Some("bytes=10-19"))
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_ne!(other["authorization"], h["authorization"]);
+        // Nothing secret in what is shown.
+        let shown = format!("{o:?} {}", o.url());
+        assert!(
+            !shown.contains("topsecret") && !shown.contains("AKID"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn path_style_urls_encode_bucket_and_key() {
+        let e = env(&[
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "k"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000/base/"),
+        ]);
+        let o =
+            S3Object::from_bucket("test_read", "a+b/c~d=e.bin", &S3Options::default(), &e).unwrap();
+        assert_eq!(
+            o.url(),
+            "http://127.0.0.1:9000/base/test_read/a%2Bb/c~d%3De.bin"
+        );
     }
 
     #[test]

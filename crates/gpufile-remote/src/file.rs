@@ -2,25 +2,19 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpufile::source::{Call, Source};
 use gpufile::{Error, Result};
 
-use rusty_s3::S3Action;
-
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
 use crate::http::{Client, Target};
-
-/// How long a signature made for one request stays valid (it is used at once).
-const SIGNATURE_LIFETIME: Duration = Duration::from_secs(3600);
 
 /// How the bytes of an object are asked for.
 #[derive(Clone, Debug)]
 enum Access {
     /// A ranged GET of a fixed URL (HTTP, S3 public, presigned URL).
     Plain { url: String },
-    /// A ranged GET of a URL signed per request (SigV4 in the query).
+    /// A ranged GET of the object's URL, each request signed in its headers (SigV4).
     S3(Box<S3Object>),
     /// WebHDFS: `op=GETFILESTATUS` for the size, `op=OPEN&offset&length` for the bytes.
     WebHdfs { base: String, user: Option<String> },
@@ -69,13 +63,10 @@ impl RemoteFile {
                 .client
                 .range_probe_size(&self.target(url, Some((0, 1)))),
             Access::Plain { url } => self.client.head_size(&self.target(url, None)),
-            Access::S3(o) => {
-                let url = o
-                    .bucket
-                    .head_object(Some(&o.credentials), &o.key)
-                    .sign(SIGNATURE_LIFETIME);
-                self.client.head_size(&self.target(url.as_str(), None))
-            }
+            Access::S3(o) => self.client.head_size(&Target {
+                signer: Some(o),
+                ..self.target(o.url.as_str(), None)
+            }),
             Access::WebHdfs { base, user } => {
                 let url = format!("{base}?{}op=GETFILESTATUS", user_param(user));
                 let body = self.client.get_small(&self.target(&url, None))?;
@@ -96,6 +87,7 @@ impl RemoteFile {
             url,
             shown: &self.shown,
             range,
+            signer: None,
         }
     }
 
@@ -289,14 +281,15 @@ impl RemoteFile {
                 self.client
                     .get_into(&self.target(url, range), offset, dst, progress)
             }
-            Access::S3(o) => {
-                let url = o
-                    .bucket
-                    .get_object(Some(&o.credentials), &o.key)
-                    .sign(SIGNATURE_LIFETIME);
-                self.client
-                    .get_into(&self.target(url.as_str(), range), offset, dst, progress)
-            }
+            Access::S3(o) => self.client.get_into(
+                &Target {
+                    signer: Some(o),
+                    ..self.target(o.url.as_str(), range)
+                },
+                offset,
+                dst,
+                progress,
+            ),
             Access::WebHdfs { base, user } => {
                 let url = format!(
                     "{base}?{}op=OPEN&offset={offset}&length={}",

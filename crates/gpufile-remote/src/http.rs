@@ -14,6 +14,8 @@ use gpufile::{Error, RemoteFailure, Result};
 use ureq::http::Response;
 use ureq::{Agent, Body};
 
+use crate::endpoint::S3Object;
+
 /// Base and cap of the backoff between attempts (KvikIO's values).
 const BACKOFF_BASE_MS: u64 = 500;
 const BACKOFF_MAX_MS: u64 = 4000;
@@ -56,6 +58,8 @@ pub(crate) struct Target<'a> {
     pub shown: &'a str,
     /// `Range: bytes=a-b` to send, if any.
     pub range: Option<(u64, usize)>,
+    /// Signs each attempt in its headers (S3 SigV4).
+    pub signer: Option<&'a S3Object>,
 }
 
 impl Target<'_> {
@@ -145,8 +149,18 @@ impl Client {
             "HEAD" => self.agent.head(t.url),
             _ => self.agent.get(t.url),
         };
-        if let Some((off, len)) = t.range {
-            req = req.header("Range", format!("bytes={off}-{}", off + len as u64 - 1));
+        let range = t
+            .range
+            .map(|(off, len)| format!("bytes={off}-{}", off + len as u64 - 1));
+        if let Some(r) = &range {
+            req = req.header("Range", r);
+        }
+        if let Some(s3) = t.signer {
+            // Signed per attempt, so that a retry after a long backoff is signed afresh.
+            let headers = s3.sign(method, range.as_deref()).map_err(Attempt::Fail)?;
+            for (name, value) in headers {
+                req = req.header(name, value);
+            }
         }
         let resp = req
             .config()

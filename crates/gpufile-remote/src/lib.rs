@@ -16,8 +16,10 @@
 //!    (signatures redacted), the byte range and the attempts made; `InvalidArgument` for bad
 //!    URLs, missing credentials and reads past the end.
 //!
-//! Libraries: `ureq` (blocking HTTP/1.1, rustls with ring, webpki roots) and `rusty-s3` (SigV4
-//! query signing of each GET/HEAD). Neither starts a thread or a runtime.
+//! Libraries: `ureq` (blocking HTTP/1.1, rustls with ring, webpki roots) and `aws-sigv4` (AWS's
+//! own SigV4 signer: each S3 GET/HEAD is signed in its headers, `Authorization`, as the AWS SDKs
+//! and KvikIO's libcurl sign them; a query-signed request is not recognised as S3's by some
+//! S3-compatible servers). Neither starts a thread or a runtime.
 
 mod endpoint;
 mod file;
