@@ -627,10 +627,11 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     for _ in 0..args.repeat {
         let start = Instant::now();
         let req = Request::read(dest.buffer(0, size), offset);
-        // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
-        // again or dropped.
         let fut = match &source {
+            // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
+            // again or dropped.
             ReadSource::Local(file) => unsafe { file.submit(req, Some(&settings)) }?,
+            // SAFETY: as above; the range was checked against the object's size.
             ReadSource::Remote(remote) => unsafe {
                 Engine::global()?.submit_to(
                     gpufile::exec::Endpoint::Read(Arc::clone(remote) as Arc<dyn Source>),
