@@ -88,6 +88,8 @@ impl From<gpufile::Error> for CliError {
             | E::UnexpectedEof { path, .. }
             | E::NotReadable { path, .. }
             | E::NotWritable { path, .. } => Some(path.clone()),
+            // Redacted by gpufile-remote: no signature or key.
+            E::Remote { url, .. } => Some(url.into()),
             _ => None,
         };
         CliError {

@@ -8,6 +8,8 @@
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -20,9 +22,11 @@ mod load;
 use destination::{default_memory, Destination};
 use error::CliError;
 use gpufile::config::{self, Input, Kind, Name};
-use gpufile::{Engine, FileHandle, Memory, Request};
+use gpufile::source::{Call, Source};
+use gpufile::{Engine, FileHandle, IoPath, Memory, Request};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
+use gpufile_remote::{RemoteEndpointType, RemoteFile, RemoteStats};
 
 /// Move file data into GPU and host memory, fast, and say which path ran.
 ///
@@ -115,7 +119,8 @@ struct ExplainArgs {
 
 #[derive(clap::Args, Debug)]
 struct ReadArgs {
-    /// The file to read (a regular file).
+    /// The file to read: a regular file, or a URL (http://, https://, s3://, webhdfs://...) read
+    /// by ranged requests.
     file: PathBuf,
     /// Worker threads (default: the `num_threads` setting).
     #[arg(long, short = 't')]
@@ -459,6 +464,129 @@ fn parse_size_arg(what: &str, text: &str) -> Result<u64, CliError> {
     config::parse_size(text).map_err(|e| CliError::invalid(format!("--{what} {text:?}: {e}")))
 }
 
+/// What `gpufile read` reads: a local file, or a remote object where FILE is a URL.
+enum ReadSource {
+    Local(FileHandle),
+    Remote(Arc<RemoteFile>),
+}
+
+/// FILE as a URL (`scheme://...`: http, https, s3, webhdfs, ...), or None for a local path
+/// (`./http://x` names a local file).
+fn remote_url(file: &Path) -> Option<&str> {
+    let text = file.to_str()?;
+    let (scheme, _) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    valid.then_some(text)
+}
+
+impl ReadSource {
+    fn open(file: &Path) -> Result<Self, CliError> {
+        let Some(url) = remote_url(file) else {
+            return Ok(ReadSource::Local(FileHandle::open(file, "r")?));
+        };
+        let remote = RemoteFile::open(url, RemoteEndpointType::Auto, None, None).map_err(|e| {
+            let e = CliError::from(e);
+            if e.path.is_some() {
+                e
+            } else {
+                // Never the URL as given: it may carry a signature or a key.
+                e.with_path(gpufile_remote::redact(url))
+            }
+        })?;
+        Ok(ReadSource::Remote(Arc::new(remote)))
+    }
+
+    /// The name reports and errors show: the path, or the URL with signatures redacted.
+    fn shown(&self, file: &Path) -> String {
+        match self {
+            ReadSource::Local(_) => file.display().to_string(),
+            ReadSource::Remote(remote) => remote.url().to_owned(),
+        }
+    }
+
+    fn remote_stats(&self) -> Option<RemoteStats> {
+        match self {
+            ReadSource::Local(_) => None,
+            ReadSource::Remote(remote) => Some(remote.stats()),
+        }
+    }
+
+    /// `size` bytes at `offset` by the plainest read there is, for `--verify`: one `pread`
+    /// of the file, or one ranged request to the object.
+    fn plain_read(&self, file: &Path, offset: u64, size: usize) -> Result<Vec<u8>, CliError> {
+        let mut expect = vec![0u8; size];
+        match self {
+            ReadSource::Local(_) => {
+                let f = std::fs::File::open(file).map_err(|e| CliError::from(e).with_path(file))?;
+                std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)
+                    .map_err(|e| CliError::from(e).with_path(file))?;
+            }
+            ReadSource::Remote(remote) => {
+                let progress = AtomicU64::new(0);
+                let call = Call {
+                    progress: &progress,
+                    direct: false,
+                    direct_uncached: false,
+                };
+                remote.read_at(&mut expect, offset, call)?;
+            }
+        }
+        Ok(expect)
+    }
+}
+
+/// The path a `gpufile read` takes: gpufile's decision for a local file, ranged requests for
+/// a remote object.
+enum ReadPath {
+    Local(IoPath),
+    Remote(RemoteEndpointType),
+}
+
+impl ReadPath {
+    fn backend(&self) -> String {
+        match self {
+            ReadPath::Local(p) => p.backend.to_string(),
+            ReadPath::Remote(kind) => format!("remote ({kind})"),
+        }
+    }
+
+    fn reason(&self) -> String {
+        match self {
+            ReadPath::Local(p) => p.reason.to_string(),
+            ReadPath::Remote(_) => REMOTE_REASON.to_owned(),
+        }
+    }
+
+    fn remote_endpoint(&self) -> Option<String> {
+        match self {
+            ReadPath::Local(_) => None,
+            ReadPath::Remote(kind) => Some(kind.to_string()),
+        }
+    }
+
+    /// docs/json.md's `path` object; a remote read is backend `remote`, reason kind `remote`
+    /// with the endpoint type as its detail.
+    fn to_json(&self) -> Value {
+        match self {
+            ReadPath::Local(p) => schema::path(p),
+            ReadPath::Remote(kind) => json!({
+                "backend": "remote",
+                "reason": {
+                    "kind": "remote",
+                    "detail": kind.to_string(),
+                    "text": REMOTE_REASON,
+                },
+            }),
+        }
+    }
+}
+
+/// Why a remote object takes the path it takes.
+const REMOTE_REASON: &str = "a remote object: ranged requests of task_size over the workers, \
+     into host memory directly or into GPU memory through pinned bounce buffers";
+
 fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     let mut updates = Vec::new();
     if let Some(t) = &args.threads {
@@ -473,22 +601,45 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     // The flags apply to this run only: the process defaults stay as they are.
     let settings = Engine::global()?.settings_with(&updates)?;
 
-    let file = FileHandle::open(&args.file, "r")?;
-    let file_size = file_size(&args.file, &file)?;
+    let source = ReadSource::open(&args.file)?;
+    let shown = source.shown(&args.file);
+    let object_size = match &source {
+        ReadSource::Local(file) => file_size(&args.file, file)?,
+        ReadSource::Remote(remote) => remote.nbytes(),
+    };
     // Refused before any memory is allocated for it.
-    let (offset, size) = file_range(&args.file, &args.offset, args.size.as_deref(), file_size)?;
+    let (offset, size) = file_range(
+        Path::new(&shown),
+        &args.offset,
+        args.size.as_deref(),
+        object_size,
+    )?;
     let size = usize::try_from(size).map_err(|_| "--size is too large for this machine")?;
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
-    let path = file.io_path(dest.memory(), size, &settings)?;
+    let path = match &source {
+        ReadSource::Local(file) => ReadPath::Local(file.io_path(dest.memory(), size, &settings)?),
+        ReadSource::Remote(remote) => ReadPath::Remote(remote.remote_endpoint_type()),
+    };
 
+    let remote_before = source.remote_stats();
     let observation = gpufile::observe::begin();
     let mut runs = Vec::new();
     for _ in 0..args.repeat {
         let start = Instant::now();
         let req = Request::read(dest.buffer(0, size), offset);
-        // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
-        // again or dropped.
-        let fut = unsafe { file.submit(req, Some(&settings)) }?;
+        let fut = match &source {
+            // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
+            // again or dropped.
+            ReadSource::Local(file) => unsafe { file.submit(req, Some(&settings)) }?,
+            // SAFETY: as above; the range was checked against the object's size.
+            ReadSource::Remote(remote) => unsafe {
+                Engine::global()?.submit_to(
+                    gpufile::exec::Endpoint::Read(Arc::clone(remote) as Arc<dyn Source>),
+                    req,
+                    &settings,
+                )
+            }?,
+        };
         let n = wait_with_progress(&fut, size as u64, !args.json, units)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {
@@ -496,20 +647,25 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
         }
     }
     let report = gpufile::observe::end(observation);
+    // Over the runs only: the size request at open and --verify's read are not counted.
+    let remote = source
+        .remote_stats()
+        .zip(remote_before)
+        .map(|(after, before)| RemoteStats {
+            requests: after.requests - before.requests,
+            retries: after.retries - before.retries,
+            bytes: after.bytes - before.bytes,
+        });
     let verified = if args.verify {
-        let mut expect = vec![0u8; size];
-        let f =
-            std::fs::File::open(&args.file).map_err(|e| CliError::from(e).with_path(&args.file))?;
-        std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)
-            .map_err(|e| CliError::from(e).with_path(&args.file))?;
+        let expect = source.plain_read(&args.file, offset, size)?;
         let mut got = vec![0u8; dest.len()];
         dest.copy_out(0, &mut got)?;
         if got != expect {
             return Err(CliError::new(
                 "verification-failed",
-                "verification failed: the bytes read differ from the file",
+                format!("verification failed: the bytes read differ from {shown}"),
             )
-            .with_path(&args.file));
+            .with_path(&shown));
         }
         Some(true)
     } else {
@@ -527,7 +683,7 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
         emit_json(&schema::envelope(
             "read",
             json!({
-                "file": args.file,
+                "file": shown,
                 "offset": offset,
                 "bytes": size,
                 "memory": dest.memory(),
@@ -539,7 +695,14 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
                     "task_size": settings.task_size,
                     "compat_mode": settings.compat_mode.name(),
                 },
-                "path": schema::path(&path),
+                "path": path.to_json(),
+                "remote": remote.map(|r| json!({
+                    "endpoint": path.remote_endpoint(),
+                    "url": shown,
+                    "requests": r.requests,
+                    "retries": r.retries,
+                    "bytes": r.bytes,
+                })),
                 "runs": runs.len(),
                 "seconds": seconds,
                 "seconds_per_run": runs,
@@ -558,7 +721,7 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     let mut text = format!(
         "file        {}\nbytes       {} ({})\nseconds     {:.6}{}\nthroughput  {}\n\
          memory      {}{}\npath        {}\nreason      {}\nthreads     {}\ntask_size   {}\n",
-        args.file.display(),
+        shown,
         size,
         units::size(size as u64),
         seconds,
@@ -566,16 +729,28 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
         units::rate(size as u64, seconds, units),
         dest.describe(),
         why_host.map(|w| format!(" ({w})")).unwrap_or_default(),
-        path.backend,
-        path.reason,
+        path.backend(),
+        path.reason(),
         settings.num_threads,
         units::size(settings.task_size as u64),
     );
     if offset > 0 {
         text += &format!("offset      {offset} ({})\n", units::size(offset));
     }
+    if let Some(r) = remote {
+        text += &format!(
+            "remote      {} requests, {} retries, {} bytes ({})\n",
+            r.requests,
+            r.retries,
+            r.bytes,
+            units::size(r.bytes)
+        );
+    }
     if verified == Some(true) {
-        text += "verified    bytes match the file\n";
+        text += match source {
+            ReadSource::Local(_) => "verified    bytes match the file\n",
+            ReadSource::Remote(_) => "verified    bytes match a plain ranged read of the object\n",
+        };
     }
     out(&text);
     match (report.cufile.ops, report.cufile_stats) {

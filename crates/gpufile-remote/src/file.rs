@@ -7,7 +7,7 @@ use gpufile::source::{Call, Source};
 use gpufile::{Error, Result};
 
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
-use crate::http::{Client, Target};
+use crate::http::{Client, RemoteStats, Target};
 
 /// How the bytes of an object are asked for.
 #[derive(Clone, Debug)]
@@ -257,6 +257,11 @@ impl RemoteFile {
     /// The URL, with signatures and tokens redacted.
     pub fn url(&self) -> &str {
         &self.shown
+    }
+
+    /// Requests sent, retries made and bytes received since open (every reader together).
+    pub fn stats(&self) -> RemoteStats {
+        self.client.stats()
     }
 
     /// KvikIO's range check: `cannot read 0+100 bytes into a 10 bytes file (<url>)`.

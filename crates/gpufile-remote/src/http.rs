@@ -8,6 +8,7 @@
 
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpufile::{Error, RemoteFailure, Result};
@@ -83,6 +84,27 @@ impl Target<'_> {
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     agent: Agent,
+    counters: Arc<Counters>,
+}
+
+/// What a client has sent and received since it was made (all its clones together).
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    retries: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// Requests sent, retries made and body bytes received into callers' buffers, by one remote
+/// file since it was opened (the size request included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// HTTP requests sent, every attempt counted.
+    pub requests: u64,
+    /// Attempts that were retried (a retryable status or a timeout).
+    pub retries: u64,
+    /// Bytes of object data received.
+    pub bytes: u64,
 }
 
 impl Client {
@@ -97,6 +119,17 @@ impl Client {
             .build();
         Client {
             agent: config.into(),
+            counters: Arc::default(),
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RemoteStats {
+        let c = &self.counters;
+        RemoteStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -115,6 +148,7 @@ impl Client {
                 Err(Attempt::Fail(e)) => return Err(e),
                 Err(Attempt::Retry(why)) => {
                     if n < policy.max_attempts {
+                        self.counters.retries.fetch_add(1, Ordering::Relaxed);
                         let delay = (BACKOFF_BASE_MS << (n - 1).min(4)).min(BACKOFF_MAX_MS);
                         eprintln!(
                             "gpufile: {why} on {} {}. Retrying after {delay}ms (attempt {n} of {}).",
@@ -162,6 +196,7 @@ impl Client {
                 req = req.header(name, value);
             }
         }
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let resp = req
             .config()
             .timeout_global(Some(policy.timeout))
@@ -336,6 +371,7 @@ impl Client {
                     Ok(n) => {
                         filled += n;
                         progress.fetch_add(n as u64, Ordering::Relaxed);
+                        self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => match ureq::Error::from(e) {

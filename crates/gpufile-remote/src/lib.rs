@@ -29,3 +29,4 @@ pub use endpoint::{
     infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Options,
 };
 pub use file::{read_into, RemoteFile};
+pub use http::RemoteStats;
