@@ -48,7 +48,7 @@ impl RemoteFile {
             kind,
             shown,
             nbytes: 0,
-            client: Client::new(),
+            client: Client::new()?,
         };
         f.nbytes = match nbytes {
             Some(n) => n,
