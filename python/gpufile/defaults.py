@@ -10,7 +10,7 @@ Settings read ``KVIKIO_*`` environment variables at first use (``GPUFILE_*`` of 
 wins); a variable that does not parse is a ``ValueError`` naming it. Names: ``compat_mode``,
 ``num_threads``, ``task_size``, ``gds_threshold``, ``bounce_buffer_size``,
 ``auto_direct_io_read``, ``auto_direct_io_write``, ``require_gds`` (gpufile's),
-``http_max_attempts``, ``http_status_codes``, ``http_timeout``.
+``http_max_attempts``, ``http_status_codes``, ``http_timeout``, ``remote_io_backend``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _native
 
-__all__ = ["CompatMode", "ConfigContextManager", "get", "set", "report",
+__all__ = ["CompatMode", "RemoteIOBackend", "ConfigContextManager", "get", "set", "report",
            "is_compat_mode_preferred"]
 
 
@@ -38,6 +38,31 @@ class CompatMode(enum.IntEnum):
     OFF = 0
     ON = 1
     AUTO = 2
+
+
+class RemoteIOBackend(enum.IntEnum):
+    """KvikIO's remote-I/O backend choice (``remote_io_backend``; same names and values).
+
+    gpufile has one remote path (blocking HTTP requests, split by ``task_size`` over the
+    worker threads), so both values are accepted and read the same way; the setting exists so
+    that KvikIO programs and ``KVIKIO_REMOTE_IO_BACKEND`` keep working. ``defaults.set`` also
+    accepts the names as strings, in any case (``"multi_poll"``), and 0/1.
+    """
+
+    EASY_THREADPOOL = 0
+    MULTI_POLL = 1
+
+
+#: Settings whose native int value is shown as an enum.
+_ENUMS: dict[str, type[enum.IntEnum]] = {
+    "compat_mode": CompatMode,
+    "remote_io_backend": RemoteIOBackend,
+}
+
+
+def _typed(name: str, value: Any) -> Any:
+    kind = _ENUMS.get(name)
+    return kind(value) if kind is not None else value
 
 
 class _SetArgumentsError(TypeError, ValueError):
@@ -77,7 +102,8 @@ def get(name: str) -> Any:
     Returns
     -------
     Any
-        ``CompatMode`` for ``compat_mode``, ``int`` for sizes and counts, ``bool`` for the
+        ``CompatMode`` for ``compat_mode``, ``RemoteIOBackend`` for ``remote_io_backend``,
+        ``int`` for sizes and counts, ``bool`` for the
         ``auto_direct_io_*`` flags, a list of ints for ``http_status_codes``.
 
     Raises
@@ -91,7 +117,7 @@ def get(name: str) -> Any:
     16384
     """
     value = _native.settings_get(name)
-    return CompatMode(value) if name == "compat_mode" else value
+    return _typed(name, value)
 
 
 def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
@@ -107,7 +133,9 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
         The settings to change. Sizes and counts accept ints, NumPy integers (anything with
         ``__index__``) or strings with suffixes (``"4MiB"``, ``"16k"``); ``compat_mode``
         accepts ``CompatMode``, ``"on"``/``"off"``/``"auto"``; ``http_status_codes`` a list or
-        tuple of ints, or ``"429,503"``.
+        tuple of ints, or ``"429,503"``; ``remote_io_backend`` a ``RemoteIOBackend``, 0/1 or
+        its name in any case (unlike KvikIO, where it is read-only after start-up, it can be
+        set: gpufile has one remote path, so the value changes nothing).
 
     Returns
     -------
@@ -154,7 +182,7 @@ def report() -> list[tuple[str, Any, str]]:
         ``"default: min(cores=16, 16)"``), ``"env KVIKIO_TASK_SIZE"`` or ``"set"``.
     """
     return [
-        (name, CompatMode(value) if name == "compat_mode" else value, source)
+        (name, _typed(name, value), source)
         for name, value, source in _native.settings_report()
     ]
 

@@ -11,6 +11,7 @@ use crate::errors::{index_of, out_of_range, to_py, type_name};
 pub(crate) fn value_to_py(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
     Ok(match value {
         Value::CompatMode(m) => (m as u8).into_pyobject(py)?.into_any().unbind(),
+        Value::RemoteIoBackend(b) => (b as u8).into_pyobject(py)?.into_any().unbind(),
         Value::Int(n) => n.into_pyobject(py)?.into_any().unbind(),
         Value::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
         Value::IntList(v) => PyList::new(py, v)?.into_any().unbind(),
@@ -104,6 +105,7 @@ pub(crate) fn settings_set(updates: &Bound<'_, PyDict>) -> PyResult<SettingsSnap
             return Err(wrong_type(match name.kind() {
                 Kind::Bool => "a bool",
                 Kind::CompatMode => "a CompatMode, an int or a str",
+                Kind::RemoteIoBackend => "a RemoteIOBackend, an int or a str",
                 _ => "an int or a str",
             }));
         }

@@ -43,12 +43,13 @@ impl RemoteFile {
             Access::S3(o) => o.url(),
             Access::WebHdfs { base, .. } => base.clone(),
         };
+        let tls = shown.to_ascii_lowercase().starts_with("https://");
         let mut f = RemoteFile {
             access,
             kind,
             shown,
             nbytes: 0,
-            client: Client::new(),
+            client: Client::new(tls)?,
         };
         f.nbytes = match nbytes {
             Some(n) => n,

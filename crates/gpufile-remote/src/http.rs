@@ -5,14 +5,22 @@
 //! from the settings when it starts (as KvikIO reads its defaults per request), retries a
 //! retryable status or a timeout after 500 ms, 1 s, 2 s, 4 s (at most 4 s), and fails with an
 //! [`Error::Remote`] that names the URL, the range and the attempts made.
+//!
+//! Trusted roots: Mozilla's (webpki roots) unless a CA bundle variable names a PEM file
+//! (`CURL_CA_BUNDLE`, then `SSL_CERT_FILE` as KvikIO reads them, then `AWS_CA_BUNDLE`; see
+//! [`gpufile::config::ca_bundle`]); then exactly that file's certificates are trusted. A bundle
+//! that cannot be read or holds no certificate is an error naming the variable and the file
+//! (KvikIO hands the path to libcurl and fails later, at the first TLS handshake).
 
 use std::io::{self, Read};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use gpufile::{Error, RemoteFailure, Result};
 use ureq::http::Response;
+use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 use ureq::{Agent, Body};
 
 use crate::endpoint::S3Object;
@@ -107,9 +115,66 @@ pub struct RemoteStats {
     pub bytes: u64,
 }
 
+/// Largest CA bundle read (a full Mozilla bundle is about 220 KiB).
+const CA_BUNDLE_LIMIT: u64 = 64 << 20;
+
+/// The certificates of the PEM file `path`, named by environment variable `var` (for errors).
+///
+/// Private keys and other PEM sections are skipped; a malformed section, an unreadable file or
+/// a file without any certificate is an [`Error::InvalidEnv`].
+pub(crate) fn load_ca_bundle(var: &str, path: &Path) -> Result<Vec<Certificate<'static>>> {
+    let invalid = |reason: String| Error::InvalidEnv {
+        var: var.to_owned(),
+        value: path.display().to_string(),
+        reason,
+    };
+    let file = std::fs::File::open(path)
+        .map_err(|e| invalid(format!("cannot open the CA bundle: {e}")))?;
+    let mut pem = Vec::new();
+    file.take(CA_BUNDLE_LIMIT + 1)
+        .read_to_end(&mut pem)
+        .map_err(|e| invalid(format!("cannot read the CA bundle: {e}")))?;
+    if pem.len() as u64 > CA_BUNDLE_LIMIT {
+        return Err(invalid(format!(
+            "the CA bundle is larger than {} MiB",
+            CA_BUNDLE_LIMIT >> 20
+        )));
+    }
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => return Err(invalid(format!("the CA bundle is not valid PEM: {e}"))),
+        }
+    }
+    if certs.is_empty() {
+        return Err(invalid(
+            "the CA bundle holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
+        ));
+    }
+    Ok(certs)
+}
+
+/// The TLS settings: the CA bundle's certificates where a variable names one, else webpki roots.
+fn tls_config() -> Result<TlsConfig> {
+    let roots = match gpufile::config::ca_bundle() {
+        Some((var, path)) => RootCerts::new_with_certs(&load_ca_bundle(var, &path)?),
+        None => RootCerts::WebPki,
+    };
+    Ok(TlsConfig::builder().root_certs(roots).build())
+}
+
 impl Client {
-    pub fn new() -> Self {
+    /// A client; for `https` (`tls`), trusting the roots chosen by [`tls_config`]. A plain-HTTP
+    /// object never reads the CA bundle variables, so a bad bundle cannot break it.
+    pub fn new(tls: bool) -> Result<Self> {
+        let tls_config = match tls {
+            true => tls_config()?,
+            false => TlsConfig::builder().build(),
+        };
         let config = Agent::config_builder()
+            .tls_config(tls_config)
             // Status codes are ours to judge (retry list, range checks).
             .http_status_as_error(false)
             // One idle connection per worker, so that tasks reuse them.
@@ -117,10 +182,10 @@ impl Client {
             .max_idle_connections_per_host(256)
             .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
             .build();
-        Client {
+        Ok(Client {
             agent: config.into(),
             counters: Arc::default(),
-        }
+        })
     }
 
     /// The counters so far.
@@ -437,5 +502,95 @@ fn classify(t: &Target<'_>, method: &str, e: ureq::Error, policy: &Policy) -> At
             RemoteFailure::Transport,
             format!("{}: {other}", t.what(method)),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    const VAR: &str = "SSL_CERT_FILE";
+
+    fn data(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name)
+    }
+
+    /// A file of `content` in a fresh directory, removed with the returned guard.
+    fn scratch(name: &str, content: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        (dir, path)
+    }
+
+    fn error_text(path: &Path) -> String {
+        let err = load_ca_bundle(VAR, path).unwrap_err();
+        assert!(matches!(err, Error::InvalidEnv { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains(VAR), "{text}");
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        text
+    }
+
+    #[test]
+    fn bundle_certificates_are_loaded_and_prose_and_keys_skipped() {
+        let certs = load_ca_bundle(VAR, &data("test-ca-bundle.pem")).unwrap();
+        assert_eq!(certs.len(), 2);
+        // DER of an X.509 certificate: a SEQUENCE with a two-byte length.
+        assert!(certs.iter().all(|c| c.der().starts_with(&[0x30, 0x82])));
+        let key =
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+        let bundle = std::fs::read(data("test-ca-bundle.pem")).unwrap();
+        let (_d, path) = scratch("with-key.pem", &[key.as_bytes(), &bundle].concat());
+        assert_eq!(load_ca_bundle(VAR, &path).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_roots_are_the_bundle_s() {
+        let certs = load_ca_bundle(VAR, &data("test-ca-bundle.pem")).unwrap();
+        let config = TlsConfig::builder()
+            .root_certs(RootCerts::new_with_certs(&certs))
+            .build();
+        match config.root_certs() {
+            RootCerts::Specific(roots) => assert_eq!(roots.len(), 2),
+            _ => panic!("expected the bundle's certificates as roots"),
+        }
+    }
+
+    #[test]
+    fn missing_bundle_names_variable_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = error_text(&dir.path().join("absent.pem"));
+        assert!(text.contains("cannot open the CA bundle"), "{text}");
+    }
+
+    #[test]
+    fn a_directory_is_not_a_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = error_text(dir.path());
+        assert!(text.contains("CA bundle"), "{text}");
+    }
+
+    #[test]
+    fn empty_bundle_or_keys_only_is_an_error() {
+        let (_d, empty) = scratch("empty.pem", b"");
+        assert!(error_text(&empty).contains("holds no PEM certificate"));
+        let key =
+            b"-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n";
+        let (_d2, keys) = scratch("keys.pem", key);
+        assert!(error_text(&keys).contains("holds no PEM certificate"));
+    }
+
+    #[test]
+    fn truncated_pem_is_an_error() {
+        let (_d, path) = scratch(
+            "cut.pem",
+            b"-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n",
+        );
+        let text = error_text(&path);
+        assert!(text.contains("not valid PEM"), "{text}");
     }
 }

@@ -72,6 +72,61 @@ impl FromStr for CompatMode {
     }
 }
 
+/// KvikIO's remote-I/O backend choice (`RemoteIOBackend`, same numeric values).
+///
+/// gpufile has one remote path (blocking HTTP requests, split by `task_size` over the worker
+/// threads), so both values are accepted and read the same way: the setting exists so that
+/// KvikIO programs and `KVIKIO_REMOTE_IO_BACKEND` keep working.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[repr(u8)]
+pub enum RemoteIoBackend {
+    /// KvikIO's default: one libcurl easy handle per worker thread.
+    EasyThreadpool = 0,
+    /// KvikIO's poll-based reactor backend.
+    MultiPoll = 1,
+}
+
+impl RemoteIoBackend {
+    /// KvikIO's `.name`: "EASY_THREADPOOL" or "MULTI_POLL".
+    pub fn name(self) -> &'static str {
+        match self {
+            RemoteIoBackend::EasyThreadpool => "EASY_THREADPOOL",
+            RemoteIoBackend::MultiPoll => "MULTI_POLL",
+        }
+    }
+
+    /// From KvikIO's enum value (EASY_THREADPOOL=0, MULTI_POLL=1).
+    pub fn from_value(v: i128) -> Option<Self> {
+        match v {
+            0 => Some(RemoteIoBackend::EasyThreadpool),
+            1 => Some(RemoteIoBackend::MultiPoll),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RemoteIoBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+const REMOTE_IO_BACKEND_WORDS: &str = "EASY_THREADPOOL=0 or MULTI_POLL=1 (names in any case)";
+
+impl FromStr for RemoteIoBackend {
+    type Err = String;
+
+    /// KvikIO's names only, in any case, surrounding spaces ignored (no short aliases).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "easy_threadpool" => Ok(RemoteIoBackend::EasyThreadpool),
+            "multi_poll" => Ok(RemoteIoBackend::MultiPoll),
+            _ => Err(format!("expected {REMOTE_IO_BACKEND_WORDS}")),
+        }
+    }
+}
+
 /// The settings, as one value.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Settings {
@@ -103,6 +158,9 @@ pub struct Settings {
     pub http_status_codes: Vec<u16>,
     /// KvikIO's remote-I/O timeout in seconds (kept for API compatibility).
     pub http_timeout: u64,
+    /// KvikIO's remote-I/O backend (accepted for compatibility: every value reads the same way,
+    /// see [`RemoteIoBackend`]).
+    pub remote_io_backend: RemoteIoBackend,
 }
 
 /// Most worker threads gpufile picks by itself. Measured on the H200 machine, KvikIO's POSIX path
@@ -135,6 +193,7 @@ impl Default for Settings {
             http_max_attempts: 3,
             http_status_codes: vec![429, 500, 502, 503, 504],
             http_timeout: 60,
+            remote_io_backend: RemoteIoBackend::EasyThreadpool,
         }
     }
 }
@@ -166,6 +225,8 @@ pub enum Name {
     HttpStatusCodes,
     /// `http_timeout`
     HttpTimeout,
+    /// `remote_io_backend`
+    RemoteIoBackend,
 }
 
 /// What kind of value a setting holds, which decides how text and numbers are parsed.
@@ -185,11 +246,13 @@ pub enum Kind {
     IntList,
     /// Seconds (at least 1).
     Seconds,
+    /// A [`RemoteIoBackend`].
+    RemoteIoBackend,
 }
 
 impl Name {
     /// Every setting, in the order `gpufile config` prints them.
-    pub const ALL: [Name; 12] = [
+    pub const ALL: [Name; 13] = [
         Name::CompatMode,
         Name::NumThreads,
         Name::TaskSize,
@@ -202,6 +265,7 @@ impl Name {
         Name::HttpMaxAttempts,
         Name::HttpStatusCodes,
         Name::HttpTimeout,
+        Name::RemoteIoBackend,
     ];
 
     /// The name used by `defaults.get` / `defaults.set`.
@@ -219,6 +283,7 @@ impl Name {
             Name::HttpMaxAttempts => "http_max_attempts",
             Name::HttpStatusCodes => "http_status_codes",
             Name::HttpTimeout => "http_timeout",
+            Name::RemoteIoBackend => "remote_io_backend",
         }
     }
 
@@ -235,6 +300,7 @@ impl Name {
             | Name::DirectIoUncached => Kind::Bool,
             Name::HttpStatusCodes => Kind::IntList,
             Name::HttpTimeout => Kind::Seconds,
+            Name::RemoteIoBackend => Kind::RemoteIoBackend,
         }
     }
 
@@ -253,6 +319,7 @@ impl Name {
             Name::HttpMaxAttempts => &["HTTP_MAX_ATTEMPTS"],
             Name::HttpStatusCodes => &["HTTP_STATUS_CODES"],
             Name::HttpTimeout => &["HTTP_TIMEOUT"],
+            Name::RemoteIoBackend => &["REMOTE_IO_BACKEND"],
         }
     }
 
@@ -303,12 +370,15 @@ pub enum Value {
     Bool(bool),
     /// http_status_codes.
     IntList(Vec<u64>),
+    /// remote_io_backend.
+    RemoteIoBackend(RemoteIoBackend),
 }
 
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::CompatMode(m) => write!(f, "{m}"),
+            Value::RemoteIoBackend(b) => write!(f, "{b}"),
             Value::Int(n) => write!(f, "{n}"),
             Value::Bool(b) => write!(f, "{b}"),
             Value::IntList(v) => {
@@ -437,6 +507,15 @@ pub fn validate(name: Name, input: &Input<'_>) -> std::result::Result<Value, Str
             })),
             Input::IntList(_) => Err("expected a CompatMode, not a list".into()),
         },
+        Kind::RemoteIoBackend => match input {
+            Input::Text(t) => t.parse().map(Value::RemoteIoBackend),
+            Input::Int(n) => RemoteIoBackend::from_value(*n)
+                .map(Value::RemoteIoBackend)
+                .ok_or_else(|| format!("expected {REMOTE_IO_BACKEND_WORDS}")),
+            Input::Bool(_) | Input::IntList(_) => Err(format!(
+                "expected a RemoteIOBackend: {REMOTE_IO_BACKEND_WORDS}"
+            )),
+        },
         Kind::Count => {
             let n = int_of(input, &plain_int)?;
             let max = if name == Name::NumThreads {
@@ -523,6 +602,7 @@ impl Settings {
                     .collect(),
             ),
             Name::HttpTimeout => Value::Int(self.http_timeout),
+            Name::RemoteIoBackend => Value::RemoteIoBackend(self.remote_io_backend),
         }
     }
 
@@ -544,6 +624,7 @@ impl Settings {
                 self.http_status_codes = v.into_iter().map(|c| c as u16).collect()
             }
             (Name::HttpTimeout, Value::Int(n)) => self.http_timeout = n,
+            (Name::RemoteIoBackend, Value::RemoteIoBackend(b)) => self.remote_io_backend = b,
             (name, value) => unreachable!("validate() gave {value:?} for {name}"),
         }
     }
@@ -691,6 +772,27 @@ pub fn cufile_path() -> Option<std::path::PathBuf> {
     std::env::var_os("GPUFILE_CUFILE_PATH").map(Into::into)
 }
 
+/// The CA bundle variables, in KvikIO's order: the first one set names a PEM file of trusted
+/// certificates (libcurl's and OpenSSL's names, then the AWS SDK's).
+pub const CA_BUNDLE_VARS: [&str; 3] = ["CURL_CA_BUNDLE", "SSL_CERT_FILE", "AWS_CA_BUNDLE"];
+
+/// The CA bundle to trust instead of the built-in roots, as `(variable, path)`: the first of
+/// [`CA_BUNDLE_VARS`] that is set and not empty, looked up through `lookup`.
+pub fn ca_bundle_from(
+    lookup: impl Fn(&str) -> Option<OsString>,
+) -> Option<(&'static str, std::path::PathBuf)> {
+    CA_BUNDLE_VARS.iter().find_map(|var| {
+        lookup(var)
+            .filter(|v| !v.is_empty())
+            .map(|v| (*var, std::path::PathBuf::from(v)))
+    })
+}
+
+/// [`ca_bundle_from`] over this process's environment (read when a remote client is built).
+pub fn ca_bundle() -> Option<(&'static str, std::path::PathBuf)> {
+    ca_bundle_from(|v| std::env::var_os(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -703,6 +805,61 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn remote_io_backend_accepts_kvikio_names_and_values() {
+        let s = State::from_env(env(&[])).unwrap();
+        assert_eq!(
+            s.settings.remote_io_backend,
+            RemoteIoBackend::EasyThreadpool
+        );
+        let s = State::from_env(env(&[("KVIKIO_REMOTE_IO_BACKEND", "  Multi_Poll ")])).unwrap();
+        assert_eq!(s.settings.remote_io_backend, RemoteIoBackend::MultiPoll);
+        assert_eq!(
+            s.source(Name::RemoteIoBackend),
+            &Source::Env("KVIKIO_REMOTE_IO_BACKEND".into())
+        );
+        assert_eq!(
+            validate(Name::RemoteIoBackend, &Input::Int(0)),
+            Ok(Value::RemoteIoBackend(RemoteIoBackend::EasyThreadpool))
+        );
+        for bad in ["multi", "easy", "multipoll", ""] {
+            let err = State::from_env(env(&[("KVIKIO_REMOTE_IO_BACKEND", bad)])).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains("KVIKIO_REMOTE_IO_BACKEND"), "{text}");
+            assert!(
+                text.contains("EASY_THREADPOOL") && text.contains("MULTI_POLL"),
+                "{text}"
+            );
+        }
+        let err = validate(Name::RemoteIoBackend, &Input::Int(2)).unwrap_err();
+        assert!(err.contains("MULTI_POLL=1"), "{err}");
+    }
+
+    #[test]
+    fn ca_bundle_follows_kvikio_order_and_skips_empty() {
+        let os = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        };
+        assert_eq!(ca_bundle_from(os(&[])), None);
+        assert_eq!(
+            ca_bundle_from(os(&[("AWS_CA_BUNDLE", "/a"), ("SSL_CERT_FILE", "/s")])),
+            Some(("SSL_CERT_FILE", "/s".into()))
+        );
+        assert_eq!(
+            ca_bundle_from(os(&[("CURL_CA_BUNDLE", ""), ("AWS_CA_BUNDLE", "/a")])),
+            Some(("AWS_CA_BUNDLE", "/a".into()))
+        );
+        assert_eq!(
+            ca_bundle_from(os(&[("CURL_CA_BUNDLE", "/c"), ("SSL_CERT_FILE", "/s")])),
+            Some(("CURL_CA_BUNDLE", "/c".into()))
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub mod posix;
 pub mod request;
 pub mod source;
 
-pub use config::{CompatMode, Settings};
+pub use config::{CompatMode, RemoteIoBackend, Settings};
 pub use engine::Engine;
 pub use error::{Error, RemoteFailure, Result};
 pub use file::{FileHandle, OpenMode};
