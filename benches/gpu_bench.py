@@ -736,15 +736,6 @@ def g_experiments(b: Bench) -> None:
             b.measure(f"gpufile {t} thr task {ts >> 20}MiB", "exp gpu hot",
                       gf_setup(b, gpufile_opts(t, {"task_size": ts}), clear),
                       lambda: read_file(gpufile, b.path, b.dev), ok)
-    os.environ["GPUFILE_EXPERIMENTAL_MMAP_READ"] = "1"
-    try:
-        for t in (1, 4):
-            for ts in (4 << 20, 64 << 20):
-                b.measure(f"gpufile mmap+register {t} thr task {ts >> 20}MiB", "exp gpu hot",
-                          gf_setup(b, gpufile_opts(t, {"task_size": ts}), clear),
-                          lambda: read_file(gpufile, b.path, b.dev), ok)
-    finally:
-        del os.environ["GPUFILE_EXPERIMENTAL_MMAP_READ"]
 
 
 def g_off(b: Bench) -> None:
