@@ -171,3 +171,22 @@ def test_bench_plot_checks_its_interpreter_before_the_sweep(tmp_path):
     assert r.returncode == 1
     assert "/nonexistent/python" in r.stderr and "GPUFILE_PYTHON" in r.stderr
     assert not data.exists()  # refused before the sweep made (or read) anything
+
+
+def test_python_explain_run_falls_back_to_host_memory_without_a_gpu(tmp_path):
+    """As `gpufile explain --run`: with no memory named, a run goes to GPU 0 where CUDA has a
+    device, else to host memory with a note saying why (it used to fail with a CUDA error)."""
+    p = tmp_path / "e.bin"
+    p.write_bytes(b"\1" * (1 << 20))
+    r = gpufile.explain(1 << 20, file=p, run=True)
+    assert r.as_dict()["observed"] is not None  # the read ran
+    if _cuda_devices() == 0:
+        assert "host memory" in str(r) and "into host memory" in str(r)
+
+
+def _cuda_devices() -> int:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0

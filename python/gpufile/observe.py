@@ -176,7 +176,7 @@ def check(path: Any = None) -> _Text:
     return _Text(data, text)
 
 
-def explain(size: int, *, file_offset: int = 0, device: bool = True,
+def explain(size: int, *, file_offset: int = 0, device: bool | None = None,
             task_size: int | None = None, num_threads: int | None = None,
             compat_mode: Any = None, gds_threshold: int | None = None, cufile: str = "probe",
             cufile_json: Any = None, registered: bool = False, file: Any = None,
@@ -193,7 +193,9 @@ def explain(size: int, *, file_offset: int = 0, device: bool = True,
     file_offset : int, optional
         Where the read starts.
     device : bool, optional
-        Into device memory (True, the default) or host memory.
+        Into device memory (True) or host memory (False). Default: device memory for a
+        prediction; for ``run=True``, GPU 0 where CUDA has a device, else host memory (with a
+        note saying why), as ``gpufile explain --run``.
     task_size, num_threads, gds_threshold : int, optional
         Override the settings of the same name for this prediction.
     compat_mode : CompatMode or str, optional

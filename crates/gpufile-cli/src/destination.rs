@@ -18,15 +18,7 @@ pub(crate) enum Destination {
     },
 }
 
-/// The memory a command reads into where the user named none: GPU 0 where CUDA has a device,
-/// else host memory with the reason.
-pub(crate) fn default_memory() -> (Memory, Option<String>) {
-    match gpufile::cuda::device_count() {
-        Ok(0) => (Memory::Host, Some("no CUDA device".into())),
-        Ok(_) => (Memory::Device, None),
-        Err(e) => (Memory::Host, Some(e.to_string())),
-    }
-}
+pub(crate) use gpufile_diag::explain::default_memory;
 
 impl Destination {
     /// `size` bytes: host memory with `host`, GPU `device`, else the default memory (with the

@@ -447,10 +447,10 @@ fn cmd_explain(args: &ExplainArgs, units: Units) -> CliResult {
     let mut outcome = gpufile_diag::explain::explain_and_run(&req, args.file.as_deref(), args.run)?;
     outcome.units = units;
     if let Some(why) = fallback {
-        outcome.explanation.notes.insert(
-            0,
-            format!("host memory: {why} (a read into GPU memory needs one; --host to choose it)"),
-        );
+        outcome
+            .explanation
+            .notes
+            .insert(0, gpufile_diag::explain::host_fallback_note(&why));
     }
     if args.json {
         emit_json(&outcome.to_json());

@@ -605,6 +605,21 @@ pub fn explain_and_run(req: &Request, file: Option<&Path>, run: bool) -> Result<
     })
 }
 
+/// The memory a read goes to where the user named none: GPU 0 where CUDA has a device, else host
+/// memory with the reason (the CLI's `read`, `load` and `explain --run`, Python's `explain`).
+pub fn default_memory() -> (Memory, Option<String>) {
+    match gpufile::cuda::device_count() {
+        Ok(0) => (Memory::Host, Some("no CUDA device".into())),
+        Ok(_) => (Memory::Device, None),
+        Err(e) => (Memory::Host, Some(e.to_string())),
+    }
+}
+
+/// The note an explanation carries when a run falls back to host memory.
+pub fn host_fallback_note(why: &str) -> String {
+    format!("host memory: {why} (a read into GPU memory needs one; --host to choose it)")
+}
+
 /// Prediction and observation side by side.
 pub fn render_comparison(e: &Explanation, observed: &Report, units: units::Units) -> String {
     let mut s = String::new();

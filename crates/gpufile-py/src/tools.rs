@@ -168,7 +168,7 @@ pub(crate) fn check(
 /// `gpufile explain`: `(dict, text)`; with `run` and `file`, the read is performed (under the
 /// request's own settings) and the observation added.
 #[pyfunction]
-#[pyo3(signature = (size, file_offset=0, device=true, task_size=None, num_threads=None,
+#[pyo3(signature = (size, file_offset=0, device=None, task_size=None, num_threads=None,
                     compat_mode=None, gds_threshold=None, cufile="probe", cufile_json=None,
                     registered=false, file=None, run=false))]
 #[allow(clippy::too_many_arguments)]
@@ -176,7 +176,7 @@ pub(crate) fn explain(
     py: Python<'_>,
     size: u64,
     file_offset: u64,
-    device: bool,
+    device: Option<bool>,
     task_size: Option<u64>,
     num_threads: Option<usize>,
     compat_mode: Option<&Bound<'_, PyAny>>,
@@ -204,10 +204,16 @@ pub(crate) fn explain(
         }
     };
     let to_usize = |v: u64| usize::try_from(v).map_err(|_| PyValueError::new_err("size too large"));
+    // As the CLI: a run into unnamed memory goes to GPU 0 where CUDA has one, else host memory.
+    let (memory, fallback) = match (device, run) {
+        (Some(true), _) | (None, false) => (Memory::Device, None),
+        (Some(false), _) => (Memory::Host, None),
+        (None, true) => py.detach(gpufile_diag::explain::default_memory),
+    };
     let req = gpufile_diag::explain::Request {
         size: to_usize(size)?,
         file_offset,
-        memory: if device { Memory::Device } else { Memory::Host },
+        memory,
         device: 0,
         task_size: task_size.map(to_usize).transpose()?,
         num_threads,
@@ -220,9 +226,13 @@ pub(crate) fn explain(
     if run && file.is_none() {
         return Err(PyValueError::new_err("run=True needs file"));
     }
-    let outcome = py
+    let mut outcome = py
         .detach(move || gpufile_diag::explain::explain_and_run(&req, file.as_deref(), run))
         .map_err(to_py)?;
+    if let Some(why) = fallback {
+        let note = gpufile_diag::explain::host_fallback_note(&why);
+        outcome.explanation.notes.insert(0, note);
+    }
     Ok((json_to_py(py, &outcome.to_json())?, outcome.render()))
 }
 
