@@ -26,7 +26,7 @@ import gpufile.dask as gd  # noqa: E402
 def cluster_client():
     """Two worker processes, one thread each; shared by the module's tests (it takes seconds)."""
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, silence_logs=logging.CRITICAL) as c:
+                                  dashboard_address=":0", silence_logs=logging.CRITICAL) as c:
         with distributed.Client(c, set_as_default=False) as client:
             yield client
 
