@@ -453,6 +453,26 @@ impl Drop for NativeBatchFuture {
     }
 }
 
+/// Starts a read of `req` from `endpoint` (a mapping, a remote object) on the process engine
+/// under its default settings, GIL released.
+///
+/// # Safety
+/// The request's buffer must stay valid and unshared until the returned future is done: the
+/// caller holds the buffer's view that long.
+pub(crate) unsafe fn submit_source(
+    py: Python<'_>,
+    endpoint: gpufile::exec::Endpoint,
+    req: Request,
+) -> gpufile::Result<IoFuture> {
+    let req = SendRequest(req);
+    py.detach(move || {
+        let engine = Engine::global()?;
+        let settings = engine.settings();
+        // SAFETY: the caller's contract.
+        unsafe { engine.submit_to(endpoint, req.into_inner(), &settings) }
+    })
+}
+
 /// How often a blocking wait looks for signals (Ctrl-C): a KeyboardInterrupt arrives within
 /// about this long.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -475,11 +495,11 @@ pub(crate) fn wait_interruptibly(py: Python<'_>, fut: &IoFuture) -> PyResult<usi
 
 /// A request moved into a GIL-free closure: the raw addresses in it stay valid because the
 /// caller holds the buffer view until the request is done.
-pub(crate) struct SendRequest(pub(crate) Request);
+struct SendRequest(Request);
 // SAFETY: see above; the request is only submitted, never dereferenced, by the closure.
 unsafe impl Send for SendRequest {}
 impl SendRequest {
-    pub(crate) fn into_inner(self) -> Request {
+    fn into_inner(self) -> Request {
         self.0
     }
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use gpufile::exec::Endpoint;
 use gpufile::source::{MapOptions, MmapSource};
-use gpufile::{Engine, Error, IoFuture, Request};
+use gpufile::{Error, IoFuture, Request};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -13,7 +13,7 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, type_name, uint_arg};
-use crate::file::{wait_interruptibly, NativeFuture, SendRequest};
+use crate::file::{submit_source, wait_interruptibly, NativeFuture};
 
 /// KvikIO raises `RuntimeError` where gpufile raises a more precise type (a file that does not
 /// open, a closed handle): these errors are instances of both, a subclass of `base` and of
@@ -146,15 +146,11 @@ impl NativeMmap {
                 view.len()
             )));
         }
-        let engine = Engine::global().map_err(to_py)?;
-        let settings = engine.settings();
-        let req = SendRequest(Request::read(view.buffer(0, len), offset).task_size(task_size));
-        let endpoint = Endpoint::Read(source);
+        let req = Request::read(view.buffer(0, len), offset).task_size(task_size);
         // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
         // memory stays valid until the view is dropped; every caller keeps the view until the
         // future is done. The endpoint holds the mapping until the request ends.
-        let fut =
-            py.detach(move || unsafe { engine.submit_to(endpoint, req.into_inner(), &settings) });
+        let fut = unsafe { submit_source(py, Endpoint::Read(source), req) };
         Ok((fut.map_err(to_py)?, view))
     }
 }

@@ -4,14 +4,14 @@
 use std::sync::{Arc, Mutex};
 
 use gpufile::exec::Endpoint;
-use gpufile::{Direction, Engine, Error, Request};
+use gpufile::{Error, Request};
 use gpufile_remote::{RemoteEndpointType, RemoteFile, S3Options};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg};
-use crate::file::{NativeFuture, SendRequest};
+use crate::file::{submit_source, NativeFuture};
 
 /// Errors of opening and inferring: KvikIO raises RuntimeError for bad or unsupported URLs,
 /// missing credentials and failed requests.
@@ -246,22 +246,11 @@ impl NativeRemoteFile {
             Some(t) => Some(usize::try_from(t).unwrap_or(usize::MAX)),
             None => None,
         };
-        let engine = Engine::global().map_err(to_py)?;
-        let settings = engine.settings();
-        let req = SendRequest(Request {
-            direction: Direction::Read,
-            buffer: view.buffer(0, len),
-            file_offset: offset,
-            task_size,
-        });
+        let req = Request::read(view.buffer(0, len), offset).task_size(task_size);
         let source: Arc<dyn gpufile::source::Source> = file;
         // SAFETY: the returned future holds `view` (the buffer export or the device array)
         // until the request is done.
-        let fut = py
-            .detach(move || unsafe {
-                engine.submit_to(Endpoint::Read(source), req.into_inner(), &settings)
-            })
-            .map_err(read_err)?;
+        let fut = unsafe { submit_source(py, Endpoint::Read(source), req) }.map_err(read_err)?;
         let owners = vec![buf.clone().unbind(), slf.clone().into_any().unbind()];
         Ok(NativeFuture::new(fut, view, owners))
     }
