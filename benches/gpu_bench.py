@@ -389,8 +389,10 @@ def drop_page_cache(path: str, method: str = "auto") -> str:
     """Drop the page cache before a cold run; returns how (``"system"`` or ``"file"``).
 
     ``auto``: all of it as root (``/proc/sys/vm/drop_caches``), else the file's pages
-    (``gpufile.drop_file_page_cache``). ``file``: the file's pages only.
+    (``gpufile.drop_file_page_cache``). ``file``: the file's pages only. gpufile's page-cache
+    DMA registrations are let go first (registered pages cannot be dropped).
     """
+    getattr(gpufile, "dma_cache_clear", lambda: None)()
     if method in ("auto", "system"):
         os.sync()
         try:
@@ -608,7 +610,7 @@ def _kvikio_defaults() -> dict:
 
 GPUFILE_SETTINGS = ("compat_mode", "num_threads", "task_size", "gds_threshold",
                     "bounce_buffer_size", "auto_direct_io_read", "auto_direct_io_write",
-                    "direct_io_uncached")
+                    "direct_io_uncached", "dma_cache_size")
 
 
 def _gpufile_defaults() -> dict:
@@ -719,6 +721,19 @@ def g_hot(b: Bench) -> None:
                       lambda: read_file(kvikio, b.path, b.dev), ok)
     b.measure("gpufile defaults", "read gpu hot", gf_setup(b, {}, clear),
               lambda: read_file(gpufile, b.path, b.dev), ok)
+    if "dma_cache_size" in b.gf_defaults:
+        # The same read with page-cache DMA off (the bounce path alone), and with its cache
+        # emptied before each run (a first read: registration runs beside the bounce path).
+        b.measure("gpufile defaults, page-cache DMA off", "read gpu hot",
+                  gf_setup(b, {"dma_cache_size": 0}, clear),
+                  lambda: read_file(gpufile, b.path, b.dev), ok)
+        b.measure("gpufile defaults, DMA cache empty", "read gpu hot",
+                  gf_setup(b, {}, lambda: (gpufile.dma_cache_clear(), clear())),
+                  lambda: read_file(gpufile, b.path, b.dev), ok)
+        b.measure("gpufile defaults, second read (registers)", "read gpu hot",
+                  gf_setup(b, {}, lambda: (gpufile.dma_cache_clear(),
+                                           read_file(gpufile, b.path, b.dev), clear())),
+                  lambda: read_file(gpufile, b.path, b.dev), ok)
     if b.kv:
         b.measure("kvikio defaults", "read gpu hot", kv_setup(b, None, clear),
                   lambda: read_file(kvikio, b.path, b.dev), ok)

@@ -21,7 +21,7 @@ import sys as _sys
 
 from . import _native, buffer, cufile_driver, defaults, utils
 from ._native import CudaError, CufileError, EndOfFileError, GpufileError
-from .buffer import bounce_buffer_free
+from .buffer import bounce_buffer_free, dma_cache_clear, dma_cache_registered
 from .cufile import (
     CuFile,
     IOFuture,
@@ -78,6 +78,8 @@ __all__ = [
     "Report",
     "bounce_buffer_free",
     "check",
+    "dma_cache_clear",
+    "dma_cache_registered",
     "clear_page_cache",
     "explain",
     "cufile_driver",

@@ -6,7 +6,14 @@ from __future__ import annotations
 from . import _native
 from .cufile import memory_deregister, memory_register
 
-__all__ = ["bounce_buffer_free", "bounce_buffer_pooled", "memory_deregister", "memory_register"]
+__all__ = [
+    "bounce_buffer_free",
+    "bounce_buffer_pooled",
+    "dma_cache_clear",
+    "dma_cache_registered",
+    "memory_deregister",
+    "memory_register",
+]
 
 
 def bounce_buffer_free() -> int:
@@ -30,3 +37,27 @@ def bounce_buffer_pooled() -> int:
     int
     """
     return _native.bounce_buffer_pooled()
+
+
+def dma_cache_registered() -> int:
+    """Bytes of page cache registered with CUDA now, for DMA to the GPU (a gpufile addition).
+
+    Hot file data read into GPU memory on gpufile's POSIX path is copied by the GPU straight
+    from the page cache once its pages are registered; registrations are kept (at most the
+    ``dma_cache_size`` setting) so that a file read again while it stays in the page cache
+    skips the CPU copy. Registered pages cannot be reclaimed by the kernel while registered.
+
+    Returns
+    -------
+    int
+    """
+    return _native.dma_cache_registered()
+
+
+def dma_cache_clear() -> None:
+    """Unregister all page cache kept for DMA (a gpufile addition).
+
+    Copies still running keep what they read until they finish. Setting ``dma_cache_size`` to
+    0 does the same and keeps it off.
+    """
+    _native.dma_cache_clear()

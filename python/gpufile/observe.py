@@ -18,7 +18,8 @@ class Report:
     paths : dict
         ``{"gpufile-posix": {...}, "cufile": {...}}``, each with ``ops`` (requests),
         ``tasks``, ``bytes``, ``seconds`` (busy time, summed over requests), ``gb_per_s``
-        (decimal GB/s) and ``errors``.
+        (decimal GB/s), ``errors`` and ``dma_bytes`` (of ``bytes``, those the GPU copied
+        straight from registered page cache, with no bounce buffer: see ``dma_cache_size``).
     cufile_path : str or None
         ``"cufile-nvfs"`` (GPUDirect Storage's accelerated path), ``"cufile-compat"``
         (cuFile's own POSIX path), or None where cuFile did nothing or its counters are
@@ -58,6 +59,11 @@ class Report:
             label = self.cufile_path or name if name == "cufile" else name
             lines.append(f"{label:<15} {p['ops']:>6} {p['tasks']:>7} {p['bytes']:>14} "
                          f"{p['seconds']:>9.4f} {p['gb_per_s']:>7.2f} {p['errors']:>6}")
+        posix = self.paths["gpufile-posix"]
+        if posix.get("dma_bytes"):
+            share = 100.0 * posix["dma_bytes"] / max(posix["bytes"], 1)
+            lines.append(f"gpufile-posix: {posix['dma_bytes']} bytes ({share:.0f} %) by DMA from "
+                         "registered page cache (no bounce copy)")
         s = self.cufile_stats
         if s is not None:
             lines.append(f"cuFile reads: n={s['n_reads']} nvfs={s['nvfs_reads']} "

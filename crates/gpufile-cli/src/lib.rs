@@ -752,6 +752,16 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
             ReadSource::Remote(_) => "verified    bytes match a plain ranged read of the object\n",
         };
     }
+    let dma = report.gpufile_posix.dma_bytes;
+    if dma > 0 {
+        let total = report.gpufile_posix.bytes.max(1);
+        text += &format!(
+            "page cache  {} of {} by DMA from registered page cache ({:.0} %; no bounce copy)\n",
+            units::size(dma),
+            units::size(report.gpufile_posix.bytes),
+            dma as f64 * 100.0 / total as f64
+        );
+    }
     out(&text);
     match (report.cufile.ops, report.cufile_stats) {
         (0, _) => {}

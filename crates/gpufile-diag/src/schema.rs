@@ -63,11 +63,13 @@ pub fn outcome<T: serde::Serialize>(r: &Result<T, String>) -> Value {
     }
 }
 
-/// One path's totals: `{"ops", "tasks", "bytes", "seconds", "errors"}` (no rate: a result has
-/// one throughput field, beside this object).
+/// One path's totals: `{"ops", "tasks", "bytes", "seconds", "errors", "dma_bytes"}` (no rate: a
+/// result has one throughput field, beside this object; `dma_bytes`: of `bytes`, those copied
+/// straight from registered page cache).
 pub fn totals(t: &PathTotals) -> Value {
     json!({
         "ops": t.ops, "tasks": t.tasks, "bytes": t.bytes, "seconds": t.busy_s, "errors": t.errors,
+        "dma_bytes": t.dma_bytes,
     })
 }
 

@@ -38,6 +38,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(settings::settings_snapshot, m)?,
         wrap_pyfunction!(settings::bounce_buffer_free, m)?,
         wrap_pyfunction!(settings::bounce_buffer_pooled, m)?,
+        wrap_pyfunction!(settings::dma_cache_registered, m)?,
+        wrap_pyfunction!(settings::dma_cache_clear, m)?,
         wrap_pyfunction!(cufile::cufile_set_search_dirs, m)?,
         wrap_pyfunction!(cufile::cufile_version, m)?,
         wrap_pyfunction!(cufile::cufile_library, m)?,

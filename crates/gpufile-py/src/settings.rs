@@ -151,3 +151,17 @@ pub(crate) fn bounce_buffer_free(py: Python<'_>) -> PyResult<usize> {
 pub(crate) fn bounce_buffer_pooled() -> PyResult<usize> {
     Ok(Engine::global().map_err(to_py)?.pooled_bounce_bytes())
 }
+
+/// Bytes of page cache registered for DMA to the GPU now (`dma_cache_size` bounds it).
+#[pyfunction]
+pub(crate) fn dma_cache_registered() -> PyResult<usize> {
+    Ok(Engine::global().map_err(to_py)?.dma_registered_bytes())
+}
+
+/// Unregisters the page cache kept for DMA (copies in flight keep theirs until done).
+#[pyfunction]
+pub(crate) fn dma_cache_clear(py: Python<'_>) -> PyResult<()> {
+    let engine = Engine::global().map_err(to_py)?;
+    py.detach(|| engine.dma_cache_clear());
+    Ok(())
+}

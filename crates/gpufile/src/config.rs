@@ -152,6 +152,11 @@ pub struct Settings {
     /// (gpufile's addition; default false: O_DIRECT reads do not fill the page cache, so a
     /// second read of the same data is as slow as the first).
     pub direct_io_uncached: bool,
+    /// Most bytes of page cache gpufile keeps registered with CUDA (pinned) so that hot file data
+    /// goes to the GPU by DMA straight from the page cache, with no CPU copy (gpufile's
+    /// addition; default: 1/8 of the machine's memory, at most 64 GiB; 0 turns it off). See
+    /// [`crate::dma`].
+    pub dma_cache_size: usize,
     /// KvikIO's remote-I/O retry count (kept for API compatibility; gpufile reads local files).
     pub http_max_attempts: usize,
     /// KvikIO's remote-I/O retryable HTTP codes (kept for API compatibility).
@@ -176,6 +181,33 @@ pub fn default_num_threads() -> (usize, String) {
     (n, format!("min(cores={cores}, {MAX_DEFAULT_THREADS})"))
 }
 
+/// Most page cache gpufile registers by itself: pinned pages cannot be reclaimed, so the
+/// default leaves 7/8 of the memory to everything else, and never exceeds 64 GiB.
+pub const MAX_DEFAULT_DMA_CACHE: usize = 64 << 30;
+
+/// The machine-chosen `dma_cache_size` and why: 1/8 of physical memory, capped.
+pub fn default_dma_cache_size() -> (usize, String) {
+    // SAFETY: sysconf takes plain values.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let total = if pages > 0 && page > 0 {
+        (pages as u64).saturating_mul(page as u64)
+    } else {
+        0
+    };
+    let n = usize::try_from(total / 8)
+        .unwrap_or(usize::MAX)
+        .min(MAX_DEFAULT_DMA_CACHE);
+    (
+        n,
+        format!("min(memory/8 = {} MiB, 64 GiB)", (total / 8) >> 20),
+    )
+}
+
 impl Default for Settings {
     /// KvikIO's documented defaults, except `num_threads` (KvikIO: 1), which gpufile chooses
     /// from the machine.
@@ -190,6 +222,7 @@ impl Default for Settings {
             auto_direct_io_write: true,
             require_gds: false,
             direct_io_uncached: false,
+            dma_cache_size: default_dma_cache_size().0,
             http_max_attempts: 3,
             http_status_codes: vec![429, 500, 502, 503, 504],
             http_timeout: 60,
@@ -219,6 +252,8 @@ pub enum Name {
     RequireGds,
     /// `direct_io_uncached`
     DirectIoUncached,
+    /// `dma_cache_size`
+    DmaCacheSize,
     /// `http_max_attempts`
     HttpMaxAttempts,
     /// `http_status_codes`
@@ -252,7 +287,7 @@ pub enum Kind {
 
 impl Name {
     /// Every setting, in the order `gpufile config` prints them.
-    pub const ALL: [Name; 13] = [
+    pub const ALL: [Name; 14] = [
         Name::CompatMode,
         Name::NumThreads,
         Name::TaskSize,
@@ -262,6 +297,7 @@ impl Name {
         Name::AutoDirectIoWrite,
         Name::RequireGds,
         Name::DirectIoUncached,
+        Name::DmaCacheSize,
         Name::HttpMaxAttempts,
         Name::HttpStatusCodes,
         Name::HttpTimeout,
@@ -280,6 +316,7 @@ impl Name {
             Name::AutoDirectIoWrite => "auto_direct_io_write",
             Name::RequireGds => "require_gds",
             Name::DirectIoUncached => "direct_io_uncached",
+            Name::DmaCacheSize => "dma_cache_size",
             Name::HttpMaxAttempts => "http_max_attempts",
             Name::HttpStatusCodes => "http_status_codes",
             Name::HttpTimeout => "http_timeout",
@@ -293,7 +330,7 @@ impl Name {
             Name::CompatMode => Kind::CompatMode,
             Name::NumThreads | Name::HttpMaxAttempts => Kind::Count,
             Name::TaskSize | Name::BounceBufferSize => Kind::PositiveSize,
-            Name::GdsThreshold => Kind::Size,
+            Name::GdsThreshold | Name::DmaCacheSize => Kind::Size,
             Name::AutoDirectIoRead
             | Name::AutoDirectIoWrite
             | Name::RequireGds
@@ -316,6 +353,7 @@ impl Name {
             Name::AutoDirectIoWrite => &["AUTO_DIRECT_IO_WRITE"],
             Name::RequireGds => &["REQUIRE_GDS"],
             Name::DirectIoUncached => &["DIRECT_IO_UNCACHED"],
+            Name::DmaCacheSize => &["DMA_CACHE_SIZE"],
             Name::HttpMaxAttempts => &["HTTP_MAX_ATTEMPTS"],
             Name::HttpStatusCodes => &["HTTP_STATUS_CODES"],
             Name::HttpTimeout => &["HTTP_TIMEOUT"],
@@ -594,6 +632,7 @@ impl Settings {
             Name::AutoDirectIoWrite => Value::Bool(self.auto_direct_io_write),
             Name::RequireGds => Value::Bool(self.require_gds),
             Name::DirectIoUncached => Value::Bool(self.direct_io_uncached),
+            Name::DmaCacheSize => Value::Int(self.dma_cache_size as u64),
             Name::HttpMaxAttempts => Value::Int(self.http_max_attempts as u64),
             Name::HttpStatusCodes => Value::IntList(
                 self.http_status_codes
@@ -619,6 +658,7 @@ impl Settings {
             (Name::AutoDirectIoWrite, Value::Bool(b)) => self.auto_direct_io_write = b,
             (Name::RequireGds, Value::Bool(b)) => self.require_gds = b,
             (Name::DirectIoUncached, Value::Bool(b)) => self.direct_io_uncached = b,
+            (Name::DmaCacheSize, Value::Int(n)) => self.dma_cache_size = n as usize,
             (Name::HttpMaxAttempts, Value::Int(n)) => self.http_max_attempts = n as usize,
             (Name::HttpStatusCodes, Value::IntList(v)) => {
                 self.http_status_codes = v.into_iter().map(|c| c as u16).collect()
@@ -679,6 +719,7 @@ impl State {
             .iter()
             .map(|n| match n {
                 Name::NumThreads => Source::Machine(default_num_threads().1),
+                Name::DmaCacheSize => Source::Machine(default_dma_cache_size().1),
                 _ => Source::Default,
             })
             .collect();

@@ -473,6 +473,62 @@ impl Drop for PinnedBuffer {
     }
 }
 
+/// Host memory the caller owns, page-locked for reads by every GPU (`cuMemHostRegister` with
+/// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY`: a read-only file mapping can be
+/// registered), unregistered on drop.
+pub struct HostRegistration {
+    ptr: usize,
+    len: usize,
+    ctx: Context,
+}
+
+impl HostRegistration {
+    /// Registers `[ptr, ptr + len)` under `ctx` (a context gpufile retains).
+    ///
+    /// # Safety
+    /// The range must be mapped (readable) for as long as the returned value lives: the driver
+    /// pins its pages, and copies from it read them.
+    pub unsafe fn new(ptr: *const u8, len: usize, ctx: Context) -> Result<Self> {
+        let api = api()?;
+        let _g = ContextGuard::push(ctx)?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_READ_ONLY;
+        // SAFETY: the caller keeps the range mapped while registered; a context is current.
+        check("cuMemHostRegister", unsafe {
+            (api.mem_host_register)(ptr as *mut c_void, len, flags)
+        })?;
+        Ok(HostRegistration {
+            ptr: ptr as usize,
+            len,
+            ctx,
+        })
+    }
+
+    /// Start of the registered range.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr as *const u8
+    }
+
+    /// Its size.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        if let (Ok(api), Ok(_g)) = (sys::cuda(), ContextGuard::push(self.ctx)) {
+            // SAFETY: unregisters the range this value registered; no copy reads it any more
+            // (every holder of the registration drained its stream before letting go).
+            unsafe { (api.mem_host_unregister)(self.ptr as *mut c_void) };
+        }
+    }
+}
+
 /// Device memory from `cuMemAlloc` on a device's primary context, freed on drop (for tests,
 /// the CLI and benchmarks; Python callers bring their own arrays).
 pub struct DeviceBuffer {

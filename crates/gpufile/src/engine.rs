@@ -20,6 +20,7 @@ use crate::cufile::{self, RegisteredFile};
 use crate::error::{Error, Result};
 use crate::exec::bounce::{BounceExec, BouncePool, DeviceTarget};
 use crate::exec::cufile::CufileExec;
+use crate::exec::dma::{self, DmaCache, DmaRead};
 use crate::exec::host::HostExec;
 use crate::exec::{Endpoint, Executor, SendPtr, Tasks};
 use crate::file::FileHandle;
@@ -75,6 +76,7 @@ pub struct Engine {
     defaults: RwLock<config::State>,
     pool: Mutex<Option<Arc<ThreadPool>>>,
     bounce: Arc<BouncePool>,
+    dma: Arc<DmaCache>,
     in_flight: Arc<InFlight>,
     closing: AtomicBool,
     pid: u32,
@@ -89,6 +91,7 @@ impl Engine {
             defaults: RwLock::new(defaults),
             pool: Mutex::new(None),
             bounce: Arc::new(BouncePool::default()),
+            dma: Arc::new(DmaCache::default()),
             in_flight: Arc::new(InFlight::default()),
             closing: AtomicBool::new(false),
             pid: std::process::id(),
@@ -146,7 +149,15 @@ impl Engine {
 
     /// Changes default settings (all or nothing); a bad value is an [`Error::InvalidSetting`].
     pub fn set(&self, updates: &[(Name, Input<'_>)]) -> Result<()> {
-        self.write_defaults().set(updates)
+        let limit = {
+            let mut state = self.write_defaults();
+            state.set(updates)?;
+            state.settings.dma_cache_size
+        };
+        if updates.iter().any(|(n, _)| *n == Name::DmaCacheSize) {
+            self.dma.trim(limit); // a smaller budget unpins what no longer fits, now
+        }
+        Ok(())
     }
 
     /// The value and source of each named setting, for a later [`Engine::restore`].
@@ -172,6 +183,16 @@ impl Engine {
     /// Bytes of pinned bounce buffers pooled now.
     pub fn pooled_bounce_bytes(&self) -> usize {
         self.bounce.pooled()
+    }
+
+    /// Bytes of page cache registered for DMA now (see [`crate::exec::dma`]).
+    pub fn dma_registered_bytes(&self) -> usize {
+        self.dma.registered()
+    }
+
+    /// Unregisters the page cache kept for DMA (copies in flight keep theirs until done).
+    pub fn dma_cache_clear(&self) {
+        self.dma.trim(0);
     }
 
     /// Requests started and not yet finished.
@@ -266,7 +287,10 @@ impl Engine {
                 offset_in_allocation: device.addr - base,
                 path: file.path().to_owned(),
             }),
-            (target, _) => self.posix_executor(endpoint, target, req.direction, settings),
+            (target, _) => {
+                let dma = self.dma_read(file, target, req.direction, len, settings);
+                self.posix_executor(endpoint, target, req.direction, settings, dma)
+            }
         };
         let split = TaskSplit::new(req.file_offset, len, task_size);
         self.run(exec, split, path.backend, settings.num_threads)
@@ -321,7 +345,7 @@ impl Engine {
         if len == 0 {
             return Ok(IoFuture::ready(Ok(0)));
         }
-        let exec = self.posix_executor(endpoint, target, req.direction, settings);
+        let exec = self.posix_executor(endpoint, target, req.direction, settings, None);
         let split = TaskSplit::new(req.file_offset, len, task_size);
         self.run(exec, split, Backend::GpufilePosix, settings.num_threads)
     }
@@ -354,12 +378,38 @@ impl Engine {
         Ok(task_size)
     }
 
+    /// The page-cache DMA part of a device read of a local file on the POSIX path, where the
+    /// settings allow it ([`crate::exec::dma`]).
+    fn dma_read(
+        &self,
+        file: &FileHandle,
+        target: Target,
+        direction: Direction,
+        len: usize,
+        settings: &Settings,
+    ) -> Option<DmaRead> {
+        let wanted = direction == Direction::Read
+            && matches!(target, Target::Device { .. })
+            && len >= dma::MIN_REQUEST
+            && settings.dma_cache_size > 0
+            && !settings.auto_direct_io_read;
+        if !wanted {
+            return None;
+        }
+        if let Some(why) = self.dma.disabled() {
+            observe::notice(why.to_owned());
+            return None;
+        }
+        self.dma.read(&file.local(), settings.dma_cache_size)
+    }
+
     fn posix_executor(
         &self,
         endpoint: Endpoint,
         target: Target,
         direction: Direction,
         settings: &Settings,
+        dma: Option<DmaRead>,
     ) -> Arc<dyn Executor> {
         let direct = match direction {
             Direction::Read => settings.auto_direct_io_read,
@@ -380,6 +430,7 @@ impl Engine {
                 direct,
                 direct_uncached,
                 pool: Arc::clone(&self.bounce),
+                dma,
             }),
         }
     }
@@ -408,8 +459,10 @@ impl Engine {
             Arc::clone(&slot),
         );
         let completion = Completion::new(count, move |o| {
-            observe::record(backend, count, o.bytes, start.elapsed(), o.ok);
-            lock(&done_slot).take();
+            let exec = lock(&done_slot).take();
+            let dma = exec.as_ref().map_or(0, |e| e.dma_bytes());
+            observe::record(backend, count, o.bytes, dma, start.elapsed(), o.ok);
+            drop(exec);
             in_flight.leave();
         });
         for _ in 0..runs {

@@ -24,6 +24,7 @@ struct Counters {
     bytes: AtomicU64,
     busy_ns: AtomicU64,
     errors: AtomicU64,
+    dma_bytes: AtomicU64,
 }
 
 static POSIX: Counters = Counters::new();
@@ -37,6 +38,7 @@ impl Counters {
             bytes: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            dma_bytes: AtomicU64::new(0),
         }
     }
 
@@ -47,6 +49,7 @@ impl Counters {
             bytes: self.bytes.load(Ordering::Relaxed),
             busy_s: self.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
             errors: self.errors.load(Ordering::Relaxed),
+            dma_bytes: self.dma_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -64,6 +67,9 @@ pub struct PathTotals {
     pub busy_s: f64,
     /// Requests that failed.
     pub errors: u64,
+    /// Of `bytes`, those copied to the GPU straight from registered page cache (page-cache
+    /// DMA, no bounce buffer).
+    pub dma_bytes: u64,
 }
 
 impl PathTotals {
@@ -74,6 +80,7 @@ impl PathTotals {
             bytes: self.bytes - before.bytes,
             busy_s: self.busy_s - before.busy_s,
             errors: self.errors - before.errors,
+            dma_bytes: self.dma_bytes - before.dma_bytes,
         }
     }
 
@@ -88,7 +95,14 @@ impl PathTotals {
 }
 
 /// Records a finished request.
-pub(crate) fn record(backend: Backend, tasks: usize, bytes: usize, elapsed: Duration, ok: bool) {
+pub(crate) fn record(
+    backend: Backend,
+    tasks: usize,
+    bytes: usize,
+    dma_bytes: u64,
+    elapsed: Duration,
+    ok: bool,
+) {
     let c = match backend {
         Backend::GpufilePosix => &POSIX,
         Backend::Cufile => &CUFILE,
@@ -96,6 +110,7 @@ pub(crate) fn record(backend: Backend, tasks: usize, bytes: usize, elapsed: Dura
     c.ops.fetch_add(1, Ordering::Relaxed);
     c.tasks.fetch_add(tasks as u64, Ordering::Relaxed);
     c.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    c.dma_bytes.fetch_add(dma_bytes, Ordering::Relaxed);
     c.busy_ns
         .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     if !ok {
@@ -122,7 +137,7 @@ impl Report {
         let path = |t: &PathTotals| {
             serde_json::json!({
                 "ops": t.ops, "tasks": t.tasks, "bytes": t.bytes, "seconds": t.busy_s,
-                "gb_per_s": t.gb_per_s(), "errors": t.errors,
+                "gb_per_s": t.gb_per_s(), "errors": t.errors, "dma_bytes": t.dma_bytes,
             })
         };
         serde_json::json!({

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use crate::error::{Error, Op, Result};
 
-fn page_size() -> u64 {
+/// The system's page size in bytes.
+pub fn page_size() -> u64 {
     // SAFETY: sysconf has no memory arguments.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if n > 0 {
@@ -43,6 +44,29 @@ fn clamp(size: u64, offset: u64, length: u64) -> Option<(u64, u64)> {
         offset.saturating_add(length).min(size)
     };
     Some((offset, end))
+}
+
+/// Whether every page of `[addr, addr + len)`, a page-aligned range of a file mapping, is in the
+/// page cache (false where `mincore` fails).
+///
+/// # Safety
+/// The range must lie inside one mapping (it is never dereferenced).
+pub unsafe fn all_resident(addr: usize, len: usize) -> bool {
+    const WINDOW: usize = 1024; // pages asked per mincore call
+    let page = page_size() as usize;
+    let mut vec = [0u8; WINDOW];
+    let mut at = 0usize;
+    while at < len {
+        let n = (len - at).min(WINDOW * page);
+        // SAFETY: `[addr + at, + n)` lies in the caller's mapping; `vec` has a byte for each of
+        // its at most WINDOW pages.
+        let r = unsafe { libc::mincore((addr + at) as *mut _, n, vec.as_mut_ptr()) };
+        if r != 0 || vec[..n.div_ceil(page)].iter().any(|b| b & 1 == 0) {
+            return false;
+        }
+        at += n;
+    }
+    true
 }
 
 /// `(pages resident in the page cache, pages in the range)` for `[offset, offset + length)` of

@@ -11,10 +11,12 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cuda::{self, Context, ContextGuard, Event, PinnedBuffer, Stream};
 use crate::error::Result;
+use crate::exec::dma::{DmaRead, Granule};
 use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::{lock, Completion};
 use crate::plan::{chunk_size, Task};
@@ -100,6 +102,9 @@ pub struct BounceExec {
     pub direct_uncached: bool,
     /// Where pinned buffers come from.
     pub pool: Arc<BouncePool>,
+    /// Registered page cache to copy hot chunks from, skipping the bounce (reads of local
+    /// files only; see [`super::dma`]).
+    pub dma: Option<DmaRead>,
 }
 
 /// A worker's stream and events for one context.
@@ -179,6 +184,12 @@ impl Drop for Lent<'_> {
 }
 
 impl Executor for BounceExec {
+    fn dma_bytes(&self) -> u64 {
+        self.dma
+            .as_ref()
+            .map_or(0, |d| d.bytes.load(Ordering::Relaxed))
+    }
+
     fn run(&self, tasks: &Tasks, done: &Completion) {
         let mut lease = Lease::default();
         let Some(first) = tasks.next(&mut lease) else {
@@ -250,6 +261,14 @@ impl BounceExec {
         } = run;
         let mut slot = 0usize;
         let mut pending: Option<Pending> = None;
+        // Granules this run's copies read from: kept until the stream is drained.
+        let mut held: Vec<Arc<Granule>> = Vec::new();
+        // Registrations are made under the device's primary context, which gpufile retains, so
+        // they outlive any context the application destroys (they are portable to all).
+        let dma = self
+            .dma
+            .as_ref()
+            .zip(cuda::primary_context(self.target.device).ok());
         let finish = |p: Pending| {
             let r = lane.events[p.slot].synchronize().map(|()| p.len);
             done.finish_task(r);
@@ -266,29 +285,53 @@ impl BounceExec {
                 if off >= t.len {
                     break Ok(());
                 }
-                let n = chunk.min(t.len - off);
-                let step = (|| -> Result<()> {
-                    lane.events[slot].synchronize()?; // its previous copy has left the buffer
-                                                      // SAFETY: each pinned buffer holds `bounce >= chunk >= n` bytes, is lent to
-                                                      // this run only, and no copy reads it any more (its event fired).
-                    let buf = unsafe { std::slice::from_raw_parts_mut(lent.ptr(slot), n) };
-                    src.read_at(buf, t.file_offset + off as u64, self.call(done))?;
+                let at = t.file_offset + off as u64;
+                let want = chunk.min(t.len - off);
+                let span = dma.and_then(|(d, ctx)| d.span(at, want, ctx));
+                let step = (|| -> Result<usize> {
+                    let (from, n) = match &span {
+                        // Straight from the registered page cache: no CPU copy, no buffer.
+                        Some(s) => (s.ptr, s.len),
+                        None => {
+                            lane.events[slot].synchronize()?; // its previous copy has left it
+                                                              // SAFETY: each pinned buffer holds `bounce >= chunk >= want` bytes,
+                                                              // is lent to this run only, and no copy reads it any more (its
+                                                              // event fired).
+                            let buf =
+                                unsafe { std::slice::from_raw_parts_mut(lent.ptr(slot), want) };
+                            src.read_at(buf, at, self.call(done))?;
+                            (lent.ptr(slot).cast_const(), want)
+                        }
+                    };
                     if let Some(p) = pending.take() {
                         finish(p); // its copy overlapped the read just done
                     }
                     // SAFETY: the destination lies in the caller's allocation (checked when the
-                    // request was made); the source stays untouched until the slot's event fires.
+                    // request was made); the source stays untouched until the slot's event fires
+                    // (a pinned buffer) or the run drains its stream (a registered granule,
+                    // held below).
                     unsafe {
                         lane.stream.copy_to_device(
                             self.target.addr + (t.buf_offset + off) as u64,
-                            lent.ptr(slot),
+                            from,
                             n,
                         )
                     }?;
-                    lane.events[slot].record(&lane.stream)
+                    lane.events[slot].record(&lane.stream)?;
+                    Ok(n)
                 })();
-                if let Err(e) = step {
-                    break Err(e);
+                let n = match step {
+                    Ok(n) => n,
+                    Err(e) => break Err(e),
+                };
+                if let Some(s) = span {
+                    done.progress().fetch_add(n as u64, Ordering::Relaxed);
+                    if let Some((d, _)) = dma {
+                        d.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    if !held.last().is_some_and(|h| Arc::ptr_eq(h, &s.granule)) {
+                        held.push(s.granule);
+                    }
                 }
                 slot ^= 1;
                 off += n;
@@ -316,6 +359,12 @@ impl BounceExec {
         // Drain the stream before the last task reports, so a caller who frees the pool right
         // after its read finds every buffer back.
         let drained = lane.stream.synchronize();
+        if drained.is_err() {
+            // A copy may still read these registrations: never unregister them.
+            std::mem::forget(held);
+        } else {
+            drop(held);
+        }
         if let Some(p) = pending.take() {
             done.finish_task(drained.map(|()| p.len));
         }

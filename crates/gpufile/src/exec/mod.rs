@@ -18,12 +18,18 @@ use crate::source::{Sink, Source};
 
 pub mod bounce;
 pub mod cufile;
+pub mod dma;
 pub mod host;
 
 /// Runs tasks of one request.
 pub trait Executor: Send + Sync {
     /// Takes tasks from `tasks` until it is empty, finishing each in `done`.
     fn run(&self, tasks: &Tasks, done: &Completion);
+
+    /// Bytes copied to the GPU straight from registered page cache so far (page-cache DMA).
+    fn dma_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// The file side of a request.

@@ -1,0 +1,407 @@
+//! Page-cache DMA: hot file data goes to the GPU straight from the page cache by the copy
+//! engine, with no CPU copy through a bounce buffer.
+//!
+//! Why: the CPU copy from the page cache into pinned buffers caps the bounce path at what the
+//! CPUs can copy (≈ 45–50 GB/s on the H200 hosts, for one GPU or two), while the copy engines
+//! read registered host memory at the link rate of every GPU at once (measured there: 54.8 GB/s
+//! to one GPU, 109.4 to two). Registering (pinning) pages costs about as much as copying them
+//! once (≈ 23 GB/s in 64 MiB pieces, serialised in the driver whatever the thread count), so
+//! registrations are kept: data read again while it stays hot is copied at DMA speed.
+//!
+//! How it works:
+//! 1. A device read of a local file on gpufile's POSIX path (at least [`MIN_REQUEST`] bytes,
+//!    `dma_cache_size` > 0, `auto_direct_io_read` off) gets the cache's [`DmaFile`] for the
+//!    file: one per inode and version (size, mtime, ctime); a file that changed gets a fresh
+//!    entry and the old one is let go.
+//! 2. The file is cut into [`GRANULE`]-byte granules. Before each chunk, a worker asks
+//!    [`DmaRead::span`]: a registered granule → the chunk is copied from its mapping; not
+//!    registered, the file version read before (a first read never registers: it would slow
+//!    that read down), every page in the page cache (`mincore`), the budget allows it and no
+//!    other registration is running → this worker maps and registers it now (meanwhile the
+//!    others keep bouncing, so both paths run at once); otherwise → the bounce path.
+//! 3. Budget: at most `dma_cache_size` bytes registered; past it, the least recently used files
+//!    are let go. The kernel cannot reclaim registered pages: that is what the bound is for.
+//!    Each granule maps only its own range, so a deleted file keeps at most its registered
+//!    granules alive (within the bound), never the whole file.
+//! 4. A run keeps the granules it copied from until its stream is drained, so letting a file go
+//!    never unregisters memory that a copy still reads.
+
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::cuda::{Context, HostRegistration};
+use crate::future::lock;
+use crate::pagecache;
+use crate::source::LocalFile;
+
+/// Registration unit, bytes (the size the driver's registration rate was measured at).
+pub const GRANULE: usize = 64 << 20;
+/// Smallest device read that uses the cache: a smaller one could wait for a whole granule's
+/// registration (≈ 3 ms) to move a few bytes.
+pub const MIN_REQUEST: usize = 1 << 20;
+/// Most files the cache remembers (entries without registrations cost a few words each).
+const MAX_FILES: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+/// What makes a registration stale when it changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Version {
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// A read-only shared mapping of one granule of a file; never read by the CPU, only registered
+/// and copied from by the GPU. Unmapped on drop.
+struct Mapping {
+    addr: usize,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(fd: RawFd, offset: u64, len: usize) -> Option<Mapping> {
+        // SAFETY: a new read-only shared mapping of a range of the file; the CPU never
+        // dereferences it (a file that shrinks cannot fault here), and Drop unmaps it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(Mapping {
+            addr: p as usize,
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping this value made.
+        unsafe { libc::munmap(self.addr as *mut _, self.len) };
+    }
+}
+
+/// One registered granule. Fields drop in order: unregistered first, then unmapped.
+pub struct Granule {
+    reg: HostRegistration,
+    _map: Mapping,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Granule {
+    fn drop(&mut self) {
+        self.shared
+            .registered
+            .fetch_sub(self.reg.len(), Ordering::Relaxed);
+    }
+}
+
+/// What every entry shares with the cache.
+#[derive(Default)]
+struct Shared {
+    /// Bytes registered now (granules held by running copies included).
+    registered: AtomicUsize,
+    /// One registration at a time: the driver serialises them anyway, and the other workers
+    /// are better used bouncing meanwhile.
+    registering: Mutex<()>,
+    /// Why registration is off for this process (the first failure, which would recur).
+    disabled: OnceLock<String>,
+    tick: AtomicU64,
+}
+
+/// One version of one file: its registered granules.
+pub struct DmaFile {
+    version: Version,
+    granules: Mutex<Vec<Option<Arc<Granule>>>>,
+    last_used: AtomicU64,
+}
+
+impl DmaFile {
+    fn registered(&self) -> usize {
+        lock(&self.granules)
+            .iter()
+            .flatten()
+            .map(|g| g.reg.len())
+            .sum()
+    }
+}
+
+/// The registrations of an engine.
+#[derive(Default)]
+pub struct DmaCache {
+    shared: Arc<Shared>,
+    files: Mutex<HashMap<FileId, Arc<DmaFile>>>,
+}
+
+/// A stretch of a chunk that the GPU can copy straight from registered page cache.
+pub struct Span {
+    /// First byte (in the granule's mapping).
+    pub ptr: *const u8,
+    /// Bytes from `ptr` (at most what was asked; less at a granule's end).
+    pub len: usize,
+    /// Keeps the registration alive until the copy is done.
+    pub granule: Arc<Granule>,
+}
+
+/// A request's use of the cache.
+pub struct DmaRead {
+    cache: Arc<DmaCache>,
+    id: FileId,
+    file: Arc<DmaFile>,
+    local: Arc<LocalFile>,
+    limit: usize,
+    /// Whether this request may register granules: not on the first read of a file version
+    /// (measured on the H200 hosts: registering while the same pages are being read slows that
+    /// first read from 47 to 32 GB/s), only once the data has been read again.
+    may_register: bool,
+    /// Bytes this request copied from registered page cache.
+    pub bytes: AtomicU64,
+}
+
+impl DmaCache {
+    /// The cache's part in a device read of `local` under a budget of `limit` registered bytes;
+    /// `None` where it cannot help (registration is off, the file is empty or cannot be
+    /// identified).
+    pub fn read(self: &Arc<Self>, local: &Arc<LocalFile>, limit: usize) -> Option<DmaRead> {
+        if limit == 0 || self.shared.disabled.get().is_some() {
+            return None;
+        }
+        let meta = local.file().metadata().ok()?;
+        let id = FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        let version = Version {
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        };
+        if version.size == 0 {
+            return None;
+        }
+        let tick = self.shared.tick.fetch_add(1, Ordering::Relaxed);
+        let mut let_go = Vec::new(); // unregistered after the lock is released
+        let (file, may_register) = {
+            let mut files = lock(&self.files);
+            match files.get(&id) {
+                Some(f) if f.version == version => {
+                    f.last_used.store(tick, Ordering::Relaxed);
+                    (Arc::clone(f), true)
+                }
+                _ => {
+                    let granules = usize::try_from(version.size.div_ceil(GRANULE as u64)).ok()?;
+                    let f = Arc::new(DmaFile {
+                        version,
+                        granules: Mutex::new(vec![None; granules]),
+                        last_used: AtomicU64::new(tick),
+                    });
+                    // The file's older version (if any) is let go; its registrations go when
+                    // the last copy from them is done.
+                    let_go.extend(files.insert(id, Arc::clone(&f)));
+                    if files.len() > MAX_FILES {
+                        let oldest = Self::least_recent(&files, id);
+                        let_go.extend(oldest.and_then(|k| files.remove(&k)));
+                    }
+                    (f, false)
+                }
+            }
+        };
+        drop(let_go);
+        Some(DmaRead {
+            cache: Arc::clone(self),
+            id,
+            file,
+            local: Arc::clone(local),
+            limit,
+            may_register,
+            bytes: AtomicU64::new(0),
+        })
+    }
+
+    fn least_recent(files: &HashMap<FileId, Arc<DmaFile>>, keep: FileId) -> Option<FileId> {
+        files
+            .iter()
+            .filter(|(k, _)| **k != keep)
+            .min_by_key(|(_, f)| f.last_used.load(Ordering::Relaxed))
+            .map(|(k, _)| *k)
+    }
+
+    /// Lets go of least recently used files (never `keep`) until `extra` more bytes fit under
+    /// `limit`; whether they do.
+    fn make_room(&self, extra: usize, limit: usize, keep: Option<FileId>) -> bool {
+        loop {
+            let now = self.shared.registered.load(Ordering::Relaxed);
+            if now.saturating_add(extra) <= limit {
+                return true;
+            }
+            let evicted = {
+                let mut files = lock(&self.files);
+                let victim = files
+                    .iter()
+                    .filter(|(k, f)| Some(**k) != keep && f.registered() > 0)
+                    .min_by_key(|(_, f)| f.last_used.load(Ordering::Relaxed))
+                    .map(|(k, _)| *k);
+                match victim.and_then(|k| files.remove(&k)) {
+                    Some(f) => f,
+                    None => return false,
+                }
+            };
+            // Its granules go now, or when the copies still reading them are done.
+            std::mem::take(&mut *lock(&evicted.granules));
+        }
+    }
+
+    /// Lets go of least recently used files until at most `limit` bytes stay registered (0:
+    /// all). Copies in flight keep their granules until they are done.
+    pub fn trim(&self, limit: usize) {
+        if limit == 0 {
+            let all = std::mem::take(&mut *lock(&self.files));
+            for f in all.values() {
+                std::mem::take(&mut *lock(&f.granules));
+            }
+            return;
+        }
+        self.make_room(0, limit, None);
+    }
+
+    /// Bytes registered now.
+    pub fn registered(&self) -> usize {
+        self.shared.registered.load(Ordering::Relaxed)
+    }
+
+    /// Why registration is off in this process, if it is.
+    pub fn disabled(&self) -> Option<&str> {
+        self.shared.disabled.get().map(String::as_str)
+    }
+}
+
+impl DmaRead {
+    /// The registered page cache under `[offset, offset + max)`, registering its granule now
+    /// where that is possible and cheap; `None`: bounce this chunk.
+    pub fn span(&self, offset: u64, max: usize, ctx: Context) -> Option<Span> {
+        let size = self.file.version.size;
+        if offset >= size || max == 0 {
+            return None;
+        }
+        let g = usize::try_from(offset / GRANULE as u64).ok()?;
+        let existing = lock(&self.file.granules).get(g).cloned().flatten();
+        let granule = match existing {
+            Some(x) => x,
+            None => self.register(g, ctx)?,
+        };
+        let within = (offset - g as u64 * GRANULE as u64) as usize;
+        let avail = (granule.reg.len().saturating_sub(within) as u64).min(size - offset) as usize;
+        if avail == 0 {
+            return None;
+        }
+        // SAFETY: `within < reg.len()` (avail > 0), so the pointer stays in the registration.
+        let ptr = unsafe { granule.reg.as_ptr().add(within) };
+        Some(Span {
+            ptr,
+            len: max.min(avail),
+            granule,
+        })
+    }
+
+    fn register(&self, g: usize, ctx: Context) -> Option<Arc<Granule>> {
+        let shared = &self.cache.shared;
+        if !self.may_register || shared.disabled.get().is_some() {
+            return None;
+        }
+        let _one = shared.registering.try_lock().ok()?;
+        if let Some(x) = lock(&self.file.granules).get(g).cloned().flatten() {
+            return Some(x); // registered while this worker waited for the lock
+        }
+        let start = g as u64 * GRANULE as u64;
+        let page = pagecache::page_size();
+        let len = (self.file.version.size - start)
+            .min(GRANULE as u64)
+            .div_ceil(page)
+            .saturating_mul(page) as usize;
+        let map = Mapping::new(self.local.fd(), start, len)?;
+        // SAFETY: the range is the mapping just made.
+        if !unsafe { pagecache::all_resident(map.addr, map.len) } {
+            return None; // registering would read it from the disk, one page at a time
+        }
+        if !self.cache.make_room(len, self.limit, Some(self.id)) {
+            return None;
+        }
+        // SAFETY: the mapping lives in the granule beside the registration and is unmapped
+        // only after it (field order).
+        let reg = match unsafe { HostRegistration::new(map.addr as *const u8, len, ctx) } {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = shared.disabled.set(format!(
+                    "page-cache DMA is off: registering a file mapping failed ({e})"
+                ));
+                return None;
+            }
+        };
+        shared.registered.fetch_add(len, Ordering::Relaxed);
+        let granule = Arc::new(Granule {
+            reg,
+            _map: map,
+            shared: Arc::clone(shared),
+        });
+        if let Some(slot) = lock(&self.file.granules).get_mut(g) {
+            *slot = Some(Arc::clone(&granule));
+        }
+        Some(granule)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn open(path: &std::path::Path) -> Arc<LocalFile> {
+        let f = std::fs::File::open(path).unwrap();
+        Arc::new(LocalFile::new(f, path.to_owned(), true, false))
+    }
+
+    #[test]
+    fn entries_follow_the_file_version() {
+        let cache = Arc::new(DmaCache::default());
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        let empty = open(tmp.path());
+        assert!(
+            cache.read(&empty, 1 << 30).is_none(),
+            "an empty file has nothing to map"
+        );
+        tmp.write_all(&[1u8; 8192]).unwrap();
+        tmp.flush().unwrap();
+        let f = open(tmp.path());
+        assert!(
+            cache.read(&f, 0).is_none(),
+            "a zero budget turns the cache off"
+        );
+        let a = cache.read(&f, 1 << 30).unwrap();
+        let b = cache.read(&f, 1 << 30).unwrap();
+        assert!(Arc::ptr_eq(&a.file, &b.file), "one entry per file version");
+        // A change of size (or mtime/ctime) is a new version: a fresh entry replaces the old.
+        tmp.write_all(&[2u8; 4096]).unwrap();
+        tmp.flush().unwrap();
+        let c = cache.read(&f, 1 << 30).unwrap();
+        assert!(!Arc::ptr_eq(&a.file, &c.file));
+        assert_eq!(c.file.version.size, 12288);
+        assert_eq!(lock(&cache.files).len(), 1);
+        // Nothing was registered, so nothing is pinned and trimming is a no-op.
+        assert_eq!(cache.registered(), 0);
+        cache.trim(0);
+        assert!(lock(&cache.files).is_empty());
+    }
+}
