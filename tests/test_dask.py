@@ -343,3 +343,24 @@ def test_local_cuda_cluster(tmp_path, cuda_client):
     out = tmp_path / "out.bin"
     gd.to_file(x * 2, out, scheduler=cuda_client)
     same_bytes(np.fromfile(out, dtype="<i4").reshape(ref.shape), ref * 2)
+
+
+def test_from_zarr_through_gdsstore(tmp_path, scheduler):
+    """Zarr arrays in dask through gpufile's store: ``da.from_zarr`` and ``da.to_zarr`` with a
+    GDSStore, on the threaded scheduler and on worker processes (the store is pickled to them)."""
+    zarr = pytest.importorskip("zarr", reason="zarr is not installed")
+    from gpufile.zarr import GDSStore
+
+    ref = reference((300, 70), "<u4", seed=7)
+    src = zarr.create_array(store=GDSStore(tmp_path / "src"), shape=ref.shape, chunks=(64, 32),
+                            dtype=ref.dtype)
+    src[...] = ref
+    x = da.from_zarr(zarr.open_array(store=GDSStore(tmp_path / "src", read_only=True)))
+    assert x.chunks == ((64, 64, 64, 64, 44), (32, 32, 6))
+    same_bytes(x.compute(scheduler=scheduler), ref)
+    # Written back block by block through the store, then read with zarr's own LocalStore.
+    out = zarr.create_array(store=GDSStore(tmp_path / "out"), shape=ref.shape, chunks=(64, 32),
+                            dtype=ref.dtype)
+    da.store(x + np.uint32(1), out, scheduler=scheduler, lock=False)
+    back = zarr.open_array(store=zarr.storage.LocalStore(tmp_path / "out"), mode="r")
+    same_bytes(back[...], ref + np.uint32(1))
