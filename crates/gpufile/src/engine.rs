@@ -632,4 +632,35 @@ mod batch_tests {
         // The first request ended (or was cancelled) before the error came back.
         assert_eq!(engine.in_flight(), 0);
     }
+
+    #[test]
+    fn a_blocking_small_host_request_is_done_on_return_and_others_run_as_before() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        let settings = Settings {
+            num_threads: 4,
+            ..engine.settings()
+        };
+        for (len, offset) in [(4096, 8192u64), (1 << 20, 1), (3 << 20, 0)] {
+            let mut buf = vec![0u8; len];
+            let req = Request::read(Buffer::host(&mut buf), offset);
+            // SAFETY: `buf` outlives the wait below.
+            let fut = unsafe { engine.submit_blocking(&h, req, &settings) }.unwrap();
+            // One task (up to MIN_SPLIT) ran here; 3 MiB is three tasks, on the workers.
+            if len <= plan::MIN_SPLIT {
+                assert!(fut.is_done(), "{len}");
+            }
+            assert_eq!(fut.wait().unwrap(), len);
+            assert_eq!(buf, data[offset as usize..offset as usize + len]);
+            assert_eq!(engine.in_flight(), 0);
+        }
+        let mut buf = vec![0u8; 16];
+        let req = Request::read(Buffer::host(&mut buf), data.len() as u64 - 8);
+        // SAFETY: as above.
+        let r = unsafe { engine.submit_blocking(&h, req, &settings) };
+        assert!(matches!(r, Err(Error::UnexpectedEof { .. })));
+    }
 }

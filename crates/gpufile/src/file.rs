@@ -358,6 +358,69 @@ impl std::fmt::Debug for FileHandle {
 }
 
 #[cfg(test)]
+mod size_tests {
+    use super::*;
+    use std::io::Write;
+
+    fn read(h: &FileHandle, buf: &mut [u8], offset: u64) -> Result<usize> {
+        h.read(buf, offset, None)
+    }
+
+    #[test]
+    fn reads_see_a_file_that_grew_and_refuse_one_too_short_before_any_byte_moves() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&[1u8; 100]).unwrap();
+        file.flush().unwrap();
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        let mut buf = [9u8; 50];
+        assert_eq!(read(&h, &mut buf, 50).unwrap(), 50);
+        // Past the end: refused with the size now, the buffer untouched.
+        let mut buf = [9u8; 50];
+        let e = read(&h, &mut buf, 60).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::UnexpectedEof {
+                    offset: 60,
+                    len: 50,
+                    file_size: 100,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(buf, [9u8; 50]);
+        // Grown by someone else since: read.
+        file.write_all(&[2u8; 100]).unwrap();
+        file.flush().unwrap();
+        assert_eq!(read(&h, &mut buf, 120).unwrap(), 50);
+        assert_eq!(buf, [2u8; 50]);
+    }
+
+    #[test]
+    fn a_file_that_shrank_after_it_was_seen_is_still_an_eof_error() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&[1u8; 100]).unwrap();
+        file.flush().unwrap();
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        file.as_file().set_len(40).unwrap();
+        let mut buf = [0u8; 50];
+        let e = read(&h, &mut buf, 50).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::UnexpectedEof {
+                    offset: 50,
+                    file_size: 40,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::OpenMode;
 
