@@ -7,6 +7,8 @@ use gpufile::{Buffer, Memory};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
 
 use crate::dlpack;
 use crate::errors::{to_py, type_name, uint_arg};
@@ -142,13 +144,52 @@ pub(crate) fn wait_for_stream(py: Python<'_>, addr: u64, handle: u64) -> PyResul
     .map_err(to_py)
 }
 
+/// Whether `obj`'s type is one of the host buffer types that never carry a CUDA Array Interface
+/// and are not JAX's (`numpy.ndarray`, `bytearray`, `bytes`, `memoryview`, exactly): their
+/// export can be taken at once. Looking for `__cuda_array_interface__` on them costs an
+/// AttributeError made and dropped per request (measurable on small reads).
+fn plain_host_buffer(obj: &Bound<'_, PyAny>) -> bool {
+    static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let py = obj.py();
+    let ty = obj.get_type();
+    let ptr = ty.as_ptr().cast::<ffi::PyTypeObject>();
+    // Only the addresses of CPython's static type objects are taken (no read, no write).
+    let builtin = [
+        &raw mut ffi::PyByteArray_Type,
+        &raw mut ffi::PyBytes_Type,
+        &raw mut ffi::PyMemoryView_Type,
+    ];
+    if builtin.contains(&ptr) {
+        return true;
+    }
+    let ndarray = match NDARRAY.get(py) {
+        Some(t) => t,
+        None => {
+            // Never imports NumPy: an ndarray exists only once NumPy is in sys.modules.
+            let found = py
+                .import("sys")
+                .and_then(|sys| sys.getattr("modules"))
+                .and_then(|m| m.get_item("numpy"))
+                .and_then(|np| np.getattr("ndarray"))
+                .and_then(|t| Ok(t.cast_into::<PyType>()?.unbind()));
+            match found {
+                Ok(t) => NDARRAY.get_or_init(py, || t),
+                Err(_) => return false,
+            }
+        }
+    };
+    ty.is(ndarray.bind(py))
+}
+
 impl BufferView {
     pub(crate) fn new(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
-        if writable && immutable_by_contract(obj) {
-            return Err(read_only(obj, " (JAX arrays are immutable)"));
-        }
-        if let Ok(cai) = obj.getattr("__cuda_array_interface__") {
-            return Self::from_cai(obj, &cai, writable);
+        if !plain_host_buffer(obj) {
+            if writable && immutable_by_contract(obj) {
+                return Err(read_only(obj, " (JAX arrays are immutable)"));
+            }
+            if let Ok(cai) = obj.getattr("__cuda_array_interface__") {
+                return Self::from_cai(obj, &cai, writable);
+            }
         }
         // SAFETY: `obj` is a live object; the call only reads its type's slots.
         let has_buffer = unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } != 0;

@@ -23,6 +23,8 @@ impl NativeFile {
     }
 
     /// Validates the arguments and starts the request; argument errors leave the buffer alone.
+    /// `blocking`: the caller waits at once (a small host request then runs on this thread).
+    #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
         py: Python<'_>,
@@ -31,6 +33,7 @@ impl NativeFile {
         size: Option<&Bound<'_, PyAny>>,
         file_offset: Option<&Bound<'_, PyAny>>,
         task_size: Option<&Bound<'_, PyAny>>,
+        blocking: bool,
     ) -> PyResult<(IoFuture, BufferView)> {
         let handle = self.handle()?;
         let view = BufferView::new(buf, dir == Direction::Read)?;
@@ -48,7 +51,12 @@ impl NativeFile {
         // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
         // memory stays valid until the view is dropped; every caller keeps the view until the
         // future is done.
-        let fut = py.detach(move || unsafe { handle.submit(req.into_inner(), None) });
+        let fut = py.detach(move || unsafe {
+            match blocking {
+                true => handle.submit_blocking(req.into_inner(), None),
+                false => handle.submit(req.into_inner(), None),
+            }
+        });
         Ok((fut.map_err(to_py)?, view))
     }
 
@@ -61,7 +69,7 @@ impl NativeFile {
         file_offset: Option<&Bound<'_, PyAny>>,
         task_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        let (fut, view) = self.start(py, dir, buf, size, file_offset, task_size)?;
+        let (fut, view) = self.start(py, dir, buf, size, file_offset, task_size, true)?;
         let result = wait_interruptibly(py, &fut);
         drop(view);
         result
@@ -102,7 +110,7 @@ impl NativeFile {
         };
         let req = SendRequest(req);
         // SAFETY: `view` holds the export or the array object until after the wait.
-        let fut = py.detach(move || unsafe { handle.submit(req.into_inner(), None) });
+        let fut = py.detach(move || unsafe { handle.submit_blocking(req.into_inner(), None) });
         let result = wait_interruptibly(py, &fut.map_err(to_py)?);
         drop(view);
         result
@@ -119,7 +127,7 @@ impl NativeFile {
         let py = slf.py();
         let (fut, view) = slf
             .get()
-            .start(py, dir, buf, size, file_offset, task_size)?;
+            .start(py, dir, buf, size, file_offset, task_size, false)?;
         Ok(NativeFuture {
             fut,
             view: Mutex::new(Some(view)),
@@ -399,7 +407,7 @@ pub(crate) fn submit_batch(
     let batch = SendBatch(batch);
     let fut = py.detach(move || -> gpufile::Result<IoFuture> {
         let engine = Engine::global()?;
-        let settings = engine.settings();
+        let settings = engine.shared_settings();
         // SAFETY: every buffer's view is held by the returned future until all requests are
         // done.
         unsafe { engine.submit_batch(batch.requests(), &settings) }
@@ -467,7 +475,7 @@ pub(crate) unsafe fn submit_source(
     let req = SendRequest(req);
     py.detach(move || {
         let engine = Engine::global()?;
-        let settings = engine.settings();
+        let settings = engine.shared_settings();
         // SAFETY: the caller's contract.
         unsafe { engine.submit_to(endpoint, req.into_inner(), &settings) }
     })
@@ -481,6 +489,10 @@ const SIGNAL_POLL: Duration = Duration::from_millis(50);
 /// request's tasks not yet started are cancelled and those running are waited for (so no worker
 /// touches the buffer afterwards), then the exception is raised.
 pub(crate) fn wait_interruptibly(py: Python<'_>, fut: &IoFuture) -> PyResult<usize> {
+    if fut.is_done() {
+        // Ran on this thread, or ended meanwhile: no need to let the GIL go.
+        return fut.wait().map_err(to_py);
+    }
     loop {
         if let Some(r) = py.detach(|| fut.wait_timeout(SIGNAL_POLL)) {
             return r.map_err(to_py);

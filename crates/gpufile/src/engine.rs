@@ -10,7 +10,7 @@
 //! 3. [`Engine::shutdown`] stops new requests and waits, for a bounded time, for those in flight
 //!    (interpreter exit).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,9 @@ impl Target {
 /// Worker pool, pinned buffers, in-flight requests and default settings.
 pub struct Engine {
     defaults: RwLock<config::State>,
+    /// `defaults.settings`, shared: what a request runs under when it names no settings
+    /// (replaced, under the `defaults` write lock, whenever the defaults change).
+    current: RwLock<Arc<Settings>>,
     pool: Mutex<Option<Arc<ThreadPool>>>,
     bounce: Arc<BouncePool>,
     dma: Arc<DmaCache>,
@@ -83,11 +86,15 @@ pub struct Engine {
 }
 
 static GLOBAL: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
+/// The engine `GLOBAL` holds, for [`Engine::global`]'s path without the lock. `GLOBAL` never
+/// lets an engine go: it is replaced only in a forked child, where the parent's one is forgotten.
+static CURRENT: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
 
 impl Engine {
     /// An engine with these default settings; its workers start on its first request.
     pub fn new(defaults: config::State) -> Self {
         Engine {
+            current: RwLock::new(Arc::new(defaults.settings.clone())),
             defaults: RwLock::new(defaults),
             pool: Mutex::new(None),
             bounce: Arc::new(BouncePool::default()),
@@ -103,6 +110,16 @@ impl Engine {
     /// engine with the parent's settings: the parent's one is forgotten, never dropped (its
     /// workers do not exist in the child, and its pinned memory belongs to the parent's CUDA).
     pub fn global() -> Result<Arc<Engine>> {
+        let p = CURRENT.load(Ordering::Acquire);
+        // SAFETY: a non-null `CURRENT` points to an engine `GLOBAL` holds a strong count of and
+        // never drops (see `CURRENT`), so it is alive, and one more count may be taken from it.
+        if !p.is_null() && unsafe { (*p).pid } == std::process::id() {
+            // SAFETY: as above; the count taken here is the returned Arc's own.
+            return Ok(unsafe {
+                Arc::increment_strong_count(p);
+                Arc::from_raw(p)
+            });
+        }
         let mut slot = lock(&GLOBAL);
         if let Some(e) = &*slot {
             if e.pid == std::process::id() {
@@ -123,12 +140,24 @@ impl Engine {
         };
         let engine = Arc::new(Engine::new(defaults));
         *slot = Some(Arc::clone(&engine));
+        CURRENT.store(Arc::as_ptr(&engine).cast_mut(), Ordering::Release);
         Ok(engine)
     }
 
     /// The default settings now (a snapshot: later changes do not affect it).
     pub fn settings(&self) -> Settings {
         self.read_defaults().settings.clone()
+    }
+
+    /// The default settings now, shared rather than copied (what a request that names no
+    /// settings runs under; later changes do not affect it).
+    pub fn shared_settings(&self) -> Arc<Settings> {
+        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Makes `state`'s settings the shared ones; called with the `defaults` write lock held.
+    fn publish(&self, state: &config::State) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(state.settings.clone());
     }
 
     fn read_defaults(&self) -> std::sync::RwLockReadGuard<'_, config::State> {
@@ -152,6 +181,7 @@ impl Engine {
         let limit = {
             let mut state = self.write_defaults();
             state.set(updates)?;
+            self.publish(&state);
             state.settings.dma_cache_size
         };
         if updates.iter().any(|(n, _)| *n == Name::DmaCacheSize) {
@@ -167,7 +197,9 @@ impl Engine {
 
     /// Puts back what [`Engine::snapshot`] saved.
     pub fn restore(&self, saved: &[(Name, Value, SettingSource)]) {
-        self.write_defaults().restore(saved)
+        let mut state = self.write_defaults();
+        state.restore(saved);
+        self.publish(&state);
     }
 
     /// Every setting with its value and source.
@@ -266,6 +298,39 @@ impl Engine {
         req: Request,
         settings: &Settings,
     ) -> Result<IoFuture> {
+        // SAFETY: the caller's contract.
+        unsafe { self.start(file, req, settings, false) }
+    }
+
+    /// [`Engine::submit`] for a caller that waits for the future at once: a request into or out
+    /// of host memory that is one task runs on the calling thread, and the future comes back
+    /// done. That saves the hand-off to a worker and back (two thread wake-ups, most of the cost
+    /// of a small read), and changes nothing else: the request is recorded and counted in flight
+    /// as any other, and a worker's task could not be cancelled once started either.
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`].
+    pub unsafe fn submit_blocking(
+        &self,
+        file: &FileHandle,
+        req: Request,
+        settings: &Settings,
+    ) -> Result<IoFuture> {
+        // SAFETY: the caller's contract.
+        unsafe { self.start(file, req, settings, true) }
+    }
+
+    /// Both submits; `blocking`: the caller waits at once (see [`Engine::submit_blocking`]).
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`].
+    unsafe fn start(
+        &self,
+        file: &FileHandle,
+        req: Request,
+        settings: &Settings,
+        blocking: bool,
+    ) -> Result<IoFuture> {
         let task_size = self.accept(&req, settings)?;
         let target = resolve(req.buffer)?;
         let len = req.buffer.len();
@@ -293,7 +358,11 @@ impl Engine {
             }
         };
         let split = TaskSplit::new(req.file_offset, len, task_size);
-        self.run(exec, split, path.backend, settings.num_threads)
+        let here = blocking && matches!(target, Target::Host(_)) && split.count() == 1;
+        match here {
+            true => Ok(self.run_here(exec, split, path.backend)),
+            false => self.run(exec, split, path.backend, settings.num_threads),
+        }
     }
 
     /// Reads or writes many files as one stream of requests: every request is planned and queued
@@ -452,18 +521,10 @@ impl Engine {
         // The executor (and the file it holds open) is let go when the request ends, not when
         // the last queued run gets a worker and finds nothing left to do.
         let slot = Arc::new(Mutex::new(Some(exec)));
-        self.in_flight.enter();
-        let (in_flight, start, done_slot) = (
-            Arc::clone(&self.in_flight),
-            Instant::now(),
-            Arc::clone(&slot),
-        );
-        let completion = Completion::new(count, move |o| {
+        let done_slot = Arc::clone(&slot);
+        let completion = self.completion(backend, count, move || {
             let exec = lock(&done_slot).take();
-            let dma = exec.as_ref().map_or(0, |e| e.dma_bytes());
-            observe::record(backend, count, o.bytes, dma, start.elapsed(), o.ok);
-            drop(exec);
-            in_flight.leave();
+            exec.map_or(0, |e| e.dma_bytes())
         });
         for _ in 0..runs {
             let (slot, tasks, done) = (
@@ -479,6 +540,32 @@ impl Engine {
             }));
         }
         Ok(IoFuture::pending(completion))
+    }
+
+    /// Runs `split` (one task) on the calling thread; the future is done when this returns.
+    fn run_here(&self, exec: Arc<dyn Executor>, split: TaskSplit, backend: Backend) -> IoFuture {
+        let tasks = Tasks::new(split, 1);
+        let completion = self.completion(backend, tasks.count(), || 0);
+        exec.run(&tasks, &completion);
+        IoFuture::pending(completion)
+    }
+
+    /// The completion of a request of `count` tasks, counted in flight from now; when its last
+    /// task ends it runs `release` (which lets the executor go and says how many bytes it copied
+    /// by page-cache DMA), records the request and leaves the in-flight count.
+    fn completion(
+        &self,
+        backend: Backend,
+        count: usize,
+        release: impl FnOnce() -> u64 + Send + 'static,
+    ) -> Arc<Completion> {
+        self.in_flight.enter();
+        let (in_flight, start) = (Arc::clone(&self.in_flight), Instant::now());
+        Completion::new(count, move |o| {
+            let dma = release();
+            observe::record(backend, count, o.bytes, dma, start.elapsed(), o.ok);
+            in_flight.leave();
+        })
     }
 
     /// The pool, grown to at least `threads` workers (it never shrinks: a request uses at most
@@ -595,5 +682,36 @@ mod batch_tests {
         assert!(matches!(refused, Err(Error::UnexpectedEof { .. })));
         // The first request ended (or was cancelled) before the error came back.
         assert_eq!(engine.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_blocking_small_host_request_is_done_on_return_and_others_run_as_before() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        let settings = Settings {
+            num_threads: 4,
+            ..engine.settings()
+        };
+        for (len, offset) in [(4096, 8192u64), (1 << 20, 1), (3 << 20, 0)] {
+            let mut buf = vec![0u8; len];
+            let req = Request::read(Buffer::host(&mut buf), offset);
+            // SAFETY: `buf` outlives the wait below.
+            let fut = unsafe { engine.submit_blocking(&h, req, &settings) }.unwrap();
+            // One task (up to MIN_SPLIT) ran here; 3 MiB is three tasks, on the workers.
+            if len <= plan::MIN_SPLIT {
+                assert!(fut.is_done(), "{len}");
+            }
+            assert_eq!(fut.wait().unwrap(), len);
+            assert_eq!(buf, data[offset as usize..offset as usize + len]);
+            assert_eq!(engine.in_flight(), 0);
+        }
+        let mut buf = vec![0u8; 16];
+        let req = Request::read(Buffer::host(&mut buf), data.len() as u64 - 8);
+        // SAFETY: as above.
+        let r = unsafe { engine.submit_blocking(&h, req, &settings) };
+        assert!(matches!(r, Err(Error::UnexpectedEof { .. })));
     }
 }

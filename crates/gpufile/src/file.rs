@@ -13,6 +13,7 @@ use std::os::fd::RawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::config::Settings;
@@ -117,6 +118,9 @@ struct Inner {
     cufile: OnceLock<Result<Arc<RegisteredFile>>>,
     local: Arc<LocalFile>,
     mode: OpenMode,
+    /// The largest size the file was seen to have (`u64::MAX`: not a regular file, no size to
+    /// check against). A read that ends within it needs no `fstat`; one past it looks again.
+    size_seen: AtomicU64,
 }
 
 /// An open file. Cheap to clone; clones share the descriptor.
@@ -142,12 +146,14 @@ impl FileHandle {
             let e = std::io::Error::from_raw_os_error(libc::EISDIR);
             return Err(Error::os(Op::Open, path, 0, 0, e));
         }
+        let size_seen = if meta.is_file() { meta.len() } else { u64::MAX };
         let local = LocalFile::new(file, path.to_owned(), mode.readable(), mode.writable());
         Ok(FileHandle {
             inner: Arc::new(Inner {
                 cufile: OnceLock::new(),
                 local: Arc::new(local),
                 mode,
+                size_seen: AtomicU64::new(size_seen),
             }),
         })
     }
@@ -209,17 +215,48 @@ impl FileHandle {
     /// # Safety
     /// As for [`Engine::submit`]: the buffer stays valid, and unshared, until the future is done.
     pub unsafe fn submit(&self, req: Request, settings: Option<&Settings>) -> Result<IoFuture> {
+        // SAFETY: the caller's contract.
+        unsafe { self.start(req, settings, false) }
+    }
+
+    /// [`FileHandle::submit`] for a caller that waits for the future at once (see
+    /// [`Engine::submit_blocking`]: a small host request runs on the calling thread).
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`].
+    pub unsafe fn submit_blocking(
+        &self,
+        req: Request,
+        settings: Option<&Settings>,
+    ) -> Result<IoFuture> {
+        // SAFETY: the caller's contract.
+        unsafe { self.start(req, settings, true) }
+    }
+
+    /// # Safety
+    /// As for [`Engine::submit`].
+    unsafe fn start(
+        &self,
+        req: Request,
+        settings: Option<&Settings>,
+        blocking: bool,
+    ) -> Result<IoFuture> {
         let engine = Engine::global()?;
         let defaults;
         let settings = match settings {
             Some(s) => s,
             None => {
-                defaults = engine.settings();
-                &defaults
+                defaults = engine.shared_settings();
+                &*defaults
             }
         };
         // SAFETY: the caller's contract.
-        unsafe { engine.submit(self, req, settings) }
+        unsafe {
+            match blocking {
+                true => engine.submit_blocking(self, req, settings),
+                false => engine.submit(self, req, settings),
+            }
+        }
     }
 
     /// Reads `buf.len()` bytes at `file_offset`; blocks until done.
@@ -231,7 +268,7 @@ impl FileHandle {
     ) -> Result<usize> {
         let req = Request::read(Buffer::host(buf), file_offset).task_size(task_size);
         // SAFETY: the slice is valid and exclusively borrowed until `wait` returns.
-        unsafe { self.submit(req, None) }?.wait()
+        unsafe { self.submit_blocking(req, None) }?.wait()
     }
 
     /// Writes `buf` at `file_offset`; blocks until done.
@@ -242,26 +279,43 @@ impl FileHandle {
         };
         let req = Request::write(buffer, file_offset).task_size(task_size);
         // SAFETY: the slice is valid and borrowed until `wait` returns; a write only reads it.
-        unsafe { self.submit(req, None) }?.wait()
+        unsafe { self.submit_blocking(req, None) }?.wait()
     }
 
-    /// Checks a request against the handle's mode and, for reads, the file's size now.
+    /// Checks a request against the handle's mode and, for reads, the file's size.
+    ///
+    /// A read that ends within the largest size seen so far needs no `fstat` (the common case:
+    /// one per request was measurable on small random reads); one that ends past it looks at the
+    /// file again, so a file that grew is read and one that is too short is refused before any
+    /// byte moves. A file that shrank after it was seen fails in the read itself, with the same
+    /// [`Error::UnexpectedEof`] (as it would if it shrank between an `fstat` and the read).
     pub(crate) fn check(&self, dir: Direction, len: usize, file_offset: u64) -> Result<()> {
-        let (path, mode) = (self.path().to_owned(), self.mode().as_str().to_owned());
+        let mode = self.mode();
         match dir {
-            Direction::Read if !self.mode().readable() => {
-                Err(Error::NotReadable { path, flags: mode })
-            }
-            Direction::Write if !self.mode().writable() => {
-                Err(Error::NotWritable { path, flags: mode })
-            }
+            Direction::Read if !mode.readable() => Err(Error::NotReadable {
+                path: self.path().to_owned(),
+                flags: mode.as_str().to_owned(),
+            }),
+            Direction::Write if !mode.writable() => Err(Error::NotWritable {
+                path: self.path().to_owned(),
+                flags: mode.as_str().to_owned(),
+            }),
             Direction::Read => {
-                let meta = self.inner.local.file().metadata();
-                let meta = meta.map_err(|e| Error::os(Op::Stat, &path, 0, 0, e))?;
                 let end = file_offset.saturating_add(len as u64);
-                if meta.is_file() && end > meta.len() && len > 0 {
+                if len == 0 || end <= self.inner.size_seen.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                let meta = self.inner.local.file().metadata();
+                let meta = meta.map_err(|e| Error::os(Op::Stat, self.path(), 0, 0, e))?;
+                if !meta.is_file() {
+                    return Ok(());
+                }
+                self.inner
+                    .size_seen
+                    .fetch_max(meta.len(), Ordering::Relaxed);
+                if end > meta.len() {
                     return Err(Error::UnexpectedEof {
-                        path,
+                        path: self.path().to_owned(),
                         offset: file_offset,
                         len,
                         file_size: meta.len(),
@@ -300,6 +354,69 @@ impl std::fmt::Debug for FileHandle {
             .field("mode", &self.inner.mode)
             .field("fd", &self.fd())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+    use std::io::Write;
+
+    fn read(h: &FileHandle, buf: &mut [u8], offset: u64) -> Result<usize> {
+        h.read(buf, offset, None)
+    }
+
+    #[test]
+    fn reads_see_a_file_that_grew_and_refuse_one_too_short_before_any_byte_moves() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&[1u8; 100]).unwrap();
+        file.flush().unwrap();
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        let mut buf = [9u8; 50];
+        assert_eq!(read(&h, &mut buf, 50).unwrap(), 50);
+        // Past the end: refused with the size now, the buffer untouched.
+        let mut buf = [9u8; 50];
+        let e = read(&h, &mut buf, 60).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::UnexpectedEof {
+                    offset: 60,
+                    len: 50,
+                    file_size: 100,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(buf, [9u8; 50]);
+        // Grown by someone else since: read.
+        file.write_all(&[2u8; 100]).unwrap();
+        file.flush().unwrap();
+        assert_eq!(read(&h, &mut buf, 120).unwrap(), 50);
+        assert_eq!(buf, [2u8; 50]);
+    }
+
+    #[test]
+    fn a_file_that_shrank_after_it_was_seen_is_still_an_eof_error() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&[1u8; 100]).unwrap();
+        file.flush().unwrap();
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        file.as_file().set_len(40).unwrap();
+        let mut buf = [0u8; 50];
+        let e = read(&h, &mut buf, 50).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::UnexpectedEof {
+                    offset: 50,
+                    file_size: 40,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 }
 

@@ -2,8 +2,10 @@
 //! nothing of files, devices or metrics.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::future::lock;
@@ -11,30 +13,86 @@ use crate::future::lock;
 /// A job run by one worker.
 pub type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// How long a worker that found the queue empty watches it before it sleeps. While requests
+/// come one after another (random reads, many files), the worker that just finished takes the
+/// next job without being woken: a wake-up is a futex call on the submitting thread, which is
+/// what limits one Python thread submitting small requests.
+const SPIN: Duration = Duration::from_micros(50);
+
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
     closed: bool,
+    /// Workers waiting on `ready`.
+    sleeping: usize,
+    /// Of those, how many were notified and have not yet come back for a job.
+    woken: usize,
 }
 
 #[derive(Default)]
 struct Shared {
     queue: Mutex<Queue>,
     ready: Condvar,
+    /// `queue.jobs.len()`, readable without the lock (what a spinning worker watches).
+    queued: AtomicUsize,
+    /// Whether a worker is watching the queue (at most one does). Changed only with the queue
+    /// locked, so a submitter that sees it set knows that worker will look at the queue again.
+    spinning: AtomicBool,
 }
 
 impl Shared {
     /// Waits for a job; `None` once the pool is closed and drained.
     fn pop_wait(&self) -> Option<Job> {
         let mut q = lock(&self.queue);
+        let mut spun = false;
         loop {
             if let Some(job) = q.jobs.pop_front() {
+                self.queued.fetch_sub(1, Ordering::Relaxed);
                 return Some(job);
             }
             if q.closed {
                 return None;
             }
+            if !spun && !self.spinning.load(Ordering::Relaxed) {
+                spun = true;
+                self.spinning.store(true, Ordering::Relaxed);
+                drop(q);
+                let deadline = Instant::now() + SPIN;
+                let mut spins = 0u32;
+                while self.queued.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
+                    spins += 1;
+                    // Other threads first where there are fewer cores than threads.
+                    if spins % 64 == 0 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                q = lock(&self.queue);
+                self.spinning.store(false, Ordering::Relaxed);
+                continue;
+            }
+            q.sleeping += 1;
             q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            q.sleeping -= 1;
+            q.woken = q.woken.saturating_sub(1);
+        }
+    }
+
+    /// Queues a job, and wakes a sleeping worker unless one is already on its way for each
+    /// job queued (a spinning worker counts as one).
+    fn push(&self, job: Job) {
+        let mut q = lock(&self.queue);
+        q.jobs.push_back(job);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        let coming = q.woken + usize::from(self.spinning.load(Ordering::Relaxed));
+        let wake = q.sleeping > q.woken && q.jobs.len() > coming;
+        if wake {
+            q.woken += 1;
+        }
+        drop(q);
+        if wake {
+            self.ready.notify_one();
         }
     }
 }
@@ -86,8 +144,7 @@ impl ThreadPool {
 
     /// Queues a job.
     pub fn submit(&self, job: Job) {
-        lock(&self.shared.queue).jobs.push_back(job);
-        self.shared.ready.notify_one();
+        self.shared.push(job);
     }
 }
 
@@ -123,5 +180,30 @@ mod tests {
         }
         drop(pool);
         assert_eq!(n.load(Ordering::Relaxed), 4950);
+    }
+
+    /// Jobs that can only end together: each worker must be given one, whether the others
+    /// sleep (long after the last job) or one watches the queue (right after it).
+    #[test]
+    fn every_queued_job_gets_a_worker_while_others_sleep_or_spin() {
+        let pool = ThreadPool::new(4).unwrap();
+        for pause in [Duration::ZERO, SPIN * 4] {
+            for _ in 0..20 {
+                std::thread::sleep(pause);
+                let barrier = Arc::new(std::sync::Barrier::new(4));
+                let (tx, rx) = std::sync::mpsc::channel();
+                for _ in 0..4 {
+                    let (b, tx) = (Arc::clone(&barrier), tx.clone());
+                    pool.submit(Box::new(move || {
+                        b.wait();
+                        tx.send(()).unwrap();
+                    }));
+                }
+                for _ in 0..4 {
+                    rx.recv_timeout(Duration::from_secs(10))
+                        .expect("a queued job got no worker");
+                }
+            }
+        }
     }
 }
