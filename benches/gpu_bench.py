@@ -938,6 +938,10 @@ def g_random(b: Bench) -> None:
         b.measure(f"gpufile random {label}", "random gpu hot",
                   gf_setup(b, gpufile_opts(threads), clear), reads(gpufile), ok,
                   nbytes=count * size, unit="IOPS", ops=count)
+        if "dma_cache_size" in b.gf_defaults:
+            b.measure(f"gpufile random {label}, page-cache DMA off", "random gpu hot",
+                      gf_setup(b, gpufile_opts(threads, {"dma_cache_size": 0}), clear),
+                      reads(gpufile), ok, nbytes=count * size, unit="IOPS", ops=count)
         if b.kv:
             b.measure(f"kvikio random {label}", "random gpu hot", kv_setup(b, threads, clear),
                       reads(kvikio), ok, nbytes=count * size, unit="IOPS", ops=count)

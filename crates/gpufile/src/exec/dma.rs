@@ -39,9 +39,9 @@ use crate::source::LocalFile;
 
 /// Registration unit, bytes (the size the driver's registration rate was measured at).
 pub const GRANULE: usize = 64 << 20;
-/// Smallest device read that uses the cache: a smaller one could wait for a whole granule's
-/// registration (≈ 3 ms) to move a few bytes.
-pub const MIN_REQUEST: usize = 1 << 20;
+/// Smallest device read that uses the cache: below it the copy is all call overhead whichever
+/// way it goes, and such a read could wait for a whole granule's registration (≈ 3 ms).
+pub const MIN_REQUEST: usize = 64 << 10;
 /// Most files the cache remembers (entries without registrations cost a few words each).
 const MAX_FILES: usize = 4096;
 
