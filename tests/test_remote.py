@@ -199,8 +199,12 @@ def test_retry_503_then_success(tmp_path, capfd):
                 assert f.read(b) == 1000
     np.testing.assert_array_equal(b, data)
     err = capfd.readouterr().err
-    assert f"Got HTTP code 503 on HEAD {server.url}/a. Retrying after 500ms (attempt 1 of 3)" in err
-    assert "Retrying after 1000ms (attempt 2 of 3)" in err
+    # KvikIO's record after the library's name, then the request; on stderr (stdout is data).
+    records = [line for line in err.splitlines() if line.startswith("gpufile:")]
+    assert records == [
+        f"gpufile: Got HTTP code 503. Retrying after 500ms (attempt 1 of 3). Request: HEAD {server.url}/a",
+        f"gpufile: Got HTTP code 503. Retrying after 1000ms (attempt 2 of 3). Request: HEAD {server.url}/a",
+    ]
 
 
 def test_retries_exhausted_say_how_many(tmp_path):
@@ -252,15 +256,22 @@ def test_timeout_then_success(tmp_path):
     np.testing.assert_array_equal(b, data)
 
 
-def test_timeouts_exhausted(tmp_path):
+def test_timeouts_exhausted(tmp_path, capfd):
     (tmp_path / "a").write_bytes(bytes(100))
     with fault_server(tmp_path, FlakyHandler, failures=0, delay=2, slow=10) as server:
         with gpufile.defaults.set({"http_timeout": 1, "http_max_attempts": 2}):
             with gpufile.RemoteFile.open_http(f"{server.url}/a", nbytes=100) as f:
                 with pytest.raises(RuntimeError) as e:
                     f.read(bytearray(100))
-    assert e.match(r"maximum number of attempts \(2\)")
-    assert e.match("timed out")
+    assert e.match(r"HTTP request reached maximum number of attempts \(2\)")
+    assert e.match(r"Operation timed out after 1 s \(http_timeout\)")
+    captured = capfd.readouterr()
+    assert captured.out == ""
+    records = [line for line in captured.err.splitlines() if line.startswith("gpufile:")]
+    assert records == [
+        "gpufile: Timeout error. Retrying after 500ms (attempt 1 of 2). "
+        f"Request: GET of bytes 0-99 {server.url}/a"
+    ]
 
 
 def test_connection_refused():
