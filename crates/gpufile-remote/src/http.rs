@@ -28,6 +28,8 @@ use std::time::Duration;
 use gpufile::{Error, RemoteFailure, Result};
 use ureq::http::Response;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use ureq::{Agent, Body};
 
 use crate::endpoint::S3Object;
@@ -135,6 +137,38 @@ impl Target<'_> {
             kind,
             reason,
         }
+    }
+}
+
+/// ureq's resolver, without its thread for an IP address.
+///
+/// ureq resolves the host before every request, pooled connection or not, and under a deadline
+/// (`http_timeout`) it does so on a thread spawned for the lookup, so that `getaddrinfo` cannot
+/// outlast the deadline. For an IP literal (`127.0.0.1`, `[::1]`) there is nothing to look up:
+/// without a deadline ureq parses it on the calling thread. Measured on loopback: about 0.6 ms
+/// less per request on a 2-core VM (a thread spawned and joined per range).
+#[derive(Debug, Default)]
+struct LiteralIpResolver(DefaultResolver);
+
+impl Resolver for LiteralIpResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> std::result::Result<ResolvedSocketAddrs, ureq::Error> {
+        let literal = uri.host().is_some_and(|h| {
+            h.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok()
+        });
+        let timeout = if literal {
+            NextTimeout::default()
+        } else {
+            timeout
+        };
+        self.0.resolve(uri, config, timeout)
     }
 }
 
@@ -357,7 +391,11 @@ impl Client {
             .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
             .build();
         Ok(Client {
-            agent: config.into(),
+            agent: Agent::with_parts(
+                config,
+                DefaultConnector::new(),
+                LiteralIpResolver::default(),
+            ),
             counters: Arc::default(),
         })
     }
@@ -498,9 +536,15 @@ impl Client {
                 })?
             };
             if resp.status().as_u16() == 206 {
-                // Drain the one byte so that the connection can be reused.
+                // Read the one byte and the body's end, so that the connection is reused.
+                // (At most two reads: a server that sends more is not waited for.)
                 let mut one = [0u8; 1];
-                let _ = resp.body_mut().as_reader().read(&mut one);
+                let mut reader = resp.body_mut().as_reader();
+                for _ in 0..2 {
+                    if !matches!(reader.read(&mut one), Ok(n) if n > 0) {
+                        break;
+                    }
+                }
             }
             Ok(size)
         })
@@ -631,8 +675,11 @@ impl Client {
             if outcome.is_err() {
                 // A retry reads the range again: take back what this attempt counted.
                 progress.fetch_sub(filled as u64, Ordering::Relaxed);
-            } else if announced.is_none() {
-                // No length announced (chunked): a longer body means the range was ignored.
+            } else {
+                // One read past the range: ureq hands a connection back to the agent's pool only
+                // once a read has returned the body's end (without it, every range opened a new
+                // connection: about 1 ms more per request on loopback). A length-delimited body
+                // answers 0 at once; a longer chunked body means the range was ignored.
                 let mut extra = [0u8; 1];
                 if matches!(reader.read(&mut extra), Ok(n) if n > 0) {
                     return Err(Attempt::Fail(t.error(
@@ -880,5 +927,26 @@ mod tests {
             RetryCause::Timeout(1).reason(),
             "Operation timed out after 1 s (http_timeout)"
         );
+    }
+
+    #[test]
+    fn ip_literals_resolve_without_a_lookup_past_any_deadline() {
+        use ureq::unversioned::transport::time::Duration as Deadline;
+        let config = ureq::config::Config::default();
+        // A deadline already spent: a lookup would time out; an IP literal needs none.
+        let spent = NextTimeout {
+            after: Deadline::Exact(Duration::ZERO),
+            ..NextTimeout::default()
+        };
+        for (uri, want) in [
+            ("http://127.0.0.1:8080/a", "127.0.0.1:8080"),
+            ("https://[::1]/a", "[::1]:443"),
+        ] {
+            let uri: ureq::http::Uri = uri.parse().unwrap();
+            let addrs = LiteralIpResolver::default()
+                .resolve(&uri, &config, spent)
+                .unwrap();
+            assert_eq!(addrs[0].to_string(), want);
+        }
     }
 }
