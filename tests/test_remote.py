@@ -63,6 +63,50 @@ def test_http_large_read_many_tasks(served):
     np.testing.assert_array_equal(buf, data)
 
 
+class PeerLogHandler(RangeRequestHandler):
+    """Serves ranges and appends each request's method and client port to `log`."""
+
+    def __init__(self, *args, log=None, **kw):
+        self.log = log
+        super().__init__(*args, **kw)
+
+    def _note(self) -> None:
+        with open(self.log, "a") as f:
+            f.write(f"{self.command} {self.client_address[1]}\n")
+
+    def do_GET(self):
+        self._note()
+        super().do_GET()
+
+    def do_HEAD(self):
+        self._note()
+        super().do_HEAD()
+
+
+@pytest.mark.parametrize("endpoint", ["http", "presigned"])
+def test_one_worker_reuses_one_connection(tmp_path, endpoint):
+    """Each range is read to the body's end, so the connection goes back to the pool: one
+    worker sends the size request and every range over one connection."""
+    data = pattern(10_000, 7)
+    data.tofile(tmp_path / "a")
+    log = tmp_path / "requests.log"
+    with LocalHttpServer(tmp_path, max_lifetime=60, handler=PeerLogHandler,
+                         handler_options={"log": str(log)}) as server:
+        with gpufile.defaults.set({"num_threads": 1, "task_size": 1000}):
+            if endpoint == "http":  # the size from HEAD
+                f = gpufile.RemoteFile.open_http(f"{server.url}/a")
+            else:  # the size from a GET of byte 0, whose body is read to its end too
+                f = gpufile.RemoteFile.open_s3_presigned_url(f"{server.url}/a")
+            with f:
+                buf = np.empty_like(data)
+                assert f.read(buf) == data.nbytes
+                assert f.read(buf[:10], file_offset=20) == 10
+    np.testing.assert_array_equal(buf[:10], data[20:30])
+    requests = log.read_text().split("\n")[:-1]
+    assert len(requests) == 1 + 10 + 1
+    assert len({r.split()[1] for r in requests}) == 1, requests
+
+
 def test_http_nbytes_given_skips_the_size_request_and_zero_reads(served):
     url, _ = served
     # No such file: with nbytes given, opening makes no request, so it succeeds.
@@ -199,8 +243,12 @@ def test_retry_503_then_success(tmp_path, capfd):
                 assert f.read(b) == 1000
     np.testing.assert_array_equal(b, data)
     err = capfd.readouterr().err
-    assert f"Got HTTP code 503 on HEAD {server.url}/a. Retrying after 500ms (attempt 1 of 3)" in err
-    assert "Retrying after 1000ms (attempt 2 of 3)" in err
+    # KvikIO's record after the library's name, then the request; on stderr (stdout is data).
+    records = [line for line in err.splitlines() if line.startswith("gpufile:")]
+    assert records == [
+        f"gpufile: Got HTTP code 503. Retrying after 500ms (attempt 1 of 3). Request: HEAD {server.url}/a",
+        f"gpufile: Got HTTP code 503. Retrying after 1000ms (attempt 2 of 3). Request: HEAD {server.url}/a",
+    ]
 
 
 def test_retries_exhausted_say_how_many(tmp_path):
@@ -252,15 +300,22 @@ def test_timeout_then_success(tmp_path):
     np.testing.assert_array_equal(b, data)
 
 
-def test_timeouts_exhausted(tmp_path):
+def test_timeouts_exhausted(tmp_path, capfd):
     (tmp_path / "a").write_bytes(bytes(100))
     with fault_server(tmp_path, FlakyHandler, failures=0, delay=2, slow=10) as server:
         with gpufile.defaults.set({"http_timeout": 1, "http_max_attempts": 2}):
             with gpufile.RemoteFile.open_http(f"{server.url}/a", nbytes=100) as f:
                 with pytest.raises(RuntimeError) as e:
                     f.read(bytearray(100))
-    assert e.match(r"maximum number of attempts \(2\)")
-    assert e.match("timed out")
+    assert e.match(r"HTTP request reached maximum number of attempts \(2\)")
+    assert e.match(r"Operation timed out after 1 s \(http_timeout\)")
+    captured = capfd.readouterr()
+    assert captured.out == ""
+    records = [line for line in captured.err.splitlines() if line.startswith("gpufile:")]
+    assert records == [
+        "gpufile: Timeout error. Retrying after 500ms (attempt 1 of 2). "
+        f"Request: GET of bytes 0-99 {server.url}/a"
+    ]
 
 
 def test_connection_refused():

@@ -54,7 +54,7 @@ OPEN = ("import gpufile\n"
 
 def run_with_bundle(code, **bundle):
     """Runs code with only the given CA bundle variables set (an empty one counts as unset)."""
-    env = {"CURL_CA_BUNDLE": "", "SSL_CERT_FILE": "", "AWS_CA_BUNDLE": ""}
+    env = {"CURL_CA_BUNDLE": "", "SSL_CERT_FILE": "", "SSL_CERT_DIR": "", "AWS_CA_BUNDLE": ""}
     env.update(bundle)
     return run_python(code, env)
 

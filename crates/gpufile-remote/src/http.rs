@@ -4,16 +4,23 @@
 //! the workers). Each request reads `http_max_attempts`, `http_status_codes` and `http_timeout`
 //! from the settings when it starts (as KvikIO reads its defaults per request), retries a
 //! retryable status or a timeout after 500 ms, 1 s, 2 s, 4 s (at most 4 s), and fails with an
-//! [`Error::Remote`] that names the URL, the range and the attempts made.
+//! [`Error::Remote`] that names the URL, the range and the attempts made. Each retry writes one
+//! line to stderr, KvikIO's record after the library's name, then the request:
+//! `gpufile: Got HTTP code 503. Retrying after 500ms (attempt 1 of 2). Request: HEAD <url>`
+//! (KvikIO prints `KvikIO: Got HTTP code 503. Retrying ...` to stdout; stdout is the program's
+//! data, so gpufile keeps it clean).
 //!
-//! Trusted roots: Mozilla's (webpki roots) unless a CA bundle variable names a PEM file
-//! (`CURL_CA_BUNDLE`, then `SSL_CERT_FILE` as KvikIO reads them, then `AWS_CA_BUNDLE`; see
-//! [`gpufile::config::ca_bundle`]); then exactly that file's certificates are trusted. A bundle
-//! that cannot be read or holds no certificate is an error naming the variable and the file
-//! (KvikIO hands the path to libcurl and fails later, at the first TLS handshake).
+//! Trusted roots: Mozilla's (webpki roots) unless a variable names others, in KvikIO's order:
+//! a PEM file in `CURL_CA_BUNDLE` or `SSL_CERT_FILE`, else a directory of PEM files in
+//! `SSL_CERT_DIR` (OpenSSL's `c_rehash` layout or plain `*.pem`; `:`-separated directories),
+//! then gpufile's addition `AWS_CA_BUNDLE` (a file). Exactly those certificates are then
+//! trusted. A bundle or directory that cannot be read or holds no certificate is an error
+//! naming the variable and the path (KvikIO hands the path to libcurl and fails later, at the
+//! first TLS handshake).
 
+use std::ffi::OsString;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +28,8 @@ use std::time::Duration;
 use gpufile::{Error, RemoteFailure, Result};
 use ureq::http::Response;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use ureq::{Agent, Body};
 
 use crate::endpoint::S3Object;
@@ -53,10 +62,53 @@ impl Policy {
 
 /// What one attempt came to when it did not succeed.
 enum Attempt {
-    /// Worth another try: a retryable status or a timeout (the text says which).
-    Retry(String),
+    /// Worth another try: a retryable status or a timeout.
+    Retry(RetryCause),
     /// Final.
     Fail(Error),
+}
+
+/// Why an attempt is worth repeating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RetryCause {
+    /// A status in `http_status_codes`.
+    Status(u16),
+    /// No answer within `http_timeout` seconds.
+    Timeout(u64),
+}
+
+impl RetryCause {
+    /// The retry record's opening words, as KvikIO writes them.
+    fn record(self) -> String {
+        match self {
+            RetryCause::Status(code) => format!("Got HTTP code {code}"),
+            RetryCause::Timeout(_) => "Timeout error".to_owned(),
+        }
+    }
+
+    /// The reason in the final error.
+    fn reason(self) -> String {
+        match self {
+            RetryCause::Status(code) => format!("Got HTTP code {code}"),
+            RetryCause::Timeout(secs) => {
+                format!("Operation timed out after {secs} s (http_timeout)")
+            }
+        }
+    }
+}
+
+/// One retry's line: KvikIO's record after the library's name, then the request.
+fn retry_record(
+    cause: RetryCause,
+    delay_ms: u64,
+    attempt: usize,
+    max: usize,
+    request: &str,
+) -> String {
+    format!(
+        "gpufile: {}. Retrying after {delay_ms}ms (attempt {attempt} of {max}). Request: {request}",
+        cause.record()
+    )
 }
 
 /// One HTTP request's description, for errors.
@@ -88,6 +140,38 @@ impl Target<'_> {
     }
 }
 
+/// ureq's resolver, without its thread for an IP address.
+///
+/// ureq resolves the host before every request, pooled connection or not, and under a deadline
+/// (`http_timeout`) it does so on a thread spawned for the lookup, so that `getaddrinfo` cannot
+/// outlast the deadline. For an IP literal (`127.0.0.1`, `[::1]`) there is nothing to look up:
+/// without a deadline ureq parses it on the calling thread. Measured on loopback: about 0.6 ms
+/// less per request on a 2-core VM (a thread spawned and joined per range).
+#[derive(Debug, Default)]
+struct LiteralIpResolver(DefaultResolver);
+
+impl Resolver for LiteralIpResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> std::result::Result<ResolvedSocketAddrs, ureq::Error> {
+        let literal = uri.host().is_some_and(|h| {
+            h.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok()
+        });
+        let timeout = if literal {
+            NextTimeout::default()
+        } else {
+            timeout
+        };
+        self.0.resolve(uri, config, timeout)
+    }
+}
+
 /// A blocking HTTP client shared by the workers of a remote file.
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
@@ -115,8 +199,60 @@ pub struct RemoteStats {
     pub bytes: u64,
 }
 
-/// Largest CA bundle read (a full Mozilla bundle is about 220 KiB).
+/// Largest CA bundle read, and the most bytes read from a CA directory in all (a full Mozilla
+/// bundle is about 220 KiB).
 const CA_BUNDLE_LIMIT: u64 = 64 << 20;
+/// Most entries looked at in a CA directory (`/etc/ssl/certs` holds about a thousand).
+const CA_DIR_ENTRIES_LIMIT: usize = 100_000;
+
+/// `SSL_CERT_DIR`: OpenSSL's (and libcurl's, and KvikIO's) directory of trusted certificates.
+pub(crate) const CA_DIR_VAR: &str = "SSL_CERT_DIR";
+
+/// Where the trusted roots come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CaSource {
+    /// A PEM file named by the variable.
+    Bundle(&'static str, PathBuf),
+    /// `SSL_CERT_DIR`'s value: one or more directories (`:`-separated) of PEM files.
+    Dir(OsString),
+    /// Mozilla's roots, built in.
+    WebPki,
+}
+
+/// The roots to trust, from variables looked up through `lookup`, in KvikIO's order:
+/// `CURL_CA_BUNDLE`, `SSL_CERT_FILE`, then `SSL_CERT_DIR`; gpufile's `AWS_CA_BUNDLE` after them.
+pub(crate) fn ca_source_from(lookup: impl Fn(&str) -> Option<OsString>) -> CaSource {
+    let bundle = gpufile::config::ca_bundle_from(&lookup);
+    match bundle {
+        Some((var, path)) if var != "AWS_CA_BUNDLE" => CaSource::Bundle(var, path),
+        other => match lookup(CA_DIR_VAR).filter(|v| !v.is_empty()) {
+            Some(dir) => CaSource::Dir(dir),
+            None => other.map_or(CaSource::WebPki, |(var, path)| CaSource::Bundle(var, path)),
+        },
+    }
+}
+
+/// The certificates of PEM text; other PEM sections (keys, CRLs) are skipped.
+fn pem_certificates(pem: &[u8]) -> std::result::Result<Vec<Certificate<'static>>, String> {
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => return Err(format!("not valid PEM: {e}")),
+        }
+    }
+    Ok(certs)
+}
+
+/// Reads at most `limit` bytes of `path`; `None` (with the limit) when it is longer.
+fn read_bounded(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
 
 /// The certificates of the PEM file `path`, named by environment variable `var` (for errors).
 ///
@@ -128,26 +264,16 @@ pub(crate) fn load_ca_bundle(var: &str, path: &Path) -> Result<Vec<Certificate<'
         value: path.display().to_string(),
         reason,
     };
-    let file = std::fs::File::open(path)
-        .map_err(|e| invalid(format!("cannot open the CA bundle: {e}")))?;
-    let mut pem = Vec::new();
-    file.take(CA_BUNDLE_LIMIT + 1)
-        .read_to_end(&mut pem)
-        .map_err(|e| invalid(format!("cannot read the CA bundle: {e}")))?;
-    if pem.len() as u64 > CA_BUNDLE_LIMIT {
-        return Err(invalid(format!(
-            "the CA bundle is larger than {} MiB",
-            CA_BUNDLE_LIMIT >> 20
-        )));
-    }
-    let mut certs = Vec::new();
-    for item in ureq::tls::parse_pem(&pem) {
-        match item {
-            Ok(PemItem::Certificate(c)) => certs.push(c),
-            Ok(_) => {}
-            Err(e) => return Err(invalid(format!("the CA bundle is not valid PEM: {e}"))),
-        }
-    }
+    std::fs::metadata(path).map_err(|e| invalid(format!("cannot open the CA bundle: {e}")))?;
+    let pem = read_bounded(path, CA_BUNDLE_LIMIT)
+        .map_err(|e| invalid(format!("cannot read the CA bundle: {e}")))?
+        .ok_or_else(|| {
+            invalid(format!(
+                "the CA bundle is larger than {} MiB",
+                CA_BUNDLE_LIMIT >> 20
+            ))
+        })?;
+    let certs = pem_certificates(&pem).map_err(|e| invalid(format!("the CA bundle is {e}")))?;
     if certs.is_empty() {
         return Err(invalid(
             "the CA bundle holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
@@ -156,11 +282,93 @@ pub(crate) fn load_ca_bundle(var: &str, path: &Path) -> Result<Vec<Certificate<'
     Ok(certs)
 }
 
-/// The TLS settings: the CA bundle's certificates where a variable names one, else webpki roots.
+/// The certificates of every PEM file in the directories of `value` (`SSL_CERT_DIR`, split as
+/// `PATH` is), each file read once whatever its name (`c_rehash`'s `<hash>.0` links and plain
+/// `*.pem` alike), duplicates dropped.
+///
+/// A file that is not PEM, or holds no certificate, is skipped, as OpenSSL skips what it cannot
+/// use there; a directory that cannot be listed, more than 64 MiB in all, or no certificate at
+/// all is an [`Error::InvalidEnv`] naming `SSL_CERT_DIR`.
+pub(crate) fn load_ca_dir(value: &OsString) -> Result<Vec<Certificate<'static>>> {
+    let invalid = |reason: String| Error::InvalidEnv {
+        var: CA_DIR_VAR.to_owned(),
+        value: value.to_string_lossy().into_owned(),
+        reason,
+    };
+    let mut certs: Vec<Certificate<'static>> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let (mut total, mut entries, mut skipped) = (0u64, 0usize, 0usize);
+    for dir in std::env::split_paths(value).filter(|d| !d.as_os_str().is_empty()) {
+        let list = std::fs::read_dir(&dir).map_err(|e| {
+            invalid(format!(
+                "cannot list the CA directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for entry in list {
+            let entry = entry.map_err(|e| {
+                invalid(format!(
+                    "cannot list the CA directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            entries += 1;
+            if entries > CA_DIR_ENTRIES_LIMIT {
+                return Err(invalid(format!(
+                    "the CA directories hold more than {CA_DIR_ENTRIES_LIMIT} entries"
+                )));
+            }
+            paths.push(entry.path());
+        }
+        paths.sort();
+        for path in paths {
+            // Symbolic links are followed (c_rehash's links); folders and the like skipped.
+            let Ok(meta) = std::fs::metadata(&path) else {
+                skipped += 1;
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            total += meta.len();
+            if total > CA_BUNDLE_LIMIT {
+                return Err(invalid(format!(
+                    "the CA directories hold more than {} MiB of files",
+                    CA_BUNDLE_LIMIT >> 20
+                )));
+            }
+            let found = read_bounded(&path, CA_BUNDLE_LIMIT)
+                .ok()
+                .flatten()
+                .and_then(|pem| pem_certificates(&pem).ok());
+            match found {
+                Some(found) if !found.is_empty() => {
+                    for c in found {
+                        if seen.insert(c.der().to_vec()) {
+                            certs.push(c);
+                        }
+                    }
+                }
+                _ => skipped += 1,
+            }
+        }
+    }
+    if certs.is_empty() {
+        return Err(invalid(format!(
+            "no PEM certificate (-----BEGIN CERTIFICATE-----) in the CA directory \
+             ({skipped} files skipped: unreadable, not PEM, or without a certificate)"
+        )));
+    }
+    Ok(certs)
+}
+
+/// The TLS settings: the roots chosen by [`ca_source_from`] over this process's environment.
 fn tls_config() -> Result<TlsConfig> {
-    let roots = match gpufile::config::ca_bundle() {
-        Some((var, path)) => RootCerts::new_with_certs(&load_ca_bundle(var, &path)?),
-        None => RootCerts::WebPki,
+    let roots = match ca_source_from(|v| std::env::var_os(v)) {
+        CaSource::Bundle(var, path) => RootCerts::new_with_certs(&load_ca_bundle(var, &path)?),
+        CaSource::Dir(dirs) => RootCerts::new_with_certs(&load_ca_dir(&dirs)?),
+        CaSource::WebPki => RootCerts::WebPki,
     };
     Ok(TlsConfig::builder().root_certs(roots).build())
 }
@@ -183,7 +391,11 @@ impl Client {
             .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
             .build();
         Ok(Client {
-            agent: config.into(),
+            agent: Agent::with_parts(
+                config,
+                DefaultConnector::new(),
+                LiteralIpResolver::default(),
+            ),
             counters: Arc::default(),
         })
     }
@@ -206,31 +418,31 @@ impl Client {
         mut attempt: impl FnMut(&Policy) -> std::result::Result<T, Attempt>,
     ) -> Result<T> {
         let policy = Policy::current()?;
-        let mut last = String::new();
+        let mut last = None;
         for n in 1..=policy.max_attempts {
             match attempt(&policy) {
                 Ok(v) => return Ok(v),
                 Err(Attempt::Fail(e)) => return Err(e),
-                Err(Attempt::Retry(why)) => {
+                Err(Attempt::Retry(cause)) => {
                     if n < policy.max_attempts {
                         self.counters.retries.fetch_add(1, Ordering::Relaxed);
                         let delay = (BACKOFF_BASE_MS << (n - 1).min(4)).min(BACKOFF_MAX_MS);
+                        let request = format!("{} {}", t.what(method), t.shown);
                         eprintln!(
-                            "gpufile: {why} on {} {}. Retrying after {delay}ms (attempt {n} of {}).",
-                            t.what(method),
-                            t.shown,
-                            policy.max_attempts
+                            "{}",
+                            retry_record(cause, delay, n, policy.max_attempts, &request)
                         );
                         std::thread::sleep(Duration::from_millis(delay));
                     }
-                    last = why;
+                    last = Some(cause);
                 }
             }
         }
+        let reason = last.map_or_else(|| "no attempt was made".to_owned(), RetryCause::reason);
         Err(t.error(
             RemoteFailure::AttemptsExhausted,
             format!(
-                "HTTP request reached maximum number of attempts ({}). Reason: {last} ({})",
+                "HTTP request reached maximum number of attempts ({}). Reason: {reason} ({})",
                 policy.max_attempts,
                 t.what(method)
             ),
@@ -270,7 +482,7 @@ impl Client {
             .map_err(|e| classify(t, method, e, policy))?;
         let status = resp.status().as_u16();
         if policy.retry_codes.contains(&status) {
-            return Err(Attempt::Retry(format!("Got HTTP code {status}")));
+            return Err(Attempt::Retry(RetryCause::Status(status)));
         }
         if status >= 400 {
             let reason = resp.status().canonical_reason().unwrap_or("");
@@ -324,9 +536,15 @@ impl Client {
                 })?
             };
             if resp.status().as_u16() == 206 {
-                // Drain the one byte so that the connection can be reused.
+                // Read the one byte and the body's end, so that the connection is reused.
+                // (At most two reads: a server that sends more is not waited for.)
                 let mut one = [0u8; 1];
-                let _ = resp.body_mut().as_reader().read(&mut one);
+                let mut reader = resp.body_mut().as_reader();
+                for _ in 0..2 {
+                    if !matches!(reader.read(&mut one), Ok(n) if n > 0) {
+                        break;
+                    }
+                }
             }
             Ok(size)
         })
@@ -457,8 +675,11 @@ impl Client {
             if outcome.is_err() {
                 // A retry reads the range again: take back what this attempt counted.
                 progress.fetch_sub(filled as u64, Ordering::Relaxed);
-            } else if announced.is_none() {
-                // No length announced (chunked): a longer body means the range was ignored.
+            } else {
+                // One read past the range: ureq hands a connection back to the agent's pool only
+                // once a read has returned the body's end (without it, every range opened a new
+                // connection: about 1 ms more per request on loopback). A length-delimited body
+                // answers 0 at once; a longer chunked body means the range was ignored.
                 let mut extra = [0u8; 1];
                 if matches!(reader.read(&mut extra), Ok(n) if n > 0) {
                     return Err(Attempt::Fail(t.error(
@@ -486,14 +707,10 @@ fn header_u64(resp: &Response<Body>, name: &str) -> Option<u64> {
 /// A `ureq` error as an attempt's outcome: timeouts are retried (as in KvikIO), the rest final.
 fn classify(t: &Target<'_>, method: &str, e: ureq::Error, policy: &Policy) -> Attempt {
     match e {
-        ureq::Error::Timeout(_) => Attempt::Retry(format!(
-            "Operation timed out (http_timeout {} s)",
-            policy.timeout.as_secs()
-        )),
-        ureq::Error::Io(ref io) if io.kind() == io::ErrorKind::TimedOut => Attempt::Retry(format!(
-            "Operation timed out (http_timeout {} s)",
-            policy.timeout.as_secs()
-        )),
+        ureq::Error::Timeout(_) => Attempt::Retry(RetryCause::Timeout(policy.timeout.as_secs())),
+        ureq::Error::Io(ref io) if io.kind() == io::ErrorKind::TimedOut => {
+            Attempt::Retry(RetryCause::Timeout(policy.timeout.as_secs()))
+        }
         ureq::Error::BodyExceedsLimit(n) => Attempt::Fail(t.error(
             RemoteFailure::BadResponse,
             format!("{}: the response is larger than {n} bytes", t.what(method)),
@@ -592,5 +809,144 @@ mod tests {
         );
         let text = error_text(&path);
         assert!(text.contains("not valid PEM"), "{text}");
+    }
+
+    fn lookup(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn roots_follow_kvikio_s_order_then_aws_ca_bundle() {
+        let all = lookup(&[
+            ("CURL_CA_BUNDLE", "/c.pem"),
+            ("SSL_CERT_FILE", "/f.pem"),
+            ("SSL_CERT_DIR", "/d"),
+            ("AWS_CA_BUNDLE", "/a.pem"),
+        ]);
+        assert_eq!(
+            ca_source_from(all),
+            CaSource::Bundle("CURL_CA_BUNDLE", "/c.pem".into())
+        );
+        let file_and_dir = lookup(&[("SSL_CERT_FILE", "/f.pem"), ("SSL_CERT_DIR", "/d")]);
+        assert_eq!(
+            ca_source_from(file_and_dir),
+            CaSource::Bundle("SSL_CERT_FILE", "/f.pem".into())
+        );
+        let dir_and_aws = lookup(&[("SSL_CERT_DIR", "/d"), ("AWS_CA_BUNDLE", "/a.pem")]);
+        assert_eq!(ca_source_from(dir_and_aws), CaSource::Dir("/d".into()));
+        let aws = lookup(&[("SSL_CERT_DIR", ""), ("AWS_CA_BUNDLE", "/a.pem")]);
+        assert_eq!(
+            ca_source_from(aws),
+            CaSource::Bundle("AWS_CA_BUNDLE", "/a.pem".into())
+        );
+        assert_eq!(ca_source_from(lookup(&[])), CaSource::WebPki);
+    }
+
+    /// The two certificates of the test bundle, each as its own PEM text.
+    fn two_pems() -> (String, String) {
+        let bundle = std::fs::read_to_string(data("test-ca-bundle.pem")).unwrap();
+        let end = "-----END CERTIFICATE-----";
+        let mut parts = bundle
+            .split_inclusive(end)
+            .filter(|p| p.contains("BEGIN CERTIFICATE"));
+        let pem = |p: &str| format!("{}\n", &p[p.find("-----BEGIN").unwrap()..]);
+        let (a, b) = (parts.next().unwrap(), parts.next().unwrap());
+        (pem(a), pem(b))
+    }
+
+    #[test]
+    fn a_ca_directory_gives_every_certificate_once() {
+        let (a, b) = two_pems();
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("a.pem"), &a).unwrap();
+        std::fs::write(d.join("b.crt"), &b).unwrap();
+        // c_rehash's layout: hash-named links to the same certificates.
+        std::os::unix::fs::symlink(d.join("a.pem"), d.join("5ed36f99.0")).unwrap();
+        std::fs::write(d.join("README"), "not a certificate").unwrap();
+        std::fs::write(d.join("bad.pem"), "-----BEGIN CERTIFICATE-----\nMIIB\n").unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        let certs = load_ca_dir(&d.as_os_str().to_owned()).unwrap();
+        assert_eq!(certs.len(), 2);
+        let bundle = load_ca_bundle(VAR, &data("test-ca-bundle.pem")).unwrap();
+        let ders = |c: &[Certificate<'_>]| {
+            let mut v: Vec<Vec<u8>> = c.iter().map(|c| c.der().to_vec()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(ders(&certs), ders(&bundle));
+    }
+
+    #[test]
+    fn ca_directories_are_colon_separated() {
+        let (a, b) = two_pems();
+        let (_d1, p1) = scratch("one.pem", a.as_bytes());
+        let (_d2, p2) = scratch("two.pem", b.as_bytes());
+        let value = std::env::join_paths([p1.parent().unwrap(), p2.parent().unwrap()]).unwrap();
+        assert_eq!(load_ca_dir(&value).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_ca_directory_without_certificates_or_absent_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("key.pem"),
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let value = dir.path().as_os_str().to_owned();
+        let err = load_ca_dir(&value).unwrap_err();
+        assert!(matches!(err, Error::InvalidEnv { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("SSL_CERT_DIR") && text.contains("no PEM certificate"),
+            "{text}"
+        );
+        assert!(text.contains("1 files skipped"), "{text}");
+        let absent = dir.path().join("absent").into_os_string();
+        let text = load_ca_dir(&absent).unwrap_err().to_string();
+        assert!(text.contains("cannot list the CA directory"), "{text}");
+    }
+
+    #[test]
+    fn retry_records_keep_kvikio_s_words_after_the_name() {
+        assert_eq!(
+            retry_record(RetryCause::Status(503), 500, 1, 2, "HEAD http://h/a"),
+            "gpufile: Got HTTP code 503. Retrying after 500ms (attempt 1 of 2). Request: HEAD http://h/a"
+        );
+        assert_eq!(
+            retry_record(RetryCause::Timeout(1), 1000, 2, 3, "GET of bytes 0-9 http://h/a"),
+            "gpufile: Timeout error. Retrying after 1000ms (attempt 2 of 3). Request: GET of bytes 0-9 http://h/a"
+        );
+        assert_eq!(
+            RetryCause::Timeout(1).reason(),
+            "Operation timed out after 1 s (http_timeout)"
+        );
+    }
+
+    #[test]
+    fn ip_literals_resolve_without_a_lookup_past_any_deadline() {
+        use ureq::unversioned::transport::time::Duration as Deadline;
+        let config = ureq::config::Config::default();
+        // A deadline already spent: a lookup would time out; an IP literal needs none.
+        let spent = NextTimeout {
+            after: Deadline::Exact(Duration::ZERO),
+            ..NextTimeout::default()
+        };
+        for (uri, want) in [
+            ("http://127.0.0.1:8080/a", "127.0.0.1:8080"),
+            ("https://[::1]/a", "[::1]:443"),
+        ] {
+            let uri: ureq::http::Uri = uri.parse().unwrap();
+            let addrs = LiteralIpResolver::default()
+                .resolve(&uri, &config, spent)
+                .unwrap();
+            assert_eq!(addrs[0].to_string(), want);
+        }
     }
 }
