@@ -138,6 +138,13 @@ class GDSStore(zarr.storage.LocalStore):
                 raise FileNotFoundError(f"{self.root} does not exist")
             self._is_open = True
 
+    async def _open_lazily(self) -> None:
+        """Opens the store on its first use. Concurrent first uses (every ``set`` of a
+        ``set_many``) may all get here before one finishes: opening is idempotent, so none
+        fails (``Store._open`` raises on a store already open, which zarr 3.4 checks)."""
+        if not self._is_open:
+            await asyncio.to_thread(self._open_sync)
+
     async def get(
         self,
         key: str,
@@ -167,8 +174,7 @@ class GDSStore(zarr.storage.LocalStore):
         """
         if prototype is None:
             prototype = default_buffer_prototype()
-        if not self._is_open:
-            await self._open()
+        await self._open_lazily()
         try:
             return await asyncio.to_thread(_get, self.root / key, prototype, byte_range)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -180,8 +186,7 @@ class GDSStore(zarr.storage.LocalStore):
         key_ranges: Iterable[tuple[str, ByteRequest | None]],
     ) -> list[Buffer | None]:
         """Several ``(key, byte_range)`` reads at once, in order; None for a missing key."""
-        if not self._is_open:
-            await self._open()
+        await self._open_lazily()
         return list(await asyncio.gather(
             *(self.get(key, prototype, byte_range) for key, byte_range in key_ranges)))
 
@@ -214,8 +219,7 @@ class GDSStore(zarr.storage.LocalStore):
         return await self._set(key, value)
 
     async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
-        if not self._is_open:
-            await self._open()
+        await self._open_lazily()
         self._check_writable()
         self._check_value(value)
         await asyncio.to_thread(_put, self.root / key, value, exclusive)
