@@ -135,6 +135,15 @@ def test_the_budget_bounds_what_stays_pinned(tmp_path):
             got, _ = _read(p, 100 * MiB)
             np.testing.assert_array_equal(got, np.fromfile(p, dtype=np.uint8))
             assert gpufile.dma_cache_registered() <= 128 * MiB
+    # A budget put back smaller (the end of a `with defaults.set(...)`) unpins what no longer
+    # fits, at once.
+    with defaults.set("dma_cache_size", 128 * MiB):
+        with defaults.set("dma_cache_size", 1 << 30):
+            for p in paths:
+                _read(p, 100 * MiB)
+                _read(p, 100 * MiB)
+            assert gpufile.dma_cache_registered() >= 300 * MiB
+        assert gpufile.dma_cache_registered() <= 128 * MiB
     # A smaller budget unpins at once; 0 turns the cache off.
     with defaults.set("dma_cache_size", 0):
         assert gpufile.dma_cache_registered() == 0

@@ -197,9 +197,15 @@ impl Engine {
 
     /// Puts back what [`Engine::snapshot`] saved.
     pub fn restore(&self, saved: &[(Name, Value, SettingSource)]) {
-        let mut state = self.write_defaults();
-        state.restore(saved);
-        self.publish(&state);
+        let limit = {
+            let mut state = self.write_defaults();
+            state.restore(saved);
+            self.publish(&state);
+            state.settings.dma_cache_size
+        };
+        if saved.iter().any(|(n, _, _)| *n == Name::DmaCacheSize) {
+            self.dma.trim(limit); // a budget put back smaller unpins what no longer fits
+        }
     }
 
     /// Every setting with its value and source.
