@@ -8,6 +8,20 @@ import pytest
 import gpufile
 
 
+def gpu_reason() -> str | None:
+    """Why the GPU tests cannot run here (None: CuPy sees a CUDA device)."""
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "no CUDA device"
+    except Exception as e:  # no driver, no device
+        return f"no usable CUDA device ({e.__class__.__name__})"
+    return None
+
+
 def pattern(nbytes: int, seed: int = 0) -> np.ndarray:
     """Bytes that differ at every task boundary used in the tests."""
     return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)

@@ -10,22 +10,10 @@ import sys
 import numpy as np
 import pytest
 import safetensors.numpy as stn
+from conftest import gpu_reason  # noqa: E402
 
 
-def _gpu_reason():
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({e.__class__.__name__})"
-    return None
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = gpu_reason()
 
 
 def gpufile_cli(*args):

@@ -20,6 +20,7 @@ import dask  # noqa: E402
 
 import gpufile  # noqa: E402
 import gpufile.dask as gd  # noqa: E402
+from conftest import gpu_reason  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -272,20 +273,7 @@ def test_file_shrunk_after_the_graph_was_built(tmp_path, scheduler):
 # --- GPU: CuPy blocks, one dask_cuda worker per GPU ---------------------------------------------
 
 
-def _gpu_reason():
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({e.__class__.__name__})"
-    return None
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = gpu_reason()
 needs_gpu = pytest.mark.skipif(GPU_REASON is not None, reason=GPU_REASON or "")
 
 

@@ -10,23 +10,10 @@ import pytest
 
 import gpufile
 from gpufile import defaults
-from conftest import pattern
+from conftest import gpu_reason, pattern
 
 
-def _gpu_reason():
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({e.__class__.__name__})"
-    return None
-
-
-REASON = _gpu_reason()
+REASON = gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
 if REASON is None:

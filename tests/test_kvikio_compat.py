@@ -16,6 +16,7 @@ import pytest
 
 import gpufile
 from gpufile import cufile_driver, defaults
+from conftest import gpu_reason  # noqa: E402
 
 
 def _cuda_loads() -> bool:
@@ -287,20 +288,7 @@ def test_bounce_buffer_free_returns_bytes_freed():
 
 # --- on a GPU -------------------------------------------------------------------------------
 
-def _gpu_reason():
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({e.__class__.__name__})"
-    return None
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = gpu_reason()
 
 
 @pytest.mark.gpu

@@ -14,7 +14,7 @@ import pytest
 
 import gpufile
 from gpufile import defaults
-from conftest import pattern, run_python
+from conftest import gpu_reason, pattern, run_python
 
 MIB = 1024**2
 
@@ -407,20 +407,7 @@ def test_kvikio_alias_and_export():
 
 # -- GPU memory (CuPy) ----------------------------------------------------------------------------
 
-def _gpu_reason():
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({e.__class__.__name__})"
-    return None
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = gpu_reason()
 needs_gpu = pytest.mark.skipif(GPU_REASON is not None, reason=GPU_REASON or "")
 
 

@@ -9,22 +9,10 @@ import pytest
 
 import gpufile
 from gpufile.numpy import LikeWrapper, fromfile, tofile
+from conftest import gpu_reason  # noqa: E402
 
 
-def _gpu_reason():
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({e.__class__.__name__})"
-    return None
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = gpu_reason()
 
 
 @pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])

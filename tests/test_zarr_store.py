@@ -22,22 +22,10 @@ from zarr.core.buffer import default_buffer_prototype  # noqa: E402
 from zarr.testing.store import StoreTests  # noqa: E402
 
 from gpufile.zarr import GDSStore  # noqa: E402
+from conftest import gpu_reason  # noqa: E402
 
 
-def _gpu_reason():
-    try:
-        import cupy
-    except ImportError:
-        return "CuPy is not installed"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({e.__class__.__name__})"
-    return None
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = gpu_reason()
 
 
 class _Conformance:
