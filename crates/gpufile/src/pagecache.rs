@@ -46,27 +46,107 @@ fn clamp(size: u64, offset: u64, length: u64) -> Option<(u64, u64)> {
     Some((offset, end))
 }
 
-/// Whether every page of `[addr, addr + len)`, a page-aligned range of a file mapping, is in the
-/// page cache (false where `mincore` fails).
-///
-/// # Safety
-/// The range must lie inside one mapping (it is never dereferenced).
-pub unsafe fn all_resident(addr: usize, len: usize) -> bool {
-    const WINDOW: usize = 1024; // pages asked per mincore call
-    let page = page_size() as usize;
-    let mut vec = [0u8; WINDOW];
-    let mut at = 0usize;
-    while at < len {
-        let n = (len - at).min(WINDOW * page);
-        // SAFETY: `[addr + at, + n)` lies in the caller's mapping; `vec` has a byte for each of
-        // its at most WINDOW pages.
-        let r = unsafe { libc::mincore((addr + at) as *mut _, n, vec.as_mut_ptr()) };
-        if r != 0 || vec[..n.div_ceil(page)].iter().any(|b| b & 1 == 0) {
-            return false;
+/// A read-only shared mapping of a range of a file that the CPU never reads: it is only asked by
+/// `mincore` which pages are in the page cache, or registered with CUDA for the GPU to read (so a
+/// file that shrinks cannot fault here). Unmapped on drop.
+#[derive(Debug)]
+pub struct FileMapping {
+    addr: usize,
+    len: usize,
+}
+
+impl FileMapping {
+    /// Maps `len` bytes of `fd` from `offset` (a multiple of the page size).
+    pub fn new(fd: RawFd, offset: u64, len: usize) -> std::io::Result<FileMapping> {
+        // SAFETY: a new read-only shared mapping of the file; never dereferenced by this
+        // process, and unmapped in Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
         }
-        at += n;
+        Ok(FileMapping {
+            addr: p as usize,
+            len,
+        })
     }
-    true
+
+    /// First byte of the mapping.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `(resident, pages)` of `[start, start + len)` of the mapping (page-aligned `start`,
+    /// clamped to the mapping); `stop` ends the count early when it says so of a window's
+    /// flags (the count so far is returned).
+    fn residency(
+        &self,
+        start: usize,
+        len: usize,
+        stop: impl Fn(&[u8]) -> bool,
+    ) -> std::io::Result<(u64, u64)> {
+        const WINDOW: usize = 1024; // pages asked per mincore call
+        let page = page_size() as usize;
+        let end = start.saturating_add(len).min(self.len);
+        let mut vec = [0u8; WINDOW];
+        let (mut at, mut resident, mut pages) = (start, 0u64, 0u64);
+        while at < end {
+            let n = (end - at).min(WINDOW * page);
+            // SAFETY: `[addr + at, + n)` lies in the mapping (page-aligned `at`, end <= len);
+            // `vec` has a byte for each of its at most WINDOW pages.
+            let r = unsafe { libc::mincore((self.addr + at) as *mut _, n, vec.as_mut_ptr()) };
+            if r != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let flags = &vec[..n.div_ceil(page)];
+            resident += flags.iter().filter(|b| *b & 1 != 0).count() as u64;
+            pages += flags.len() as u64;
+            if stop(flags) {
+                break;
+            }
+            at += n;
+        }
+        Ok((resident, pages))
+    }
+
+    /// Whether every page of `[start, start + len)` is in the page cache (false where that
+    /// cannot be known).
+    pub fn all_resident(&self, start: usize, len: usize) -> bool {
+        let missing = |f: &[u8]| f.iter().any(|b| b & 1 == 0);
+        matches!(self.residency(start, len, missing), Ok((r, p)) if r == p)
+    }
+
+    /// Whether no page of `[start, start + len)` is in the page cache (false where that cannot
+    /// be known).
+    pub fn none_resident(&self, start: usize, len: usize) -> bool {
+        let cached = |f: &[u8]| f.iter().any(|b| b & 1 != 0);
+        matches!(self.residency(start, len, cached), Ok((0, _)))
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the mapping this value made.
+        unsafe { libc::munmap(self.addr as *mut _, self.len) };
+    }
 }
 
 /// `(pages resident in the page cache, pages in the range)` for `[offset, offset + length)` of
@@ -78,38 +158,10 @@ pub fn page_cache_info(fd: RawFd, path: &Path, offset: u64, length: u64) -> Resu
     };
     let map_start = start / page * page;
     let map_len = (end - map_start) as usize;
-    let pages = (end - map_start).div_ceil(page);
-    // SAFETY: a new read-only shared mapping of a range inside the file; never dereferenced,
-    // only handed to mincore, and unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            map_len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd,
-            map_start as libc::off_t,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::os(
-            Op::Read,
-            path,
-            start,
-            map_len,
-            std::io::Error::last_os_error(),
-        ));
-    }
-    let mut vec = vec![0u8; pages as usize];
-    // SAFETY: `p` maps `map_len` bytes; `vec` has one byte per page of it.
-    let r = unsafe { libc::mincore(p, map_len, vec.as_mut_ptr()) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: unmaps the mapping made above.
-    unsafe { libc::munmap(p, map_len) };
-    if r != 0 {
-        return Err(Error::os(Op::Read, path, start, map_len, err));
-    }
-    Ok((vec.iter().filter(|b| *b & 1 != 0).count() as u64, pages))
+    let map = FileMapping::new(fd, map_start, map_len)
+        .map_err(|e| Error::os(Op::Read, path, start, map_len, e))?;
+    map.residency(0, map_len, |_| false)
+        .map_err(|e| Error::os(Op::Read, path, start, map_len, e))
 }
 
 /// Evicts `[offset, offset + length)` of `fd` from the page cache (`posix_fadvise` DONTNEED,
@@ -196,5 +248,24 @@ mod tests {
             after <= hot && hot == total,
             "after drop {after}, after read {hot}/{total}"
         );
+    }
+
+    #[test]
+    fn mappings_say_what_is_resident() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&vec![3u8; 1 << 20]).unwrap();
+        let _ = std::fs::read(f.path()).unwrap(); // every page in the cache
+        let fd = f.as_file().as_raw_fd();
+        let map = FileMapping::new(fd, 0, 1 << 20).unwrap();
+        assert_eq!(map.len(), 1 << 20);
+        assert!(map.all_resident(0, 1 << 20));
+        assert!(!map.none_resident(0, 1 << 20));
+        assert!(map.all_resident(4096, 8192), "a part of it too");
+        assert_eq!(
+            map.residency(0, usize::MAX, |_| false).unwrap(),
+            ((1 << 20) / page_size(), (1 << 20) / page_size()),
+            "clamped to the mapping"
+        );
+        assert!(FileMapping::new(-1, 0, 4096).is_err());
     }
 }

@@ -27,14 +27,13 @@
 //!    never unregisters memory that a copy still reads.
 
 use std::collections::HashMap;
-use std::os::fd::RawFd;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cuda::{Context, HostRegistration};
 use crate::future::lock;
-use crate::pagecache;
+use crate::pagecache::{self, FileMapping};
 use crate::source::LocalFile;
 
 /// Registration unit, bytes (the size the driver's registration rate was measured at).
@@ -59,45 +58,10 @@ struct Version {
     ctime: (i64, i64),
 }
 
-/// A read-only shared mapping of one granule of a file; never read by the CPU, only registered
-/// and copied from by the GPU. Unmapped on drop.
-struct Mapping {
-    addr: usize,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(fd: RawFd, offset: u64, len: usize) -> Option<Mapping> {
-        // SAFETY: a new read-only shared mapping of a range of the file; the CPU never
-        // dereferences it (a file that shrinks cannot fault here), and Drop unmaps it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd,
-                offset as libc::off_t,
-            )
-        };
-        (p != libc::MAP_FAILED).then_some(Mapping {
-            addr: p as usize,
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps the mapping this value made.
-        unsafe { libc::munmap(self.addr as *mut _, self.len) };
-    }
-}
-
 /// One registered granule. Fields drop in order: unregistered first, then unmapped.
 pub struct Granule {
     reg: HostRegistration,
-    _map: Mapping,
+    _map: FileMapping,
     shared: Arc<Shared>,
 }
 
@@ -331,9 +295,8 @@ impl DmaRead {
             .min(GRANULE as u64)
             .div_ceil(page)
             .saturating_mul(page) as usize;
-        let map = Mapping::new(self.local.fd(), start, len)?;
-        // SAFETY: the range is the mapping just made.
-        if !unsafe { pagecache::all_resident(map.addr, map.len) } {
+        let map = FileMapping::new(self.local.fd(), start, len).ok()?;
+        if !map.all_resident(0, len) {
             return None; // registering would read it from the disk, one page at a time
         }
         if !self.cache.make_room(len, self.limit, Some(self.id)) {
@@ -341,7 +304,7 @@ impl DmaRead {
         }
         // SAFETY: the mapping lives in the granule beside the registration and is unmapped
         // only after it (field order).
-        let reg = match unsafe { HostRegistration::new(map.addr as *const u8, len, ctx) } {
+        let reg = match unsafe { HostRegistration::new(map.addr() as *const u8, len, ctx) } {
             Ok(r) => r,
             Err(e) => {
                 let _ = shared.disabled.set(format!(

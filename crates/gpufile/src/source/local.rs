@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::error::{Error, Op, Result};
+use crate::pagecache::{self, FileMapping};
 use crate::posix;
 use crate::source::{Call, Sink, Source};
 
@@ -26,72 +27,7 @@ pub struct LocalFile {
     direct: OnceLock<Option<File>>,
     /// A read-only mapping of the file, never touched, only asked by `mincore` which pages are
     /// in the page cache (made on first need; None where the file cannot be mapped).
-    residency: OnceLock<Option<Residency>>,
-}
-
-/// A mapping used only for `mincore`: no page is ever read through it, so a file that shrinks
-/// cannot fault here. Unmapped on drop.
-#[derive(Debug)]
-struct Residency {
-    addr: usize,
-    len: usize,
-}
-
-impl Residency {
-    fn map(fd: RawFd, len: u64) -> Option<Self> {
-        let len = usize::try_from(len).ok().filter(|l| *l > 0)?;
-        // SAFETY: a new read-only shared mapping of the file; never dereferenced, only handed
-        // to mincore, and unmapped in Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        (p != libc::MAP_FAILED).then_some(Residency {
-            addr: p as usize,
-            len,
-        })
-    }
-
-    /// Whether no page of `[offset, offset + len)` is in the page cache (a range past the mapping
-    /// counts as cached: the caller then reads it through the cache, the safe choice).
-    fn uncached(&self, offset: u64, len: usize) -> bool {
-        const PAGE: usize = 4096;
-        const WINDOW: usize = 1024; // pages asked per mincore call (4 MiB)
-        let Ok(start) = usize::try_from(offset) else {
-            return false;
-        };
-        let start = start / PAGE * PAGE;
-        let end = match start.checked_add(len) {
-            Some(e) if e <= self.len => e,
-            _ => return false,
-        };
-        let mut vec = [0u8; WINDOW];
-        let mut at = start;
-        while at < end {
-            let n = (end - at).min(WINDOW * PAGE);
-            // SAFETY: `[addr + at, + n)` lies in the mapping (at is page-aligned, end <= len);
-            // `vec` has a byte for each of its at most WINDOW pages.
-            let r = unsafe { libc::mincore((self.addr + at) as *mut _, n, vec.as_mut_ptr()) };
-            if r != 0 || vec[..n.div_ceil(PAGE)].iter().any(|b| b & 1 != 0) {
-                return false;
-            }
-            at += n;
-        }
-        true
-    }
-}
-
-impl Drop for Residency {
-    fn drop(&mut self) {
-        // SAFETY: unmaps the mapping this value made.
-        unsafe { libc::munmap(self.addr as *mut _, self.len) };
-    }
+    residency: OnceLock<Option<FileMapping>>,
 }
 
 impl LocalFile {
@@ -152,10 +88,23 @@ impl LocalFile {
 
     /// Whether no page of the range is in the page cache (false where that cannot be known).
     pub fn uncached(&self, offset: u64, len: usize) -> bool {
-        self.residency
-            .get_or_init(|| Residency::map(self.fd(), self.current_size().unwrap_or(0)))
-            .as_ref()
-            .is_some_and(|r| r.uncached(offset, len))
+        let map = self.residency.get_or_init(|| {
+            let size = usize::try_from(self.current_size().unwrap_or(0)).ok()?;
+            (size > 0).then(|| FileMapping::new(self.fd(), 0, size).ok())?
+        });
+        let Some(map) = map else {
+            return false;
+        };
+        let page = pagecache::page_size() as usize;
+        let Ok(start) = usize::try_from(offset) else {
+            return false;
+        };
+        let start = start / page * page;
+        // A range past the mapping counts as cached: it is then read through the cache.
+        match start.checked_add(len) {
+            Some(end) if end <= map.len() => map.none_resident(start, end - start),
+            _ => false,
+        }
     }
 
     /// The file's size now.
