@@ -86,20 +86,21 @@ struct Shared {
     tick: AtomicU64,
 }
 
-/// One version of one file: its registered granules.
+/// One version of one file: its registered granules, by index (only those registered take
+/// room, whatever the file's size).
 pub struct DmaFile {
     version: Version,
-    granules: Mutex<Vec<Option<Arc<Granule>>>>,
+    granules: Mutex<HashMap<u64, Arc<Granule>>>,
     last_used: AtomicU64,
 }
 
 impl DmaFile {
     fn registered(&self) -> usize {
-        lock(&self.granules)
-            .iter()
-            .flatten()
-            .map(|g| g.reg.len())
-            .sum()
+        lock(&self.granules).values().map(|g| g.reg.len()).sum()
+    }
+
+    fn granule(&self, g: u64) -> Option<Arc<Granule>> {
+        lock(&self.granules).get(&g).cloned()
     }
 }
 
@@ -166,10 +167,9 @@ impl DmaCache {
                     (Arc::clone(f), true)
                 }
                 _ => {
-                    let granules = usize::try_from(version.size.div_ceil(GRANULE as u64)).ok()?;
                     let f = Arc::new(DmaFile {
                         version,
-                        granules: Mutex::new(vec![None; granules]),
+                        granules: Mutex::new(HashMap::new()),
                         last_used: AtomicU64::new(tick),
                     });
                     // The file's older version (if any) is let go; its registrations go when
@@ -260,13 +260,12 @@ impl DmaRead {
         if offset >= size || max == 0 {
             return None;
         }
-        let g = usize::try_from(offset / GRANULE as u64).ok()?;
-        let existing = lock(&self.file.granules).get(g).cloned().flatten();
-        let granule = match existing {
+        let g = offset / GRANULE as u64;
+        let granule = match self.file.granule(g) {
             Some(x) => x,
             None => self.register(g, ctx)?,
         };
-        let within = (offset - g as u64 * GRANULE as u64) as usize;
+        let within = (offset - g * GRANULE as u64) as usize;
         let avail = (granule.reg.len().saturating_sub(within) as u64).min(size - offset) as usize;
         if avail == 0 {
             return None;
@@ -280,16 +279,16 @@ impl DmaRead {
         })
     }
 
-    fn register(&self, g: usize, ctx: Context) -> Option<Arc<Granule>> {
+    fn register(&self, g: u64, ctx: Context) -> Option<Arc<Granule>> {
         let shared = &self.cache.shared;
         if !self.may_register || shared.disabled.get().is_some() {
             return None;
         }
         let _one = shared.registering.try_lock().ok()?;
-        if let Some(x) = lock(&self.file.granules).get(g).cloned().flatten() {
+        if let Some(x) = self.file.granule(g) {
             return Some(x); // registered while this worker waited for the lock
         }
-        let start = g as u64 * GRANULE as u64;
+        let start = g * GRANULE as u64;
         let page = pagecache::page_size();
         let len = (self.file.version.size - start)
             .min(GRANULE as u64)
@@ -319,9 +318,7 @@ impl DmaRead {
             _map: map,
             shared: Arc::clone(shared),
         });
-        if let Some(slot) = lock(&self.file.granules).get_mut(g) {
-            *slot = Some(Arc::clone(&granule));
-        }
+        lock(&self.file.granules).insert(g, Arc::clone(&granule));
         Some(granule)
     }
 }
