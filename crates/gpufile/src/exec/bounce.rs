@@ -293,10 +293,11 @@ impl BounceExec {
                         // Straight from the registered page cache: no CPU copy, no buffer.
                         Some(s) => (s.ptr, s.len),
                         None => {
-                            lane.events[slot].synchronize()?; // its previous copy has left it
-                                                              // SAFETY: each pinned buffer holds `bounce >= chunk >= want` bytes,
-                                                              // is lent to this run only, and no copy reads it any more (its
-                                                              // event fired).
+                            // Wait until the buffer's previous copy has left it.
+                            lane.events[slot].synchronize()?;
+                            // SAFETY: each pinned buffer holds `bounce >= chunk >= want` bytes,
+                            // is lent to this run only, and no copy reads it any more (its event
+                            // fired).
                             let buf =
                                 unsafe { std::slice::from_raw_parts_mut(lent.ptr(slot), want) };
                             src.read_at(buf, at, self.call(done))?;
