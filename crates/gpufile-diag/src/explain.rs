@@ -325,6 +325,7 @@ pub fn explain_with(
                 task_size.min(req.size.max(1)),
                 s.bounce_buffer_size,
             ));
+            notes.push(dma_note(&s, req.size));
         }
         _ => {}
     }
@@ -350,6 +351,27 @@ pub fn explain_with(
         cufile_execution: exec,
         notes,
     })
+}
+
+/// What page-cache DMA does for a device read of `size` bytes under `s` (see
+/// `gpufile::exec::dma`).
+fn dma_note(s: &Settings, size: usize) -> String {
+    use gpufile::exec::dma::{GRANULE, MIN_REQUEST};
+    if s.dma_cache_size == 0 {
+        "page-cache DMA off (dma_cache_size 0): every chunk goes through the bounce buffers".into()
+    } else if s.auto_direct_io_read {
+        "page-cache DMA off: auto_direct_io_read asks for O_DIRECT reads".into()
+    } else if size < MIN_REQUEST {
+        format!("page-cache DMA: not for reads under {}", human(MIN_REQUEST))
+    } else {
+        format!(
+            "page-cache DMA on (dma_cache_size {}): where this file was read before and a \
+             {} granule is all in the page cache, the GPU copies it straight from there \
+             (registered once, kept); a first read of a file version bounces",
+            human(s.dma_cache_size),
+            human(GRANULE)
+        )
+    }
 }
 
 fn human(n: usize) -> String {
@@ -656,6 +678,15 @@ pub fn render_comparison(e: &Explanation, observed: &Report, units: units::Units
             .unwrap_or_else(|| observed.cufile_stats_note.clone().unwrap_or_default());
         let _ = writeln!(s, "{:<18} {:<22} {}", "cuFile requests", req, seen);
     }
+    if observed.gpufile_posix.dma_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "{:<18} {:<22} {}",
+            "by page-cache DMA",
+            "",
+            human(observed.gpufile_posix.dma_bytes as usize)
+        );
+    }
     let (bytes, seconds) = schema::moved(observed);
     let _ = writeln!(
         s,
@@ -729,6 +760,42 @@ mod tests {
         let x = explain(&r).unwrap();
         assert!(x.path.is_err());
         assert!(x.render().contains("would fail"));
+    }
+
+    #[test]
+    fn page_cache_dma_is_explained_on_the_device_posix_path() {
+        let mut r = req(64 << 20, 4 << 20);
+        r.compat_mode = Some(CompatMode::On);
+        let mut s = Settings {
+            dma_cache_size: 1 << 30,
+            ..Settings::default()
+        };
+        let note = |s: &Settings, r: &Request| {
+            let x = explain_with(r, s, None).unwrap();
+            x.notes
+                .iter()
+                .find(|n| n.contains("page-cache DMA"))
+                .cloned()
+        };
+        let on = note(&s, &r).unwrap();
+        assert!(on.contains("on (dma_cache_size 1 GiB)"), "{on}");
+        assert!(
+            on.contains("a first read of a file version bounces"),
+            "{on}"
+        );
+        assert!(
+            note(&s, &req(32 << 10, 4 << 20)).is_none(),
+            "cuFile path: no note"
+        );
+        let mut small = req(32 << 10, 4 << 20);
+        small.compat_mode = Some(CompatMode::On);
+        assert!(note(&s, &small)
+            .unwrap()
+            .contains("not for reads under 64 KiB"));
+        s.dma_cache_size = 0;
+        assert!(note(&s, &r).unwrap().contains("off (dma_cache_size 0)"));
+        r.memory = Memory::Host;
+        assert!(note(&s, &r).is_none(), "host memory: no DMA");
     }
 
     proptest! {
