@@ -364,4 +364,30 @@ mod tests {
         cache.trim(0);
         assert!(lock(&cache.files).is_empty());
     }
+
+    /// Timestamps come from a clock that advances in ticks (1–10 ms; 1 s on some file systems),
+    /// so a file truncated and rewritten (or written with O_DIRECT, or deleted and its inode
+    /// number reused) within the tick of its last change keeps (size, mtime, ctime): pages
+    /// registered then would be orphaned by the kernel and still read by the GPU. A file whose
+    /// last change is that recent is not registered yet: a change after the registration then
+    /// always gets a later ctime.
+    #[test]
+    fn a_file_changed_within_a_timestamp_tick_is_not_registered_yet() {
+        let cache = Arc::new(DmaCache::default());
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&[1u8; 8192]).unwrap();
+        tmp.flush().unwrap();
+        let f = open(tmp.path());
+        let first = cache.read(&f, 1 << 30).unwrap();
+        assert!(!first.may_register, "a first read never registers");
+        let again = cache.read(&f, 1 << 30).unwrap();
+        assert!(
+            !again.may_register,
+            "read again within a tick of its last change: a rewrite now could keep its version"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let later = cache.read(&f, 1 << 30).unwrap();
+        assert!(Arc::ptr_eq(&first.file, &later.file), "the same version");
+        assert!(later.may_register, "settled: a later change would show");
+    }
 }
