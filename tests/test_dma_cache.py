@@ -4,6 +4,7 @@ page cache. Needs a GPU; every read is checked byte for byte against the file.""
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -34,6 +35,12 @@ def _fresh_cache():
     assert gpufile.dma_cache_registered() == 0
 
 
+def _settle():
+    """Lets the files just written age past a timestamp tick: gpufile registers a file only once
+    its last change is older than that (20 ms), so that any later change shows in its ctime."""
+    time.sleep(0.05)
+
+
 def _read(path, nbytes, file_offset=0, dev_offset=0):
     """Reads into a device buffer at dev_offset; (bytes on the host, observed report)."""
     dev = cp.zeros(nbytes + dev_offset, dtype=cp.uint8)
@@ -46,6 +53,7 @@ def test_hot_file_goes_by_dma_and_stays_registered(tmp_path):
     data = pattern(200 * MiB + 12345, 1)
     path = tmp_path / "hot.bin"
     data.tofile(path)
+    _settle()
     got, first = _read(path, data.size)
     np.testing.assert_array_equal(got, data)
     assert first["dma_bytes"] == 0, "a first read bounces (registering would slow it)"
@@ -68,6 +76,7 @@ def test_unaligned_ranges_across_granules(tmp_path, file_offset, dev_offset, nby
     data = pattern(200 * MiB, 2)
     path = tmp_path / "u.bin"
     data.tofile(path)
+    _settle()
     _read(path, 150 * MiB)
     _read(path, 150 * MiB)  # the second read registers the first granules
     got, report = _read(path, nbytes, file_offset, dev_offset)
@@ -79,6 +88,7 @@ def test_a_changed_file_is_read_anew(tmp_path):
     data = pattern(80 * MiB, 3)
     path = tmp_path / "c.bin"
     data.tofile(path)
+    _settle()
     _read(path, data.size)
     _read(path, data.size)
     assert gpufile.dma_cache_registered() >= data.size
@@ -98,6 +108,7 @@ def test_writes_through_gpufile_are_seen(tmp_path):
     data = pattern(70 * MiB, 6)
     path = tmp_path / "w.bin"
     data.tofile(path)
+    _settle()
     _read(path, data.size)
     _read(path, data.size)
     assert gpufile.dma_cache_registered() >= data.size
@@ -116,6 +127,7 @@ def test_the_budget_bounds_what_stays_pinned(tmp_path):
         p = tmp_path / f"b{i}.bin"
         pattern(100 * MiB, 10 + i).tofile(p)
         paths.append(p)
+    _settle()
     with defaults.set("dma_cache_size", 128 * MiB):
         for p in paths:
             _read(p, 100 * MiB)
@@ -149,6 +161,7 @@ def test_cold_ranges_are_not_registered(tmp_path):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+    _settle()
     resident, total = gpufile.get_page_cache_info(str(path))
     if resident == total:
         pytest.skip("this file system keeps the file in memory (tmpfs?): nothing is cold")
@@ -187,6 +200,7 @@ def test_deleted_file_is_let_go_under_pressure(tmp_path):
     a, b = tmp_path / "a.bin", tmp_path / "b.bin"
     pattern(100 * MiB, 20).tofile(a)
     pattern(100 * MiB, 21).tofile(b)
+    _settle()
     with defaults.set("dma_cache_size", 128 * MiB):
         _read(a, 100 * MiB)
         _read(a, 100 * MiB)

@@ -288,6 +288,12 @@ impl BounceExec {
                 let at = t.file_offset + off as u64;
                 let want = chunk.min(t.len - off);
                 let span = dma.and_then(|(d, ctx)| d.span(at, want, ctx));
+                if let Some(s) = &span {
+                    // Held from now: a copy from it may be queued even if this step then fails.
+                    if !held.last().is_some_and(|h| Arc::ptr_eq(h, &s.granule)) {
+                        held.push(Arc::clone(&s.granule));
+                    }
+                }
                 let step = (|| -> Result<usize> {
                     let (from, n) = match &span {
                         // Straight from the registered page cache: no CPU copy, no buffer.
@@ -325,13 +331,10 @@ impl BounceExec {
                     Ok(n) => n,
                     Err(e) => break Err(e),
                 };
-                if let Some(s) = span {
+                if span.is_some() {
                     done.progress().fetch_add(n as u64, Ordering::Relaxed);
                     if let Some((d, _)) = dma {
                         d.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                    if !held.last().is_some_and(|h| Arc::ptr_eq(h, &s.granule)) {
-                        held.push(s.granule);
                     }
                 }
                 slot ^= 1;

@@ -16,7 +16,8 @@
 //! 2. The file is cut into [`GRANULE`]-byte granules. Before each chunk, a worker asks
 //!    [`DmaRead::span`]: a registered granule → the chunk is copied from its mapping; not
 //!    registered, the file version read before (a first read never registers: it would slow
-//!    that read down), every page in the page cache (`mincore`), the budget allows it and no
+//!    that read down) and last changed more than a timestamp tick ago (so a later change shows
+//!    in its ctime), every page in the page cache (`mincore`), the budget allows it and no
 //!    other registration is running → this worker maps and registers it now (meanwhile the
 //!    others keep bouncing, so both paths run at once); otherwise → the bounce path.
 //! 3. Budget: at most `dma_cache_size` bytes registered; past it, the least recently used files
@@ -30,6 +31,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cuda::{Context, HostRegistration};
 use crate::future::lock;
@@ -43,6 +45,12 @@ pub const GRANULE: usize = 64 << 20;
 pub const MIN_REQUEST: usize = 64 << 10;
 /// Most files the cache remembers (entries without registrations cost a few words each).
 const MAX_FILES: usize = 4096;
+/// How long ago a file must have last changed (its ctime) for its pages to be registered, on
+/// file systems with fine timestamps: longer than a tick of the kernel's timestamp clock (1 to
+/// 10 ms), so any change after the registration gets a later ctime, and a new version.
+const SETTLE_FINE: Duration = Duration::from_millis(20);
+/// The same where the ctime has no fraction of a second (file systems with 1 s timestamps).
+const SETTLE_COARSE: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct FileId {
@@ -56,6 +64,30 @@ struct Version {
     size: u64,
     mtime: (i64, i64),
     ctime: (i64, i64),
+}
+
+impl Version {
+    /// Whether the file last changed long enough before `now` that a later change cannot keep
+    /// this version: timestamps come from a clock that advances in ticks, so a file truncated
+    /// and rewritten to the same size (or written with O_DIRECT, or deleted and its inode number
+    /// reused) within the tick of its last change keeps size, mtime and ctime, while the kernel
+    /// drops the pages registered before from the page cache (the GPU would read them still).
+    fn settled(&self, now: SystemTime) -> bool {
+        let (secs, nanos) = self.ctime;
+        let (Ok(secs), Ok(nanos)) = (u64::try_from(secs), u32::try_from(nanos)) else {
+            return false;
+        };
+        let settle = if nanos == 0 {
+            SETTLE_COARSE
+        } else {
+            SETTLE_FINE
+        };
+        let Some(changed) = UNIX_EPOCH.checked_add(Duration::new(secs, nanos.min(999_999_999)))
+        else {
+            return false;
+        };
+        now.duration_since(changed).is_ok_and(|d| d > settle)
+    }
 }
 
 /// One registered granule. Fields drop in order: unregistered first, then unmapped.
@@ -130,7 +162,9 @@ pub struct DmaRead {
     limit: usize,
     /// Whether this request may register granules: not on the first read of a file version
     /// (measured on the H200 hosts: registering while the same pages are being read slows that
-    /// first read from 47 to 32 GB/s), only once the data has been read again.
+    /// first read from 47 to 32 GB/s), only once the data has been read again, and not while
+    /// the file's last change is too recent to tell a later one by its timestamps
+    /// ([`Version::settled`]).
     may_register: bool,
     /// Bytes this request copied from registered page cache.
     pub bytes: AtomicU64,
@@ -164,7 +198,7 @@ impl DmaCache {
             match files.get(&id) {
                 Some(f) if f.version == version => {
                     f.last_used.store(tick, Ordering::Relaxed);
-                    (Arc::clone(f), true)
+                    (Arc::clone(f), version.settled(SystemTime::now()))
                 }
                 _ => {
                     let f = Arc::new(DmaFile {
@@ -363,5 +397,54 @@ mod tests {
         assert_eq!(cache.registered(), 0);
         cache.trim(0);
         assert!(lock(&cache.files).is_empty());
+    }
+
+    #[test]
+    fn a_version_settles_a_tick_after_its_change() {
+        let at = |secs: i64, nanos: i64| Version {
+            size: 1,
+            mtime: (secs, nanos),
+            ctime: (secs, nanos),
+        };
+        let t = UNIX_EPOCH + Duration::new(1_000_000, 500_000_000);
+        let fine = at(1_000_000, 500_000_000);
+        assert!(!fine.settled(t), "changed now");
+        assert!(!fine.settled(t + SETTLE_FINE), "within the margin");
+        assert!(fine.settled(t + SETTLE_FINE + Duration::from_millis(1)));
+        assert!(
+            !fine.settled(t - Duration::from_secs(1)),
+            "changed in the future"
+        );
+        let coarse = at(1_000_000, 0);
+        assert!(!coarse.settled(UNIX_EPOCH + Duration::from_secs(1_000_001)));
+        assert!(coarse.settled(UNIX_EPOCH + Duration::from_secs(1_000_003)));
+        assert!(!at(-5, 0).settled(t), "before 1970: not trusted");
+        assert!(!at(i64::MAX, 1).settled(t), "no overflow");
+    }
+
+    /// Timestamps come from a clock that advances in ticks (1–10 ms; 1 s on some file systems),
+    /// so a file truncated and rewritten (or written with O_DIRECT, or deleted and its inode
+    /// number reused) within the tick of its last change keeps (size, mtime, ctime): pages
+    /// registered then would be orphaned by the kernel and still read by the GPU. A file whose
+    /// last change is that recent is not registered yet: a change after the registration then
+    /// always gets a later ctime.
+    #[test]
+    fn a_file_changed_within_a_timestamp_tick_is_not_registered_yet() {
+        let cache = Arc::new(DmaCache::default());
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&[1u8; 8192]).unwrap();
+        tmp.flush().unwrap();
+        let f = open(tmp.path());
+        let first = cache.read(&f, 1 << 30).unwrap();
+        assert!(!first.may_register, "a first read never registers");
+        let again = cache.read(&f, 1 << 30).unwrap();
+        assert!(
+            !again.may_register,
+            "read again within a tick of its last change: a rewrite now could keep its version"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let later = cache.read(&f, 1 << 30).unwrap();
+        assert!(Arc::ptr_eq(&first.file, &later.file), "the same version");
+        assert!(later.may_register, "settled: a later change would show");
     }
 }
