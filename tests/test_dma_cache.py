@@ -115,6 +115,9 @@ def test_writes_through_gpufile_are_seen(tmp_path):
     patch = cp.asarray(pattern(5 * MiB, 7))
     with gpufile.CuFile(path, "r+") as f:
         f.write(patch, file_offset=10 * MiB)
+    # gpufile unpins a file before it writes to it (an O_DIRECT write could not invalidate
+    # pinned pages, and the page cache would keep the old bytes).
+    assert gpufile.dma_cache_registered() == 0
     want = data.copy()
     want[10 * MiB:15 * MiB] = cp.asnumpy(patch)
     got, _ = _read(path, data.size)

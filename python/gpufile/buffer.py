@@ -42,10 +42,12 @@ def bounce_buffer_pooled() -> int:
 def dma_cache_registered() -> int:
     """Bytes of page cache registered with CUDA now, for DMA to the GPU (a gpufile addition).
 
-    Hot file data read into GPU memory on gpufile's POSIX path is copied by the GPU straight
-    from the page cache once its pages are registered; registrations are kept (at most the
-    ``dma_cache_size`` setting) so that a file read again while it stays in the page cache
-    skips the CPU copy. Registered pages cannot be reclaimed by the kernel while registered.
+    With the ``dma_cache_size`` setting above 0 (it is 0, off, by default), hot file data read
+    again into GPU memory on gpufile's POSIX path is copied by the GPU straight from the page
+    cache once its pages are registered; registrations are kept (at most ``dma_cache_size``
+    bytes) so that a file read again while it stays in the page cache skips the CPU copy.
+    Registered pages cannot be reclaimed, nor invalidated by another process's ``O_DIRECT``
+    write (see the documentation's "Page-cache DMA").
 
     Returns
     -------

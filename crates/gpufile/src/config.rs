@@ -153,9 +153,10 @@ pub struct Settings {
     /// second read of the same data is as slow as the first).
     pub direct_io_uncached: bool,
     /// Most bytes of page cache gpufile keeps registered with CUDA (pinned) so that hot file data
-    /// goes to the GPU by DMA straight from the page cache, with no CPU copy (gpufile's
-    /// addition; default: 1/8 of the machine's memory, at most 64 GiB; 0 turns it off). See
-    /// [`crate::dma`].
+    /// read again goes to the GPU by DMA straight from the page cache, with no CPU copy
+    /// (gpufile's addition; default 0: off, because pinned page-cache pages cannot be
+    /// invalidated by another process's `O_DIRECT` write to the file, which then leaves stale
+    /// pages in the page cache). See [`crate::exec::dma`].
     pub dma_cache_size: usize,
     /// KvikIO's remote-I/O retry count (kept for API compatibility; gpufile reads local files).
     pub http_max_attempts: usize,
@@ -181,33 +182,6 @@ pub fn default_num_threads() -> (usize, String) {
     (n, format!("min(cores={cores}, {MAX_DEFAULT_THREADS})"))
 }
 
-/// Most page cache gpufile registers by itself: pinned pages cannot be reclaimed, so the
-/// default leaves 7/8 of the memory to everything else, and never exceeds 64 GiB.
-pub const MAX_DEFAULT_DMA_CACHE: usize = 64 << 30;
-
-/// The machine-chosen `dma_cache_size` and why: 1/8 of physical memory, capped.
-pub fn default_dma_cache_size() -> (usize, String) {
-    // SAFETY: sysconf takes plain values.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let total = if pages > 0 && page > 0 {
-        (pages as u64).saturating_mul(page as u64)
-    } else {
-        0
-    };
-    let n = usize::try_from(total / 8)
-        .unwrap_or(usize::MAX)
-        .min(MAX_DEFAULT_DMA_CACHE);
-    (
-        n,
-        format!("min(memory/8 = {} MiB, 64 GiB)", (total / 8) >> 20),
-    )
-}
-
 impl Default for Settings {
     /// KvikIO's documented defaults, except `num_threads` (KvikIO: 1), which gpufile chooses
     /// from the machine.
@@ -222,7 +196,7 @@ impl Default for Settings {
             auto_direct_io_write: true,
             require_gds: false,
             direct_io_uncached: false,
-            dma_cache_size: default_dma_cache_size().0,
+            dma_cache_size: 0,
             http_max_attempts: 3,
             http_status_codes: vec![429, 500, 502, 503, 504],
             http_timeout: 60,
@@ -719,7 +693,6 @@ impl State {
             .iter()
             .map(|n| match n {
                 Name::NumThreads => Source::Machine(default_num_threads().1),
-                Name::DmaCacheSize => Source::Machine(default_dma_cache_size().1),
                 _ => Source::Default,
             })
             .collect();

@@ -347,7 +347,10 @@ impl Engine {
         }
         let endpoint = match req.direction {
             Direction::Read => Endpoint::Read(file.local()),
-            Direction::Write => Endpoint::Write(file.local()),
+            Direction::Write => {
+                self.dma.forget(&file.local()); // its pages must be unpinned for the write
+                Endpoint::Write(file.local())
+            }
         };
         let exec: Arc<dyn Executor> = match (target, registered) {
             (Target::Device { device, base }, Some(registered)) => Arc::new(CufileExec {

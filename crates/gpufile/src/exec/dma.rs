@@ -193,6 +193,7 @@ impl DmaCache {
         }
         let tick = self.shared.tick.fetch_add(1, Ordering::Relaxed);
         let mut let_go = Vec::new(); // unregistered after the lock is released
+        let mut changed = None; // this file's older version, if it had one
         let (file, may_register) = {
             let mut files = lock(&self.files);
             match files.get(&id) {
@@ -208,7 +209,7 @@ impl DmaCache {
                     });
                     // The file's older version (if any) is let go; its registrations go when
                     // the last copy from them is done.
-                    let_go.extend(files.insert(id, Arc::clone(&f)));
+                    changed = files.insert(id, Arc::clone(&f));
                     if files.len() > MAX_FILES {
                         let oldest = Self::least_recent(&files, id);
                         let_go.extend(oldest.and_then(|k| files.remove(&k)));
@@ -218,6 +219,9 @@ impl DmaCache {
             }
         };
         drop(let_go);
+        if let Some(old) = changed {
+            Self::evict_stale(&old, local);
+        }
         Some(DmaRead {
             cache: Arc::clone(self),
             id,
@@ -229,12 +233,53 @@ impl DmaCache {
         })
     }
 
+    /// Unregisters the granules of a file version that changed and evicts their ranges from
+    /// the page cache: pages pinned when the file was written with `O_DIRECT` (by another
+    /// process, say) could not be invalidated then and may hold the old bytes, for every reader.
+    /// Clean pages only go (`POSIX_FADV_DONTNEED`); a range still read by a running copy stays
+    /// pinned until that copy ends, and is not evicted here.
+    fn evict_stale(old: &DmaFile, local: &LocalFile) {
+        let granules = std::mem::take(&mut *lock(&old.granules));
+        for (g, granule) in granules {
+            let len = granule.reg.len();
+            if Arc::strong_count(&granule) > 1 {
+                continue;
+            }
+            drop(granule); // unregistered: its pages can go now
+            let at = g * GRANULE as u64;
+            // Best effort: a page cache that keeps a page is what it was before.
+            let _ =
+                pagecache::drop_file_page_cache(local.fd(), local.path(), at, len as u64, false);
+        }
+    }
+
     fn least_recent(files: &HashMap<FileId, Arc<DmaFile>>, keep: FileId) -> Option<FileId> {
         files
             .iter()
             .filter(|(k, _)| **k != keep)
             .min_by_key(|(_, f)| f.last_used.load(Ordering::Relaxed))
             .map(|(k, _)| *k)
+    }
+
+    /// Lets go of `local`'s registrations before gpufile writes to it: the write (an `O_DIRECT`
+    /// one above all) must find its pages unpinned, or the kernel cannot invalidate them and
+    /// keeps the old bytes in the page cache for every reader. Reads of the file still running
+    /// keep theirs until they end.
+    pub fn forget(&self, local: &LocalFile) {
+        if lock(&self.files).is_empty() {
+            return;
+        }
+        let Ok(meta) = local.file().metadata() else {
+            return;
+        };
+        let id = FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        let gone = lock(&self.files).remove(&id);
+        if let Some(f) = gone {
+            std::mem::take(&mut *lock(&f.granules));
+        }
     }
 
     /// Lets go of least recently used files (never `keep`) until `extra` more bytes fit under
@@ -396,6 +441,17 @@ mod tests {
         // Nothing was registered, so nothing is pinned and trimming is a no-op.
         assert_eq!(cache.registered(), 0);
         cache.trim(0);
+        assert!(lock(&cache.files).is_empty());
+        // A write through gpufile forgets the file first.
+        cache.read(&f, 1 << 30).unwrap();
+        let other = tempfile::NamedTempFile::new().unwrap();
+        cache.forget(&open(other.path()));
+        assert_eq!(
+            lock(&cache.files).len(),
+            1,
+            "another file: nothing to forget"
+        );
+        cache.forget(&f);
         assert!(lock(&cache.files).is_empty());
     }
 
