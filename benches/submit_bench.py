@@ -18,6 +18,12 @@ Row groups (``--only``/``--skip`` take a comma list; default: all):
                benches/gpu_bench.py, into host memory)
     files      --files-count files of --files-size, hot: a CuFile open/read/close loop, and
                ``gpufile.read_batch`` of paths and of open CuFiles; Python's open/readinto loop
+    device     (needs CuPy and a GPU) the pipelined row into GPU memory, once per kind of
+               destination, to split what a device request costs the submitting thread: CuPy
+               views (a ``__cuda_array_interface__`` dict built per call, v3 ``stream`` 1: a
+               wait on the legacy stream), the same interface precomputed with ``stream`` 1 (no
+               CuPy dict), precomputed with no stream (no wait either); and ``pread().get()``
+               one at a time (the latency of one request). Not in the default set.
 
 Offsets are random (seeded, page-aligned) over a hot file of --file-size; each row is the median of
 --runs runs after one untimed run, and says wall microseconds per request (or per file), requests
@@ -50,7 +56,8 @@ _spec.loader.exec_module(gb)  # its helpers: sizes, offsets, the pipelined loop,
 
 import gpufile  # noqa: E402
 
-GROUPS = ("serial", "threads", "pipelined", "files")
+GROUPS = ("serial", "threads", "pipelined", "files", "device")
+DEFAULT_GROUPS = ("serial", "threads", "pipelined", "files")
 
 
 def _libs(names: str) -> dict[str, Any]:
@@ -314,6 +321,81 @@ def g_files(b: Bench, libs: dict[str, Any]) -> None:
                 f.close()
 
 
+class FixedCAI:
+    """A device buffer whose ``__cuda_array_interface__`` is a dict made once (v3, with the given
+    ``stream``, or without one): a destination that costs its exporter nothing per request."""
+
+    def __init__(self, arr: Any, stream: int | None) -> None:
+        cai = dict(arr.__cuda_array_interface__)
+        cai["version"] = 3
+        cai["stream"] = stream
+        self.__cuda_array_interface__ = cai
+        self.owner = arr
+
+
+def g_device(b: Bench, libs: dict[str, Any]) -> None:
+    try:
+        import cupy as cp
+        cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # no CuPy, or no GPU
+        print(f"note: device rows skipped ({type(e).__name__}: {e})")
+        return
+    a = b.args
+    count, depth = a.requests, a.depth
+    for size in a.sizes:
+        offsets = gb.random_offsets(a.file_size, size, count, a.seed)
+        slots = cp.empty((depth, size), dtype=cp.uint8)
+        views = [slots[i] for i in range(depth)]
+        last = gb.last_read_per_slot(count, depth)
+        expect = cp.asarray(np.stack([b.expect(offsets[i], size) for i in last.values()]))
+        order = list(last.keys())
+
+        def ok() -> bool:
+            good = bool(cp.array_equal(slots[order], expect))
+            slots.fill(0)
+            return good
+
+        t0 = time.perf_counter()
+        for v in views * max(1, 20000 // depth):
+            v.__cuda_array_interface__
+        per = (time.perf_counter() - t0) / (depth * max(1, 20000 // depth)) * 1e6
+        print(f"note: CuPy builds __cuda_array_interface__ in {per:.2f} us (stream "
+              f"{views[0].__cuda_array_interface__.get('stream')!r})")
+        kinds = {
+            "CuPy views": views,
+            "fixed CAI, stream 1": [FixedCAI(v, 1) for v in views],
+            "fixed CAI, no stream": [FixedCAI(v, None) for v in views],
+        }
+        for lib, mod in libs.items():
+            _set_threads(mod, a.num_threads)
+            for kind, dst in kinds.items():
+                def run(mod: Any = mod, dst: list = dst) -> int:
+                    with mod.CuFile(b.path, "r") as f:
+                        return gb.pipelined_reads(f.pread, dst, offsets, size) * size
+
+                b.measure(f"{lib} GPU pread {gb._human(size)}, {kind}, {depth} in flight",
+                          run, ok, count, count * size)
+
+            one = count // 4
+            last_one = gb.last_read_per_slot(one, depth)
+            expect_one = cp.asarray(np.stack([b.expect(offsets[i], size)
+                                              for i in last_one.values()]))
+            order_one = list(last_one.keys())
+
+            def ok_one() -> bool:
+                good = bool(cp.array_equal(slots[order_one], expect_one))
+                slots.fill(0)
+                return good
+
+            def serial(mod: Any = mod) -> int:
+                with mod.CuFile(b.path, "r") as f:
+                    return sum(f.pread(views[i % depth], size, off).get()
+                               for i, off in enumerate(offsets[:one]))
+
+            b.measure(f"{lib} GPU pread().get() {gb._human(size)}, CuPy views, one at a time",
+                      serial, ok_one, one, one * size)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -338,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("runs", "requests", "py_threads", "depth", "num_threads", "files_count"):
         if getattr(a, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
-    chosen = set(GROUPS) if a.only is None else {g.strip() for g in a.only.split(",")}
+    chosen = set(DEFAULT_GROUPS) if a.only is None else {g.strip() for g in a.only.split(",")}
     chosen -= {g.strip() for g in a.skip.split(",")}
     unknown = chosen - set(GROUPS)
     if unknown:

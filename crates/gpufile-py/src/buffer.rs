@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 
+use gpufile::cuda::PointerInfo;
 use gpufile::{Buffer, Memory};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -23,6 +24,9 @@ pub(crate) enum BufferView {
     Device {
         addr: u64,
         len: usize,
+        /// The driver's answer for `addr` (asked once, when the view was made, for the stream
+        /// wait; the engine reuses it). `None` for an empty array.
+        info: Option<PointerInfo>,
         _owner: Vec<Py<PyAny>>,
     },
 }
@@ -131,17 +135,28 @@ pub(crate) fn typestr_itemsize(typestr: &str) -> Option<usize> {
     typestr.get(2..)?.parse().ok().filter(|n| *n > 0)
 }
 
-/// Waits (GIL released) for the work queued on stream `handle`, in the context owning `addr`.
-pub(crate) fn wait_for_stream(py: Python<'_>, addr: u64, handle: u64) -> PyResult<()> {
-    py.detach(|| -> gpufile::Result<()> {
-        let info = gpufile::cuda::classify(addr)?;
-        let ctx = match info.context {
-            Some(c) => c,
-            None => gpufile::cuda::primary_context(info.device.unwrap_or(0))?,
-        };
-        gpufile::cuda::synchronize_stream(handle, ctx)
-    })
-    .map_err(to_py)
+/// The driver's classification of a device array's address (`None` for an empty array, whose
+/// address may be anything): asked once per view, reused for the stream wait and the request.
+fn classify(len: usize, addr: u64) -> PyResult<Option<PointerInfo>> {
+    match len {
+        0 => Ok(None),
+        _ => gpufile::cuda::classify(addr).map(Some).map_err(to_py),
+    }
+}
+
+/// Waits for the work queued on stream `handle` in the context owning the memory `info`
+/// describes. An idle stream (`cuStreamQuery`, a cheap check made with the GIL held) needs no
+/// wait; otherwise `cuStreamSynchronize` runs with the GIL released.
+pub(crate) fn wait_for_stream(py: Python<'_>, info: &PointerInfo, handle: u64) -> PyResult<()> {
+    let ctx = match info.context {
+        Some(c) => c,
+        None => gpufile::cuda::primary_context(info.device.unwrap_or(0)).map_err(to_py)?,
+    };
+    if gpufile::cuda::stream_idle(handle, ctx).map_err(to_py)? {
+        return Ok(());
+    }
+    py.detach(|| gpufile::cuda::synchronize_stream(handle, ctx))
+        .map_err(to_py)
 }
 
 /// Whether `obj`'s type is one of the host buffer types that never carry a CUDA Array Interface
@@ -207,13 +222,15 @@ impl BufferView {
             })?,
             false => {
                 if let Some(t) = dlpack::take(obj, writable)? {
-                    if t.len > 0 {
-                        wait_for_stream(obj.py(), t.addr, 1)?;
+                    let info = classify(t.len, t.addr)?;
+                    if let Some(info) = &info {
+                        wait_for_stream(obj.py(), info, 1)?;
                     }
                     let owner = vec![obj.clone().unbind(), t.capsule];
                     return Ok(BufferView::Device {
                         addr: t.addr,
                         len: t.len,
+                        info,
                         _owner: owner,
                     });
                 }
@@ -290,19 +307,21 @@ impl BufferView {
         if writable && readonly {
             return Err(read_only(obj, ""));
         }
+        let info = classify(len, addr)?;
         // v3: work queued on `stream` must finish before gpufile touches the data.
-        if let Ok(stream) = cai.get_item("stream") {
-            if !stream.is_none() && len > 0 {
+        if let (Ok(stream), Some(info)) = (cai.get_item("stream"), &info) {
+            if !stream.is_none() {
                 let handle: u64 = stream.extract().map_err(|_| bad("stream"))?;
                 if handle == 0 {
                     return Err(bad("stream 0 is not allowed (CUDA Array Interface v3)"));
                 }
-                wait_for_stream(obj.py(), addr, handle)?;
+                wait_for_stream(obj.py(), info, handle)?;
             }
         }
         Ok(BufferView::Device {
             addr,
             len,
+            info,
             _owner: vec![obj.clone().unbind()],
         })
     }
@@ -324,6 +343,14 @@ impl BufferView {
             )));
         }
         Ok(n as usize)
+    }
+
+    /// The driver's answer for a device view's address, asked when the view was made.
+    pub(crate) fn pointer_info(&self) -> Option<PointerInfo> {
+        match self {
+            BufferView::Host(_) => None,
+            BufferView::Device { info, .. } => *info,
+        }
     }
 
     pub(crate) fn memory(&self) -> Memory {

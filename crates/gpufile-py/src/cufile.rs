@@ -125,8 +125,11 @@ pub(crate) fn cufile_driver_close(py: Python<'_>) -> PyResult<()> {
 
 pub(crate) fn device_base(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(u64, usize)> {
     match BufferView::new(buf, false)? {
-        BufferView::Device { addr, .. } => {
-            let info = py.detach(|| gpufile::cuda::classify(addr)).map_err(to_py)?;
+        BufferView::Device { addr, info, .. } => {
+            let info = match info {
+                Some(i) => i,
+                None => py.detach(|| gpufile::cuda::classify(addr)).map_err(to_py)?,
+            };
             Ok((info.base, info.size))
         }
         BufferView::Host(_) => Err(PyTypeError::new_err("cuFile registers device memory only")),
@@ -157,7 +160,10 @@ pub(crate) fn stream_synchronize(
     buf: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     match BufferView::new(buf, false)? {
-        BufferView::Device { addr, .. } => wait_for_stream(py, addr, stream),
+        BufferView::Device {
+            info: Some(info), ..
+        } => wait_for_stream(py, &info, stream),
+        BufferView::Device { info: None, .. } => Ok(()), // empty: nothing to wait for
         BufferView::Host(_) => Ok(()),
     }
 }

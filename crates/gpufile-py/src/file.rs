@@ -46,6 +46,7 @@ impl NativeFile {
             buffer: view.buffer(0, len),
             file_offset: offset,
             task_size,
+            pointer_info: view.pointer_info(),
         };
         let req = SendRequest(req);
         // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
@@ -107,6 +108,7 @@ impl NativeFile {
             buffer: view.buffer(dev_offset as usize, len),
             file_offset: uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0),
             task_size: Some(len.max(1)),
+            pointer_info: view.pointer_info(),
         };
         let req = SendRequest(req);
         // SAFETY: `view` holds the export or the array object until after the wait.
@@ -398,6 +400,7 @@ pub(crate) fn submit_batch(
             buffer: view.buffer(0, len),
             file_offset,
             task_size: None,
+            pointer_info: view.pointer_info(),
         };
         batch.push((handle, req));
         views.push(view);

@@ -146,7 +146,9 @@ impl NativeMmap {
                 view.len()
             )));
         }
-        let req = Request::read(view.buffer(0, len), offset).task_size(task_size);
+        let req = Request::read(view.buffer(0, len), offset)
+            .task_size(task_size)
+            .pointer_info(view.pointer_info());
         // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
         // memory stays valid until the view is dropped; every caller keeps the view until the
         // future is done. The endpoint holds the mapping until the request ends.

@@ -246,7 +246,9 @@ impl NativeRemoteFile {
             Some(t) => Some(usize::try_from(t).unwrap_or(usize::MAX)),
             None => None,
         };
-        let req = Request::read(view.buffer(0, len), offset).task_size(task_size);
+        let req = Request::read(view.buffer(0, len), offset)
+            .task_size(task_size)
+            .pointer_info(view.pointer_info());
         let source: Arc<dyn gpufile::source::Source> = file;
         // SAFETY: the returned future holds `view` (the buffer export or the device array)
         // until the request is done.

@@ -32,7 +32,7 @@ pub type CUevent = *mut c_void;
 
 /// `CUDA_SUCCESS`.
 pub const CUDA_SUCCESS: CUresult = 0;
-/// `CUDA_ERROR_NOT_READY` (from `cuEventQuery`).
+/// `CUDA_ERROR_NOT_READY` (from `cuStreamQuery` and `cuEventQuery`).
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 
 /// `CU_POINTER_ATTRIBUTE_CONTEXT`.
@@ -184,6 +184,7 @@ api_table! {
         stream_create = "cuStreamCreate": fn(*mut CUstream, c_uint) -> CUresult;
         stream_destroy = "cuStreamDestroy_v2": fn(CUstream) -> CUresult;
         stream_synchronize = "cuStreamSynchronize": fn(CUstream) -> CUresult;
+        stream_query = "cuStreamQuery": fn(CUstream) -> CUresult;
         event_create = "cuEventCreate": fn(*mut CUevent, c_uint) -> CUresult;
         event_record = "cuEventRecord": fn(CUevent, CUstream) -> CUresult;
         event_synchronize = "cuEventSynchronize": fn(CUevent) -> CUresult;

@@ -296,6 +296,27 @@ pub fn synchronize_stream(handle: u64, ctx: Context) -> Result<()> {
     })
 }
 
+/// Whether the stream `handle` (as for [`synchronize_stream`]) in `ctx` has no work left
+/// (`cuStreamQuery`): an idle stream needs no wait. `ctx` is pushed only when it is not the
+/// thread's current context already (an application thread that made the array usually has it).
+pub fn stream_idle(handle: u64, ctx: Context) -> Result<bool> {
+    let api = api()?;
+    let mut current = std::ptr::null_mut();
+    // SAFETY: plain out-parameter.
+    check("cuCtxGetCurrent", unsafe {
+        (api.ctx_get_current)(&mut current)
+    })?;
+    let _g = match current as usize == ctx.0 {
+        true => None,
+        false => Some(ContextGuard::push(ctx)?),
+    };
+    // SAFETY: as for `synchronize_stream`: the producer's live stream or a special handle.
+    match unsafe { (api.stream_query)(handle as sys::CUstream) } {
+        sys::CUDA_ERROR_NOT_READY => Ok(false),
+        code => check("cuStreamQuery", code).map(|()| true),
+    }
+}
+
 /// A non-blocking stream, destroyed on drop (in its context).
 pub struct Stream {
     raw: usize,

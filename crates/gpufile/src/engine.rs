@@ -338,7 +338,7 @@ impl Engine {
         blocking: bool,
     ) -> Result<IoFuture> {
         let task_size = self.accept(&req, settings)?;
-        let target = resolve(req.buffer)?;
+        let target = resolve(req.buffer, req.pointer_info)?;
         let len = req.buffer.len();
         file.check(req.direction, len, req.file_offset)?;
         let (path, registered) = Self::decide(file, target.memory(), len, settings)?;
@@ -418,7 +418,7 @@ impl Engine {
         settings: &Settings,
     ) -> Result<IoFuture> {
         let task_size = self.accept(&req, settings)?;
-        let target = resolve(req.buffer)?;
+        let target = resolve(req.buffer, req.pointer_info)?;
         let len = req.buffer.len();
         if len == 0 {
             return Ok(IoFuture::ready(Ok(0)));
@@ -596,12 +596,22 @@ impl Engine {
 
 /// Resolves the caller's memory: a device address is classified by CUDA (a pinned host address
 /// takes the host path); a range past its allocation is refused, pinned host memory included.
-fn resolve(buffer: Buffer) -> Result<Target> {
+/// `known`: the caller's classification of an address in the same allocation, used when it
+/// covers `addr` (asking the driver again costs a `cuPointerGetAttributes` per request).
+fn resolve(buffer: Buffer, known: Option<cuda::PointerInfo>) -> Result<Target> {
     let (addr, len) = match buffer {
         Buffer::Host { ptr, .. } => return Ok(Target::Host(SendPtr(ptr))),
         Buffer::Device { addr, len } => (addr, len),
     };
-    let info = cuda::classify(addr)?;
+    let covers = |i: &cuda::PointerInfo| {
+        matches!(i.kind, MemoryKind::Device | MemoryKind::Managed)
+            && addr >= i.base
+            && addr - i.base < i.size as u64
+    };
+    let info = match known.filter(covers) {
+        Some(i) => i,
+        None => cuda::classify(addr)?,
+    };
     match info.kind {
         MemoryKind::Host => Err(Error::InvalidArgument(format!(
             "address {addr:#x} is not GPU memory CUDA knows of"

@@ -8,6 +8,7 @@
 //!    [`crate::Engine::submit`] (or [`crate::FileHandle::submit`], which uses the process engine)
 //!    with the settings it should run under.
 
+use crate::cuda::PointerInfo;
 use std::fmt;
 
 /// Which way the bytes move: the one name for it across gpufile.
@@ -110,6 +111,10 @@ pub struct Request {
     /// Largest piece handed to one worker; `None` takes the settings' `task_size`. `raw_read`
     /// and `raw_write` pass the whole length (one task).
     pub task_size: Option<usize>,
+    /// What [`crate::cuda::classify`] said of a device buffer's address, when the caller asked
+    /// already (a binding that waited on the array's stream): the engine then does not ask the
+    /// driver again (one `cuPointerGetAttributes` less per request). `None`: the engine asks.
+    pub pointer_info: Option<PointerInfo>,
 }
 
 impl Request {
@@ -120,6 +125,7 @@ impl Request {
             buffer,
             file_offset,
             task_size: None,
+            pointer_info: None,
         }
     }
 
@@ -130,12 +136,21 @@ impl Request {
             buffer,
             file_offset,
             task_size: None,
+            pointer_info: None,
         }
     }
 
     /// The same request with its own task size.
     pub fn task_size(mut self, task_size: Option<usize>) -> Self {
         self.task_size = task_size;
+        self
+    }
+
+    /// The same request with the driver's answer for its device buffer's address (which must
+    /// come from [`crate::cuda::classify`] of that address, or of an address in the same
+    /// allocation, made while the caller held the buffer).
+    pub fn pointer_info(mut self, info: Option<PointerInfo>) -> Self {
+        self.pointer_info = info;
         self
     }
 }
