@@ -154,6 +154,62 @@ def test_cai_stream_is_waited_for(tmp_path):
     np.testing.assert_array_equal(cp.asnumpy(dev), data)
 
 
+@pytest.mark.parametrize("how", ["pread", "read_batch", "raw_read"])
+def test_cai_stream_is_waited_for_by_every_read(tmp_path, how):
+    """The wait for a busy producer stream is left to the workers: the data that lands is the
+    file's, never the producer's, whatever entry point made the request."""
+    data = pattern(32 << 20, 13)
+    path = tmp_path / "s.bin"
+    data.tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        dev = cp.empty(data.size, dtype=cp.uint8)
+        for _ in range(20):
+            dev.fill(7)  # still running on `stream` when the read is made
+        with gpufile.CuFile(path) as f:
+            if how == "pread":
+                assert f.pread(dev).get() == data.size
+            elif how == "read_batch":
+                assert gpufile.read_batch([(f, dev, data.size, 0)]).get() == data.size
+            else:
+                assert f.raw_read(dev) == data.size
+    stream.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(dev), data)
+
+
+def test_cai_stream_is_waited_for_before_a_write(tmp_path):
+    """A write copies the array only after the work queued on its stream: the file gets the
+    last value the producer wrote."""
+    path = tmp_path / "w.bin"
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        dev = cp.zeros(32 << 20, dtype=cp.uint8)
+        for v in range(1, 21):
+            dev.fill(v)
+        with gpufile.CuFile(path, "w") as f:
+            assert f.write(dev) == dev.size
+    stream.synchronize()
+    got = np.fromfile(path, dtype=np.uint8)
+    assert got.size == dev.size and (got == 20).all()
+
+
+def test_per_thread_default_stream_is_waited_for(tmp_path):
+    """Stream 2 (per-thread default) names another stream on every thread: it is waited for on
+    the caller's thread, before the workers start."""
+    data = pattern(32 << 20, 14)
+    path = tmp_path / "p.bin"
+    data.tofile(path)
+    with cp.cuda.Stream.ptds:
+        dev = cp.empty(data.size, dtype=cp.uint8)
+        for _ in range(20):
+            dev.fill(7)
+        assert dev.__cuda_array_interface__.get("stream") == 2
+        with gpufile.CuFile(path) as f:
+            assert f.pread(dev).get() == data.size
+        cp.cuda.Stream.ptds.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(dev), data)
+
+
 class _RawDeviceArray:
     """A CUDA Array Interface over a raw cuMemAlloc pointer."""
 

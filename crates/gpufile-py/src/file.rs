@@ -36,18 +36,12 @@ impl NativeFile {
         blocking: bool,
     ) -> PyResult<(IoFuture, BufferView)> {
         let handle = self.handle()?;
-        let view = BufferView::new(buf, dir == Direction::Read)?;
+        let view = BufferView::for_request(buf, dir == Direction::Read)?;
         let len = view.request_len(size)?;
         let offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
         let task_size = uint_arg("task_size", task_size, None)?
             .map(|t| usize::try_from(t).unwrap_or(usize::MAX));
-        let req = Request {
-            direction: dir,
-            buffer: view.buffer(0, len),
-            file_offset: offset,
-            task_size,
-            pointer_info: view.pointer_info(),
-        };
+        let req = view.request(dir, 0, len, offset).task_size(task_size);
         let req = SendRequest(req);
         // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
         // memory stays valid until the view is dropped; every caller keeps the view until the
@@ -87,7 +81,7 @@ impl NativeFile {
         dev_offset: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
         let handle = self.handle()?;
-        let view = BufferView::new(buf, dir == Direction::Read)?;
+        let view = BufferView::for_request(buf, dir == Direction::Read)?;
         let dev_offset = uint_arg("dev_offset", dev_offset, Some(0))?.unwrap_or(0);
         let room = (view.len() as u64).checked_sub(dev_offset).ok_or_else(|| {
             PyValueError::new_err(format!(
@@ -103,13 +97,10 @@ impl NativeFile {
             )));
         }
         let len = len as usize;
-        let req = Request {
-            direction: dir,
-            buffer: view.buffer(dev_offset as usize, len),
-            file_offset: uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0),
-            task_size: Some(len.max(1)),
-            pointer_info: view.pointer_info(),
-        };
+        let file_offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
+        let req = view
+            .request(dir, dev_offset as usize, len, file_offset)
+            .task_size(Some(len.max(1)));
         let req = SendRequest(req);
         // SAFETY: `view` holds the export or the array object until after the wait.
         let fut = py.detach(move || unsafe { handle.submit_blocking(req.into_inner(), None) });
@@ -392,16 +383,10 @@ pub(crate) fn submit_batch(
                 py.detach(|| FileHandle::open(path, flags)).map_err(to_py)?
             }
         };
-        let view = BufferView::new(buf, dir == Direction::Read)?;
+        let view = BufferView::for_request(buf, dir == Direction::Read)?;
         let len = view.request_len(Some(size))?;
         let file_offset = uint_arg("file_offset", Some(offset), Some(0))?.unwrap_or(0);
-        let req = Request {
-            direction: dir,
-            buffer: view.buffer(0, len),
-            file_offset,
-            task_size: None,
-            pointer_info: view.pointer_info(),
-        };
+        let req = view.request(dir, 0, len, file_offset);
         batch.push((handle, req));
         views.push(view);
         owners.push(buf.clone().unbind());

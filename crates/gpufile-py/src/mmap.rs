@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use gpufile::exec::Endpoint;
 use gpufile::source::{MapOptions, MmapSource};
-use gpufile::{Error, IoFuture, Request};
+use gpufile::{Direction, Error, IoFuture};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -127,7 +127,7 @@ impl NativeMmap {
         offset: Option<&Bound<'_, PyAny>>,
         task_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<(IoFuture, BufferView)> {
-        let view = BufferView::new(buf, true)?;
+        let view = BufferView::for_request(buf, true)?;
         let source = self.source().ok_or_else(|| closed_error(py))?;
         let size = uint_arg("size", size, None)?;
         let offset = uint_arg("offset", offset, Some(0))?.unwrap_or(0);
@@ -146,9 +146,9 @@ impl NativeMmap {
                 view.len()
             )));
         }
-        let req = Request::read(view.buffer(0, len), offset)
-            .task_size(task_size)
-            .pointer_info(view.pointer_info());
+        let req = view
+            .request(Direction::Read, 0, len, offset)
+            .task_size(task_size);
         // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
         // memory stays valid until the view is dropped; every caller keeps the view until the
         // future is done. The endpoint holds the mapping until the request ends.

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use gpufile::exec::Endpoint;
-use gpufile::{Error, Request};
+use gpufile::{Direction, Error};
 use gpufile_remote::{RemoteEndpointType, RemoteFile, S3Options};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -237,7 +237,7 @@ impl NativeRemoteFile {
     ) -> PyResult<NativeFuture> {
         let py = slf.py();
         let file = slf.get().file()?;
-        let view = BufferView::new(buf, true)?;
+        let view = BufferView::for_request(buf, true)?;
         let len = view.request_len(size)?;
         let offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
         file.check_range(offset, len).map_err(read_err)?;
@@ -246,9 +246,9 @@ impl NativeRemoteFile {
             Some(t) => Some(usize::try_from(t).unwrap_or(usize::MAX)),
             None => None,
         };
-        let req = Request::read(view.buffer(0, len), offset)
-            .task_size(task_size)
-            .pointer_info(view.pointer_info());
+        let req = view
+            .request(Direction::Read, 0, len, offset)
+            .task_size(task_size);
         let source: Arc<dyn gpufile::source::Source> = file;
         // SAFETY: the returned future holds `view` (the buffer export or the device array)
         // until the request is done.

@@ -317,6 +317,28 @@ pub fn stream_idle(handle: u64, ctx: Context) -> Result<bool> {
     }
 }
 
+/// A producer's stream that a request must wait for before it touches the caller's memory (CUDA
+/// Array Interface v3 `stream`): waited for by each worker run, off the submitting thread.
+/// `handle` must be usable from any thread: a stream or the legacy default stream (1), never the
+/// per-thread default stream (2), which names a different stream on every thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamWait {
+    /// The stream handle.
+    pub handle: u64,
+    /// The context it belongs to.
+    pub ctx: Context,
+}
+
+impl StreamWait {
+    /// Returns once the work queued on the stream so far has finished (at once when it is idle).
+    pub fn wait(&self) -> Result<()> {
+        match stream_idle(self.handle, self.ctx)? {
+            true => Ok(()),
+            false => synchronize_stream(self.handle, self.ctx),
+        }
+    }
+}
+
 /// A non-blocking stream, destroyed on drop (in its context).
 pub struct Stream {
     raw: usize,

@@ -22,7 +22,7 @@ use crate::exec::bounce::{BounceExec, BouncePool, DeviceTarget};
 use crate::exec::cufile::CufileExec;
 use crate::exec::dma::{self, DmaCache, DmaRead};
 use crate::exec::host::HostExec;
-use crate::exec::{Endpoint, Executor, SendPtr, Tasks};
+use crate::exec::{AfterStream, Endpoint, Executor, SendPtr, Tasks};
 use crate::file::FileHandle;
 use crate::future::{lock, Completion, IoFuture};
 use crate::observe;
@@ -366,6 +366,7 @@ impl Engine {
                 self.posix_executor(endpoint, target, req.direction, settings, dma)
             }
         };
+        let exec = after_stream(exec, req.after);
         let split = TaskSplit::new(req.file_offset, len, task_size);
         let here = blocking && matches!(target, Target::Host(_)) && split.count() == 1;
         match here {
@@ -424,6 +425,7 @@ impl Engine {
             return Ok(IoFuture::ready(Ok(0)));
         }
         let exec = self.posix_executor(endpoint, target, req.direction, settings, None);
+        let exec = after_stream(exec, req.after);
         let split = TaskSplit::new(req.file_offset, len, task_size);
         self.run(exec, split, Backend::GpufilePosix, settings.num_threads)
     }
@@ -638,6 +640,14 @@ fn resolve(buffer: Buffer, known: Option<cuda::PointerInfo>) -> Result<Target> {
                 base: info.base,
             })
         }
+    }
+}
+
+/// `exec`, made to wait for `after` first where the request names a stream.
+fn after_stream(exec: Arc<dyn Executor>, after: Option<cuda::StreamWait>) -> Arc<dyn Executor> {
+    match after {
+        Some(wait) => Arc::new(AfterStream { wait, inner: exec }),
+        None => exec,
     }
 }
 

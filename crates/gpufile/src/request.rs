@@ -8,7 +8,7 @@
 //!    [`crate::Engine::submit`] (or [`crate::FileHandle::submit`], which uses the process engine)
 //!    with the settings it should run under.
 
-use crate::cuda::PointerInfo;
+use crate::cuda::{PointerInfo, StreamWait};
 use std::fmt;
 
 /// Which way the bytes move: the one name for it across gpufile.
@@ -115,6 +115,10 @@ pub struct Request {
     /// already (a binding that waited on the array's stream): the engine then does not ask the
     /// driver again (one `cuPointerGetAttributes` less per request). `None`: the engine asks.
     pub pointer_info: Option<PointerInfo>,
+    /// A stream whose queued work must finish before the request touches its buffer (the
+    /// buffer's producer; CUDA Array Interface v3): each worker waits before its run starts, so
+    /// the submitting thread does not. `None`: nothing to wait for (or the caller waited).
+    pub after: Option<StreamWait>,
 }
 
 impl Request {
@@ -126,6 +130,7 @@ impl Request {
             file_offset,
             task_size: None,
             pointer_info: None,
+            after: None,
         }
     }
 
@@ -137,6 +142,7 @@ impl Request {
             file_offset,
             task_size: None,
             pointer_info: None,
+            after: None,
         }
     }
 
@@ -151,6 +157,13 @@ impl Request {
     /// allocation, made while the caller held the buffer).
     pub fn pointer_info(mut self, info: Option<PointerInfo>) -> Self {
         self.pointer_info = info;
+        self
+    }
+
+    /// The same request, made to wait for the work queued on `stream` before it touches its
+    /// buffer.
+    pub fn after(mut self, stream: Option<StreamWait>) -> Self {
+        self.after = stream;
         self
     }
 }

@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::cuda::StreamWait;
 use crate::future::Completion;
 use crate::plan::{Task, TaskSplit};
 use crate::source::{Sink, Source};
@@ -29,6 +30,34 @@ pub trait Executor: Send + Sync {
     /// Bytes copied to the GPU straight from registered page cache so far (page-cache DMA).
     fn dma_bytes(&self) -> u64 {
         0
+    }
+}
+
+/// An executor whose runs first wait for a producer's stream ([`StreamWait`]): each run waits
+/// once, on its worker, before the inner executor touches the caller's memory; a failed wait
+/// fails the run's first task and skips the rest.
+pub struct AfterStream {
+    /// The stream to wait for.
+    pub wait: StreamWait,
+    /// What runs after the wait.
+    pub inner: Arc<dyn Executor>,
+}
+
+impl Executor for AfterStream {
+    fn run(&self, tasks: &Tasks, done: &Completion) {
+        if let Err(e) = self.wait.wait() {
+            let mut lease = Lease::default();
+            if tasks.next(&mut lease).is_some() {
+                done.finish_task(Err(e));
+            }
+            tasks.skip_rest(&mut lease, done);
+            return;
+        }
+        self.inner.run(tasks, done);
+    }
+
+    fn dma_bytes(&self) -> u64 {
+        self.inner.dma_bytes()
     }
 }
 
