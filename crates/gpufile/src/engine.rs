@@ -101,7 +101,7 @@ impl Engine {
             dma: Arc::new(DmaCache::default()),
             in_flight: Arc::new(InFlight::default()),
             closing: AtomicBool::new(false),
-            pid: std::process::id(),
+            pid: crate::posix::pid(),
         }
     }
 
@@ -113,7 +113,7 @@ impl Engine {
         let p = CURRENT.load(Ordering::Acquire);
         // SAFETY: a non-null `CURRENT` points to an engine `GLOBAL` holds a strong count of and
         // never drops (see `CURRENT`), so it is alive, and one more count may be taken from it.
-        if !p.is_null() && unsafe { (*p).pid } == std::process::id() {
+        if !p.is_null() && unsafe { (*p).pid } == crate::posix::pid() {
             // SAFETY: as above; the count taken here is the returned Arc's own.
             return Ok(unsafe {
                 Arc::increment_strong_count(p);
@@ -122,7 +122,7 @@ impl Engine {
         }
         let mut slot = lock(&GLOBAL);
         if let Some(e) = &*slot {
-            if e.pid == std::process::id() {
+            if e.pid == crate::posix::pid() {
                 return Ok(Arc::clone(e));
             }
         }

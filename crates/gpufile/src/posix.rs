@@ -11,6 +11,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Op, Result};
 
+/// This process's id, cached: `getpid` is a system call, and the engine checks it on every
+/// request (a forked child must not use its parent's workers). A `pthread_atfork` child handler,
+/// registered on first use, clears the cache in every forked child.
+pub fn pid() -> u32 {
+    static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forked() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    HOOK.call_once(|| {
+        // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe,
+        // as a handler run in a forked child must be); the handler is a plain `extern "C"` fn
+        // that lives for the whole process.
+        unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+    });
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let id = std::process::id();
+            PID.store(id, Ordering::Relaxed);
+            id
+        }
+        id => id,
+    }
+}
+
 /// A seam for tests: faults injected into gpufile's own `pread`/`pwrite` calls (host and device
 /// paths alike). Off unless [`faults::set`] is called; when off it costs one relaxed load.
 pub mod faults {
