@@ -22,3 +22,23 @@ def test_every_group_runs_and_writes_its_rows(tmp_path):
                  "gpufile pread 4 KiB, 4 in flight", "gpufile open/read/close loop (3 x 64 KiB)",
                  "gpufile read_batch, open CuFiles"):
         assert any(n.startswith(part) for n in names), (part, names)
+
+
+def test_device_group_runs_on_a_gpu_or_says_why_not(tmp_path, capsys):
+    """The device group (not in the default set) times GPU destinations where CuPy and a GPU
+    exist, and otherwise says why its rows are skipped."""
+    spec = importlib.util.spec_from_file_location("submit_bench",
+                                                  ROOT / "benches" / "submit_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "rows.json"
+    bench.main(["--runs", "1", "--requests", "64", "--sizes", "4KiB", "--depth", "4",
+                "--num-threads", "2", "--file-size", "1MiB", "--libs", "gpufile",
+                "--only", "device", "--dir", str(tmp_path), "--json", str(out)])
+    names = [r["name"] for r in json.loads(out.read_text())["rows"]]
+    if names:
+        for kind in ("CuPy views", "fixed CAI, stream 1", "fixed CAI, no stream"):
+            assert any(kind in n for n in names), (kind, names)
+        assert any("one at a time" in n for n in names), names
+    else:
+        assert "note: device rows skipped" in capsys.readouterr().out
