@@ -154,6 +154,12 @@ impl Context {
     pub fn addr(self) -> usize {
         self.0
     }
+
+    /// A made-up handle, for tests that never give it to the driver.
+    #[cfg(test)]
+    pub(crate) fn for_test(addr: usize) -> Self {
+        Context(addr)
+    }
 }
 
 /// The primary contexts gpufile retained, by device ordinal.
