@@ -361,17 +361,26 @@ impl StreamWait {
     }
 
     /// Marks the work queued on the stream so far (`cuEventRecord` of a gpufile event), to be
-    /// waited for later from any thread with [`StreamMark::wait`].
+    /// waited for later from any thread with [`StreamMark::wait`]. A stream the event cannot be
+    /// recorded on (one of another context than the memory's: a producer may name its current
+    /// device's stream for another device's array) is waited for here instead.
     pub fn mark(&self) -> Result<StreamMark> {
         let api = api()?;
         let event = EventPool::take(self.ctx)?;
         let _g = push_unless_current(api, self.ctx)?;
-        // SAFETY: a live event of `ctx`; the handle is the producer's live stream in `ctx` (the
-        // caller's contract, CUDA Array Interface v3) or a special handle, read on this thread.
-        check("cuEventRecord", unsafe {
+        // SAFETY: a live event of `ctx`; the handle is the producer's live stream (the caller's
+        // contract, CUDA Array Interface v3) or a special handle, read on this thread.
+        let recorded = check("cuEventRecord", unsafe {
             (api.event_record)(event.raw(), self.handle as sys::CUstream)
-        })?;
-        Ok(StreamMark { event: Some(event) })
+        });
+        match recorded {
+            Ok(()) => Ok(StreamMark { event: Some(event) }),
+            Err(_) => {
+                EventPool::give(event);
+                self.wait()?;
+                Ok(StreamMark { event: None })
+            }
+        }
     }
 }
 
