@@ -8,6 +8,7 @@ import ctypes
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -208,6 +209,94 @@ def test_per_thread_default_stream_is_waited_for(tmp_path):
             assert f.pread(dev).get() == data.size
         cp.cuda.Stream.ptds.synchronize()
     np.testing.assert_array_equal(cp.asnumpy(dev), data)
+
+
+def _batch_into_slices(path, dev, size):
+    """read_batch entries: `path` in `size` pieces, each into its own slice of `dev`."""
+    return [(path, dev[i:i + size], size, i) for i in range(0, dev.size, size)]
+
+
+def test_cai_stream_may_be_destroyed_once_the_read_is_submitted(tmp_path):
+    """A producer may destroy its stream as soon as the read is submitted (CuPy does when the
+    Stream object goes): the runs that start later wait for what was queued on it at the
+    submit, never use the gone stream's handle, and the data is the file's."""
+    size = 1 << 20
+    data = pattern(256 * size, 15)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    dev = cp.empty(data.size, dtype=cp.uint8)
+    stream = cp.cuda.Stream(non_blocking=True)
+    # 256 runs (a request each): most start after the destroy, whatever the pool's size.
+    with defaults.set("num_threads", 4):
+        with stream:
+            for _ in range(3):
+                dev.fill(7)
+            fut = gpufile.read_batch(_batch_into_slices(path, dev, size))
+        del stream  # CuPy destroys the stream here (the driver frees it when its work is done)
+        assert fut.get() == data.size
+    np.testing.assert_array_equal(cp.asnumpy(dev), data)
+
+
+def test_work_queued_after_the_submit_is_not_waited_for(tmp_path):
+    """CUDA Array Interface v3: the consumer waits for the work queued on the stream when it
+    takes the array, not for work queued later. Here the later work is a consumer on the same
+    stream that waits for the read itself: waiting for it too would never end."""
+    size = 1 << 20
+    data = pattern(256 * size, 16)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    dev = cp.empty(data.size, dtype=cp.uint8)
+    stream = cp.cuda.Stream(non_blocking=True)
+    gate = threading.Event()
+    with defaults.set("num_threads", 4):
+        with stream:
+            for _ in range(20):
+                dev.fill(7)
+            fut = gpufile.read_batch(_batch_into_slices(path, dev, size))
+            stream.launch_host_func(lambda _: gate.wait(60), None)
+        try:
+            deadline = time.monotonic() + 20
+            while not fut.done() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert fut.done(), "the read waited for work queued after it was submitted"
+        finally:
+            gate.set()
+        assert fut.get() == data.size
+    stream.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(dev), data)
+
+
+class _PinnedCAI:
+    """A CUDA Array Interface (v3, with a stream) over page-locked host memory."""
+
+    def __init__(self, host, stream):
+        self.host = host
+        self.__cuda_array_interface__ = {
+            "shape": (host.nbytes,), "typestr": "|u1", "data": (host.ctypes.data, False),
+            "version": 3, "strides": None, "stream": stream.ptr,
+        }
+
+
+def test_pinned_host_cai_is_written_after_its_stream(tmp_path):
+    """Pinned host memory behind a CUDA Array Interface takes the host path, inline on the
+    calling thread for one task: that path too waits for the producer's stream first."""
+    n = 32 << 20
+    pinned = cp.cuda.alloc_pinned_memory(n)
+    host = np.frombuffer(pinned, dtype=np.uint8, count=n)
+    host[:] = 0
+    dev = cp.empty(n, dtype=cp.uint8)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        for v in range(1, 21):
+            dev.fill(v)
+            cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, n,
+                                        cp.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+        buf = _PinnedCAI(host, stream)
+        with gpufile.CuFile(tmp_path / "p.bin", "w") as f:
+            assert f.raw_write(buf) == n  # one task, host memory: runs on this thread
+    stream.synchronize()
+    got = np.fromfile(tmp_path / "p.bin", dtype=np.uint8)
+    assert got.size == n and (got == 20).all()
 
 
 class _RawDeviceArray:

@@ -78,3 +78,24 @@ def test_n_files_to_n_gpus_and_back_concurrently(tmp_path):
     for d in range(N):
         np.testing.assert_array_equal(np.fromfile(tmp_path / f"out{d}.bin", dtype=np.uint8),
                                       datas[d])
+
+
+def test_cai_stream_of_another_device_is_waited_for(tmp_path):
+    """A producer may name the stream of its current device for an array on another one (CuPy
+    does when another device is current): gpufile cannot mark that stream in the array's
+    context, so it waits for it on the caller's thread, and the data is the file's."""
+    import cupy as cp
+    data = pattern(32 << 20, 17)
+    path = tmp_path / "x.bin"
+    data.tofile(path)
+    with cp.cuda.Device(0):
+        dev = cp.empty(data.size, dtype=cp.uint8)
+    with cp.cuda.Device(1):
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            if dev.__cuda_array_interface__.get("stream") != stream.ptr:
+                pytest.skip("this CuPy names another stream for a device-0 array here")
+            with defaults.set("compat_mode", "on"), gpufile.CuFile(path) as f:
+                assert f.pread(dev).get() == data.size
+        stream.synchronize()
+    np.testing.assert_array_equal(cp.asnumpy(dev), data)

@@ -28,7 +28,9 @@ pub(crate) enum BufferView {
         /// wait; the engine reuses it). `None` for an empty array.
         info: Option<PointerInfo>,
         /// The producer's stream, not waited for yet: a request made with [`Self::request`]
-        /// waits for it on its workers (views made by [`BufferView::for_request`] only).
+        /// waits for the work queued on it until the submit (views made by
+        /// [`BufferView::for_request`] only; such a request must be submitted before the
+        /// thread gives the GIL back to Python code that could destroy the stream).
         after: Option<StreamWait>,
         _owner: Vec<Py<PyAny>>,
     },
@@ -215,9 +217,9 @@ impl BufferView {
     }
 
     /// The view of `obj` for requests made with [`Self::request`]: the wait for the producer's
-    /// stream is left to the request's workers (the submitting thread saves a `cuStreamQuery`,
-    /// about 2.5 µs with copies in flight), except for the per-thread default stream, which
-    /// only this thread can name.
+    /// stream is left to the request (the engine marks the stream when the request is submitted,
+    /// on this thread, and its workers wait for the mark), except for the per-thread default
+    /// stream, which is waited for here.
     pub(crate) fn for_request(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
         Self::make(obj, writable, true)
     }

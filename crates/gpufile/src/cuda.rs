@@ -154,12 +154,26 @@ impl Context {
     pub fn addr(self) -> usize {
         self.0
     }
+
+    /// A made-up handle, for tests that never give it to the driver.
+    #[cfg(test)]
+    pub(crate) fn for_test(addr: usize) -> Self {
+        Context(addr)
+    }
+}
+
+/// The primary contexts gpufile retained, by device ordinal.
+static PRIMARY: Mutex<Option<HashMap<i32, Context>>> = Mutex::new(None);
+
+/// Whether `ctx` is a primary context gpufile retained (alive for the whole process).
+fn retained_primary(ctx: Context) -> bool {
+    let map = PRIMARY.lock().unwrap_or_else(|e| e.into_inner());
+    map.as_ref().is_some_and(|m| m.values().any(|c| *c == ctx))
 }
 
 /// The primary context of device `ordinal`, retained once by gpufile and never released, so it
 /// stays valid for pinned buffers and streams whatever the application does with its own.
 pub fn primary_context(ordinal: i32) -> Result<Context> {
-    static PRIMARY: Mutex<Option<HashMap<i32, Context>>> = Mutex::new(None);
     let api = api()?;
     let mut map = PRIMARY.lock().unwrap_or_else(|e| e.into_inner());
     let map = map.get_or_insert_with(HashMap::new);
@@ -296,20 +310,26 @@ pub fn synchronize_stream(handle: u64, ctx: Context) -> Result<()> {
     })
 }
 
-/// Whether the stream `handle` (as for [`synchronize_stream`]) in `ctx` has no work left
-/// (`cuStreamQuery`): an idle stream needs no wait. `ctx` is pushed only when it is not the
-/// thread's current context already (an application thread that made the array usually has it).
-pub fn stream_idle(handle: u64, ctx: Context) -> Result<bool> {
-    let api = api()?;
+/// `ctx` made current on this thread until the guard drops, unless it is already (an
+/// application thread that made the array usually has it: no push, no pop).
+fn push_unless_current(api: &CudaApi, ctx: Context) -> Result<Option<ContextGuard>> {
     let mut current = std::ptr::null_mut();
     // SAFETY: plain out-parameter.
     check("cuCtxGetCurrent", unsafe {
         (api.ctx_get_current)(&mut current)
     })?;
-    let _g = match current as usize == ctx.0 {
-        true => None,
-        false => Some(ContextGuard::push(ctx)?),
-    };
+    match current as usize == ctx.0 {
+        true => Ok(None),
+        false => ContextGuard::push(ctx).map(Some),
+    }
+}
+
+/// Whether the stream `handle` (as for [`synchronize_stream`]) in `ctx` has no work left
+/// (`cuStreamQuery`): an idle stream needs no wait. `ctx` is pushed only when it is not the
+/// thread's current context already.
+pub fn stream_idle(handle: u64, ctx: Context) -> Result<bool> {
+    let api = api()?;
+    let _g = push_unless_current(api, ctx)?;
     // SAFETY: as for `synchronize_stream`: the producer's live stream or a special handle.
     match unsafe { (api.stream_query)(handle as sys::CUstream) } {
         sys::CUDA_ERROR_NOT_READY => Ok(false),
@@ -318,9 +338,11 @@ pub fn stream_idle(handle: u64, ctx: Context) -> Result<bool> {
 }
 
 /// A producer's stream that a request must wait for before it touches the caller's memory (CUDA
-/// Array Interface v3 `stream`): waited for by each worker run, off the submitting thread.
-/// `handle` must be usable from any thread: a stream or the legacy default stream (1), never the
-/// per-thread default stream (2), which names a different stream on every thread.
+/// Array Interface v3 `stream`). The engine [marks](StreamWait::mark) it when the request is
+/// submitted, on the submitting thread, and each worker run waits for the mark: the stream
+/// handle itself is never used after the submit returns (its producer may destroy it then), and
+/// work queued on it later is not waited for. The per-thread default stream (2) names the
+/// submitting thread's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamWait {
     /// The stream handle.
@@ -335,6 +357,85 @@ impl StreamWait {
         match stream_idle(self.handle, self.ctx)? {
             true => Ok(()),
             false => synchronize_stream(self.handle, self.ctx),
+        }
+    }
+
+    /// Marks the work queued on the stream so far (`cuEventRecord` of a gpufile event), to be
+    /// waited for later from any thread with [`StreamMark::wait`]. A stream the event cannot be
+    /// recorded on (one of another context than the memory's: a producer may name its current
+    /// device's stream for another device's array) is waited for here instead.
+    pub fn mark(&self) -> Result<StreamMark> {
+        let api = api()?;
+        let event = EventPool::take(self.ctx)?;
+        let _g = push_unless_current(api, self.ctx)?;
+        // SAFETY: a live event of `ctx`; the handle is the producer's live stream (the caller's
+        // contract, CUDA Array Interface v3) or a special handle, read on this thread.
+        let recorded = check("cuEventRecord", unsafe {
+            (api.event_record)(event.raw(), self.handle as sys::CUstream)
+        });
+        match recorded {
+            Ok(()) => Ok(StreamMark { event: Some(event) }),
+            Err(_) => {
+                EventPool::give(event);
+                self.wait()?;
+                Ok(StreamMark { event: None })
+            }
+        }
+    }
+}
+
+/// The end of the work a producer's stream had queued when it was [marked](StreamWait::mark):
+/// an event gpufile owns (so it outlives the stream), back to a small pool on drop.
+pub struct StreamMark {
+    event: Option<Event>,
+}
+
+impl StreamMark {
+    /// Returns once the marked work has finished (`cuEventSynchronize`).
+    pub fn wait(&self) -> Result<()> {
+        match &self.event {
+            Some(e) => e.synchronize(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for StreamMark {
+    fn drop(&mut self) {
+        if let Some(e) = self.event.take() {
+            EventPool::give(e);
+        }
+    }
+}
+
+/// Events for [`StreamMark`]s, kept for reuse (a create and a destroy per request saved) only
+/// in the primary contexts gpufile retains, which are never destroyed; others are destroyed.
+struct EventPool;
+
+/// Most events kept.
+const EVENT_POOL_MAX: usize = 64;
+
+static EVENT_POOL: Mutex<Vec<Event>> = Mutex::new(Vec::new());
+
+impl EventPool {
+    fn take(ctx: Context) -> Result<Event> {
+        let mut pool = EVENT_POOL.lock().unwrap_or_else(|e| e.into_inner());
+        match pool.iter().rposition(|e| e.ctx == ctx) {
+            Some(i) => Ok(pool.swap_remove(i)),
+            None => {
+                drop(pool);
+                Event::new(ctx)
+            }
+        }
+    }
+
+    fn give(event: Event) {
+        if !retained_primary(event.ctx) {
+            return; // destroyed: its context may be destroyed by the application later
+        }
+        let mut pool = EVENT_POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < EVENT_POOL_MAX {
+            pool.push(event);
         }
     }
 }

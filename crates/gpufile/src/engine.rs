@@ -297,7 +297,9 @@ impl Engine {
     /// # Safety
     /// The request's buffer must be valid for its length (writable for a read) until the
     /// returned future is done (waited on or seen done), and nothing else may write it meanwhile
-    /// (nor read it, for a read).
+    /// (nor read it, for a read). A `pointer_info` must be what [`cuda::classify`] says of an
+    /// address in the buffer's allocation (the engine trusts it for that allocation's range),
+    /// and an `after` stream must be live until this returns.
     pub unsafe fn submit(
         &self,
         file: &FileHandle,
@@ -366,7 +368,7 @@ impl Engine {
                 self.posix_executor(endpoint, target, req.direction, settings, dma)
             }
         };
-        let exec = after_stream(exec, req.after);
+        let exec = after_stream(exec, req.after)?;
         let split = TaskSplit::new(req.file_offset, len, task_size);
         let here = blocking && matches!(target, Target::Host(_)) && split.count() == 1;
         match here {
@@ -430,7 +432,7 @@ impl Engine {
             return Ok(IoFuture::ready(Ok(0)));
         }
         let exec = self.posix_executor(endpoint, target, req.direction, settings, None);
-        let exec = after_stream(exec, req.after);
+        let exec = after_stream(exec, req.after)?;
         let split = TaskSplit::new(req.file_offset, len, task_size);
         self.run(exec, split, Backend::GpufilePosix, settings.num_threads)
     }
@@ -672,12 +674,21 @@ fn batch_keeps_tasks_whole<'a>(
     false
 }
 
-/// `exec`, made to wait for `after` first where the request names a stream.
-fn after_stream(exec: Arc<dyn Executor>, after: Option<cuda::StreamWait>) -> Arc<dyn Executor> {
-    match after {
-        Some(wait) => Arc::new(AfterStream { wait, inner: exec }),
+/// `exec`, made to wait first for the work queued on `after` (where the request names a
+/// stream) until now: the stream is marked here, on the submitting thread, so that the runs
+/// wait for that work only, and never use the producer's stream handle, which may be gone by
+/// the time a run starts.
+fn after_stream(
+    exec: Arc<dyn Executor>,
+    after: Option<cuda::StreamWait>,
+) -> Result<Arc<dyn Executor>> {
+    Ok(match after {
+        Some(wait) => Arc::new(AfterStream {
+            mark: wait.mark()?,
+            inner: exec,
+        }),
         None => exec,
-    }
+    })
 }
 
 /// Refuses `len` bytes at `addr` that run past the allocation of `size` bytes at `base`.
@@ -690,6 +701,40 @@ fn within_allocation(addr: u64, len: usize, base: u64, size: usize) -> Result<()
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod resolve_tests {
+    use super::{resolve, Target};
+    use crate::cuda::{Context, MemoryKind, PointerInfo};
+    use crate::Buffer;
+
+    #[test]
+    fn the_callers_answer_is_used_for_an_address_in_its_allocation() {
+        let ctx = Context::for_test(0x5000);
+        let info = PointerInfo {
+            kind: MemoryKind::Device,
+            device: Some(1),
+            context: Some(ctx),
+            base: 0x10_0000,
+            size: 0x1000,
+        };
+        // No driver is asked (there is none where this runs without a GPU).
+        let at = |addr, len| resolve(Buffer::Device { addr, len }, Some(info));
+        match at(0x10_0800, 0x800) {
+            Ok(Target::Device { device, base }) => {
+                assert_eq!(
+                    (device.addr, device.ctx, device.device),
+                    (0x10_0800, ctx, 1)
+                );
+                assert_eq!(base, 0x10_0000);
+            }
+            _ => panic!("the caller's answer was not used"),
+        }
+        // Past the allocation: refused, whether the driver is asked or the answer is used.
+        assert!(at(0x10_0800, 0x801).is_err());
+        assert!(at(0x10_1000, 1).is_err());
+    }
 }
 
 #[cfg(test)]

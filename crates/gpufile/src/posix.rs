@@ -13,19 +13,35 @@ use crate::error::{Error, Op, Result};
 
 /// This process's id, cached: `getpid` is a system call, and the engine checks it on every
 /// request (a forked child must not use its parent's workers). A `pthread_atfork` child handler,
-/// registered on first use, clears the cache in every forked child.
+/// registered on first use, clears the cache in every forked child; until it is registered (and
+/// in a process where it could not be) the id is not cached.
+///
+/// The registration never blocks another caller: a child forked while a thread of its parent
+/// was registering (a `Once` would then wait forever in the child) inherits a registration
+/// "in progress" and asks `getpid` every time.
 pub fn pid() -> u32 {
-    static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    static HOOK: std::sync::Once = std::sync::Once::new();
+    use std::sync::atomic::{AtomicU32, AtomicU8};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    /// 0: not registered; 1: being registered; 2: registered; 3: registration failed.
+    static HOOK: AtomicU8 = AtomicU8::new(0);
     extern "C" fn forked() {
         PID.store(0, Ordering::Relaxed);
     }
-    HOOK.call_once(|| {
-        // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe,
-        // as a handler run in a forked child must be); the handler is a plain `extern "C"` fn
-        // that lives for the whole process.
-        unsafe { libc::pthread_atfork(None, None, Some(forked)) };
-    });
+    if HOOK.load(Ordering::Acquire) != 2 {
+        if HOOK
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            // SAFETY: registers a child handler that only stores to an atomic (async-signal-safe,
+            // as a handler run in a forked child must be); the handler is a plain `extern "C"`
+            // fn that lives for the whole process.
+            let rc = unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+            HOOK.store(if rc == 0 { 2 } else { 3 }, Ordering::Release);
+        }
+        if HOOK.load(Ordering::Acquire) != 2 {
+            return std::process::id();
+        }
+    }
     match PID.load(Ordering::Relaxed) {
         0 => {
             let id = std::process::id();
@@ -238,6 +254,34 @@ fn retryable(err: &io::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_forked_child_gets_its_own_pid_not_the_cached_one() {
+        let parent = super::pid();
+        assert_eq!(parent, std::process::id());
+        assert_eq!(super::pid(), parent); // cached now
+                                          // SAFETY: the child only calls `pid` (atomics and getpid) and `_exit`.
+        match unsafe { libc::fork() } {
+            0 => {
+                // SAFETY: getpid has no preconditions.
+                let own = unsafe { libc::getpid() } as u32;
+                let ok = super::pid() == own && own != parent && super::pid() == own;
+                // SAFETY: ends the child without running the parent's test harness.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            -1 => panic!("fork: {}", io::Error::last_os_error()),
+            child => {
+                let mut status = 0;
+                // SAFETY: waits for the child just forked; `status` is a plain out-parameter.
+                assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "the child saw its parent's pid (status {status:#x})"
+                );
+            }
+        }
+        assert_eq!(super::pid(), parent);
+    }
     use super::*;
     use std::os::fd::AsRawFd;
 

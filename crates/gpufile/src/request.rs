@@ -116,8 +116,11 @@ pub struct Request {
     /// driver again (one `cuPointerGetAttributes` less per request). `None`: the engine asks.
     pub pointer_info: Option<PointerInfo>,
     /// A stream whose queued work must finish before the request touches its buffer (the
-    /// buffer's producer; CUDA Array Interface v3): each worker waits before its run starts, so
-    /// the submitting thread does not. `None`: nothing to wait for (or the caller waited).
+    /// buffer's producer; CUDA Array Interface v3): the engine marks the stream's end when the
+    /// request is submitted (an event, recorded on the submitting thread) and each worker waits
+    /// for that mark before its run starts, so the submitting thread does not wait. The stream
+    /// must be live until the submit returns, not after. `None`: nothing to wait for (or the
+    /// caller waited).
     pub after: Option<StreamWait>,
 }
 

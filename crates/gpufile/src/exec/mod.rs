@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::cuda::StreamWait;
+use crate::cuda::StreamMark;
 use crate::future::Completion;
 use crate::plan::{Task, TaskSplit};
 use crate::source::{Sink, Source};
@@ -33,32 +33,37 @@ pub trait Executor: Send + Sync {
     }
 }
 
-/// An executor whose runs first wait for a producer's stream ([`StreamWait`]): each run waits
-/// once, on its worker, before the inner executor touches the caller's memory; a failed wait
-/// fails the run's first task and skips the rest.
+/// An executor whose runs first wait for a producer's stream, as it was when the request was
+/// submitted ([`StreamMark`]): each run waits once, on its worker, before the inner executor
+/// touches the caller's memory; a failed wait fails the run's first task and skips the rest.
 pub struct AfterStream {
-    /// The stream to wait for.
-    pub wait: StreamWait,
+    /// The end of the producer's work, marked at submission.
+    pub mark: StreamMark,
     /// What runs after the wait.
     pub inner: Arc<dyn Executor>,
 }
 
 impl Executor for AfterStream {
     fn run(&self, tasks: &Tasks, done: &Completion) {
-        if let Err(e) = self.wait.wait() {
-            let mut lease = Lease::default();
-            if tasks.next(&mut lease).is_some() {
-                done.finish_task(Err(e));
-            }
-            tasks.skip_rest(&mut lease, done);
-            return;
+        match self.mark.wait() {
+            Ok(()) => self.inner.run(tasks, done),
+            Err(e) => fail_run(tasks, done, e),
         }
-        self.inner.run(tasks, done);
     }
 
     fn dma_bytes(&self) -> u64 {
         self.inner.dma_bytes()
     }
+}
+
+/// Ends a run that cannot start: its first task (if any is left) fails with `e`, every task not
+/// yet handed out is skipped; blocks other runs already hold are theirs to finish.
+fn fail_run(tasks: &Tasks, done: &Completion, e: crate::Error) {
+    let mut lease = Lease::default();
+    if tasks.next(&mut lease).is_some() {
+        done.finish_task(Err(e));
+    }
+    tasks.skip_rest(&mut lease, done);
 }
 
 /// The file side of a request.
@@ -151,5 +156,73 @@ impl SendPtr {
     /// The address `offset` bytes further.
     pub fn at(self, offset: usize) -> *mut u8 {
         self.0.wrapping_add(offset)
+    }
+}
+
+#[cfg(test)]
+mod after_stream_tests {
+    use super::{fail_run, Lease, Tasks};
+    use crate::future::{Completion, IoFuture};
+    use crate::plan::TaskSplit;
+    use crate::Error;
+    use std::sync::Arc;
+
+    /// A run as the executors make it: tasks until none is left or the request stopped.
+    fn good_run(tasks: &Tasks, done: &Completion) {
+        let mut lease = Lease::default();
+        while let Some(task) = tasks.next(&mut lease) {
+            if done.stopped() {
+                done.finish_task(Ok(0));
+                tasks.skip_rest(&mut lease, done);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            done.finish_task(Ok(task.len));
+        }
+    }
+
+    /// Runs `runs` (true: its wait failed) on threads over `count` tasks; every task must be
+    /// finished exactly once: a completion of `count + 1` is one short until the test's own.
+    fn check(count: usize, runs: &[bool]) -> IoFuture {
+        let tasks = Arc::new(Tasks::new(TaskSplit::new(0, count, 1), runs.len()));
+        let done = Completion::new(count + 1, |_| {});
+        let threads: Vec<_> = runs
+            .iter()
+            .map(|&fails| {
+                let (tasks, done) = (Arc::clone(&tasks), Arc::clone(&done));
+                std::thread::spawn(move || match fails {
+                    true => fail_run(&tasks, &done, Error::InvalidArgument("wait".into())),
+                    false => good_run(&tasks, &done),
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let fut = IoFuture::pending(Arc::clone(&done));
+        assert!(!fut.is_done(), "a task was finished twice");
+        done.finish_task(Ok(0));
+        assert!(fut.is_done(), "a task was never finished");
+        fut
+    }
+
+    #[test]
+    fn a_failed_wait_fails_the_request_once_whatever_the_runs() {
+        for runs in [
+            &[true][..],
+            &[true, true, true, true],
+            &[false, true],
+            &[true, false, false],
+        ] {
+            for count in [1, 2, 7, 40, 300] {
+                let r = check(count, runs).wait();
+                // A run whose wait passed may have done every task before the failed one began.
+                let all_done = runs.contains(&false) && matches!(r, Ok(n) if n == count);
+                assert!(
+                    all_done || matches!(&r, Err(Error::InvalidArgument(m)) if m == "wait"),
+                    "{runs:?} over {count} tasks: {r:?}"
+                );
+            }
+        }
     }
 }
