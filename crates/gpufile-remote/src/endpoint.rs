@@ -5,7 +5,6 @@ use std::fmt;
 
 use std::time::SystemTime;
 
-use crate::gcs;
 use aws_credential_types::Credentials;
 use aws_sigv4::http_request::{
     sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
@@ -16,6 +15,8 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use gpufile::{Error, Result};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use url::Url;
+
+use crate::gcs;
 
 /// The kinds of remote endpoint (KvikIO's `RemoteEndpointType`, same values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
