@@ -1,4 +1,5 @@
-"""Remote files: HTTP(S), S3, public S3, presigned S3 URLs and WebHDFS (KvikIO's ``RemoteFile``).
+"""Remote files: HTTP(S), S3, public S3, presigned S3 URLs and WebHDFS (KvikIO's ``RemoteFile``),
+and, beyond KvikIO, public Google Cloud Storage objects by ``gs://`` URL.
 
 ::
 
@@ -6,6 +7,11 @@
     with gpufile.RemoteFile.open("https://example.com/data.bin") as f:
         buf = numpy.empty(f.nbytes(), dtype="u1")
         f.read(buf)
+
+``gs://<bucket>/<object>`` URLs are read anonymously through GCS's XML API
+(``https://storage.googleapis.com/<bucket>/<object>``, or the host in ``STORAGE_EMULATOR_HOST``)
+as HTTP endpoints. Signed URLs (Azure shared access signatures, GCS signed URLs) are plain HTTPS:
+``open_http`` reads them, sending the query with every request and redacting its signature.
 
 Each read is split into ``task_size`` ranged GETs run on ``num_threads`` threads; the settings
 ``http_max_attempts``, ``http_status_codes`` and ``http_timeout`` govern retries. S3 credentials
@@ -40,7 +46,8 @@ class RemoteEndpointType(enum.Enum):
     WEBHDFS
         Apache Hadoop WebHDFS (``http://host:port/webhdfs/v1/<path>``).
     HTTP
-        Any HTTP(S) server that answers ranged GETs.
+        Any HTTP(S) server that answers ranged GETs; public ``gs://`` objects are read as this
+        type (gpufile's addition).
     """
 
     AUTO = 0
@@ -73,12 +80,14 @@ def infer_remote_endpoint_type(url: str) -> RemoteEndpointType:
     Returns
     -------
     RemoteEndpointType
-        The first of S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, HTTP whose URL form matches.
+        The first of S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, HTTP whose URL form matches;
+        HTTP for ``gs://<bucket>/<object>`` (gpufile's addition).
 
     Raises
     ------
     RuntimeError
-        "Bad scheme" when the URL has no scheme, "Unsupported endpoint URL" when no type fits.
+        "Bad scheme" when the URL has no scheme, "Unsupported endpoint URL" when no type fits
+        (for a malformed ``gs://`` URL, with what is wrong with it).
     """
     return RemoteEndpointType(_native.infer_remote_endpoint_type(url))
 
@@ -97,8 +106,8 @@ class RemoteFile:
     each range is received while the previous one is copied to the GPU).
 
     Open it with a factory method (``open``, ``open_http``, ``open_s3``, ``open_s3_url``,
-    ``open_s3_public``, ``open_s3_presigned_url``, ``open_webhdfs``); its size is asked once,
-    at open, unless ``nbytes`` is given.
+    ``open_s3_public``, ``open_s3_presigned_url``, ``open_webhdfs``, and gpufile's
+    ``open_gcs_public``); its size is asked once, at open, unless ``nbytes`` is given.
     """
 
     def __init__(self, handle: Any) -> None:
@@ -116,6 +125,12 @@ class RemoteFile:
     @classmethod
     def open_http(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
         """Opens an HTTP(S) file; its size comes from ``HEAD`` (Content-Length).
+
+        A URL with a query is sent as it is with every request (``HEAD`` and each ranged
+        ``GET``), so signed URLs of any store work: an Azure Blob shared access signature
+        (``https://<account>.blob.core.windows.net/<container>/<blob>?sv=...&sig=...``) or a
+        GCS signed URL. Their signatures (``sig``, ``X-Goog-Signature``, ``Signature``, ...)
+        are redacted in ``str()`` and errors.
 
         Parameters
         ----------
@@ -271,6 +286,42 @@ class RemoteFile:
         return cls(_native.NativeRemoteFile.open_s3_presigned_url(presigned_url, nbytes))
 
     @classmethod
+    def open_gcs_public(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
+        """Opens a public Google Cloud Storage object by ``gs://`` URL (gpufile's addition).
+
+        The object is read anonymously, by plain ranged GETs of GCS's XML API address
+        ``https://storage.googleapis.com/<bucket>/<object>`` (the name percent-encoded segment
+        by segment, ``/`` kept), or of the same path at the host in ``STORAGE_EMULATOR_HOST``
+        where that is set (``http://127.0.0.1:4443`` or ``127.0.0.1:4443``: the variable
+        Google's client libraries read to target an emulator such as fake-gcs-server). The
+        size comes from ``HEAD``. The file is an HTTP endpoint (``remote_endpoint_type()``);
+        ``str()`` and errors show the ``gs://`` URL. ``RemoteFile.open(url)`` opens the same.
+
+        Parameters
+        ----------
+        url
+            ``gs://<bucket>/<object>``; the object name is taken literally (``%20``, ``?`` and
+            ``#`` are characters of the name, as in Google's tools).
+        nbytes
+            Its size, if known (no request is then made at open).
+
+        Returns
+        -------
+        RemoteFile
+            The open file.
+
+        Raises
+        ------
+        ValueError
+            A malformed URL (no bucket, no object, a bucket name GCS would refuse), or a
+            ``STORAGE_EMULATOR_HOST`` that is not ``host:port`` or ``http(s)://host:port``.
+        RuntimeError
+            The server refused or failed; a 401 or 403 adds that gpufile reads public objects
+            only (a private object needs a signed URL, opened with ``open_http``).
+        """
+        return cls(_native.NativeRemoteFile.open_gcs_public(url, nbytes))
+
+    @classmethod
     def open_webhdfs(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
         """Opens a WebHDFS file, ``http(s)://<host>:<port>/webhdfs/v1/<path>[?user.name=<u>]``.
 
@@ -301,7 +352,8 @@ class RemoteFile:
         Parameters
         ----------
         url
-            The URL.
+            The URL. Beyond KvikIO, a ``gs://<bucket>/<object>`` URL is an HTTP endpoint,
+            opened as ``open_gcs_public`` opens it (KvikIO: "Unsupported endpoint URL").
         remote_endpoint_type
             AUTO (default) infers it from the URL, trying ``allow_list`` in order; an S3 URL
             whose credentials are missing or refused falls back to S3_PUBLIC if allowed.

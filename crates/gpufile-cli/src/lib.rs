@@ -119,8 +119,8 @@ struct ExplainArgs {
 
 #[derive(clap::Args, Debug)]
 struct ReadArgs {
-    /// The file to read: a regular file, or a URL (http://, https://, s3://, webhdfs://...) read
-    /// by ranged requests.
+    /// The file to read: a regular file, or a URL (http://, https://, s3://, gs://, webhdfs://...)
+    /// read by ranged requests.
     file: PathBuf,
     /// Worker threads (default: the `num_threads` setting).
     #[arg(long, short = 't')]
@@ -470,7 +470,7 @@ enum ReadSource {
     Remote(Arc<RemoteFile>),
 }
 
-/// FILE as a URL (`scheme://...`: http, https, s3, webhdfs, ...), or None for a local path
+/// FILE as a URL (`scheme://...`: http, https, s3, gs, webhdfs, ...), or None for a local path
 /// (`./http://x` names a local file).
 fn remote_url(file: &Path) -> Option<&str> {
     let text = file.to_str()?;

@@ -49,13 +49,16 @@ struct NativeRemoteFile {
 
 impl NativeRemoteFile {
     fn wrap(opened: gpufile::Result<RemoteFile>) -> PyResult<Self> {
-        let f = opened.map_err(open_err)?;
-        Ok(NativeRemoteFile {
+        opened.map(Self::from_file).map_err(open_err)
+    }
+
+    fn from_file(f: RemoteFile) -> Self {
+        NativeRemoteFile {
             url: f.url().to_owned(),
             nbytes: f.nbytes(),
             kind: f.remote_endpoint_type(),
             file: Mutex::new(Some(Arc::new(f))),
-        })
+        }
     }
 
     fn file(&self) -> PyResult<Arc<RemoteFile>> {
@@ -173,6 +176,21 @@ impl NativeRemoteFile {
     ) -> PyResult<Self> {
         let n = nbytes_arg(nbytes)?;
         Self::wrap(py.detach(|| RemoteFile::open_webhdfs(&url, n)))
+    }
+
+    /// gpufile's addition, so its errors take gpufile's types: a bad `gs://` URL is a
+    /// ValueError (KvikIO's `open_*` raise RuntimeError for bad URLs), a refusal RuntimeError.
+    #[staticmethod]
+    #[pyo3(signature = (url, nbytes=None))]
+    fn open_gcs_public(
+        py: Python<'_>,
+        url: String,
+        nbytes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let n = nbytes_arg(nbytes)?;
+        py.detach(|| RemoteFile::open_gcs_public(&url, n))
+            .map(Self::from_file)
+            .map_err(to_py)
     }
 
     /// `remote_endpoint_type` and `allow_list` as KvikIO's integer values.

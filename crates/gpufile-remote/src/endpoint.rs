@@ -16,6 +16,8 @@ use gpufile::{Error, Result};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use url::Url;
 
+use crate::gcs;
+
 /// The kinds of remote endpoint (KvikIO's `RemoteEndpointType`, same values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RemoteEndpointType {
@@ -29,7 +31,8 @@ pub enum RemoteEndpointType {
     S3PresignedUrl = 3,
     /// Apache Hadoop WebHDFS.
     WebHdfs = 4,
-    /// Any HTTP(S) server that answers ranged GETs.
+    /// Any HTTP(S) server that answers ranged GETs; gpufile also reads public
+    /// `gs://<bucket>/<object>` URLs as this type (GCS's XML API is plain ranged HTTPS).
     Http = 5,
 }
 
@@ -63,7 +66,7 @@ impl RemoteEndpointType {
             Self::S3 | Self::S3Public => is_s3_url(url),
             Self::S3PresignedUrl => is_presigned_url(url),
             Self::WebHdfs => is_webhdfs_url(url),
-            Self::Http => is_http_url(url),
+            Self::Http => is_http_url(url) || gcs::problem(url).is_none(),
         }
     }
 }
@@ -191,9 +194,11 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
     Ok((bucket.to_owned(), key.to_owned()))
 }
 
-/// The URL with the values of `X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token` and
-/// `Signature` (SigV2)
-/// replaced by `REDACTED`, for errors and `str()`: a presigned URL is a bearer credential.
+/// The URL with the values of its signature and credential parameters replaced by `REDACTED`,
+/// for errors and `str()`: a signed URL is a bearer credential. Those of S3 presigned URLs
+/// (`X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, SigV2's `Signature`), of
+/// GCS signed URLs (`X-Goog-Signature`, `X-Goog-Credential`; V2's `Signature`) and of Azure
+/// shared access signatures (`sig`).
 pub fn redact(url: &str) -> String {
     let Some((base, query)) = url.split_once('?') else {
         return url.to_owned();
@@ -202,6 +207,10 @@ pub fn redact(url: &str) -> String {
         "x-amz-signature",
         "x-amz-credential",
         "x-amz-security-token",
+        "signature",
+        "x-goog-signature",
+        "x-goog-credential",
+        "sig",
     ];
     let parts: Vec<String> = query
         .split('&')
@@ -251,7 +260,7 @@ enum UrlStyle {
 
 /// Characters kept as they are in an S3 key's URL path: RFC 3986 unreserved ones and `/`
 /// (the URI encoding that SigV4 canonicalises, so that the URL sent is the one signed).
-const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+pub(crate) const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')
@@ -496,7 +505,25 @@ pub fn infer(url: &str, allow_list: &[RemoteEndpointType]) -> Result<RemoteEndpo
         .iter()
         .copied()
         .find(|t| t.accepts(url))
-        .ok_or_else(|| Error::InvalidArgument(format!("Unsupported endpoint URL: {}", redact(url))))
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "Unsupported endpoint URL: {}{}",
+                redact(url),
+                gs_note(url)
+            ))
+        })
+}
+
+/// For a `gs://` URL that no endpoint type accepted, why: the URL's problem, or HTTP (which
+/// reads `gs://` URLs) left out of the allow list.
+pub(crate) fn gs_note(url: &str) -> String {
+    if !gcs::is_gs_scheme(url) {
+        return String::new();
+    }
+    match gcs::problem(url) {
+        Some(why) => format!(" ({why})"),
+        None => " (gs:// URLs are read as HTTP, which the allow list leaves out)".into(),
+    }
 }
 
 /// KvikIO's `infer_remote_endpoint_type`: the default allow list.
@@ -778,6 +805,62 @@ mod tests {
             .unwrap(),
             "http://127.0.0.1:1/b/k"
         );
+    }
+
+    #[test]
+    fn gs_urls_are_http_urls() {
+        assert_eq!(
+            infer_remote_endpoint_type("gs://bucket-name/dir/object.bin").unwrap(),
+            T::Http
+        );
+        assert!(T::Http.accepts("gs://bkt/a b/é"));
+        for other in [T::S3, T::S3Public, T::S3PresignedUrl, T::WebHdfs] {
+            assert!(!other.accepts("gs://bkt/o"), "{other}");
+        }
+        // A bad gs:// URL is unsupported, with what is wrong with it.
+        for (url, why) in [
+            ("gs://bkt", "no object name"),
+            ("gs:///o", "no bucket name"),
+            ("gs://BKT/o", "is not a bucket name"),
+        ] {
+            let e = infer_remote_endpoint_type(url).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("Unsupported endpoint URL: {url} (")),
+                "{e}"
+            );
+            assert!(
+                e.contains(why) && e.contains("gs://<bucket>/<object>"),
+                "{e}"
+            );
+        }
+        // HTTP left out of the allow list: said so.
+        let e = infer("gs://bkt/o", &[T::S3, T::WebHdfs])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("read as HTTP, which the allow list leaves out"),
+            "{e}"
+        );
+        // Other schemes keep KvikIO's words alone.
+        let e = infer_remote_endpoint_type("az://c/b")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "Unsupported endpoint URL: az://c/b");
+    }
+
+    #[test]
+    fn gcs_and_azure_signatures_are_redacted() {
+        let sas = "https://acct.blob.core.windows.net/c/b.bin?sv=2022-11-02&se=2030-01-01&sr=b&sp=r&sig=abc%2Fdef%3D";
+        assert_eq!(
+            redact(sas),
+            "https://acct.blob.core.windows.net/c/b.bin?sv=2022-11-02&se=2030-01-01&sr=b&sp=r&sig=REDACTED"
+        );
+        let goog = "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential=sa%40p&X-Goog-Signature=0123";
+        let r = redact(goog);
+        assert!(!r.contains("sa%40p") && !r.contains("0123"), "{r}");
+        assert!(r.contains("X-Goog-Algorithm=GOOG4-RSA-SHA256"), "{r}");
+        let v2 = "https://storage.googleapis.com/b/o?GoogleAccessId=a&Expires=1&Signature=xyz";
+        assert!(redact(v2).ends_with("Signature=REDACTED"));
     }
 
     #[test]

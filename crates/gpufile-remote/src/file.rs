@@ -4,9 +4,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use gpufile::source::{Call, Source};
-use gpufile::{Error, Result};
+use gpufile::{Error, RemoteFailure, Result};
 
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
+use crate::gcs;
 use crate::http::{Client, RemoteStats, Target};
 
 /// How the bytes of an object are asked for.
@@ -14,6 +15,8 @@ use crate::http::{Client, RemoteStats, Target};
 enum Access {
     /// A ranged GET of a fixed URL (HTTP, S3 public, presigned URL).
     Plain { url: String },
+    /// A public GCS object: a ranged GET of its XML API address `url`, shown as `gs`.
+    PublicGcs { url: String, gs: String },
     /// A ranged GET of the object's URL, each request signed in its headers (SigV4).
     S3(Box<S3Object>),
     /// WebHDFS: `op=GETFILESTATUS` for the size, `op=OPEN&offset&length` for the bytes.
@@ -38,12 +41,13 @@ fn process_env(name: &str) -> Option<String> {
 
 impl RemoteFile {
     fn new(access: Access, kind: RemoteEndpointType, nbytes: Option<u64>) -> Result<Self> {
-        let shown = match &access {
-            Access::Plain { url } => endpoint::redact(url),
-            Access::S3(o) => o.url(),
-            Access::WebHdfs { base, .. } => base.clone(),
+        let (shown, sent) = match &access {
+            Access::Plain { url } => (endpoint::redact(url), url.clone()),
+            Access::PublicGcs { url, gs } => (gs.clone(), url.clone()),
+            Access::S3(o) => (o.url(), o.url()),
+            Access::WebHdfs { base, .. } => (base.clone(), base.clone()),
         };
-        let tls = shown.to_ascii_lowercase().starts_with("https://");
+        let tls = sent.to_ascii_lowercase().starts_with("https://");
         let mut f = RemoteFile {
             access,
             kind,
@@ -53,7 +57,7 @@ impl RemoteFile {
         };
         f.nbytes = match nbytes {
             Some(n) => n,
-            None => f.fetch_size()?,
+            None => f.fetch_size().map_err(|e| f.explain(e))?,
         };
         Ok(f)
     }
@@ -63,7 +67,9 @@ impl RemoteFile {
             Access::Plain { url } if self.kind == RemoteEndpointType::S3PresignedUrl => self
                 .client
                 .range_probe_size(&self.target(url, Some((0, 1)))),
-            Access::Plain { url } => self.client.head_size(&self.target(url, None)),
+            Access::Plain { url } | Access::PublicGcs { url, .. } => {
+                self.client.head_size(&self.target(url, None))
+            }
             Access::S3(o) => self.client.head_size(&Target {
                 signer: Some(o),
                 ..self.target(o.url.as_str(), None)
@@ -80,6 +86,32 @@ impl RemoteFile {
                     ),
                 })
             }
+        }
+    }
+
+    /// A server's refusal of a `gs://` object, with the address asked and, for 401 and 403,
+    /// that only public objects are read; other errors as they are.
+    fn explain(&self, e: Error) -> Error {
+        let Access::PublicGcs { url: sent, .. } = &self.access else {
+            return e;
+        };
+        match e {
+            Error::Remote {
+                url,
+                kind: RemoteFailure::Status(code),
+                reason,
+            } => {
+                let hint = match code {
+                    401 | 403 => format!(". {}", gcs::PUBLIC_ONLY_HINT),
+                    _ => String::new(),
+                };
+                Error::Remote {
+                    url,
+                    kind: RemoteFailure::Status(code),
+                    reason: format!("{reason}, from {sent}{hint}"),
+                }
+            }
+            other => other,
         }
     }
 
@@ -160,6 +192,28 @@ impl RemoteFile {
         )
     }
 
+    /// A public Google Cloud Storage object, `gs://<bucket>/<object>` (gpufile's addition):
+    /// read anonymously as plain ranged GETs of `https://storage.googleapis.com/<bucket>/<object>`
+    /// (GCS's XML API), or of the host in `STORAGE_EMULATOR_HOST` where that is set; size by
+    /// `HEAD`. Opened as [`RemoteEndpointType::Http`], shown (`url()`, errors) as the `gs://` URL.
+    /// A 401 or 403 answer says that only public objects are read (a private one needs a signed
+    /// URL, opened with [`RemoteFile::open_http`]).
+    pub fn open_gcs_public(url: &str, nbytes: Option<u64>) -> Result<Self> {
+        Self::open_gcs_public_with_env(url, nbytes, &process_env)
+    }
+
+    fn open_gcs_public_with_env(url: &str, nbytes: Option<u64>, env: Env<'_>) -> Result<Self> {
+        let http = gcs::public_http_url(url, env)?;
+        Self::new(
+            Access::PublicGcs {
+                url: http,
+                gs: url.to_owned(),
+            },
+            RemoteEndpointType::Http,
+            nbytes,
+        )
+    }
+
     /// A presigned S3 URL; size by `GET` with `Range: bytes=0-0` (`Content-Range`), since
     /// the signature covers GET only.
     pub fn open_s3_presigned_url(url: &str, nbytes: Option<u64>) -> Result<Self> {
@@ -198,7 +252,9 @@ impl RemoteFile {
     /// KvikIO's `RemoteHandle::open`: `kind` AUTO infers the type from the URL, trying
     /// `allow_list` (default: S3, S3 public, presigned, WebHDFS, HTTP) in order; an explicit
     /// type must be in `allow_list`. With AUTO, an S3 URL whose credentials are missing or
-    /// refused is opened as S3 public when that is allowed.
+    /// refused is opened as S3 public when that is allowed. Beyond KvikIO (which answers
+    /// `Unsupported endpoint URL`), a `gs://<bucket>/<object>` URL is an HTTP one, opened with
+    /// [`RemoteFile::open_gcs_public`].
     pub fn open(
         url: &str,
         kind: RemoteEndpointType,
@@ -225,8 +281,12 @@ impl RemoteFile {
             }
             endpoint::scheme(url)?;
             if !kind.accepts(url) {
+                let note = match kind {
+                    RemoteEndpointType::Http => endpoint::gs_note(url),
+                    _ => String::new(),
+                };
                 return Err(Error::InvalidArgument(format!(
-                    "Invalid URL for {kind} endpoint: {}",
+                    "Invalid URL for {kind} endpoint: {}{note}",
                     endpoint::redact(url)
                 )));
             }
@@ -241,6 +301,9 @@ impl RemoteFile {
             RemoteEndpointType::S3Public => Self::open_s3_public(url, nbytes),
             RemoteEndpointType::S3PresignedUrl => Self::open_s3_presigned_url(url, nbytes),
             RemoteEndpointType::WebHdfs => Self::open_webhdfs(url, nbytes),
+            RemoteEndpointType::Http | RemoteEndpointType::Auto if gcs::is_gs_scheme(url) => {
+                Self::open_gcs_public(url, nbytes)
+            }
             RemoteEndpointType::Http | RemoteEndpointType::Auto => Self::open_http(url, nbytes),
         }
     }
@@ -283,7 +346,7 @@ impl RemoteFile {
     fn get(&self, dst: &mut [u8], offset: u64, progress: &AtomicU64) -> Result<()> {
         let range = Some((offset, dst.len()));
         match &self.access {
-            Access::Plain { url } => {
+            Access::Plain { url } | Access::PublicGcs { url, .. } => {
                 self.client
                     .get_into(&self.target(url, range), offset, dst, progress)
             }
@@ -359,6 +422,7 @@ impl Source for RemoteFile {
             });
         }
         self.get(dst, offset, call.progress)
+            .map_err(|e| self.explain(e))
     }
 }
 
@@ -474,6 +538,77 @@ mod tests {
         );
         let e = RemoteFile::open_s3_url("ftp://b/k", None, &S3Options::default()).unwrap_err();
         assert!(e.to_string().contains("Unsupported protocol"), "{e}");
+    }
+
+    #[test]
+    fn gs_urls_open_as_public_http_objects() {
+        let env = |k: &str| (k == gcs::EMULATOR_HOST_VAR).then(|| "127.0.0.1:9".to_string());
+        // nbytes given: no request at open.
+        let f = RemoteFile::open_gcs_public_with_env("gs://bkt/a b.bin", Some(10), &env).unwrap();
+        assert_eq!(f.url(), "gs://bkt/a b.bin");
+        assert_eq!(f.remote_endpoint_type(), RemoteEndpointType::Http);
+        assert!(
+            matches!(&f.access, Access::PublicGcs { url, .. } if url == "http://127.0.0.1:9/bkt/a%20b.bin")
+        );
+        let e = f.check_range(5, 6).unwrap_err().to_string();
+        assert!(e.contains("(gs://bkt/a b.bin)"), "{e}");
+        // A refusal names the address asked; 401 and 403 say that only public objects are read.
+        let refusal = |code: u16| Error::Remote {
+            url: f.url().to_owned(),
+            kind: RemoteFailure::Status(code),
+            reason: format!("HEAD: URL returned error: {code}"),
+        };
+        let e = f.explain(refusal(403)).to_string();
+        assert_eq!(
+            e,
+            "HEAD: URL returned error: 403, from http://127.0.0.1:9/bkt/a%20b.bin. gpufile reads \
+             public gs:// objects only; for private objects use a signed URL with \
+             RemoteFile.open_http (gs://bkt/a b.bin)"
+        );
+        assert!(f
+            .explain(refusal(401))
+            .to_string()
+            .contains("public gs:// objects only"));
+        let e = f.explain(refusal(404)).to_string();
+        assert!(
+            e.ends_with("404, from http://127.0.0.1:9/bkt/a%20b.bin (gs://bkt/a b.bin)"),
+            "{e}"
+        );
+        let eof = f.explain(Error::Closed);
+        assert!(matches!(eof, Error::Closed));
+    }
+
+    #[test]
+    fn bad_gs_urls_are_refused_before_any_request() {
+        let e = RemoteFile::open_gcs_public("gs://bkt", Some(1)).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains("gs://bkt: no object name"), "{e}");
+        let e = RemoteFile::open_gcs_public("https://h/b/o", Some(1)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("for an http(s):// URL use RemoteFile.open_http"),
+            "{e}"
+        );
+        let e = RemoteFile::open("gs:///o", RemoteEndpointType::Auto, None, Some(1)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Unsupported endpoint URL: gs:///o (no bucket name"),
+            "{e}"
+        );
+        let e = RemoteFile::open("gs://bkt/", RemoteEndpointType::Http, None, Some(1)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Invalid URL for HTTP endpoint: gs://bkt/ (no object name"),
+            "{e}"
+        );
+        let e = RemoteFile::open("gs://bkt/o", RemoteEndpointType::S3, None, Some(1)).unwrap_err();
+        assert_eq!(e.to_string(), "Invalid URL for S3 endpoint: gs://bkt/o");
+        // open_http stays http(s) only.
+        let e = RemoteFile::open_http("gs://bkt/o", Some(1)).unwrap_err();
+        assert!(
+            e.to_string().contains("Unsupported protocol for HTTP"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Remote objects as gpufile sources: HTTP(S), S3 (SigV4), S3 public, presigned S3 URLs and
-//! WebHDFS, with KvikIO's URL rules, environment and retry settings.
+//! WebHDFS, with KvikIO's URL rules, environment and retry settings; beyond KvikIO, public
+//! Google Cloud Storage objects by `gs://` URL (read as HTTP, see [`parse_gs_url`]).
 //!
 //! How to use:
 //! 1. Open with one of [`RemoteFile`]'s constructors (`open_http`, `open_s3`, `open_s3_url`,
-//!    `open_s3_public`, `open_s3_presigned_url`, `open_webhdfs`) or with [`RemoteFile::open`],
-//!    which infers the endpoint type from the URL (see [`infer_remote_endpoint_type`]). The size
-//!    is asked once, at open, unless given.
+//!    `open_s3_public`, `open_s3_presigned_url`, `open_webhdfs`, `open_gcs_public`) or with
+//!    [`RemoteFile::open`], which infers the endpoint type from the URL (see
+//!    [`infer_remote_endpoint_type`]). The size is asked once, at open, unless given. Signed
+//!    URLs of other stores (Azure shared access signatures, GCS signed URLs) are plain HTTPS:
+//!    `open_http` reads them, the query sent with every request and its signature redacted.
 //! 2. [`RemoteFile`] is a [`gpufile::source::Source`]: each `read_at` is one ranged GET read
 //!    straight into the caller's slice (no intermediate buffer). The engine
 //!    ([`gpufile::Engine::submit_to`]) splits a request over its workers, into host memory or
@@ -23,10 +26,12 @@
 
 mod endpoint;
 mod file;
+mod gcs;
 mod http;
 
 pub use endpoint::{
     infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Options,
 };
 pub use file::{read_into, RemoteFile};
+pub use gcs::{parse_gs_url, EMULATOR_HOST_VAR, XML_API_ENDPOINT};
 pub use http::RemoteStats;
