@@ -361,10 +361,18 @@ impl StreamWait {
     }
 
     /// Marks the work queued on the stream so far (`cuEventRecord` of a gpufile event), to be
-    /// waited for later from any thread with [`StreamMark::wait`]. A stream the event cannot be
+    /// waited for later from any thread with [`StreamMark::wait`]; `None` where nothing needs
+    /// waiting for (the stream is idle now, or was waited for here). A stream the event cannot be
     /// recorded on (one of another context than the memory's: a producer may name its current
     /// device's stream for another device's array) is waited for here instead.
-    pub fn mark(&self) -> Result<StreamMark> {
+    pub fn mark(&self) -> Result<Option<StreamMark>> {
+        // An idle stream (the usual case: nothing queued since the array was made) needs no
+        // mark, and `cuStreamQuery` costs the submitting thread less than `cuEventRecord`
+        // (measured on the H200, 64 KiB reads with 64 in flight: about 2.5 µs against 5-7 µs a
+        // request; both take the driver's locks the workers' copies hold).
+        if let Ok(true) = stream_idle(self.handle, self.ctx) {
+            return Ok(None);
+        }
         let api = api()?;
         let event = EventPool::take(self.ctx)?;
         let _g = push_unless_current(api, self.ctx)?;
@@ -374,11 +382,11 @@ impl StreamWait {
             (api.event_record)(event.raw(), self.handle as sys::CUstream)
         });
         match recorded {
-            Ok(()) => Ok(StreamMark { event: Some(event) }),
+            Ok(()) => Ok(Some(StreamMark { event: Some(event) })),
             Err(_) => {
                 EventPool::give(event);
                 self.wait()?;
-                Ok(StreamMark { event: None })
+                Ok(None)
             }
         }
     }

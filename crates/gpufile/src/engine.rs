@@ -682,11 +682,8 @@ fn after_stream(
     exec: Arc<dyn Executor>,
     after: Option<cuda::StreamWait>,
 ) -> Result<Arc<dyn Executor>> {
-    Ok(match after {
-        Some(wait) => Arc::new(AfterStream {
-            mark: wait.mark()?,
-            inner: exec,
-        }),
+    Ok(match after.map(|w| w.mark()).transpose()?.flatten() {
+        Some(mark) => Arc::new(AfterStream { mark, inner: exec }),
         None => exec,
     })
 }
