@@ -266,6 +266,30 @@ def test_work_queued_after_the_submit_is_not_waited_for(tmp_path):
     np.testing.assert_array_equal(cp.asnumpy(dev), data)
 
 
+def test_calls_that_never_touch_the_bytes_do_not_wait_for_the_stream(tmp_path):
+    """`io_path_for` (and `memory_register`, through the same view) looks at where an array
+    lives, not at its bytes: a stream held up by a host function does not hold it up."""
+    path = tmp_path / "p.bin"
+    pattern(1 << 20, 17).tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    gate = threading.Event()
+    with stream:
+        dev = cp.zeros(1 << 20, dtype=cp.uint8)
+        stream.launch_host_func(lambda _: gate.wait(60), None)
+        assert dev.__cuda_array_interface__.get("stream") == stream.ptr
+        timer = threading.Timer(20, gate.set)  # never leave the stream blocked
+        timer.start()
+        try:
+            t0 = time.monotonic()
+            with gpufile.CuFile(path) as f:
+                assert f.io_path_for(dev)[0] in ("gpufile-posix", "cufile")
+            assert time.monotonic() - t0 < 10, "waited for the producer's stream"
+        finally:
+            gate.set()
+            timer.cancel()
+    stream.synchronize()
+
+
 class _PinnedCAI:
     """A CUDA Array Interface (v3, with a stream) over page-locked host memory."""
 

@@ -149,6 +149,18 @@ fn classify(len: usize, addr: u64) -> PyResult<Option<PointerInfo>> {
     }
 }
 
+/// What a view does about the work its producer queued on the array's stream (CUDA Array
+/// Interface v3 `stream`, DLPack's exchange on the legacy stream).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Producer {
+    /// Waits for it before the view is made.
+    Wait,
+    /// Leaves it to the request made from the view ([`BufferView::request`]).
+    Defer,
+    /// Never touches the bytes: nothing to wait for.
+    Ignore,
+}
+
 /// `cudaStreamPerThread` (CUDA Array Interface v3): a different stream on every thread.
 const PER_THREAD_STREAM: u64 = 2;
 
@@ -213,7 +225,14 @@ impl BufferView {
     /// The view of `obj`, after waiting for the stream its producer names (CUDA Array Interface
     /// v3; DLPack): gpufile may touch the memory as soon as this returns.
     pub(crate) fn new(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
-        Self::make(obj, writable, false)
+        Self::make(obj, writable, Producer::Wait)
+    }
+
+    /// The view of `obj` for a call that looks at the memory's place, never at its bytes (which
+    /// path a read would take, registering the allocation): the producer's stream is not waited
+    /// for.
+    pub(crate) fn describe(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Self::make(obj, false, Producer::Ignore)
     }
 
     /// The view of `obj` for requests made with [`Self::request`]: the wait for the producer's
@@ -221,16 +240,16 @@ impl BufferView {
     /// on this thread, and its workers wait for the mark), except for the per-thread default
     /// stream, which is waited for here.
     pub(crate) fn for_request(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
-        Self::make(obj, writable, true)
+        Self::make(obj, writable, Producer::Defer)
     }
 
-    fn make(obj: &Bound<'_, PyAny>, writable: bool, defer: bool) -> PyResult<Self> {
+    fn make(obj: &Bound<'_, PyAny>, writable: bool, producer: Producer) -> PyResult<Self> {
         if !plain_host_buffer(obj) {
             if writable && immutable_by_contract(obj) {
                 return Err(read_only(obj, " (JAX arrays are immutable)"));
             }
             if let Ok(cai) = obj.getattr("__cuda_array_interface__") {
-                return Self::from_cai(obj, &cai, writable, defer);
+                return Self::from_cai(obj, &cai, writable, producer);
             }
         }
         // SAFETY: `obj` is a live object; the call only reads its type's slots.
@@ -250,7 +269,7 @@ impl BufferView {
             false => {
                 if let Some(t) = dlpack::take(obj, writable)? {
                     let info = classify(t.len, t.addr)?;
-                    if let Some(info) = &info {
+                    if let (Some(info), false) = (&info, producer == Producer::Ignore) {
                         wait_for_stream(obj.py(), info, 1)?;
                     }
                     let owner = vec![obj.clone().unbind(), t.capsule];
@@ -292,7 +311,7 @@ impl BufferView {
         obj: &Bound<'_, PyAny>,
         cai: &Bound<'_, PyAny>,
         writable: bool,
-        defer: bool,
+        producer: Producer,
     ) -> PyResult<Self> {
         let bad = |what: &str| {
             PyValueError::new_err(format!(
@@ -349,9 +368,12 @@ impl BufferView {
                 if handle == 0 {
                     return Err(bad("stream 0 is not allowed (CUDA Array Interface v3)"));
                 }
-                match defer && handle != PER_THREAD_STREAM {
-                    true => after = Some(stream_wait(info, handle)?),
-                    false => wait_for_stream(obj.py(), info, handle)?,
+                match producer {
+                    Producer::Ignore => {}
+                    Producer::Defer if handle != PER_THREAD_STREAM => {
+                        after = Some(stream_wait(info, handle)?)
+                    }
+                    _ => wait_for_stream(obj.py(), info, handle)?,
                 }
             }
         }

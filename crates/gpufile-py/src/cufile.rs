@@ -124,7 +124,7 @@ pub(crate) fn cufile_driver_close(py: Python<'_>) -> PyResult<()> {
 }
 
 pub(crate) fn device_base(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(u64, usize)> {
-    match BufferView::new(buf, false)? {
+    match BufferView::describe(buf)? {
         BufferView::Device { addr, info, .. } => {
             let info = match info {
                 Some(i) => i,

@@ -256,7 +256,7 @@ impl NativeFile {
         let handle = self.handle()?;
         let (memory, len, no_gpu) = match buf {
             Some(b) => {
-                let view = BufferView::new(b, false)?;
+                let view = BufferView::describe(b)?;
                 (view.memory(), view.request_len(size)?, None)
             }
             None => match gpufile::cuda::device_count() {
