@@ -651,8 +651,10 @@ fn resolve(buffer: Buffer, known: Option<cuda::PointerInfo>) -> Result<Target> {
 }
 
 /// Whether a batch's requests run as `task_size` tasks, none split further: a request is cut
-/// below `task_size` only so that all workers help with it, and a batch that has at least a
-/// task per worker already keeps them all busy. Measured on the H200 (256 × 4 MiB hot files →
+/// below `task_size` only so that all workers help with it, and a batch that holds at least a
+/// worker's worth of `task_size` per worker already keeps them all busy. Counted in bytes, so
+/// that small requests do not pass for whole tasks (15 one-byte reads and a 4 MiB one: the
+/// 4 MiB one is still cut for the idle workers). Measured on the H200 (256 × 4 MiB hot files →
 /// GPU, 16 threads): 28.0–29.5 GB/s with each request cut in four, 40.1–42.2 kept whole (one
 /// run per file instead of four: a quarter of the runs' set-up and stream waits).
 fn batch_keeps_tasks_whole<'a>(
@@ -660,14 +662,16 @@ fn batch_keeps_tasks_whole<'a>(
     settings: &Settings,
 ) -> bool {
     let task_size = settings.task_size.max(1);
-    let mut tasks = 0usize;
+    let want = (settings.num_threads as u128) * task_size as u128;
+    let mut bytes = 0u128;
     for r in reqs {
-        tasks = tasks.saturating_add(
-            r.buffer
-                .len()
-                .div_ceil(r.task_size.unwrap_or(task_size).max(1)),
-        );
-        if tasks >= settings.num_threads {
+        // A request with its own task size is never cut: it counts as its whole tasks.
+        let len = r.buffer.len() as u128;
+        bytes += match r.task_size {
+            Some(t) => len.div_ceil(t.max(1) as u128) * task_size as u128,
+            None => len,
+        };
+        if bytes >= want {
             return true;
         }
     }
@@ -765,6 +769,11 @@ mod batch_split_tests {
         // Fewer tasks than workers: each request is still cut so that all workers help.
         assert!(!batch_keeps_tasks_whole(reqs(&[4 << 20; 15]).iter(), &s));
         assert!(!batch_keeps_tasks_whole(reqs(&[]).iter(), &s));
+        // Small requests do not pass for whole tasks.
+        let mut mixed = vec![1; 15];
+        mixed.push(4 << 20);
+        assert!(!batch_keeps_tasks_whole(reqs(&mixed).iter(), &s));
+        assert!(batch_keeps_tasks_whole(reqs(&[3 << 20; 22]).iter(), &s));
     }
 }
 
