@@ -11,6 +11,7 @@ LAYOUT = {
          "memory_register", "CuFile", "clear_page_cache", "drop_file_page_cache",
          "drop_system_page_cache", "get_page_cache_info", "stream_deregister", "stream_register",
          "kvikio_deprecation_notice", "Mmap"],
+    "benchmarks.utils": ["drop_vm_cache", "pprint_sys_info", "parse_directory"],
     "buffer": ["memory_register", "memory_deregister", "bounce_buffer_free"],
     "cufile": ["IOFutureStream", "IOFuture", "CuFile", "get_page_cache_info",
                "drop_file_page_cache", "drop_system_page_cache", "clear_page_cache"],
