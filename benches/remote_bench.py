@@ -16,7 +16,10 @@ server that answers ranges with sendfile(2), and reads the whole object:
 each into host memory (NumPy) and, where CuPy and a GPU are present and --host-only is not
 given, into GPU memory. Every timed read is verified against the file's bytes (after the run,
 untimed; the destination is zeroed before each run). Each row is the median of --runs runs after
-one untimed run; a run includes the open (the size request) and the close. Prints the rows, the
+one untimed run; a run includes the open (the size request) and the close. The runs are
+interleaved: each round runs every reader once (settings applied untimed before each), so a
+server whose rate drifts weighs on all of them alike; the equal-thread ratio is also given as
+the median of the rounds' own ratios. Prints the rows, the
 ratios the remote issue sets targets for (gpufile / KvikIO at defaults and at equal threads,
 gpufile / plain client), and writes JSON to --json (default $OUT/remote_bench.json, else
 ./remote_bench.json). No network needed.
@@ -187,22 +190,43 @@ class Verifier:
                 raise AssertionError(f"wrong bytes in {off}..{off + n}")
 
 
-def measure(run: Callable[[], None], dst: Any, verify: Verifier, runs: int, gpu: bool) -> dict:
-    """Median seconds of `runs` verified runs, after one untimed run."""
-    secs = []
+def timed_run(run: Callable[[], None], dst: Any, verify: Verifier, gpu: bool) -> float:
+    """Seconds of one run into a zeroed `dst`, verified after (untimed)."""
+    dst.fill(0)
+    if gpu:
+        cupy.cuda.runtime.deviceSynchronize()
+    t0 = time.perf_counter()
+    run()
+    if gpu:
+        cupy.cuda.runtime.deviceSynchronize()
+    elapsed = time.perf_counter() - t0
+    verify(dst)
+    return elapsed
+
+
+def interleaved(cases: list[tuple[str, Callable[[], Any], Callable[[], None]]], dst: Any,
+                verify: Verifier, runs: int, gpu: bool) -> dict[str, dict | BaseException]:
+    """Runs every case once per round, `runs` timed rounds after an untimed one, so that a
+    server whose rate drifts during the benchmark weighs on every case alike. A case is
+    (name, settings context factory, run); its result is the median of its rounds, or the error
+    that stopped it."""
+    secs: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    failed: dict[str, BaseException] = {}
     for i in range(runs + 1):
-        dst.fill(0)
-        if gpu:
-            cupy.cuda.runtime.deviceSynchronize()
-        t0 = time.perf_counter()
-        run()
-        if gpu:
-            cupy.cuda.runtime.deviceSynchronize()
-        elapsed = time.perf_counter() - t0
-        verify(dst)
-        if i > 0:
-            secs.append(elapsed)
-    return {"seconds": statistics.median(secs), "runs": secs, "verified": True}
+        for name, settings, run in cases:
+            if name in failed:
+                continue
+            try:
+                with settings():  # applied untimed (KvikIO rebuilds its pool)
+                    elapsed = timed_run(run, dst, verify, gpu)
+            except Exception as e:  # noqa: BLE001 - report, keep measuring the others
+                failed[name] = e
+                continue
+            if i > 0:
+                secs[name].append(elapsed)
+    return {name: failed.get(name) or {"seconds": statistics.median(s), "runs": s,
+                                       "verified": True}
+            for name, s in secs.items()}
 
 
 def library_read(lib: Any, url: str, dst: Any, nbytes: int) -> Callable[[], None]:
@@ -239,6 +263,7 @@ def main() -> int:
     json_path = args.json or os.path.join(os.environ.get("OUT", "."), "remote_bench.json")
     rows: list[dict] = []
     notes: list[str] = []
+    paired: dict[str, float] = {}
     block = np.random.default_rng(0).integers(0, 256, min(BLOCK, nbytes), dtype=np.uint8)
 
     def row(reader: str, memory: str, settings: str, result: dict | None = None,
@@ -278,25 +303,34 @@ def main() -> int:
             for memory, gpu in targets:
                 dst = cupy.empty(nbytes, dtype=cupy.uint8) if gpu else np.empty(nbytes, np.uint8)
                 verify = Verifier(block, nbytes, gpu)
-                label = f"{args.threads} threads, 16 MiB ranges"
-                try:
-                    row("plain client", memory, label, measure(
-                        lambda: plain_client(url, nbytes, args.threads, dst, gpu),
-                        dst, verify, args.runs, gpu))
-                except Exception as e:  # noqa: BLE001 - report, keep measuring
-                    row("plain client", memory, label, error=e)
+                plain_label = f"{args.threads} threads, 16 MiB ranges"
+                cases: list[tuple[str, Callable[[], Any], Callable[[], None]]] = [(
+                    "plain client", nullcontext,
+                    lambda dst=dst, gpu=gpu: plain_client(url, nbytes, args.threads, dst, gpu))]
+                shown: dict[str, tuple[str, str]] = {"plain client": ("plain client", plain_label)}
                 for name, lib in libs:
                     for label, settings in (("defaults", None),
                                             ("equal threads", {"num_threads": args.threads})):
-                        try:
-                            with lib.defaults.set(settings) if settings else nullcontext():
-                                shown = (f"{label} (num_threads={lib.defaults.get('num_threads')}"
-                                         f", task_size={lib.defaults.get('task_size')})")
-                                result = measure(library_read(lib, url, dst, nbytes), dst,
-                                                 verify, args.runs, gpu)
-                            row(name, memory, shown, result)
-                        except Exception as e:  # noqa: BLE001 - report, keep measuring
-                            row(name, memory, label, error=e)
+                        def ctx(lib: Any = lib, settings: dict | None = settings) -> Any:
+                            return lib.defaults.set(settings) if settings else nullcontext()
+                        with ctx():
+                            text = (f"{label} (num_threads={lib.defaults.get('num_threads')}"
+                                    f", task_size={lib.defaults.get('task_size')})")
+                        key = f"{name} {label}"
+                        shown[key] = (name, text)
+                        cases.append((key, ctx, library_read(lib, url, dst, nbytes)))
+                results = interleaved(cases, dst, verify, args.runs, gpu)
+                for key, result in results.items():
+                    reader, text = shown[key]
+                    if isinstance(result, BaseException):
+                        row(reader, memory, text, error=result)
+                    else:
+                        row(reader, memory, text, result)
+                pair = [results.get(f"{n} equal threads") for n in ("gpufile", "kvikio")]
+                if all(isinstance(r, dict) for r in pair):
+                    # Same round, same server state: the ratio of each round, then the median.
+                    per_round = [k / g for g, k in zip(pair[0]["runs"], pair[1]["runs"])]
+                    paired[memory] = statistics.median(per_round)
                 del dst
         finally:
             for c in children:
@@ -322,6 +356,8 @@ def main() -> int:
                 ratios[key] = a / b
     print(f"\nsize {nbytes} bytes, {args.runs} runs per row (median), "
           f"server {args.server_procs} processes")
+    for memory, value in paired.items():
+        ratios[f"{memory}: gpufile/kvikio at equal threads, median of per-round ratios"] = value
     for key, value in ratios.items():
         print(f"  {key:<58} {value:.2f}x")
     for note in notes:

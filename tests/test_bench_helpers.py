@@ -191,3 +191,27 @@ def test_bad_arguments_are_refused(capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--sweep-task-sizes", "4MiB,5000"])
     assert "multiples of 4096" in capsys.readouterr().err
+
+
+def test_remote_bench_runs_interleaved_and_verifies(tmp_path):
+    """benches/remote_bench.py end to end on a tiny object, host memory: every reader's row
+    verified, gpufile's two rows measured in the same rounds as the plain client."""
+    import os
+    import subprocess
+    import sys
+    out = tmp_path / "remote.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT / "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                  if p]))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "remote_bench.py"), "--size", "8MiB",
+         "--threads", "2", "--runs", "2", "--server-procs", "1", "--host-only",
+         "--json", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {(r["reader"], r["settings"].split(" (")[0]): r
+            for r in json.loads(out.read_text())["rows"]}
+    for key in (("plain client", "2 threads, 16 MiB ranges"), ("gpufile", "defaults"),
+                ("gpufile", "equal threads")):
+        assert key in rows, (key, sorted(rows))
+        assert rows[key]["verified"] is True and len(rows[key]["runs"]) == 2
+        assert rows[key]["gbps"] > 0
