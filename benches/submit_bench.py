@@ -346,14 +346,21 @@ def g_device(b: Bench, libs: dict[str, Any]) -> None:
         offsets = gb.random_offsets(a.file_size, size, count, a.seed)
         slots = cp.empty((depth, size), dtype=cp.uint8)
         views = [slots[i] for i in range(depth)]
-        last = gb.last_read_per_slot(count, depth)
-        expect = cp.asarray(np.stack([b.expect(offsets[i], size) for i in last.values()]))
-        order = list(last.keys())
 
-        def ok() -> bool:
-            good = bool(cp.array_equal(slots[order], expect))
-            slots.fill(0)
-            return good
+        def check(reads: int) -> Callable[[], bool]:
+            """Verifies the last read of each slot after `reads` pipelined reads, then zeroes
+            the slots (the next run must write them again to pass)."""
+            last = gb.last_read_per_slot(reads, depth)
+            expect = cp.asarray(np.stack([b.expect(offsets[i], size) for i in last.values()]))
+            order = list(last.keys())
+
+            def ok() -> bool:
+                good = bool(cp.array_equal(slots[order], expect))
+                slots.fill(0)
+                return good
+            return ok
+
+        ok = check(count)
 
         t0 = time.perf_counter()
         for v in views * max(1, 20000 // depth):
@@ -377,15 +384,7 @@ def g_device(b: Bench, libs: dict[str, Any]) -> None:
                           run, ok, count, count * size)
 
             one = count // 4
-            last_one = gb.last_read_per_slot(one, depth)
-            expect_one = cp.asarray(np.stack([b.expect(offsets[i], size)
-                                              for i in last_one.values()]))
-            order_one = list(last_one.keys())
-
-            def ok_one() -> bool:
-                good = bool(cp.array_equal(slots[order_one], expect_one))
-                slots.fill(0)
-                return good
+            ok_one = check(one)
 
             def serial(mod: Any = mod) -> int:
                 with mod.CuFile(b.path, "r") as f:
