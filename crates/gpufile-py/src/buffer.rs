@@ -181,7 +181,8 @@ pub(crate) fn wait_for_stream(py: Python<'_>, info: &PointerInfo, handle: u64) -
     if gpufile::cuda::stream_idle(handle, wait.ctx).map_err(to_py)? {
         return Ok(());
     }
-    py.detach(|| wait.wait()).map_err(to_py)
+    py.detach(|| gpufile::cuda::synchronize_stream(handle, wait.ctx))
+        .map_err(to_py)
 }
 
 /// Whether `obj`'s type is one of the host buffer types that never carry a CUDA Array Interface
