@@ -200,9 +200,10 @@ def test_remote_bench_runs_interleaved_and_verifies(tmp_path):
     import subprocess
     import sys
     out = tmp_path / "remote.json"
+    # The gpufile this test imported (an installed wheel, or the source tree's built package).
+    site = str(pathlib.Path(gpufile.__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT / "python")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                  if p]))
+        [site] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benches" / "remote_bench.py"), "--size", "8MiB",
          "--threads", "2", "--runs", "2", "--server-procs", "1", "--host-only",
