@@ -216,3 +216,25 @@ def test_remote_bench_runs_interleaved_and_verifies(tmp_path):
         assert key in rows, (key, sorted(rows))
         assert rows[key]["verified"] is True and len(rows[key]["runs"]) == 2
         assert rows[key]["gbps"] > 0
+
+
+def test_copy_probe_measures_and_verifies_the_host_rows(tmp_path):
+    """benches/copy_probe.py on a small file: the pageable-memory rows need no GPU, are verified
+    against the file, and land in the JSON (the GPU rows say why they did not run here)."""
+    import subprocess
+    import sys
+    out = tmp_path / "probe.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "copy_probe.py"), "--file",
+         str(tmp_path / "probe.bin"), "--size", "8MiB", "--sizes", "64KiB,1MiB", "--threads",
+         "1,2", "--ops", "40", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    host = [r for r in rows if r["dest"] == "pageable"]
+    assert {(r["size"], r["threads"]) for r in host} == {(65536, 1), (65536, 2), (1 << 20, 1),
+                                                         (1 << 20, 2)}
+    assert all(r["verified"] and r["ops_per_s"] > 0 for r in host)
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        assert "failed" in proc.stdout and "cupy" in proc.stdout.lower()

@@ -5,6 +5,7 @@ with the reason.
 """
 
 import ctypes
+import os
 import subprocess
 import sys
 import threading
@@ -402,6 +403,69 @@ def test_device_errors_leave_buffers_alone(tmp_path):
         # below gds_threshold, OFF still reads through gpufile's path, as in KvikIO
         assert f.read(dev[:100]) == 100
         assert f.io_path_for(dev[:100]) == ("gpufile-posix", "request smaller than gds_threshold")
+
+
+def test_small_hot_reads_and_a_file_that_changes_under_an_open_handle(tmp_path):
+    """Chunks up to 1 MiB of hot files reach the GPU through a mapping of the file (copied past
+    the CPU's caches): the bytes are the file's, a shrunk file fails as a pread would, a grown
+    one is read in full."""
+    path = tmp_path / "m.bin"
+    data = pattern(4 << 20, 21)
+    data.tofile(path)
+    dev = cp.zeros(1 << 20, dtype=cp.uint8)
+    with gpufile.CuFile(path, "r") as f:
+        for size, off in ((1, 0), (4097, 12345), (65536, 1 << 20), (1 << 20, 3 << 20)):
+            assert f.pread(dev[:size], size, off).get() == size
+            np.testing.assert_array_equal(cp.asnumpy(dev[:size]), data[off:off + size])
+        os.truncate(path, 8192)
+        dev.fill(5)
+        with pytest.raises(gpufile.EndOfFileError):
+            f.pread(dev[:65536], 65536, 4096).get()
+        with open(path, "r+b") as w:
+            w.truncate(0)
+            (data[::-1]).tofile(w)
+        assert f.pread(dev[:65536], 65536, (4 << 20) - 65536).get() == 65536
+        np.testing.assert_array_equal(cp.asnumpy(dev[:65536]), data[::-1][-65536:])
+
+
+def test_truncation_racing_small_reads_never_kills_the_process(tmp_path):
+    """A file cut short while small reads copy out of its mapping: each read returns the file's
+    bytes or fails with a typed error (gpufile's SIGBUS guard), in a child process so that a
+    crash fails this test instead of the run."""
+    code = f"""
+import os, threading, numpy as np, cupy as cp, gpufile
+from gpufile import defaults
+path = {str(tmp_path / "race.bin")!r}
+data = (np.arange(8 << 20) % 251).astype(np.uint8)
+defaults.set("compat_mode", "on")
+stop = threading.Event()
+def cutter():
+    while not stop.is_set():
+        os.truncate(path, 1 << 20)
+        with open(path, "r+b") as w:
+            w.seek(0); data.tofile(w)
+ok = err = 0
+data.tofile(path)
+f = gpufile.CuFile(path, "r")
+t = threading.Thread(target=cutter); t.start()
+dev = cp.zeros(1 << 20, dtype=cp.uint8)
+for i in range(3000):
+    off = (i * 7919 % 7) << 20
+    try:
+        f.pread(dev, 1 << 20, off).get()
+        got = cp.asnumpy(dev)
+        # The cutter rewrites the same bytes: a read that succeeds has the file's bytes.
+        assert (got == data[off:off + (1 << 20)]).all(), off
+        ok += 1
+    except (gpufile.EndOfFileError, OSError):
+        err += 1
+stop.set(); t.join(); f.close()
+print("done", ok, err)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+    assert p.stdout.startswith("done"), p.stdout
+    assert int(p.stdout.split()[1]) > 0, p.stdout  # offset 0 is always there
 
 
 def test_pread_futures_into_device(tmp_path):

@@ -31,6 +31,7 @@ pub mod exec;
 pub mod file;
 pub mod formats;
 pub mod future;
+pub mod mapped;
 pub mod observe;
 pub mod pagecache;
 pub mod plan;

@@ -306,7 +306,7 @@ impl BounceExec {
                             // fired).
                             let buf =
                                 unsafe { std::slice::from_raw_parts_mut(lent.ptr(slot), want) };
-                            src.read_at(buf, at, self.call(done))?;
+                            src.read_for_device(buf, at, self.call(done))?;
                             (lent.ptr(slot).cast_const(), want)
                         }
                     };

@@ -5,9 +5,10 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use crate::error::{Error, Op, Result};
+use crate::mapped::{self, CopyMapping, MapSlot, Miss, MAPPED_COPY_MAX, MAPPED_COPY_MIN};
 use crate::pagecache::{self, FileMapping};
 use crate::posix;
 use crate::source::{Call, Sink, Source};
@@ -28,6 +29,11 @@ pub struct LocalFile {
     /// A read-only mapping of the file, never touched, only asked by `mincore` which pages are
     /// in the page cache (made on first need; None where the file cannot be mapped).
     residency: OnceLock<Option<FileMapping>>,
+    /// The mapping that small chunks on their way to a GPU are copied out of
+    /// ([`crate::mapped`]): made on first need, replaced once poisoned or outgrown.
+    copy_map: Arc<MapSlot>,
+    /// The file could not be mapped (a file system without `mmap`): chunks use `pread` only.
+    unmappable: std::sync::atomic::AtomicBool,
 }
 
 impl LocalFile {
@@ -40,6 +46,8 @@ impl LocalFile {
             writable,
             direct: OnceLock::new(),
             residency: OnceLock::new(),
+            copy_map: Arc::new(RwLock::new(None)),
+            unmappable: std::sync::atomic::AtomicBool::new(!readable),
         }
     }
 
@@ -107,6 +115,57 @@ impl LocalFile {
         }
     }
 
+    /// Copies a hot range out of the file's mapping with non-temporal stores (see
+    /// [`crate::mapped`]); false where it did not (the caller reads with `pread`).
+    fn copy_mapped(&self, dst: &mut [u8], offset: u64) -> bool {
+        if self.unmappable.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        let Ok(start) = usize::try_from(offset) else {
+            return false;
+        };
+        let Some(end) = start.checked_add(dst.len()) else {
+            return false;
+        };
+        let current = self.copy_map.read().ok().and_then(|m| m.clone());
+        let map = match current {
+            Some(m) if end <= m.len() => m,
+            // None yet, or the file has grown past it: map the file as it is now.
+            _ => match self.remap(end) {
+                Some(m) => m,
+                None => return false,
+            },
+        };
+        match map.copy_to(dst, start) {
+            Ok(()) => true,
+            Err(Miss::Poisoned) => {
+                // The file shrank under the mapping: forget it (the next chunk maps anew).
+                if let Ok(mut slot) = self.copy_map.write() {
+                    if slot.as_ref().is_some_and(|m| Arc::ptr_eq(m, &map)) {
+                        *slot = None;
+                    }
+                }
+                false
+            }
+            Err(Miss::NotResident | Miss::Unguarded) => false,
+        }
+    }
+
+    /// A new mapping of the whole file if it now holds `end` bytes (else `None`).
+    fn remap(&self, end: usize) -> Option<Arc<CopyMapping>> {
+        let size = usize::try_from(self.current_size().ok()?).ok()?;
+        if size < end || size == 0 {
+            return None;
+        }
+        let Ok(map) = CopyMapping::new(self.fd(), size) else {
+            self.unmappable
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return None;
+        };
+        let map = Arc::new(map);
+        mapped::install_in(&self.copy_map, Arc::clone(&map)).then_some(map)
+    }
+
     /// The file's size now.
     pub fn current_size(&self) -> Result<u64> {
         let meta = self.file.metadata();
@@ -139,6 +198,22 @@ impl Source for LocalFile {
         }
         .map(drop)
     }
+
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+        // Small chunks (not tiny ones) of hot ranges: from the mapping, past the CPU's caches. Not for direct
+        // I/O (asked for: the page cache is bypassed), nor while test faults are injected into
+        // `pread` (every read must meet them).
+        if (MAPPED_COPY_MIN..=MAPPED_COPY_MAX).contains(&dst.len())
+            && !call.direct
+            && !posix::faults::active()
+            && self.copy_mapped(dst, offset)
+        {
+            call.progress
+                .fetch_add(dst.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            return Ok(());
+        }
+        self.read_at(dst, offset, call)
+    }
 }
 
 impl Sink for LocalFile {
@@ -160,5 +235,116 @@ impl Sink for LocalFile {
             )
         }
         .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn hot_file(len: usize) -> (tempfile::NamedTempFile, LocalFile, Vec<u8>) {
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 % 256) as u8).collect();
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&data).unwrap();
+        f.flush().unwrap();
+        let file = File::open(f.path()).unwrap();
+        let local = LocalFile::new(file, f.path().to_path_buf(), true, false);
+        (f, local, data)
+    }
+
+    fn read_for_device(f: &LocalFile, len: usize, offset: u64) -> Result<Vec<u8>> {
+        let progress = AtomicU64::new(0);
+        let call = Call {
+            progress: &progress,
+            direct: false,
+            direct_uncached: false,
+        };
+        let mut out = vec![0u8; len];
+        f.read_for_device(&mut out, offset, call)?;
+        assert_eq!(progress.load(Ordering::Relaxed), len as u64);
+        Ok(out)
+    }
+
+    #[test]
+    fn small_hot_chunks_for_a_device_come_from_the_mapping_with_the_files_bytes() {
+        let (_f, local, data) = hot_file(3 << 20);
+        let got = read_for_device(&local, 700_000, 12_345).unwrap();
+        assert_eq!(got, data[12_345..712_345]);
+        assert!(local.copy_map.read().unwrap().is_some(), "mapped");
+        // Larger than MAPPED_COPY_MAX: pread, same bytes.
+        let got = read_for_device(&local, 2 << 20, 1).unwrap();
+        assert_eq!(got, data[1..(2 << 20) + 1]);
+    }
+
+    #[test]
+    fn a_file_that_shrank_reads_as_pread_would_and_one_that_grew_is_mapped_anew() {
+        let (f, local, data) = hot_file(1 << 20);
+        assert_eq!(read_for_device(&local, 4096, 0).unwrap(), data[..4096]);
+        assert!(local.copy_map.read().unwrap().is_none(), "4 KiB: pread");
+        assert_eq!(read_for_device(&local, 65536, 0).unwrap(), data[..65536]);
+        assert!(local.copy_map.read().unwrap().is_some(), "64 KiB: mapped");
+        f.as_file().set_len(8192).unwrap();
+        let e = read_for_device(&local, 65536, 4096).unwrap_err();
+        assert!(matches!(e, Error::UnexpectedEof { .. }), "{e:?}");
+        // Grows past the first mapping: the new bytes are read (a new mapping, or pread).
+        let mut w = f.as_file();
+        w.set_len(0).unwrap();
+        w.write_all(&vec![9u8; 2 << 20]).unwrap();
+        assert!(read_for_device(&local, 1 << 20, 1 << 20)
+            .unwrap()
+            .iter()
+            .all(|&b| b == 9));
+    }
+
+    #[test]
+    fn gpufiles_page_cache_drop_unmaps_the_copy_mapping_first() {
+        let (f, local, data) = hot_file(1 << 20);
+        assert_eq!(read_for_device(&local, 1 << 20, 0).unwrap(), data);
+        assert!(local.copy_map.read().unwrap().is_some());
+        pagecache::drop_file_page_cache(local.fd(), f.path(), 0, 0, true).unwrap();
+        assert!(local.copy_map.read().unwrap().is_none(), "released");
+        let (resident, _) = pagecache::page_cache_info(local.fd(), f.path(), 0, 0).unwrap();
+        // Where the file system drops pages at all (tmpfs does not), these are gone too.
+        let (c, control, _) = hot_file(1 << 20);
+        pagecache::drop_file_page_cache(control.fd(), c.path(), 0, 0, true).unwrap();
+        let (kept, _) = pagecache::page_cache_info(control.fd(), c.path(), 0, 0).unwrap();
+        assert!(
+            kept > 0 || resident == 0,
+            "{resident} of 256 pages still cached"
+        );
+        assert_eq!(read_for_device(&local, 1 << 20, 0).unwrap(), data);
+    }
+
+    #[test]
+    fn truncation_racing_mapped_copies_gives_the_files_bytes_or_an_error_never_a_crash() {
+        let (f, local, data) = hot_file(8 << 20);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (ok, eof) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let w = File::options().write(true).open(f.path()).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    w.set_len(1 << 20).unwrap();
+                    w.write_all_at(&data, 0).unwrap();
+                }
+            });
+            let (mut ok, mut eof) = (0, 0);
+            for i in 0..2000u64 {
+                let off = (i * 7919 % 7) << 20;
+                match read_for_device(&local, 1 << 20, off) {
+                    Ok(got) => {
+                        assert!(got == data[off as usize..off as usize + (1 << 20)], "{off}");
+                        ok += 1;
+                    }
+                    Err(Error::UnexpectedEof { .. }) => eof += 1,
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            (ok, eof)
+        });
+        assert!(ok > 0, "{ok} read, {eof} past the end");
     }
 }

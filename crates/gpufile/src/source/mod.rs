@@ -40,6 +40,13 @@ pub trait Source: Send + Sync {
     /// Reads exactly `dst.len()` bytes at `offset` into `dst`, or fails; a source that ends early
     /// returns `Error::UnexpectedEof` naming the offset where it ended.
     fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()>;
+
+    /// Reads like [`Source::read_at`] into a buffer that a device reads next (a pinned bounce
+    /// buffer): a source may store with instructions that bypass the CPU's caches, so that the
+    /// device's reads find the bytes in memory instead of snooping them out of the caches.
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+        self.read_at(dst, offset, call)
+    }
 }
 
 /// Bytes to write: a local file (later, other destinations).
