@@ -369,6 +369,16 @@ impl Engine {
             }
         };
         let exec = after_stream(exec, req.after)?;
+        // A device read alone on the bounce path: smaller pieces, so every worker helps.
+        let bounce = path.backend == Backend::GpufilePosix;
+        let task_size = match (target, bounce, req.task_size) {
+            (Target::Device { .. }, true, None)
+                if req.direction == Direction::Read && self.in_flight() == 0 =>
+            {
+                plan::alone_task_size(len, task_size, settings.num_threads)
+            }
+            _ => task_size,
+        };
         let split = TaskSplit::new(req.file_offset, len, task_size);
         let here = blocking && matches!(target, Target::Host(_)) && split.count() == 1;
         match here {
