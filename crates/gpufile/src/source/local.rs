@@ -137,7 +137,11 @@ impl LocalFile {
             },
         };
         match map.copy_to(dst, start) {
-            Ok(()) => true,
+            // A file that shrank to an end inside the range's last page reads as zeros past
+            // that end without a fault (the page stays): the copy holds bytes the file no
+            // longer has. Asked after the copy, so a shrink during it counts too; `pread` then
+            // reports where the file ends.
+            Ok(()) => matches!(self.current_size(), Ok(size) if size >= end as u64),
             Err(Miss::Poisoned) => {
                 // The file shrank under the mapping: forget it (the next chunk maps anew).
                 if let Ok(mut slot) = self.copy_map.write() {
@@ -297,6 +301,25 @@ mod tests {
             .unwrap()
             .iter()
             .all(|&b| b == 9));
+    }
+
+    #[test]
+    fn a_range_past_the_end_of_a_file_that_shrank_inside_a_page_is_an_eof_not_zeros() {
+        let (f, local, data) = hot_file(1 << 20);
+        assert_eq!(read_for_device(&local, 65536, 0).unwrap(), data[..65536]);
+        assert!(local.copy_map.read().unwrap().is_some(), "mapped");
+        // The new end lies inside a page: that page stays cached and mapped (its tail reads as
+        // zeros, without a fault), but the bytes past the end are not the file's.
+        let page = pagecache::page_size() as usize;
+        let size = 24 * page + 1696;
+        f.as_file().set_len(size as u64).unwrap();
+        let offset = (25 * page - 65536) as u64;
+        let e = read_for_device(&local, 65536, offset).unwrap_err();
+        assert!(matches!(e, Error::UnexpectedEof { .. }), "{e:?}");
+        // Within the new size the mapping still serves.
+        let offset = (size - 65536) as u64;
+        let got = read_for_device(&local, 65536, offset).unwrap();
+        assert_eq!(got, data[size - 65536..size]);
     }
 
     #[test]
