@@ -35,7 +35,8 @@ use std::ptr;
 use std::sync::atomic::{
     compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering,
 };
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, TryLockError, Weak};
+use std::time::{Duration, Instant};
 
 use crate::pagecache::{self, FileMapping};
 
@@ -195,29 +196,48 @@ pub fn install_in(slot: &Arc<MapSlot>, map: Arc<CopyMapping>) -> bool {
     true
 }
 
+/// Held by tests that call [`release_all`] (which empties every file's slot) or check that a
+/// slot is filled, so that one does not empty another's slot mid-test.
+#[cfg(test)]
+pub(crate) static RELEASE_TEST_LOCK: Mutex<()> = Mutex::new(());
+
 /// Unmaps every copy mapping (each is unmapped once the copies using it now end; the next chunk
 /// maps its file anew), so a page-cache drop can drop their pages. Gives up after about a
-/// second if the registry stays busy (it never blocks a forked child for ever).
+/// second if the registry or a file's slot stays busy (a forked child whose parent held one
+/// would otherwise wait for ever).
 pub fn release_all() {
-    let mut reg = None;
-    for _ in 0..1000 {
-        match REGISTRY.try_lock() {
-            Ok(r) => {
-                reg = Some(r);
-                break;
-            }
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
-        }
-    }
-    let Some(mut reg) = reg else {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let Some(mut reg) = retry_until(deadline, || match REGISTRY.try_lock() {
+        Ok(r) => Some(r),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }) else {
         return;
     };
     for slot in reg.iter().filter_map(Weak::upgrade) {
-        if let Ok(mut s) = slot.write() {
+        let s = retry_until(deadline, || match slot.try_write() {
+            Ok(s) => Some(s),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        });
+        if let Some(mut s) = s {
             s.take();
         }
     }
     reg.retain(|w| w.strong_count() > 0);
+}
+
+/// `f()` until it gives a value, every millisecond until `deadline` (then `None`).
+fn retry_until<T>(deadline: Instant, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Copies in flight at once that the guard can cover; more fall back to `pread`.
@@ -539,6 +559,42 @@ mod tests {
             assert!(libc::WIFSIGNALED(status), "status {status}");
             assert_eq!(libc::WTERMSIG(status), libc::SIGBUS);
         }
+    }
+
+    #[test]
+    fn a_forked_child_drops_page_caches_even_if_its_parent_held_a_files_slot() {
+        let _serial = RELEASE_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        use std::os::fd::AsRawFd;
+        let (f, data) = file_of(64 << 10);
+        let slot: Arc<MapSlot> = Arc::new(RwLock::new(None));
+        let m = CopyMapping::new(f.as_file().as_raw_fd(), data.len()).unwrap();
+        assert!(install_in(&slot, Arc::new(m)));
+        // A copy taking its mapping as the process forks.
+        let held = slot.read().unwrap();
+        // SAFETY: the child only calls release_all (no lock it could wait on for ever, which
+        // is what is tested) and exits; the parent waits for it, killing it after 10 s.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                release_all();
+                libc::_exit(0);
+            }
+            let mut status = 0;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 {
+                if Instant::now() > deadline {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                    panic!("the child waited for its parent's lock");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        }
+        drop(held);
+        release_all();
+        assert!(slot.read().unwrap().is_none(), "released in the parent");
     }
 
     /// Set in a process started by [`in_new_process`]: the test runs its scenario there.
