@@ -14,12 +14,15 @@
 //! [`MAPPED_COPY_MAX`] do.
 //!
 //! Safety against a file that shrinks: a page of a mapping past the file's end raises `SIGBUS`.
-//! Every copy registers its source range in a lock-free table; gpufile's `SIGBUS` handler, for a
-//! fault inside a registered range, marks that mapping poisoned and maps a page of zeros over the
-//! faulting page, so the copy runs to its end; the copy then reports the mapping poisoned and the
-//! caller reads the chunk with `pread` instead (which reads what the file holds now, or fails
-//! with a typed error), and drops the mapping. Any other `SIGBUS` goes to the handler that was
-//! installed before gpufile's (the default one kills the process, as without gpufile). The
+//! Every copy registers its thread and source range in a lock-free table; gpufile's `SIGBUS`
+//! handler, for a fault inside a range registered by the faulting thread, marks that mapping
+//! poisoned and maps a page of zeros over the faulting page, so the copy runs to its end; the
+//! copy then reports the mapping poisoned and the caller reads the chunk with `pread` instead
+//! (which reads what the file holds now, or fails with a typed error), and drops the mapping.
+//! (A file cut to an end inside a page faults nowhere: the page's tail reads as zeros; the
+//! caller compares the file's size after the copy.) Any other `SIGBUS` goes to the action that
+//! was installed before gpufile's, as the kernel would deliver it (its mask, `SA_NODEFER`,
+//! `SA_RESETHAND`; ignored if sent while ignored; the default kills the process). The
 //! handler is installed on the first mapped copy; a handler installed later by someone else
 //! (Python's `faulthandler.enable()` after that point) takes precedence, and a truncation race
 //! then ends as it would with any mapping.
