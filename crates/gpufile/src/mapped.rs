@@ -14,12 +14,15 @@
 //! [`MAPPED_COPY_MAX`] do.
 //!
 //! Safety against a file that shrinks: a page of a mapping past the file's end raises `SIGBUS`.
-//! Every copy registers its source range in a lock-free table; gpufile's `SIGBUS` handler, for a
-//! fault inside a registered range, marks that mapping poisoned and maps a page of zeros over the
-//! faulting page, so the copy runs to its end; the copy then reports the mapping poisoned and the
-//! caller reads the chunk with `pread` instead (which reads what the file holds now, or fails
-//! with a typed error), and drops the mapping. Any other `SIGBUS` goes to the handler that was
-//! installed before gpufile's (the default one kills the process, as without gpufile). The
+//! Every copy registers its thread and source range in a lock-free table; gpufile's `SIGBUS`
+//! handler, for a fault inside a range registered by the faulting thread, marks that mapping
+//! poisoned and maps a page of zeros over the faulting page, so the copy runs to its end; the
+//! copy then reports the mapping poisoned and the caller reads the chunk with `pread` instead
+//! (which reads what the file holds now, or fails with a typed error), and drops the mapping.
+//! (A file cut to an end inside a page faults nowhere: the page's tail reads as zeros; the
+//! caller compares the file's size after the copy.) Any other `SIGBUS` goes to the action that
+//! was installed before gpufile's, as the kernel would deliver it (its mask, `SA_NODEFER`,
+//! `SA_RESETHAND`; ignored if sent while ignored; the default kills the process). The
 //! handler is installed on the first mapped copy; a handler installed later by someone else
 //! (Python's `faulthandler.enable()` after that point) takes precedence, and a truncation race
 //! then ends as it would with any mapping.
@@ -32,8 +35,11 @@
 //! closed, as with any program that maps the file.
 
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::atomic::{
+    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering,
+};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, TryLockError, Weak};
+use std::time::{Duration, Instant};
 
 use crate::pagecache::{self, FileMapping};
 
@@ -156,6 +162,10 @@ impl CopyMapping {
         // turns into a page of zeros and the poison flag checked below (the slot registers the
         // range until `_slot` drops, after the check).
         unsafe { copy_nontemporal(dst.as_mut_ptr(), src as *const u8, len) };
+        // A page this copy read may have been replaced with zeros by another thread's handler
+        // (both copying the same vanished page): its flag store came before that `mmap`, and
+        // this fence keeps the copy's loads before the load of the flag.
+        fence(Ordering::SeqCst);
         if self.poisoned() {
             return Err(Miss::Poisoned);
         }
@@ -189,36 +199,59 @@ pub fn install_in(slot: &Arc<MapSlot>, map: Arc<CopyMapping>) -> bool {
     true
 }
 
+/// Held by tests that call [`release_all`] (which empties every file's slot) or check that a
+/// slot is filled, so that one does not empty another's slot mid-test.
+#[cfg(test)]
+pub(crate) static RELEASE_TEST_LOCK: Mutex<()> = Mutex::new(());
+
 /// Unmaps every copy mapping (each is unmapped once the copies using it now end; the next chunk
 /// maps its file anew), so a page-cache drop can drop their pages. Gives up after about a
-/// second if the registry stays busy (it never blocks a forked child for ever).
+/// second if the registry or a file's slot stays busy (a forked child whose parent held one
+/// would otherwise wait for ever).
 pub fn release_all() {
-    let mut reg = None;
-    for _ in 0..1000 {
-        match REGISTRY.try_lock() {
-            Ok(r) => {
-                reg = Some(r);
-                break;
-            }
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
-        }
-    }
-    let Some(mut reg) = reg else {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let Some(mut reg) = retry_until(deadline, || match REGISTRY.try_lock() {
+        Ok(r) => Some(r),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }) else {
         return;
     };
     for slot in reg.iter().filter_map(Weak::upgrade) {
-        if let Ok(mut s) = slot.write() {
+        let s = retry_until(deadline, || match slot.try_write() {
+            Ok(s) => Some(s),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        });
+        if let Some(mut s) = s {
             s.take();
         }
     }
     reg.retain(|w| w.strong_count() > 0);
 }
 
+/// `f()` until it gives a value, every millisecond until `deadline` (then `None`).
+fn retry_until<T>(deadline: Instant, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Copies in flight at once that the guard can cover; more fall back to `pread`.
 const SLOTS: usize = 256;
 
-/// One registered copy: the source range and its mapping's poison flag (null: free slot).
+/// One registered copy: the thread copying (0: free slot), its source range and its mapping's
+/// poison flag. Only the owner writes the other fields, and the handler reads only the slots
+/// of the thread it runs on (a fault's `SIGBUS` goes to the faulting thread): it never sees a
+/// slot half-written or released under it by another thread.
 struct Slot {
+    owner: AtomicUsize,
     start: AtomicUsize,
     end: AtomicUsize,
     poison: AtomicPtr<AtomicBool>,
@@ -226,6 +259,7 @@ struct Slot {
 
 #[allow(clippy::declare_interior_mutable_const)] // a template for the array below
 const FREE: Slot = Slot {
+    owner: AtomicUsize::new(0),
     start: AtomicUsize::new(0),
     end: AtomicUsize::new(0),
     poison: AtomicPtr::new(ptr::null_mut()),
@@ -238,6 +272,15 @@ static STATE: AtomicU8 = AtomicU8::new(0);
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
 /// The `SIGBUS` action in place before gpufile's (what a fault outside a guarded copy gets).
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// The previous action had `SA_RESETHAND` and has run: it is `SIG_DFL` now.
+static PREVIOUS_RESET: AtomicBool = AtomicBool::new(false);
+
+/// The calling thread, as the handler (running on the faulting thread) finds it again; never 0.
+/// `pthread_self` reads the thread pointer (no lock, no allocation, no lazy TLS).
+fn this_thread() -> usize {
+    // SAFETY: pthread_self has no arguments and cannot fail.
+    unsafe { libc::pthread_self() as usize }
+}
 
 /// A registered copy; unregistered on drop.
 struct Guard(&'static Slot);
@@ -249,31 +292,39 @@ impl Guard {
         if !install() {
             return None;
         }
-        let p = ptr::from_ref(poison).cast_mut();
+        let (me, p) = (this_thread(), ptr::from_ref(poison).cast_mut());
         let first = NEXT.fetch_add(1, Ordering::Relaxed);
-        (0..SLOTS).find_map(|i| {
+        let guard = (0..SLOTS).find_map(|i| {
             let slot = &TABLE[(first + i) % SLOTS];
-            slot.poison
-                .compare_exchange(ptr::null_mut(), p, Ordering::AcqRel, Ordering::Relaxed)
+            slot.owner
+                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
                 .ok()?;
-            slot.start.store(addr, Ordering::SeqCst);
-            slot.end.store(addr + len, Ordering::SeqCst);
+            // Read back only by this thread's own handler: program order suffices.
+            slot.start.store(addr, Ordering::Relaxed);
+            slot.end.store(addr + len, Ordering::Relaxed);
+            slot.poison.store(p, Ordering::Relaxed);
             Some(Guard(slot))
-        })
+        });
+        // The copy's loads stay after the registration (a handler runs between instructions).
+        compiler_fence(Ordering::SeqCst);
+        guard
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.0.end.store(0, Ordering::SeqCst);
-        self.0.start.store(0, Ordering::SeqCst);
-        self.0.poison.store(ptr::null_mut(), Ordering::Release);
+        compiler_fence(Ordering::SeqCst); // the copy's loads stay before the release
+        self.0.poison.store(ptr::null_mut(), Ordering::Relaxed);
+        self.0.end.store(0, Ordering::Relaxed);
+        self.0.start.store(0, Ordering::Relaxed);
+        self.0.owner.store(0, Ordering::Release);
     }
 }
 
 /// Clears the table in a forked child (the parent's copies in flight are not the child's).
 pub(crate) fn forget_in_child() {
     for slot in &TABLE {
+        slot.owner.store(0, Ordering::Relaxed);
         slot.end.store(0, Ordering::Relaxed);
         slot.start.store(0, Ordering::Relaxed);
         slot.poison.store(ptr::null_mut(), Ordering::Relaxed);
@@ -294,6 +345,8 @@ fn install() -> bool {
     {
         return STATE.load(Ordering::Acquire) == 2;
     }
+    // Registers the fork hook that clears the table in a child (`forget_in_child`).
+    crate::posix::pid();
     PAGE.store(pagecache::page_size() as usize, Ordering::Relaxed);
     // SAFETY: sigaction with valid (zeroed, then filled) structures; the handler is an
     // `extern "C"` fn that lives for the whole process and only does async-signal-safe work
@@ -312,26 +365,39 @@ fn install() -> bool {
     ok
 }
 
+/// Restores `errno` when dropped (a handler must leave it as the interrupted code had it).
+struct SavedErrno(libc::c_int);
+
+impl Drop for SavedErrno {
+    fn drop(&mut self) {
+        // SAFETY: the calling thread's errno location.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the calling thread's errno location.
+    let _errno = SavedErrno(unsafe { *libc::__errno_location() });
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     if code > 0 {
-        // A fault (not a signal someone sent): is it inside a guarded copy?
+        // A fault (not a signal someone sent): is it inside a copy of this thread?
+        let me = this_thread();
         for slot in &TABLE {
-            let poison = slot.poison.load(Ordering::Acquire);
-            if poison.is_null() {
+            if slot.owner.load(Ordering::Relaxed) != me {
                 continue;
             }
             let (start, end) = (
-                slot.start.load(Ordering::SeqCst),
-                slot.end.load(Ordering::SeqCst),
+                slot.start.load(Ordering::Relaxed),
+                slot.end.load(Ordering::Relaxed),
             );
-            if addr < start || addr >= end {
+            let poison = slot.poison.load(Ordering::Relaxed);
+            if addr < start || addr >= end || poison.is_null() {
                 continue;
             }
             let page = PAGE.load(Ordering::Relaxed);
-            // SAFETY: the flag lives (boxed) as long as its mapping, which the copying thread
-            // holds while the slot is registered. The page lies in that mapping (a private
+            // SAFETY: the flag lives (boxed) as long as its mapping, which this thread holds
+            // while its slot is registered. The page lies in that mapping (a private
             // read-only range of this process's address space); replacing it with anonymous
             // zeros lets the faulting copy finish; the mapping is never read again once
             // poisoned (the flag is set first, and every copy checks it after copying).
@@ -351,21 +417,44 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             }
         }
     }
-    // Not ours: what would have happened without gpufile.
+    // Not ours: what would have happened without gpufile, as the kernel would deliver it to the
+    // previous action (its mask, SA_NODEFER, SA_RESETHAND).
     let Some(prev) = PREVIOUS.get() else {
         return;
     };
-    let handler = prev.sa_sigaction;
+    let mut handler = prev.sa_sigaction;
+    if prev.sa_flags & libc::SA_RESETHAND != 0 && PREVIOUS_RESET.swap(true, Ordering::Relaxed) {
+        handler = libc::SIG_DFL;
+    }
+    if handler == libc::SIG_IGN && code <= 0 {
+        return; // a sent signal the process ignores
+    }
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        // SAFETY: restores the previous action; a fault then repeats when this handler returns
-        // (and takes the default action); a sent signal is raised again for it.
+        // The default action (a fault cannot be ignored: the kernel kills for it too). The
+        // signal is blocked in this handler: raised, it is delivered, with the interrupted
+        // context, as this handler returns.
+        // SAFETY: sigaction with a valid (zeroed, then filled) structure; raise takes a value.
         unsafe {
-            libc::sigaction(libc::SIGBUS, prev, ptr::null_mut());
-            if code <= 0 {
-                libc::raise(sig);
-            }
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut dfl.sa_mask);
+            libc::sigaction(sig, &dfl, ptr::null_mut());
+            libc::raise(sig);
         }
-    } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        return;
+    }
+    // SAFETY: pthread_sigmask with valid sets; the mask in force before this handler comes
+    // back when it returns.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &prev.sa_mask, ptr::null_mut());
+        if prev.sa_flags & libc::SA_NODEFER != 0 {
+            let mut this: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut this);
+            libc::sigaddset(&mut this, sig);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &this, ptr::null_mut());
+        }
+    }
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the previous handler was installed as an SA_SIGINFO handler with this type.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
             unsafe { std::mem::transmute(handler) };
@@ -473,5 +562,186 @@ mod tests {
             assert!(libc::WIFSIGNALED(status), "status {status}");
             assert_eq!(libc::WTERMSIG(status), libc::SIGBUS);
         }
+    }
+
+    #[test]
+    fn a_forked_child_drops_page_caches_even_if_its_parent_held_a_files_slot() {
+        let _serial = RELEASE_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        use std::os::fd::AsRawFd;
+        let (f, data) = file_of(64 << 10);
+        let slot: Arc<MapSlot> = Arc::new(RwLock::new(None));
+        let m = CopyMapping::new(f.as_file().as_raw_fd(), data.len()).unwrap();
+        assert!(install_in(&slot, Arc::new(m)));
+        // A copy taking its mapping as the process forks.
+        let held = slot.read().unwrap();
+        // SAFETY: the child only calls release_all (no lock it could wait on for ever, which
+        // is what is tested) and exits; the parent waits for it, killing it after 10 s.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                release_all();
+                libc::_exit(0);
+            }
+            let mut status = 0;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 {
+                if Instant::now() > deadline {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                    panic!("the child waited for its parent's lock");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        }
+        drop(held);
+        release_all();
+        assert!(slot.read().unwrap().is_none(), "released in the parent");
+    }
+
+    /// Set in a process started by [`in_new_process`]: the test runs its scenario there.
+    const CHILD: &str = "GPUFILE_MAPPED_TEST_CHILD";
+
+    /// Runs test `name` of this binary alone in a new process (whose `SIGBUS` action the
+    /// scenario sets before gpufile installs its handler, which a process does only once):
+    /// its exit status and what it wrote to stderr; killed (and reported) after 10 s.
+    fn in_new_process(name: &str) -> (std::process::ExitStatus, String) {
+        use std::io::Read;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("{name}: still running after 10 s (a fault handled in a loop?)");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (status, err)
+    }
+
+    /// Sets the `SIGBUS` action (before gpufile's handler is installed in this process).
+    fn set_sigbus(handler: usize, flags: libc::c_int) {
+        // SAFETY: a valid action for SIGBUS; the handler (if any) is a plain `extern "C"` fn.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler;
+            sa.sa_flags = flags;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGBUS, &sa, ptr::null_mut()), 0);
+        }
+    }
+
+    /// Copies the first 128 KiB of `m` under the guard (its file now empty: every page faults),
+    /// as `copy_to` does after a residency check that a truncation then overtook.
+    fn guarded_copy_of_vanished_pages(m: &CopyMapping) {
+        let mut dst = vec![0u8; 128 << 10];
+        let g = Guard::enter(m.map.addr(), dst.len(), &m.poisoned).expect("guard installed");
+        // SAFETY: the range lies in the mapping; its pages fault (past the file's end) and the
+        // guard's handler replaces them with zeros.
+        unsafe { copy_nontemporal(dst.as_mut_ptr(), m.map.addr() as *const u8, dst.len()) };
+        drop(g);
+        assert!(m.poisoned());
+    }
+
+    #[test]
+    fn a_sigbus_sent_to_a_process_that_ignored_it_is_ignored_and_the_guard_stays() {
+        let name = "mapped::tests::a_sigbus_sent_to_a_process_that_ignored_it_is_ignored_and_the_guard_stays";
+        if std::env::var_os(CHILD).is_none() {
+            let (status, err) = in_new_process(name);
+            assert!(status.success(), "{status:?} {err}");
+            return;
+        }
+        use std::os::fd::AsRawFd;
+        set_sigbus(libc::SIG_IGN, 0);
+        let (f, data) = file_of(256 << 10);
+        let m = CopyMapping::new(f.as_file().as_raw_fd(), data.len()).unwrap();
+        m.copy_to(&mut vec![0u8; 4096], 0).unwrap(); // installs the handler
+                                                     // SAFETY: sends SIGBUS to this process and this thread.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGBUS);
+            libc::raise(libc::SIGBUS);
+        }
+        f.as_file().set_len(0).unwrap();
+        guarded_copy_of_vanished_pages(&m);
+        // SAFETY: ends the process with its result (what the parent checks).
+        unsafe { libc::_exit(0) };
+    }
+
+    #[test]
+    fn a_previous_handler_with_sa_resethand_runs_once_then_the_fault_kills() {
+        let name =
+            "mapped::tests::a_previous_handler_with_sa_resethand_runs_once_then_the_fault_kills";
+        if std::env::var_os(CHILD).is_none() {
+            let (status, err) = in_new_process(name);
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?} {err}");
+            assert_eq!(err.matches("previous handler ran").count(), 1, "{err}");
+            return;
+        }
+        extern "C" fn previous(_: libc::c_int) {
+            let msg = b"previous handler ran\n";
+            // SAFETY: write(2) is async-signal-safe; the buffer is a static string.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        }
+        use std::os::fd::AsRawFd;
+        set_sigbus(previous as *const () as usize, libc::SA_RESETHAND);
+        let (f, data) = file_of(64 << 10);
+        let m = CopyMapping::new(f.as_file().as_raw_fd(), data.len()).unwrap();
+        m.copy_to(&mut vec![0u8; 4096], 0).unwrap(); // installs the handler
+        f.as_file().set_len(0).unwrap();
+        // SAFETY: reads the mapping outside a guarded copy: the page faults (the file is empty).
+        let v = unsafe { std::ptr::read_volatile((m.map.addr() + 8192) as *const u8) };
+        // SAFETY: ends the process (it should have died above).
+        unsafe { libc::_exit(i32::from(v) + 100) };
+    }
+
+    #[test]
+    fn a_guard_covers_the_copying_thread_only() {
+        let name = "mapped::tests::a_guard_covers_the_copying_thread_only";
+        if std::env::var_os(CHILD).is_none() {
+            let (status, err) = in_new_process(name);
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?} {err}");
+            return;
+        }
+        use std::os::fd::AsRawFd;
+        set_sigbus(libc::SIG_DFL, 0);
+        let (f, data) = file_of(64 << 10);
+        let m = CopyMapping::new(f.as_file().as_raw_fd(), data.len()).unwrap();
+        m.copy_to(&mut vec![0u8; 4096], 0).unwrap(); // installs the handler
+        f.as_file().set_len(0).unwrap();
+        let (registered, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Registers the whole mapping, as a copy in flight on this thread would.
+                let _g = Guard::enter(m.map.addr(), m.len(), &m.poisoned).unwrap();
+                registered.wait();
+                done.wait();
+            });
+            registered.wait();
+            // SAFETY: reads the mapping outside a copy of this thread: the page faults (the
+            // file is empty), and another thread's guard must not swallow that.
+            let v = unsafe { std::ptr::read_volatile((m.map.addr() + 8192) as *const u8) };
+            done.wait();
+            // SAFETY: ends the process (it should have died above).
+            unsafe { libc::_exit(i32::from(v) + 100) };
+        });
     }
 }

@@ -137,7 +137,11 @@ impl LocalFile {
             },
         };
         match map.copy_to(dst, start) {
-            Ok(()) => true,
+            // A file that shrank to an end inside the range's last page reads as zeros past
+            // that end without a fault (the page stays): the copy holds bytes the file no
+            // longer has. Asked after the copy, so a shrink during it counts too; `pread` then
+            // reports where the file ends.
+            Ok(()) => matches!(self.current_size(), Ok(size) if size >= end as u64),
             Err(Miss::Poisoned) => {
                 // The file shrank under the mapping: forget it (the next chunk maps anew).
                 if let Ok(mut slot) = self.copy_map.write() {
@@ -270,6 +274,9 @@ mod tests {
 
     #[test]
     fn small_hot_chunks_for_a_device_come_from_the_mapping_with_the_files_bytes() {
+        let _serial = mapped::RELEASE_TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let (_f, local, data) = hot_file(3 << 20);
         let got = read_for_device(&local, 700_000, 12_345).unwrap();
         assert_eq!(got, data[12_345..712_345]);
@@ -281,6 +288,9 @@ mod tests {
 
     #[test]
     fn a_file_that_shrank_reads_as_pread_would_and_one_that_grew_is_mapped_anew() {
+        let _serial = mapped::RELEASE_TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let (f, local, data) = hot_file(1 << 20);
         assert_eq!(read_for_device(&local, 4096, 0).unwrap(), data[..4096]);
         assert!(local.copy_map.read().unwrap().is_none(), "4 KiB: pread");
@@ -300,7 +310,32 @@ mod tests {
     }
 
     #[test]
+    fn a_range_past_the_end_of_a_file_that_shrank_inside_a_page_is_an_eof_not_zeros() {
+        let _serial = mapped::RELEASE_TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (f, local, data) = hot_file(1 << 20);
+        assert_eq!(read_for_device(&local, 65536, 0).unwrap(), data[..65536]);
+        assert!(local.copy_map.read().unwrap().is_some(), "mapped");
+        // The new end lies inside a page: that page stays cached and mapped (its tail reads as
+        // zeros, without a fault), but the bytes past the end are not the file's.
+        let page = pagecache::page_size() as usize;
+        let size = 24 * page + 1696;
+        f.as_file().set_len(size as u64).unwrap();
+        let offset = (25 * page - 65536) as u64;
+        let e = read_for_device(&local, 65536, offset).unwrap_err();
+        assert!(matches!(e, Error::UnexpectedEof { .. }), "{e:?}");
+        // Within the new size the mapping still serves.
+        let offset = (size - 65536) as u64;
+        let got = read_for_device(&local, 65536, offset).unwrap();
+        assert_eq!(got, data[size - 65536..size]);
+    }
+
+    #[test]
     fn gpufiles_page_cache_drop_unmaps_the_copy_mapping_first() {
+        let _serial = mapped::RELEASE_TEST_LOCK
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let (f, local, data) = hot_file(1 << 20);
         assert_eq!(read_for_device(&local, 1 << 20, 0).unwrap(), data);
         assert!(local.copy_map.read().unwrap().is_some());
