@@ -204,9 +204,9 @@ impl Source for LocalFile {
     }
 
     fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
-        // Small chunks (not tiny ones) of hot ranges: from the mapping, past the CPU's caches. Not for direct
-        // I/O (asked for: the page cache is bypassed), nor while test faults are injected into
-        // `pread` (every read must meet them).
+        // Small chunks (not tiny ones) of hot ranges: from the mapping, past the CPU's caches.
+        // Not for direct I/O (asked for: the page cache is bypassed), nor while test faults are
+        // injected into `pread` (every read must meet them).
         if (MAPPED_COPY_MIN..=MAPPED_COPY_MAX).contains(&dst.len())
             && !call.direct
             && !posix::faults::active()
