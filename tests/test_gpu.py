@@ -428,6 +428,42 @@ def test_small_hot_reads_and_a_file_that_changes_under_an_open_handle(tmp_path):
         np.testing.assert_array_equal(cp.asnumpy(dev[:65536]), data[::-1][-65536:])
 
 
+def test_a_read_alone_is_cut_for_every_worker_and_one_beside_others_is_not(tmp_path):
+    """A device read with no other request in flight is cut into 256 KiB pieces (a 4 MiB read:
+    16 tasks for 16 workers); beside a request in flight it keeps 1 MiB pieces (4 tasks). The
+    path report's task count says which."""
+    path = tmp_path / "a.bin"
+    data = pattern(4 << 20, 23)
+    data.tofile(path)
+    dev = cp.zeros(data.size, dtype=cp.uint8)
+    with defaults.set("num_threads", 16), gpufile.CuFile(path) as f:
+        with gpufile.observe() as alone:
+            assert f.read(dev) == data.size
+        assert alone.report.paths["gpufile-posix"]["tasks"] == 16
+        np.testing.assert_array_equal(cp.asnumpy(dev), data)
+        # A request held in flight: its producer's stream is blocked by a host function.
+        stream = cp.cuda.Stream(non_blocking=True)
+        gate = threading.Event()
+        timer = threading.Timer(20, gate.set)  # never leave the stream blocked
+        timer.start()
+        try:
+            with stream:
+                held = cp.zeros(1 << 20, dtype=cp.uint8)
+                stream.launch_host_func(lambda _: gate.wait(60), None)
+                first = f.pread(held, held.size, 0)
+            dev.fill(0)
+            with gpufile.observe() as beside:
+                assert f.read(dev) == data.size
+            assert not first.done(), "the first request must still be in flight"
+            assert beside.report.paths["gpufile-posix"]["tasks"] == 4
+        finally:
+            gate.set()
+            timer.cancel()
+        assert first.get() == held.size
+        np.testing.assert_array_equal(cp.asnumpy(dev), data)
+        np.testing.assert_array_equal(cp.asnumpy(held), data[:held.size])
+
+
 def test_truncation_racing_small_reads_never_kills_the_process(tmp_path):
     """A file cut short while small reads copy out of its mapping: each read returns the file's
     bytes or fails with a typed error (gpufile's SIGBUS guard), in a child process so that a
