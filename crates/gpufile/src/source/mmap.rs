@@ -8,9 +8,10 @@
 //!    the file; the range must lie in the mapped region) and returns its length.
 //! 3. Hand the source to the engine as `Endpoint::Read(Arc<MmapSource>)`
 //!    ([`crate::Engine::submit_to`]): host buffers are filled by the workers copying from the
-//!    mapping, GPU buffers through the pinned bounce pipeline, overlapped. The `Arc` keeps the
-//!    mapping alive until the last request on it ends, so closing a handle with reads in flight
-//!    is safe (KvikIO leaves that undefined).
+//!    mapping, GPU buffers through the pinned bounce pipeline, overlapped (their chunks copied
+//!    with streaming stores, past the CPU's caches, as [`crate::mapped`] explains). The `Arc`
+//!    keeps the mapping alive until the last request on it ends, so closing a handle with reads
+//!    in flight is safe (KvikIO leaves that undefined).
 //!
 //! A file that shrinks under a mapping turns a read of the pages past its new end into `SIGBUS`,
 //! which kills the process (KvikIO's behaviour). Each read checks the file's size first (one
@@ -337,6 +338,20 @@ impl Source for MmapSource {
     }
 
     fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+        self.copy_out(dst, offset, call, false)
+    }
+
+    /// Chunks on their way to a GPU are stored past the CPU's caches (see [`crate::mapped`]):
+    /// the mapping is there either way, so no chunk size pays more for it.
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+        self.copy_out(dst, offset, call, true)
+    }
+}
+
+impl MmapSource {
+    /// Copies `dst.len()` bytes at `offset` out of the mapped region (`streaming`: with
+    /// non-temporal stores), after KvikIO's range checks and a check of the file's size.
+    fn copy_out(&self, dst: &mut [u8], offset: u64, call: Call<'_>, streaming: bool) -> Result<()> {
         let len = dst.len();
         let in_region = offset
             .checked_sub(self.region_offset)
@@ -358,7 +373,11 @@ impl Source for MmapSource {
         // The file is at least `offset + len` bytes long (checked just before), so every page
         // is backed; raw pointers, not a slice, because another process may change the file.
         unsafe {
-            std::ptr::copy_nonoverlapping(mapping.as_ptr().add(start), dst.as_mut_ptr(), len);
+            let src = mapping.as_ptr().add(start);
+            match streaming {
+                true => crate::mapped::copy_nontemporal(dst.as_mut_ptr(), src, len),
+                false => std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), len),
+            }
         }
         call.progress.fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
@@ -395,17 +414,31 @@ mod tests {
         MmapSource::open(path, "r", options)
     }
 
+    /// Reads with `read_at`, and again with `read_for_device` (the streaming copy): both must
+    /// give the same bytes, or the same error.
     fn read_at(src: &MmapSource, len: usize, offset: u64) -> Result<Vec<u8>> {
-        let progress = AtomicU64::new(0);
-        let mut out = vec![0u8; len];
-        let call = Call {
-            progress: &progress,
-            direct: false,
-            direct_uncached: false,
+        let read = |device: bool| -> Result<Vec<u8>> {
+            let progress = AtomicU64::new(0);
+            let mut out = vec![0u8; len];
+            let call = Call {
+                progress: &progress,
+                direct: false,
+                direct_uncached: false,
+            };
+            match device {
+                true => src.read_for_device(&mut out, offset, call)?,
+                false => src.read_at(&mut out, offset, call)?,
+            }
+            assert_eq!(progress.load(Ordering::Relaxed), len as u64);
+            Ok(out)
         };
-        src.read_at(&mut out, offset, call)?;
-        assert_eq!(progress.load(Ordering::Relaxed), len as u64);
-        Ok(out)
+        let (host, device) = (read(false), read(true));
+        match (&host, &device) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "streaming copy differs"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            _ => panic!("read_at {host:?} but read_for_device {device:?}"),
+        }
+        host
     }
 
     #[test]
