@@ -250,14 +250,6 @@ pub fn explain_with(
     file: Option<&FileHandle>,
 ) -> Result<Explanation> {
     let s = req.settings(defaults)?;
-    // The same task size the engine uses: an explicit one as given, the setting's smaller for a
-    // request that would leave workers idle.
-    let task_size = plan::effective_task_size(
-        req.size,
-        s.task_size,
-        s.num_threads,
-        req.task_size.is_some(),
-    );
     let (num_threads, compat_mode, gds_threshold) = (s.num_threads, s.compat_mode, s.gds_threshold);
     let policy = Policy::from(&s);
     let mut notes = Vec::new();
@@ -281,6 +273,31 @@ pub fn explain_with(
         }
     });
     let path = path.map_err(|e| e.to_string());
+    // The same task size the engine uses: an explicit one as given, the setting's smaller for a
+    // request that would leave workers idle, and smaller still for a device read on gpufile's
+    // bounce path with no other request in flight (as this one is predicted).
+    let task_size = plan::effective_task_size(
+        req.size,
+        s.task_size,
+        s.num_threads,
+        req.task_size.is_some(),
+    );
+    let bounce = matches!(&path, Ok(p) if p.backend == Backend::GpufilePosix);
+    let task_size = match (bounce, req.memory, req.task_size) {
+        (true, Memory::Device, None) => {
+            let alone = plan::alone_task_size(req.size, task_size, s.num_threads);
+            if alone != task_size {
+                notes.push(format!(
+                    "a read alone is cut into {} pieces so every worker helps ({} pieces \
+                     with other requests in flight)",
+                    units::size(alone as u64),
+                    units::size(task_size as u64)
+                ));
+            }
+            alone
+        }
+        _ => task_size,
+    };
     let split = TaskSplit::new(req.file_offset, req.size, task_size);
     let task_count = split.count();
     // Runs of equal tasks, counted without listing them (a billion tasks cost nothing here).
@@ -760,6 +777,41 @@ mod tests {
         let x = explain(&r).unwrap();
         assert!(x.path.is_err());
         assert!(x.render().contains("would fail"));
+    }
+
+    #[test]
+    fn a_device_read_alone_on_the_posix_path_is_predicted_in_smaller_pieces() {
+        let mut r = req(4 << 20, 4 << 20);
+        r.compat_mode = Some(CompatMode::On);
+        r.task_size = None;
+        r.num_threads = Some(16);
+        let x = explain(&r).unwrap();
+        assert_eq!((x.task_size, x.task_count), (256 << 10, 16));
+        assert!(
+            x.notes
+                .iter()
+                .any(|n| n.contains("a read alone is cut into 256 KiB pieces")
+                    && n.contains("1 MiB pieces with other requests in flight")),
+            "{:?}",
+            x.notes
+        );
+        r.memory = Memory::Host;
+        assert_eq!(
+            explain(&r).unwrap().task_count,
+            4,
+            "host memory: 1 MiB pieces"
+        );
+        r.memory = Memory::Device;
+        r.task_size = Some(4 << 20);
+        assert_eq!(
+            explain(&r).unwrap().task_count,
+            1,
+            "a task size given: as given"
+        );
+        r.task_size = None;
+        r.compat_mode = Some(CompatMode::Off);
+        r.cufile = CufileAssumption::Nvfs;
+        assert_eq!(explain(&r).unwrap().task_count, 4, "cuFile: 1 MiB pieces");
     }
 
     #[test]
