@@ -14,6 +14,7 @@ venv=${GPUFILE_TEST_VENV:-.venv-test}
 echo "== lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet  # intra-doc links stay valid
 
 echo "== cargo test"
 cargo test --workspace --quiet 2>&1

@@ -1,10 +1,13 @@
 //! Settings: KvikIO's names, defaults and environment variables, plus where each value came from.
 //!
 //! How to use:
-//! 1. [`current()`] gives a snapshot of the process-wide settings (read from the environment on
-//!    first use; a variable that does not parse is an [`Error::InvalidEnv`] naming it).
-//! 2. [`get`] / [`set`] read and change single settings by name, as `kvikio.defaults` does.
-//! 3. [`report`] lists every setting with its value and source, for `gpufile config`.
+//! 1. [`Engine::settings`](crate::Engine::settings) gives a snapshot of the process-wide
+//!    settings (read from the environment on first use; a variable that does not parse is an
+//!    [`Error::InvalidEnv`] naming it).
+//! 2. [`Settings::get`] / [`Engine::set`](crate::Engine::set) read and change single settings
+//!    by name, as `kvikio.defaults` does.
+//! 3. [`Engine::report`](crate::Engine::report) lists every setting with its value and source,
+//!    for `gpufile config`.
 //!
 //! Environment: `KVIKIO_<NAME>` is honoured so that KvikIO's documented commands work as written;
 //! `GPUFILE_<NAME>` of the same suffix wins over it.

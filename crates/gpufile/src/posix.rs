@@ -59,7 +59,7 @@ pub mod faults {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
-    /// Which call a rule applies to: [`Direction::Read`] is `pread`, `Write` is `pwrite`.
+    /// Which call a rule applies to: [`Call::Read`] is `pread`, `Write` is `pwrite`.
     pub use crate::request::Direction as Call;
 
     /// What happens instead of (or to) the call.

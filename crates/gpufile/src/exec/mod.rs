@@ -1,7 +1,7 @@
 //! One executor per backend, each behind [`Executor`]: it takes tasks from a request's shared
 //! cursor until none is left and finishes each in the request's [`Completion`].
 //!
-//! - [`host`]: host memory ⇄ a [`Source`](crate::source::Source) / [`Sink`](crate::source::Sink).
+//! - [`host`]: host memory ⇄ a [`Source`] / [`Sink`].
 //! - [`bounce`]: GPU memory ⇄ a source or sink through pinned bounce buffers, overlapped.
 //! - [`cufile`]: GPU memory ⇄ a file registered with cuFile.
 //!
