@@ -27,7 +27,9 @@ Row groups (``--only``/``--skip`` take a comma list; the default is every group 
                  sizes, KvikIO x threads, and the plain-POSIX O_DIRECT reference x threads x block
                  sizes, each reading the first --sweep-bytes of the file cold
 
-Every timed read is verified against the file's bytes (a reference copy on the GPU, or in host
+Every run starts with two rows about the machine itself: one thread's memory copy (NumPy, 1 GiB)
+and the pinned host-to-device copy (CuPy, 1 GiB), so runs on different lent machines of the same
+kind can be compared. Every timed read is verified against the file's bytes (a reference copy on the GPU, or in host
 memory for host rows), every write by reading the file back; random reads are verified on a
 sample (the last read that landed in each in-flight slot); the plain-POSIX references and dd only
 count bytes. Each row is the median of --runs runs (after one untimed run for hot rows, so the
@@ -686,6 +688,24 @@ def pinned_ceiling(b: Bench) -> None:
     b.add_row({"case": "pinned H2D copy (1 GiB, cupy)", "kind": "ceiling", "unit": "GB/s",
                "value": v, "gb_per_s": v, "group": "ceiling"})
     del d1, src, pinned
+
+
+def host_copy_ceiling(b: Bench) -> None:
+    """One thread's memory copy (1 GiB, NumPy): says how fast this lent machine's CPU and memory
+    are, so runs on different machines of the same kind can be told apart."""
+    if b.dry:
+        return
+    src = np.ones(1 << 30, dtype=np.uint8)
+    dst = np.empty_like(src)
+    ts = []
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        ts.append(time.perf_counter() - t)
+    v = (1 << 30) / statistics.median(ts) / 1e9
+    b.add_row({"case": "host memcpy, 1 thread (1 GiB, numpy)", "kind": "ceiling", "unit": "GB/s",
+               "value": v, "gb_per_s": v, "group": "ceiling"})
+    del src, dst
 
 
 def g_ceilings(b: Bench) -> None:
@@ -1421,6 +1441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                f"{'listed but would be skipped' if b.dry else 'skipped'}")
     if not b.dry:
         make_file(args.file, b.size)
+        host_copy_ceiling(b)
         pinned_ceiling(b)
     elapsed: dict[str, float] = {}
     for g in args.groups:
