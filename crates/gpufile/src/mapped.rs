@@ -202,7 +202,10 @@ pub fn install_in(slot: &Arc<MapSlot>, map: Arc<CopyMapping>) -> bool {
 /// Held by tests that call [`release_all`] (which empties every file's slot) or check that a
 /// slot is filled, so that one does not empty another's slot mid-test.
 #[cfg(test)]
-pub(crate) static RELEASE_TEST_LOCK: Mutex<()> = Mutex::new(());
+pub(crate) fn release_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Unmaps every copy mapping (each is unmapped once the copies using it now end; the next chunk
 /// maps its file anew), so a page-cache drop can drop their pages. Gives up after about a
@@ -566,7 +569,7 @@ mod tests {
 
     #[test]
     fn a_forked_child_drops_page_caches_even_if_its_parent_held_a_files_slot() {
-        let _serial = RELEASE_TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = release_test_lock();
         use std::os::fd::AsRawFd;
         let (f, data) = file_of(64 << 10);
         let slot: Arc<MapSlot> = Arc::new(RwLock::new(None));

@@ -274,9 +274,7 @@ mod tests {
 
     #[test]
     fn small_hot_chunks_for_a_device_come_from_the_mapping_with_the_files_bytes() {
-        let _serial = mapped::RELEASE_TEST_LOCK
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _serial = mapped::release_test_lock();
         let (_f, local, data) = hot_file(3 << 20);
         let got = read_for_device(&local, 700_000, 12_345).unwrap();
         assert_eq!(got, data[12_345..712_345]);
@@ -288,9 +286,7 @@ mod tests {
 
     #[test]
     fn a_file_that_shrank_reads_as_pread_would_and_one_that_grew_is_mapped_anew() {
-        let _serial = mapped::RELEASE_TEST_LOCK
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _serial = mapped::release_test_lock();
         let (f, local, data) = hot_file(1 << 20);
         assert_eq!(read_for_device(&local, 4096, 0).unwrap(), data[..4096]);
         assert!(local.copy_map.read().unwrap().is_none(), "4 KiB: pread");
@@ -311,9 +307,7 @@ mod tests {
 
     #[test]
     fn a_range_past_the_end_of_a_file_that_shrank_inside_a_page_is_an_eof_not_zeros() {
-        let _serial = mapped::RELEASE_TEST_LOCK
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _serial = mapped::release_test_lock();
         let (f, local, data) = hot_file(1 << 20);
         assert_eq!(read_for_device(&local, 65536, 0).unwrap(), data[..65536]);
         assert!(local.copy_map.read().unwrap().is_some(), "mapped");
@@ -333,9 +327,7 @@ mod tests {
 
     #[test]
     fn gpufiles_page_cache_drop_unmaps_the_copy_mapping_first() {
-        let _serial = mapped::RELEASE_TEST_LOCK
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _serial = mapped::release_test_lock();
         let (f, local, data) = hot_file(1 << 20);
         assert_eq!(read_for_device(&local, 1 << 20, 0).unwrap(), data);
         assert!(local.copy_map.read().unwrap().is_some());
