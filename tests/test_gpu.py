@@ -465,8 +465,8 @@ def test_a_read_alone_is_cut_for_every_worker_and_one_beside_others_is_not(tmp_p
 
 
 def test_truncation_racing_small_reads_never_kills_the_process(tmp_path):
-    """A file cut short while small reads copy out of its mapping: each read returns the file's
-    bytes or fails with a typed error (gpufile's SIGBUS guard), in a child process so that a
+    """A file cut short under small reads (which go through each worker's cache-resident buffer):
+    each read returns the file's bytes or fails with a typed error, in a child process so that a
     crash fails this test instead of the run."""
     code = f"""
 import os, threading, numpy as np, cupy as cp, gpufile

@@ -313,8 +313,11 @@ impl Engine {
     /// [`Engine::submit`] for a caller that waits for the future at once: a request into or out
     /// of host memory that is one task runs on the calling thread, and the future comes back
     /// done. That saves the hand-off to a worker and back (two thread wake-ups, most of the cost
-    /// of a small read), and changes nothing else: the request is recorded and counted in flight
-    /// as any other, and a worker's task could not be cancelled once started either.
+    /// of a small read). A device read on the bounce path of several tasks, up to
+    /// [`plan::CALLER_SHARE_MAX`] bytes, is run by the workers and the calling thread together:
+    /// the caller takes tasks beside them until none is left, then returns the future. Nothing
+    /// else changes: the request is recorded and counted in flight as any other, and a worker's
+    /// task could not be cancelled once started either.
     ///
     /// # Safety
     /// As for [`Engine::submit`].
@@ -381,9 +384,16 @@ impl Engine {
         };
         let split = TaskSplit::new(req.file_offset, len, task_size);
         let here = blocking && matches!(target, Target::Host(_)) && split.count() == 1;
+        // A caller about to wait for a small device read takes a share of it itself.
+        let share = blocking
+            && bounce
+            && matches!(target, Target::Device { .. })
+            && req.direction == Direction::Read
+            && split.count() > 1
+            && len <= plan::CALLER_SHARE_MAX;
         match here {
             true => Ok(self.run_here(exec, split, path.backend)),
-            false => self.run(exec, split, path.backend, settings.num_threads),
+            false => self.run(exec, split, path.backend, settings.num_threads, share),
         }
     }
 
@@ -444,7 +454,13 @@ impl Engine {
         let exec = self.posix_executor(endpoint, target, req.direction, settings, None);
         let exec = after_stream(exec, req.after)?;
         let split = TaskSplit::new(req.file_offset, len, task_size);
-        self.run(exec, split, Backend::GpufilePosix, settings.num_threads)
+        self.run(
+            exec,
+            split,
+            Backend::GpufilePosix,
+            settings.num_threads,
+            false,
+        )
     }
 
     /// Checks what every request needs; the task size it runs with
@@ -534,13 +550,16 @@ impl Engine {
 
     /// Runs `split` on the workers: one run of `exec` per worker, at most `threads` and at most
     /// one per task; the request is recorded and leaves the in-flight count when its last task
-    /// ends, before any waiter wakes.
+    /// ends, before any waiter wakes. With `share`, the calling thread is one of those runs: it
+    /// takes tasks beside the workers until none is left, then returns (the caller waits next;
+    /// see [`plan::CALLER_SHARE_MAX`]).
     fn run(
         &self,
         exec: Arc<dyn Executor>,
         split: TaskSplit,
         backend: Backend,
         threads: usize,
+        share: bool,
     ) -> Result<IoFuture> {
         let pool = self.pool(threads)?;
         let count = split.count();
@@ -554,18 +573,28 @@ impl Engine {
             let exec = lock(&done_slot).take();
             exec.map_or(0, |e| e.dma_bytes())
         });
-        for _ in 0..runs {
-            let (slot, tasks, done) = (
-                Arc::clone(&slot),
-                Arc::clone(&tasks),
-                Arc::clone(&completion),
-            );
-            pool.submit(Box::new(move || {
-                let exec = lock(&slot).clone();
-                if let Some(exec) = exec {
-                    exec.run(&tasks, &done);
-                }
-            }));
+        let queued = runs - usize::from(share);
+        let jobs = (0..queued)
+            .map(|_| {
+                let (slot, tasks, done) = (
+                    Arc::clone(&slot),
+                    Arc::clone(&tasks),
+                    Arc::clone(&completion),
+                );
+                Box::new(move || {
+                    let exec = lock(&slot).clone();
+                    if let Some(exec) = exec {
+                        exec.run(&tasks, &done);
+                    }
+                }) as crate::pool::Job
+            })
+            .collect();
+        pool.submit_all(jobs);
+        if share {
+            let exec = lock(&slot).clone();
+            if let Some(exec) = exec {
+                exec.run(&tasks, &completion);
+            }
         }
         Ok(IoFuture::pending(completion))
     }

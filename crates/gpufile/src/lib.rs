@@ -31,7 +31,6 @@ pub mod exec;
 pub mod file;
 pub mod formats;
 pub mod future;
-pub mod mapped;
 pub mod observe;
 pub mod pagecache;
 pub mod plan;
@@ -39,6 +38,7 @@ pub mod pool;
 pub mod posix;
 pub mod request;
 pub mod source;
+pub mod streamed;
 
 pub use config::{CompatMode, RemoteIoBackend, Settings};
 pub use engine::Engine;

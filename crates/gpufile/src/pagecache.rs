@@ -47,8 +47,7 @@ fn clamp(size: u64, offset: u64, length: u64) -> Option<(u64, u64)> {
 }
 
 /// A read-only shared mapping of a range of a file: asked by `mincore` which pages are in the
-/// page cache, registered with CUDA for the GPU to read, or copied from under the `SIGBUS` guard
-/// of [`crate::mapped`] (so a file that shrinks never faults outside it). Unmapped on drop.
+/// page cache, or registered with CUDA for the GPU to read. Unmapped on drop.
 #[derive(Debug)]
 pub struct FileMapping {
     addr: usize,
@@ -183,8 +182,6 @@ pub fn drop_file_page_cache(
             }
         }
     }
-    // Pages gpufile's copy mappings hold mapped would stay cached.
-    crate::mapped::release_all();
     // SAFETY: posix_fadvise takes plain values.
     let r = unsafe {
         libc::posix_fadvise(
@@ -213,7 +210,6 @@ pub fn drop_system_page_cache(reclaim_dentries_and_inodes: bool, sync_first: boo
         // SAFETY: sync takes no arguments.
         unsafe { libc::sync() };
     }
-    crate::mapped::release_all(); // pages mapped by gpufile would stay cached
     let value = if reclaim_dentries_and_inodes {
         "3\n"
     } else {

@@ -79,20 +79,23 @@ impl Shared {
         }
     }
 
-    /// Queues a job, and wakes a sleeping worker unless one is already on its way for each
-    /// job queued (a spinning worker counts as one).
-    fn push(&self, job: Job) {
+    /// Queues jobs under one lock, and wakes as many sleeping workers as there are jobs that no
+    /// worker is on its way for (a spinning worker counts as one): all of them with one call
+    /// where every sleeper is needed.
+    fn push(&self, jobs: impl ExactSizeIterator<Item = Job>) {
         let mut q = lock(&self.queue);
-        q.jobs.push_back(job);
-        self.queued.fetch_add(1, Ordering::Relaxed);
+        let n = jobs.len();
+        q.jobs.extend(jobs);
+        self.queued.fetch_add(n, Ordering::Relaxed);
         let coming = q.woken + usize::from(self.spinning.load(Ordering::Relaxed));
-        let wake = q.sleeping > q.woken && q.jobs.len() > coming;
-        if wake {
-            q.woken += 1;
-        }
+        let idle = q.sleeping.saturating_sub(q.woken);
+        let wake = idle.min(q.jobs.len().saturating_sub(coming));
+        q.woken += wake;
         drop(q);
-        if wake {
-            self.ready.notify_one();
+        match wake {
+            0 => {}
+            w if w == idle => self.ready.notify_all(),
+            w => (0..w).for_each(|_| self.ready.notify_one()),
         }
     }
 }
@@ -144,7 +147,12 @@ impl ThreadPool {
 
     /// Queues a job.
     pub fn submit(&self, job: Job) {
-        self.shared.push(job);
+        self.shared.push(std::iter::once(job));
+    }
+
+    /// Queues jobs at once: one lock, and the sleeping workers they need woken together.
+    pub fn submit_all(&self, jobs: Vec<Job>) {
+        self.shared.push(jobs.into_iter());
     }
 }
 
@@ -187,17 +195,28 @@ mod tests {
     #[test]
     fn every_queued_job_gets_a_worker_while_others_sleep_or_spin() {
         let pool = ThreadPool::new(4).unwrap();
-        for pause in [Duration::ZERO, SPIN * 4] {
+        for (pause, together) in [
+            (Duration::ZERO, false),
+            (SPIN * 4, false),
+            (Duration::ZERO, true),
+            (SPIN * 4, true),
+        ] {
             for _ in 0..20 {
                 std::thread::sleep(pause);
                 let barrier = Arc::new(std::sync::Barrier::new(4));
                 let (tx, rx) = std::sync::mpsc::channel();
-                for _ in 0..4 {
-                    let (b, tx) = (Arc::clone(&barrier), tx.clone());
-                    pool.submit(Box::new(move || {
-                        b.wait();
-                        tx.send(()).unwrap();
-                    }));
+                let jobs: Vec<Job> = (0..4)
+                    .map(|_| {
+                        let (b, tx) = (Arc::clone(&barrier), tx.clone());
+                        Box::new(move || {
+                            b.wait();
+                            tx.send(()).unwrap();
+                        }) as Job
+                    })
+                    .collect();
+                match together {
+                    true => pool.submit_all(jobs),
+                    false => jobs.into_iter().for_each(|j| pool.submit(j)),
                 }
                 for _ in 0..4 {
                     rx.recv_timeout(Duration::from_secs(10))

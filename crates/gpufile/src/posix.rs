@@ -26,7 +26,6 @@ pub fn pid() -> u32 {
     static HOOK: AtomicU8 = AtomicU8::new(0);
     extern "C" fn forked() {
         PID.store(0, Ordering::Relaxed);
-        crate::mapped::forget_in_child();
     }
     if HOOK.load(Ordering::Acquire) != 2 {
         if HOOK
@@ -96,12 +95,6 @@ pub mod faults {
         let mut r = RULES.lock().unwrap_or_else(|e| e.into_inner());
         *r = rules.into_iter().map(|rule| (rule, 0)).collect();
         ACTIVE.store(!r.is_empty(), Ordering::SeqCst);
-    }
-
-    /// Whether any rule is set (gpufile then reads through `pread` only, so every read meets
-    /// the rules).
-    pub(crate) fn active() -> bool {
-        ACTIVE.load(Ordering::Relaxed)
     }
 
     /// The fault for this call, if a rule says so.

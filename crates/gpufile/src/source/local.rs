@@ -5,13 +5,13 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::OnceLock;
 
 use crate::error::{Error, Op, Result};
-use crate::mapped::{self, CopyMapping, MapSlot, Miss, MAPPED_COPY_MAX, MAPPED_COPY_MIN};
 use crate::pagecache::{self, FileMapping};
 use crate::posix;
 use crate::source::{Call, Sink, Source};
+use crate::streamed::{self, STREAMED_MAX, STREAMED_MIN};
 
 /// O_DIRECT needs file offsets, lengths and memory aligned to the logical block; 4 KiB covers
 /// every common device.
@@ -29,11 +29,6 @@ pub struct LocalFile {
     /// A read-only mapping of the file, never touched, only asked by `mincore` which pages are
     /// in the page cache (made on first need; None where the file cannot be mapped).
     residency: OnceLock<Option<FileMapping>>,
-    /// The mapping that small chunks on their way to a GPU are copied out of
-    /// ([`crate::mapped`]): made on first need, replaced once poisoned or outgrown.
-    copy_map: Arc<MapSlot>,
-    /// The file could not be mapped (a file system without `mmap`): chunks use `pread` only.
-    unmappable: std::sync::atomic::AtomicBool,
 }
 
 impl LocalFile {
@@ -46,8 +41,6 @@ impl LocalFile {
             writable,
             direct: OnceLock::new(),
             residency: OnceLock::new(),
-            copy_map: Arc::new(RwLock::new(None)),
-            unmappable: std::sync::atomic::AtomicBool::new(!readable),
         }
     }
 
@@ -115,61 +108,6 @@ impl LocalFile {
         }
     }
 
-    /// Copies a hot range out of the file's mapping with non-temporal stores (see
-    /// [`crate::mapped`]); false where it did not (the caller reads with `pread`).
-    fn copy_mapped(&self, dst: &mut [u8], offset: u64) -> bool {
-        if self.unmappable.load(std::sync::atomic::Ordering::Relaxed) {
-            return false;
-        }
-        let Ok(start) = usize::try_from(offset) else {
-            return false;
-        };
-        let Some(end) = start.checked_add(dst.len()) else {
-            return false;
-        };
-        let current = self.copy_map.read().ok().and_then(|m| m.clone());
-        let map = match current {
-            Some(m) if end <= m.len() => m,
-            // None yet, or the file has grown past it: map the file as it is now.
-            _ => match self.remap(end) {
-                Some(m) => m,
-                None => return false,
-            },
-        };
-        match map.copy_to(dst, start) {
-            // A file that shrank to an end inside the range's last page reads as zeros past
-            // that end without a fault (the page stays): the copy holds bytes the file no
-            // longer has. Asked after the copy, so a shrink during it counts too; `pread` then
-            // reports where the file ends.
-            Ok(()) => matches!(self.current_size(), Ok(size) if size >= end as u64),
-            Err(Miss::Poisoned) => {
-                // The file shrank under the mapping: forget it (the next chunk maps anew).
-                if let Ok(mut slot) = self.copy_map.write() {
-                    if slot.as_ref().is_some_and(|m| Arc::ptr_eq(m, &map)) {
-                        *slot = None;
-                    }
-                }
-                false
-            }
-            Err(Miss::NotResident | Miss::Unguarded) => false,
-        }
-    }
-
-    /// A new mapping of the whole file if it now holds `end` bytes (else `None`).
-    fn remap(&self, end: usize) -> Option<Arc<CopyMapping>> {
-        let size = usize::try_from(self.current_size().ok()?).ok()?;
-        if size < end || size == 0 {
-            return None;
-        }
-        let Ok(map) = CopyMapping::new(self.fd(), size) else {
-            self.unmappable
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            return None;
-        };
-        let map = Arc::new(map);
-        mapped::install_in(&self.copy_map, Arc::clone(&map)).then_some(map)
-    }
-
     /// The file's size now.
     pub fn current_size(&self) -> Result<u64> {
         let meta = self.file.metadata();
@@ -204,19 +142,26 @@ impl Source for LocalFile {
     }
 
     fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
-        // Small chunks (not tiny ones) of hot ranges: from the mapping, past the CPU's caches.
-        // Not for direct I/O (asked for: the page cache is bypassed), nor while test faults are
-        // injected into `pread` (every read must meet them).
-        if (MAPPED_COPY_MIN..=MAPPED_COPY_MAX).contains(&dst.len())
-            && !call.direct
-            && !posix::faults::active()
-            && self.copy_mapped(dst, offset)
-        {
-            call.progress
-                .fetch_add(dst.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            return Ok(());
+        // Small chunks (not tiny ones) read through the cache: stored past the CPU's caches on
+        // their way to the GPU ([`crate::streamed`]). Not where the chunk goes direct.
+        let fd = self.pick(&call, dst.as_ptr(), dst.len(), offset);
+        if !(STREAMED_MIN..=STREAMED_MAX).contains(&dst.len()) || fd != self.fd() {
+            return self.read_at(dst, offset, call);
         }
-        self.read_at(dst, offset, call)
+        streamed::read_streamed(dst, |piece, at| {
+            // SAFETY: `piece` is an exclusively borrowed slice of `piece.len()` bytes.
+            unsafe {
+                posix::pread_all(
+                    fd,
+                    &self.path,
+                    piece.as_mut_ptr(),
+                    piece.len(),
+                    offset + at as u64,
+                    call.progress,
+                )
+            }
+            .map(drop)
+        })
     }
 }
 
@@ -273,29 +218,33 @@ mod tests {
     }
 
     #[test]
-    fn small_hot_chunks_for_a_device_come_from_the_mapping_with_the_files_bytes() {
-        let _serial = mapped::release_test_lock();
+    fn chunks_for_a_device_of_every_size_hold_the_files_bytes_counted_once() {
         let (_f, local, data) = hot_file(3 << 20);
-        let got = read_for_device(&local, 700_000, 12_345).unwrap();
-        assert_eq!(got, data[12_345..712_345]);
-        assert!(local.copy_map.read().unwrap().is_some(), "mapped");
-        // Larger than MAPPED_COPY_MAX: pread, same bytes.
-        let got = read_for_device(&local, 2 << 20, 1).unwrap();
-        assert_eq!(got, data[1..(2 << 20) + 1]);
+        // Below, within (crossing the thread buffer's pieces) and above the streamed sizes.
+        for (len, off) in [
+            (4096, 0),
+            (STREAMED_MIN, 0),
+            (700_000, 12_345),
+            (STREAMED_MAX, (1 << 20) + 1),
+            (2 << 20, 1),
+        ] {
+            let got = read_for_device(&local, len, off as u64).unwrap();
+            assert_eq!(got, data[off..off + len], "{len} at {off}");
+        }
     }
 
     #[test]
-    fn a_file_that_shrank_reads_as_pread_would_and_one_that_grew_is_mapped_anew() {
-        let _serial = mapped::release_test_lock();
+    fn a_file_that_shrank_is_an_eof_and_one_that_grew_gives_its_new_bytes() {
         let (f, local, data) = hot_file(1 << 20);
-        assert_eq!(read_for_device(&local, 4096, 0).unwrap(), data[..4096]);
-        assert!(local.copy_map.read().unwrap().is_none(), "4 KiB: pread");
         assert_eq!(read_for_device(&local, 65536, 0).unwrap(), data[..65536]);
-        assert!(local.copy_map.read().unwrap().is_some(), "64 KiB: mapped");
-        f.as_file().set_len(8192).unwrap();
-        let e = read_for_device(&local, 65536, 4096).unwrap_err();
+        // The new end lies inside a page: the bytes past it are not the file's.
+        let page = pagecache::page_size() as usize;
+        let size = 24 * page + 1696;
+        f.as_file().set_len(size as u64).unwrap();
+        let e = read_for_device(&local, 65536, (25 * page - 65536) as u64).unwrap_err();
         assert!(matches!(e, Error::UnexpectedEof { .. }), "{e:?}");
-        // Grows past the first mapping: the new bytes are read (a new mapping, or pread).
+        let got = read_for_device(&local, 65536, (size - 65536) as u64).unwrap();
+        assert_eq!(got, data[size - 65536..size]);
         let mut w = f.as_file();
         w.set_len(0).unwrap();
         w.write_all(&vec![9u8; 2 << 20]).unwrap();
@@ -306,47 +255,7 @@ mod tests {
     }
 
     #[test]
-    fn a_range_past_the_end_of_a_file_that_shrank_inside_a_page_is_an_eof_not_zeros() {
-        let _serial = mapped::release_test_lock();
-        let (f, local, data) = hot_file(1 << 20);
-        assert_eq!(read_for_device(&local, 65536, 0).unwrap(), data[..65536]);
-        assert!(local.copy_map.read().unwrap().is_some(), "mapped");
-        // The new end lies inside a page: that page stays cached and mapped (its tail reads as
-        // zeros, without a fault), but the bytes past the end are not the file's.
-        let page = pagecache::page_size() as usize;
-        let size = 24 * page + 1696;
-        f.as_file().set_len(size as u64).unwrap();
-        let offset = (25 * page - 65536) as u64;
-        let e = read_for_device(&local, 65536, offset).unwrap_err();
-        assert!(matches!(e, Error::UnexpectedEof { .. }), "{e:?}");
-        // Within the new size the mapping still serves.
-        let offset = (size - 65536) as u64;
-        let got = read_for_device(&local, 65536, offset).unwrap();
-        assert_eq!(got, data[size - 65536..size]);
-    }
-
-    #[test]
-    fn gpufiles_page_cache_drop_unmaps_the_copy_mapping_first() {
-        let _serial = mapped::release_test_lock();
-        let (f, local, data) = hot_file(1 << 20);
-        assert_eq!(read_for_device(&local, 1 << 20, 0).unwrap(), data);
-        assert!(local.copy_map.read().unwrap().is_some());
-        pagecache::drop_file_page_cache(local.fd(), f.path(), 0, 0, true).unwrap();
-        assert!(local.copy_map.read().unwrap().is_none(), "released");
-        let (resident, _) = pagecache::page_cache_info(local.fd(), f.path(), 0, 0).unwrap();
-        // Where the file system drops pages at all (tmpfs does not), these are gone too.
-        let (c, control, _) = hot_file(1 << 20);
-        pagecache::drop_file_page_cache(control.fd(), c.path(), 0, 0, true).unwrap();
-        let (kept, _) = pagecache::page_cache_info(control.fd(), c.path(), 0, 0).unwrap();
-        assert!(
-            kept > 0 || resident == 0,
-            "{resident} of 256 pages still cached"
-        );
-        assert_eq!(read_for_device(&local, 1 << 20, 0).unwrap(), data);
-    }
-
-    #[test]
-    fn truncation_racing_mapped_copies_gives_the_files_bytes_or_an_error_never_a_crash() {
+    fn truncation_racing_streamed_reads_gives_the_files_bytes_or_an_error() {
         let (f, local, data) = hot_file(8 << 20);
         let stop = std::sync::atomic::AtomicBool::new(false);
         let (ok, eof) = std::thread::scope(|s| {

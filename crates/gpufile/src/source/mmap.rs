@@ -9,7 +9,7 @@
 //! 3. Hand the source to the engine as `Endpoint::Read(Arc<MmapSource>)`
 //!    ([`crate::Engine::submit_to`]): host buffers are filled by the workers copying from the
 //!    mapping, GPU buffers through the pinned bounce pipeline, overlapped (their chunks copied
-//!    with streaming stores, past the CPU's caches, as [`crate::mapped`] explains). The `Arc`
+//!    with streaming stores, past the CPU's caches, as [`crate::streamed`] explains). The `Arc`
 //!    keeps the mapping alive until the last request on it ends, so closing a handle with reads
 //!    in flight is safe (KvikIO leaves that undefined).
 //!
@@ -341,7 +341,7 @@ impl Source for MmapSource {
         self.copy_out(dst, offset, call, false)
     }
 
-    /// Chunks on their way to a GPU are stored past the CPU's caches (see [`crate::mapped`]):
+    /// Chunks on their way to a GPU are stored past the CPU's caches (see [`crate::streamed`]):
     /// the mapping is there either way, so no chunk size pays more for it.
     fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
         self.copy_out(dst, offset, call, true)
@@ -375,7 +375,7 @@ impl MmapSource {
         unsafe {
             let src = mapping.as_ptr().add(start);
             match streaming {
-                true => crate::mapped::copy_nontemporal(dst.as_mut_ptr(), src, len),
+                true => crate::streamed::copy_nontemporal(dst.as_mut_ptr(), src, len),
                 false => std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), len),
             }
         }
