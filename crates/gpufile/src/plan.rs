@@ -119,7 +119,8 @@ pub fn alone_task_size(len: usize, task_size: usize, threads: usize) -> usize {
 /// start one by one over tens of microseconds (measured on one H200: the last of 16 began 40–115
 /// µs after the request). Measured there with 256 files × 4 MiB read one by one (hot): 14.6 →
 /// 16.1–16.7 GB/s. Bounded so a caller's share stays short (its Ctrl-C is checked after it):
-/// about 1/16 of 64 MiB at a few GB/s is a millisecond or two.
+/// usually a 1/16 share; even if no worker comes (all busy with other requests), one thread
+/// copies 64 MiB in about 10–20 ms.
 pub const CALLER_SHARE_MAX: usize = 64 << 20;
 
 /// Every task of `size` bytes at `file_offset` (see [`TaskSplit`]). `size` 0 gives no task.
