@@ -23,7 +23,8 @@ Row groups (``--only``/``--skip`` take a comma list; default: all):
                views (a ``__cuda_array_interface__`` dict built per call, v3 ``stream`` 1: a
                wait on the legacy stream), the same interface precomputed with ``stream`` 1 (no
                CuPy dict), precomputed with no stream (no wait either); and ``pread().get()``
-               one at a time (the latency of one request). Not in the default set.
+               and ``read()`` one at a time (the latency of one request). Not in the default
+               set.
 
 Offsets are random (seeded, page-aligned) over a hot file of --file-size; each row is the median of
 --runs runs after one untimed run, and says wall microseconds per request (or per file), requests
@@ -393,6 +394,14 @@ def g_device(b: Bench, libs: dict[str, Any]) -> None:
 
             b.measure(f"{lib} GPU pread().get() {gb._human(size)}, CuPy views, one at a time",
                       serial, ok_one, one, one * size)
+
+            def blocking(mod: Any = mod) -> int:
+                with mod.CuFile(b.path, "r") as f:
+                    return sum(f.read(views[i % depth], size, off)
+                               for i, off in enumerate(offsets[:one]))
+
+            b.measure(f"{lib} GPU read() {gb._human(size)}, CuPy views, one at a time",
+                      blocking, ok_one, one, one * size)
 
 
 def main(argv: list[str] | None = None) -> None:

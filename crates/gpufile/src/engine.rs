@@ -310,8 +310,9 @@ impl Engine {
         unsafe { self.start(file, req, settings, false) }
     }
 
-    /// [`Engine::submit`] for a caller that waits for the future at once: a request into or out
-    /// of host memory that is one task runs on the calling thread, and the future comes back
+    /// [`Engine::submit`] for a caller that waits for the future at once: a request that is one
+    /// task, into or out of host memory (or device memory on the bounce path, up to
+    /// [`plan::CALLER_SHARE_MAX`] bytes), runs on the calling thread, and the future comes back
     /// done. That saves the hand-off to a worker and back (two thread wake-ups, most of the cost
     /// of a small read). A device read on the bounce path of several tasks, up to
     /// [`plan::CALLER_SHARE_MAX`] bytes, is run by the workers and the calling thread together:
@@ -383,14 +384,14 @@ impl Engine {
             _ => task_size,
         };
         let split = TaskSplit::new(req.file_offset, len, task_size);
-        let here = blocking && matches!(target, Target::Host(_)) && split.count() == 1;
-        // A caller about to wait for a small device read takes a share of it itself.
-        let share = blocking
-            && bounce
-            && matches!(target, Target::Device { .. })
-            && req.direction == Direction::Read
-            && split.count() > 1
-            && len <= plan::CALLER_SHARE_MAX;
+        // A caller about to wait runs a request of one task itself (host memory, or device
+        // memory on the bounce path), and takes a share of a small device read of several.
+        let small_device =
+            bounce && matches!(target, Target::Device { .. }) && len <= plan::CALLER_SHARE_MAX;
+        let here =
+            blocking && split.count() == 1 && (matches!(target, Target::Host(_)) || small_device);
+        let share =
+            blocking && small_device && req.direction == Direction::Read && split.count() > 1;
         match here {
             true => Ok(self.run_here(exec, split, path.backend)),
             false => self.run(exec, split, path.backend, settings.num_threads, share),
@@ -602,7 +603,8 @@ impl Engine {
     /// Runs `split` (one task) on the calling thread; the future is done when this returns.
     fn run_here(&self, exec: Arc<dyn Executor>, split: TaskSplit, backend: Backend) -> IoFuture {
         let tasks = Tasks::new(split, 1);
-        let completion = self.completion(backend, tasks.count(), || 0);
+        let counted = Arc::clone(&exec);
+        let completion = self.completion(backend, tasks.count(), move || counted.dma_bytes());
         exec.run(&tasks, &completion);
         IoFuture::pending(completion)
     }
