@@ -26,7 +26,7 @@ use crate::exec::{AfterStream, Endpoint, Executor, SendPtr, Tasks};
 use crate::file::FileHandle;
 use crate::future::{lock, Completion, IoFuture};
 use crate::observe;
-use crate::plan::{self, Backend, IoPath, Policy, Reason, TaskSplit};
+use crate::plan::{self, Backend, CallerPart, IoPath, Policy, Reason, TaskSplit};
 use crate::pool::ThreadPool;
 use crate::request::{Buffer, Direction, Memory, Request};
 
@@ -384,17 +384,23 @@ impl Engine {
             _ => task_size,
         };
         let split = TaskSplit::new(req.file_offset, len, task_size);
-        // A caller about to wait runs a request of one task itself (host memory, or device
-        // memory on the bounce path), and takes a share of a small device read of several.
-        let small_device =
-            bounce && matches!(target, Target::Device { .. }) && len <= plan::CALLER_SHARE_MAX;
-        let here =
-            blocking && split.count() == 1 && (matches!(target, Target::Host(_)) || small_device);
-        let share =
-            blocking && small_device && req.direction == Direction::Read && split.count() > 1;
-        match here {
-            true => Ok(self.run_here(exec, split, path.backend)),
-            false => self.run(exec, split, path.backend, settings.num_threads, share),
+        let part = plan::caller_part(
+            blocking,
+            matches!(target, Target::Device { .. }),
+            bounce,
+            req.direction == Direction::Read,
+            split.count(),
+            len,
+        );
+        match part {
+            CallerPart::Whole => Ok(self.run_here(exec, split, path.backend)),
+            part => self.run(
+                exec,
+                split,
+                path.backend,
+                settings.num_threads,
+                part == CallerPart::Share,
+            ),
         }
     }
 

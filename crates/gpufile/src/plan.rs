@@ -123,6 +123,39 @@ pub fn alone_task_size(len: usize, task_size: usize, threads: usize) -> usize {
 /// copies 64 MiB in about 10–20 ms.
 pub const CALLER_SHARE_MAX: usize = 64 << 20;
 
+/// What the thread that submits a request and waits for it at once does besides waiting
+/// ([`crate::Engine::submit_blocking`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallerPart {
+    /// Nothing: the workers run every task (a request nobody waits for at once, a device request
+    /// past [`CALLER_SHARE_MAX`] or on cuFile's path, a device write of several tasks).
+    Wait,
+    /// All of it: a request of one task (host memory, or device memory on the bounce path up to
+    /// [`CALLER_SHARE_MAX`]) runs on the calling thread, and no worker is woken.
+    Whole,
+    /// A share: a device read of several tasks on the bounce path, up to [`CALLER_SHARE_MAX`], is
+    /// run by the workers and the caller together.
+    Share,
+}
+
+/// The caller's part of a request of `tasks` tasks and `len` bytes: `blocking` (the caller waits
+/// at once), `device` (GPU memory), `bounce` (gpufile's bounce path), `read` (a read).
+pub fn caller_part(
+    blocking: bool,
+    device: bool,
+    bounce: bool,
+    read: bool,
+    tasks: usize,
+    len: usize,
+) -> CallerPart {
+    let small_device = device && bounce && len <= CALLER_SHARE_MAX;
+    match (blocking, tasks) {
+        (true, 1) if !device || small_device => CallerPart::Whole,
+        (true, 2..) if small_device && read => CallerPart::Share,
+        _ => CallerPart::Wait,
+    }
+}
+
 /// Every task of `size` bytes at `file_offset` (see [`TaskSplit`]). `size` 0 gives no task.
 pub fn split(file_offset: u64, size: usize, task_size: usize) -> impl Iterator<Item = Task> {
     let s = TaskSplit::new(file_offset, size, task_size);
@@ -308,6 +341,36 @@ pub fn after_registration(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiting_caller_runs_one_task_shares_a_small_device_read_and_leaves_the_rest() {
+        use CallerPart::{Share, Wait, Whole};
+        let max = CALLER_SHARE_MAX;
+        // (blocking, device, bounce, read, tasks, len) -> part
+        let cases = [
+            ((true, false, true, true, 1, 4 << 30), Whole), // host: any size, as before
+            ((true, false, true, false, 1, 4096), Whole),
+            ((true, false, true, true, 4, 16 << 20), Wait), // host, several tasks
+            ((true, true, true, true, 1, 4096), Whole),     // device, bounce path
+            ((true, true, true, false, 1, 4096), Whole),    // a device write of one task too
+            ((true, true, true, true, 1, max + 1), Wait),   // too large to run on the caller
+            ((true, true, false, true, 1, 4096), Wait),     // cuFile's path
+            ((true, true, true, true, 16, 4 << 20), Share),
+            ((true, true, true, true, 16, max), Share),
+            ((true, true, true, true, 16, max + 1), Wait),
+            ((true, true, true, false, 16, 4 << 20), Wait), // a device write of several
+            ((true, true, false, true, 16, 4 << 20), Wait),
+            ((false, false, true, true, 1, 4096), Wait), // nobody waits at once
+            ((false, true, true, true, 16, 4 << 20), Wait),
+        ];
+        for ((blocking, device, bounce, read, tasks, len), want) in cases {
+            assert_eq!(
+                caller_part(blocking, device, bounce, read, tasks, len),
+                want,
+                "{blocking} {device} {bounce} {read} {tasks} {len}"
+            );
+        }
+    }
     use proptest::prelude::*;
 
     #[test]
