@@ -81,8 +81,9 @@ pub unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, len: usize) {
 
 /// Fills `dst` [`SCRATCH`] bytes at a time: `read(piece, at)` fills `piece` with the bytes that
 /// belong at `dst[at..]`, then the piece is stored into `dst` with [`copy_nontemporal`]. Stops at
-/// the first error (`dst` then holds the pieces before it). A `read` that itself reads this way
-/// on the same thread reads straight into `dst`.
+/// the first error (`dst` then holds the pieces before it). Where the thread's buffer is not to
+/// be had (a `read` that itself reads this way on the same thread, or a thread whose locals are
+/// being torn down) `read` fills `dst` straight.
 pub fn read_streamed(
     dst: &mut [u8],
     mut read: impl FnMut(&mut [u8], usize) -> Result<()>,
@@ -90,24 +91,28 @@ pub fn read_streamed(
     thread_local! {
         static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
-    BUF.with(|buf| {
-        let Ok(mut buf) = buf.try_borrow_mut() else {
-            return read(dst, 0);
-        };
+    let streamed = BUF.try_with(|buf| {
+        let mut buf = buf.try_borrow_mut().ok()?;
         if buf.len() < SCRATCH {
             buf.resize(SCRATCH, 0);
         }
         let mut at = 0;
         while at < dst.len() {
             let n = SCRATCH.min(dst.len() - at);
-            read(&mut buf[..n], at)?;
+            if let Err(e) = read(&mut buf[..n], at) {
+                return Some(Err(e));
+            }
             // SAFETY: `buf` holds `n` bytes just read and `dst[at..at + n]` is in bounds; the
             // two are distinct allocations.
             unsafe { copy_nontemporal(dst.as_mut_ptr().add(at), buf.as_ptr(), n) };
             at += n;
         }
-        Ok(())
-    })
+        Some(Ok(()))
+    });
+    match streamed {
+        Ok(Some(done)) => done,
+        _ => read(dst, 0),
+    }
 }
 
 #[cfg(test)]
