@@ -225,4 +225,56 @@ mod tests {
             }
         }
     }
+
+    /// Rounds of k jobs pushed together that can only end together (each needs a worker of its
+    /// own), k from 1 to the pool's size, from two submitters at once, with pauses below, around
+    /// and past the spin: a lost wake-up, or an over-counted one that a later push trusts,
+    /// leaves a job queued with the workers it needs asleep, and its round never ends.
+    #[test]
+    fn rounds_of_jobs_pushed_together_from_two_threads_each_get_a_worker() {
+        const WORKERS: usize = 6;
+        let pool = Arc::new(ThreadPool::new(WORKERS).unwrap());
+        let pauses = [
+            Duration::ZERO,
+            SPIN / 4,
+            SPIN / 2,
+            SPIN,
+            SPIN * 3 / 2,
+            SPIN * 3,
+        ];
+        let submitter = |seed: usize| {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || {
+                for round in 0..3000usize {
+                    // At most half the pool each, so both rounds can always run at once.
+                    let k = (round + seed) % (WORKERS / 2) + 1;
+                    std::thread::sleep(pauses[(round * 7 + seed) % pauses.len()]);
+                    let barrier = Arc::new(std::sync::Barrier::new(k));
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let jobs: Vec<Job> = (0..k)
+                        .map(|_| {
+                            let (b, tx) = (Arc::clone(&barrier), tx.clone());
+                            Box::new(move || {
+                                b.wait();
+                                tx.send(()).unwrap();
+                            }) as Job
+                        })
+                        .collect();
+                    match round % 3 {
+                        0 => jobs.into_iter().for_each(|j| pool.submit(j)),
+                        _ => pool.submit_all(jobs),
+                    }
+                    for _ in 0..k {
+                        rx.recv_timeout(Duration::from_secs(10))
+                            .unwrap_or_else(|_| {
+                                panic!("round {round} of {k}: a job got no worker")
+                            });
+                    }
+                }
+            })
+        };
+        let (a, b) = (submitter(0), submitter(1));
+        a.join().unwrap();
+        b.join().unwrap();
+    }
 }
