@@ -904,4 +904,50 @@ mod batch_tests {
         let r = unsafe { engine.submit_blocking(&h, req, &settings) };
         assert!(matches!(r, Err(Error::UnexpectedEof { .. })));
     }
+
+    /// Runs a read of `len` bytes at 0 into `buf` as `CallerPart::Share` does (device reads
+    /// only take it; with host memory the mechanism is the same and runs here).
+    fn shared_read(engine: &Engine, h: &FileHandle, buf: &mut [u8], threads: usize) -> IoFuture {
+        let exec = Arc::new(HostExec {
+            endpoint: Endpoint::Read(h.local()),
+            ptr: SendPtr(buf.as_mut_ptr()),
+            direct: false,
+            direct_uncached: false,
+        });
+        let split = TaskSplit::new(0, buf.len(), 64 << 10);
+        engine
+            .run(exec, split, Backend::GpufilePosix, threads, true)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_shared_request_is_run_by_the_caller_and_the_workers_and_ends_once() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..(2u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        // One worker: the caller runs every task (none is queued), done on return. More: the
+        // workers may end every task before the caller looks (the executor is gone by then).
+        for threads in [1, 2, 4, 8] {
+            for _ in 0..20 {
+                let mut buf = vec![0u8; data.len()];
+                let fut = shared_read(&engine, &h, &mut buf, threads);
+                if threads == 1 {
+                    assert!(fut.is_done());
+                }
+                assert_eq!(fut.wait().unwrap(), data.len(), "{threads}");
+                assert_eq!(buf, data);
+                assert_eq!(engine.in_flight(), 0);
+            }
+        }
+        // A task that fails (the file shrank) fails the request once, wherever it ran.
+        file.as_file().set_len(1 << 20).unwrap();
+        for threads in [1, 4] {
+            let mut buf = vec![0u8; data.len()];
+            let fut = shared_read(&engine, &h, &mut buf, threads);
+            assert!(matches!(fut.wait(), Err(Error::UnexpectedEof { .. })));
+            assert_eq!(engine.in_flight(), 0);
+        }
+    }
 }
