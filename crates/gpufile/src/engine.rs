@@ -874,13 +874,19 @@ mod batch_tests {
         assert_eq!(engine.in_flight(), 0);
     }
 
-    #[test]
-    fn a_blocking_small_host_request_is_done_on_return_and_others_run_as_before() {
+    /// A file of `len` known bytes, an engine at the environment's defaults, the file opened.
+    fn file_and_engine(len: u32) -> (tempfile::NamedTempFile, Vec<u8>, Engine, FileHandle) {
         let mut file = tempfile::NamedTempFile::new().unwrap();
-        let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         std::io::Write::write_all(&mut file, &data).unwrap();
         let engine = Engine::new(config::State::from_env(|_| None).unwrap());
         let h = FileHandle::open(file.path(), "r").unwrap();
+        (file, data, engine, h)
+    }
+
+    #[test]
+    fn a_blocking_small_host_request_is_done_on_return_and_others_run_as_before() {
+        let (_file, data, engine, h) = file_and_engine(3 << 20);
         let settings = Settings {
             num_threads: 4,
             ..engine.settings()
@@ -922,11 +928,7 @@ mod batch_tests {
 
     #[test]
     fn a_shared_request_is_run_by_the_caller_and_the_workers_and_ends_once() {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        let data: Vec<u8> = (0..(2u32 << 20)).map(|i| (i % 251) as u8).collect();
-        std::io::Write::write_all(&mut file, &data).unwrap();
-        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
-        let h = FileHandle::open(file.path(), "r").unwrap();
+        let (file, data, engine, h) = file_and_engine(2 << 20);
         // One worker: the caller runs every task (none is queued), done on return. More: the
         // workers may end every task before the caller looks (the executor is gone by then).
         for threads in [1, 2, 4, 8] {

@@ -192,6 +192,23 @@ mod tests {
 
     /// Jobs that can only end together: each worker must be given one, whether the others
     /// sleep (long after the last job) or one watches the queue (right after it).
+    /// `k` jobs that can only end together (each waits at a barrier for the others, so each
+    /// needs a worker of its own), and where each says it ended.
+    fn meeting_jobs(k: usize) -> (Vec<Job>, std::sync::mpsc::Receiver<()>) {
+        let barrier = Arc::new(std::sync::Barrier::new(k));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let jobs = (0..k)
+            .map(|_| {
+                let (b, tx) = (Arc::clone(&barrier), tx.clone());
+                Box::new(move || {
+                    b.wait();
+                    tx.send(()).unwrap();
+                }) as Job
+            })
+            .collect();
+        (jobs, rx)
+    }
+
     #[test]
     fn every_queued_job_gets_a_worker_while_others_sleep_or_spin() {
         let pool = ThreadPool::new(4).unwrap();
@@ -203,17 +220,7 @@ mod tests {
         ] {
             for _ in 0..20 {
                 std::thread::sleep(pause);
-                let barrier = Arc::new(std::sync::Barrier::new(4));
-                let (tx, rx) = std::sync::mpsc::channel();
-                let jobs: Vec<Job> = (0..4)
-                    .map(|_| {
-                        let (b, tx) = (Arc::clone(&barrier), tx.clone());
-                        Box::new(move || {
-                            b.wait();
-                            tx.send(()).unwrap();
-                        }) as Job
-                    })
-                    .collect();
+                let (jobs, rx) = meeting_jobs(4);
                 match together {
                     true => pool.submit_all(jobs),
                     false => jobs.into_iter().for_each(|j| pool.submit(j)),
@@ -249,17 +256,7 @@ mod tests {
                     // At most half the pool each, so both rounds can always run at once.
                     let k = (round + seed) % (WORKERS / 2) + 1;
                     std::thread::sleep(pauses[(round * 7 + seed) % pauses.len()]);
-                    let barrier = Arc::new(std::sync::Barrier::new(k));
-                    let (tx, rx) = std::sync::mpsc::channel();
-                    let jobs: Vec<Job> = (0..k)
-                        .map(|_| {
-                            let (b, tx) = (Arc::clone(&barrier), tx.clone());
-                            Box::new(move || {
-                                b.wait();
-                                tx.send(()).unwrap();
-                            }) as Job
-                        })
-                        .collect();
+                    let (jobs, rx) = meeting_jobs(k);
                     match round % 3 {
                         0 => jobs.into_iter().for_each(|j| pool.submit(j)),
                         _ => pool.submit_all(jobs),
