@@ -588,20 +588,12 @@ impl Engine {
                     Arc::clone(&tasks),
                     Arc::clone(&completion),
                 );
-                Box::new(move || {
-                    let exec = lock(&slot).clone();
-                    if let Some(exec) = exec {
-                        exec.run(&tasks, &done);
-                    }
-                }) as crate::pool::Job
+                Box::new(move || run_from(&slot, &tasks, &done)) as crate::pool::Job
             })
             .collect();
         pool.submit_all(jobs);
         if share {
-            let exec = lock(&slot).clone();
-            if let Some(exec) = exec {
-                exec.run(&tasks, &completion);
-            }
+            run_from(&slot, &tasks, &completion);
         }
         Ok(IoFuture::pending(completion))
     }
@@ -647,6 +639,14 @@ impl Engine {
         };
         pool.grow(threads)?;
         Ok(pool)
+    }
+}
+
+/// One run of the executor in `slot` over `tasks`, unless the request has ended and let it go.
+fn run_from(slot: &Mutex<Option<Arc<dyn Executor>>>, tasks: &Tasks, done: &Completion) {
+    let exec = lock(slot).clone();
+    if let Some(exec) = exec {
+        exec.run(tasks, done);
     }
 }
 
