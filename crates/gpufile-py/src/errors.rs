@@ -154,13 +154,21 @@ pub(crate) fn out_of_range(text: String) -> PyErr {
 /// Where several tasks of a request failed ([`Error::TasksFailed`]) the exception is the first
 /// task's type, its message goes on to name the other failures, and it carries
 /// `failed_ranges` (`[(offset, length)]` of every failed transfer listed) and `bytes_done`
-/// (bytes moved by the tasks that succeeded).
+/// (bytes moved by the tasks that succeeded). A single failed transfer carries its
+/// `failed_ranges` too.
 pub(crate) fn to_py(e: Error) -> PyErr {
     let Error::TasksFailed {
         first, bytes_done, ..
     } = &e
     else {
-        return to_py_with(e, "");
+        let ranges = e.failed_ranges();
+        let err = to_py_with(e, "");
+        if !ranges.is_empty() {
+            Python::attach(|py| {
+                let _ = err.value(py).setattr("failed_ranges", ranges);
+            });
+        }
+        return err;
     };
     let (full, first_text) = (e.to_string(), first.to_string());
     let more = full.strip_prefix(first_text.as_str()).unwrap_or_default();
