@@ -35,11 +35,14 @@ struct State {
 
 impl State {
     /// Keeps a task's error: the first is the request's, later ones are listed beside it (a
-    /// caller learns every range that failed, not only the first).
+    /// caller learns every range that failed, not only the first). An error that says what one
+    /// kept already says (each run's failed wait for the same stream) adds nothing.
     fn keep(&mut self, e: Error) {
+        let said = |k: &Error| k.to_string() == e.to_string();
         match &self.error {
             None => self.error = Some(e),
             Some(_) if matches!(e, Error::Cancelled) => {}
+            Some(first) if said(first) || self.others.iter().any(said) => {}
             Some(_) if self.others.len() < MAX_TASK_ERRORS => self.others.push(e),
             Some(_) => self.not_shown += 1,
         }
@@ -359,6 +362,13 @@ mod tests {
         assert!(
             matches!(&e, Error::TasksFailed { first, bytes_done: 2097152, .. } if matches!(**first, Error::Os { offset: 9437184, .. }))
         );
+        // The same failure from several runs is one failure.
+        let same = Completion::new(3, |_| {});
+        (0..3).for_each(|_| same.finish_task(Err(os(0))));
+        assert!(matches!(
+            IoFuture::pending(same).wait(),
+            Err(Error::Os { offset: 0, .. })
+        ));
         let one = Completion::new(2, |_| {});
         one.finish_task(Err(os(0)));
         one.finish_task(Ok(5));
