@@ -201,7 +201,7 @@ pub struct Bounds {
     pub min: u64,
     /// Largest accepted value.
     pub max: u64,
-    /// What the largest value is, in words.
+    /// The unit, and what the largest value is, in words.
     pub why: &'static str,
 }
 
@@ -353,16 +353,19 @@ impl Name {
 
     /// The range of an integer setting (counts, sizes, seconds); `None` for other kinds.
     pub fn bounds(self) -> Option<Bounds> {
+        const LARGEST_OFFSET: &str = "bytes; the largest file offset";
         let b = |min, max, why| Some(Bounds { min, max, why });
         match self {
-            Name::NumThreads => b(1, MAX_THREADS as u64, "at most 1024 threads"),
-            Name::HttpMaxAttempts => b(1, MAX_HTTP_ATTEMPTS, "at most 1000 attempts"),
-            Name::TaskSize => b(1, MAX_SIZE, "bytes; at most the largest file offset"),
-            Name::GdsThreshold | Name::DmaCacheSize => {
-                b(0, MAX_SIZE, "bytes; at most the largest file offset")
-            }
-            Name::BounceBufferSize => b(1, MAX_BOUNCE_BUFFER_SIZE, "bytes; at most 1 GiB"),
-            Name::HttpTimeout => b(1, MAX_HTTP_TIMEOUT, "seconds; at most 1 day"),
+            Name::NumThreads => b(1, MAX_THREADS as u64, "threads"),
+            Name::HttpMaxAttempts => b(1, MAX_HTTP_ATTEMPTS, "attempts"),
+            Name::TaskSize => b(1, MAX_SIZE, LARGEST_OFFSET),
+            Name::GdsThreshold | Name::DmaCacheSize => b(0, MAX_SIZE, LARGEST_OFFSET),
+            Name::BounceBufferSize => b(
+                1,
+                MAX_BOUNCE_BUFFER_SIZE,
+                "bytes; 1 GiB, as each run pins two",
+            ),
+            Name::HttpTimeout => b(1, MAX_HTTP_TIMEOUT, "seconds; 1 day"),
             _ => None,
         }
     }
