@@ -160,3 +160,34 @@ def test_driver_close_is_refused_while_a_file_is_registered(cufile_disk):
     assert out["refused"] and "still registered" in out["refused"], out
     assert out["pending_read"] == 1 << 20 and out["same"], out
     assert out["closed"] and out["reopened_read"] == 1 << 20 and out["same_after"], out
+
+
+@pytest.mark.parametrize("size", [256 << 10, 8 << 20])
+def test_a_device_read_after_a_panicking_task_completes(tmp_path, size):
+    """Issue 24, item 2 on the device path: a task that panics inside the bounce pipeline (a
+    `pread` of the POSIX path, through the fault seam) fails its request with `GpufileError`,
+    its pinned buffers and stream are let go, and the next device reads, one run (the caller's
+    share) and many, complete with the file's bytes."""
+    from gpufile import _native
+    data = pattern(size, 24)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    ref = cp.asarray(data)
+    try:
+        with gpufile.defaults.set({"compat_mode": "on", "num_threads": 4,
+                                   "task_size": 64 << 10}):
+            for _ in range(6):  # more panics than workers
+                _native._inject_faults([("read", 0, "panic", 1)])
+                dev = cp.zeros(size, dtype=cp.uint8)
+                with gpufile.CuFile(path) as f:
+                    with pytest.raises(gpufile.GpufileError, match="panicked"):
+                        f.pread(dev).get()
+                _native._inject_faults([])
+                with gpufile.CuFile(path) as f:
+                    assert f.pread(dev).get() == size
+                    assert bool(cp.array_equal(dev, ref))
+                    dev[:] = 0
+                    assert f.read(dev) == size
+                    assert bool(cp.array_equal(dev, ref))
+    finally:
+        _native._inject_faults([])

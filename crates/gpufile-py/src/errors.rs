@@ -150,8 +150,40 @@ pub(crate) fn out_of_range(text: String) -> PyErr {
 }
 
 /// Maps the core error onto the Python exception a caller would expect.
+///
+/// Where several tasks of a request failed ([`Error::TasksFailed`]) the exception is the first
+/// task's type, its message goes on to name the other failures, and it carries
+/// `failed_ranges` (`[(offset, length)]` of every failed transfer listed) and `bytes_done`
+/// (bytes moved by the tasks that succeeded). A single failed transfer carries its
+/// `failed_ranges` too.
 pub(crate) fn to_py(e: Error) -> PyErr {
-    let text = e.to_string();
+    let Error::TasksFailed {
+        first, bytes_done, ..
+    } = &e
+    else {
+        let ranges = e.failed_ranges();
+        let err = to_py_with(e, "");
+        if !ranges.is_empty() {
+            Python::attach(|py| {
+                let _ = err.value(py).setattr("failed_ranges", ranges);
+            });
+        }
+        return err;
+    };
+    let (full, first_text) = (e.to_string(), first.to_string());
+    let more = full.strip_prefix(first_text.as_str()).unwrap_or_default();
+    let err = to_py_with((**first).clone(), more);
+    Python::attach(|py| {
+        let value = err.value(py);
+        let _ = value.setattr("failed_ranges", e.failed_ranges());
+        let _ = value.setattr("bytes_done", *bytes_done);
+    });
+    err
+}
+
+/// [`to_py`] for one error, `more` appended to its message.
+fn to_py_with(e: Error, more: &str) -> PyErr {
+    let text = format!("{e}{more}");
     match e {
         Error::Os {
             errno,
@@ -170,7 +202,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
                 }
                 Op::Open => format!("Unable to open file: {reason}"),
                 _ => format!("{op}: {reason}"),
-            };
+            } + more;
             let args = (errno, what, path.to_string_lossy().into_owned());
             let picked = PyOSError::new_err(args.clone()).into_value(py);
             let base = picked.bind(py).get_type();
@@ -180,6 +212,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             }
         }),
         Error::UnexpectedEof { .. } => EndOfFileError::new_err(text),
+        Error::TaskPanicked { .. } => GpufileError::new_err(text),
         Error::NotReadable { .. } | Error::NotWritable { .. } => Python::attach(|py| {
             // KvikIO's text for it (its POSIX path checks for EBADF).
             let text = format!("{text}: Operation not permitted");

@@ -336,7 +336,10 @@ impl Drop for NativeFuture {
             if self.view.get_mut().map(|v| v.is_some()).unwrap_or(false) {
                 // Nobody called get(): say once that this request failed (a dropped pwrite would
                 // otherwise lose ENOSPC silently).
-                gpufile::observe::notice(format!("a request nobody waited for failed: {e}"));
+                gpufile::observe::notice(
+                    "unwaited-failure",
+                    format!("a request nobody waited for failed: {e}"),
+                );
             }
         }
     }

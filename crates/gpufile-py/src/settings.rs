@@ -1,6 +1,6 @@
 //! Settings: KvikIO's `defaults` over the process engine's default settings; the pinned pool.
 
-use gpufile::config::{Input, Kind, Name, Source, Value};
+use gpufile::config::{self, Input, Kind, Name, Source, Value};
 use gpufile::Engine;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -92,13 +92,33 @@ pub(crate) fn settings_set(updates: &Bound<'_, PyDict>) -> PyResult<SettingsSnap
             parsed.push((name, Input::Bool(value.extract()?)));
         } else if let Some(int) = index_of(&value) {
             let n: i128 = int.extract().map_err(|_| {
-                out_of_range(format!("invalid value for setting {key:?}: out of range"))
+                let range = name.bounds().map(|b| format!(": expected {b}"));
+                out_of_range(format!(
+                    "invalid value {int} for setting {key:?}: too large{}",
+                    range.unwrap_or_default()
+                ))
             })?;
             if unsigned && n < 0 {
+                let range = name.bounds().map(|b| format!("; expected {b}"));
                 return Err(out_of_range(format!(
                     "invalid value {n} for setting {key:?}: must not be negative (can't \
-                     convert negative value to an unsigned integer)"
+                     convert negative value to an unsigned integer){}",
+                    range.unwrap_or_default()
                 )));
+            }
+            // Too large for the setting: the core's words, raised as KvikIO's OverflowError
+            // (and a ValueError), as a negative value is.
+            if name.bounds().is_some_and(|b| n > i128::from(b.max)) {
+                let input = Input::Int(n);
+                let reason = config::validate(name, &input).err().unwrap_or_default();
+                return Err(out_of_range(
+                    gpufile::Error::InvalidSetting {
+                        name: name.as_str(),
+                        value: input.to_string(),
+                        reason,
+                    }
+                    .to_string(),
+                ));
             }
             parsed.push((name, Input::Int(n)));
         } else {

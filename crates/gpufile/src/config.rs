@@ -178,6 +178,39 @@ pub const MAX_DEFAULT_THREADS: usize = 16;
 /// Upper bound on `num_threads`, so a typo cannot ask for a million OS threads.
 pub const MAX_THREADS: usize = 1024;
 
+/// Upper bound on the byte sizes `task_size`, `gds_threshold` and `dma_cache_size`: the largest
+/// file offset (`i64::MAX`). No request or file is larger, so a larger value means the same, and
+/// a value near `u64::MAX` is a typo that would overflow offset arithmetic.
+pub const MAX_SIZE: u64 = i64::MAX as u64;
+/// Upper bound on `bounce_buffer_size` (1 GiB): every run of a device request on the bounce path
+/// pins two buffers of this size in host memory, taken from the whole machine, so a larger value
+/// fails at the first GPU read (`2**64-1` was accepted and failed there) or pins tens of GiB.
+pub const MAX_BOUNCE_BUFFER_SIZE: u64 = 1 << 30;
+/// Upper bound on `http_timeout`, in seconds (1 day): HTTP deadlines are `Instant::now() +
+/// timeout`, which panics when the sum overflows (`2**63-1` s did), and no single range GET
+/// needs a day; a day × `http_max_attempts` stays far inside `Instant`'s range.
+pub const MAX_HTTP_TIMEOUT: u64 = 86_400;
+/// Upper bound on `http_max_attempts`: past the backoff cap every attempt waits the same, so more
+/// attempts only prolong a failure; the bound keeps `http_timeout` × attempts a finite wait.
+pub const MAX_HTTP_ATTEMPTS: u64 = 1_000;
+
+/// The range of an integer setting, and why its upper bound is there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Smallest accepted value.
+    pub min: u64,
+    /// Largest accepted value.
+    pub max: u64,
+    /// The unit, and what the largest value is, in words.
+    pub why: &'static str,
+}
+
+impl fmt::Display for Bounds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} to {} ({})", self.min, self.max, self.why)
+    }
+}
+
 /// The machine-chosen thread count and why: one worker per core, capped.
 pub fn default_num_threads() -> (usize, String) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -315,6 +348,25 @@ impl Name {
             Name::HttpStatusCodes => Kind::IntList,
             Name::HttpTimeout => Kind::Seconds,
             Name::RemoteIoBackend => Kind::RemoteIoBackend,
+        }
+    }
+
+    /// The range of an integer setting (counts, sizes, seconds); `None` for other kinds.
+    pub fn bounds(self) -> Option<Bounds> {
+        const LARGEST_OFFSET: &str = "bytes; the largest file offset";
+        let b = |min, max, why| Some(Bounds { min, max, why });
+        match self {
+            Name::NumThreads => b(1, MAX_THREADS as u64, "threads"),
+            Name::HttpMaxAttempts => b(1, MAX_HTTP_ATTEMPTS, "attempts"),
+            Name::TaskSize => b(1, MAX_SIZE, LARGEST_OFFSET),
+            Name::GdsThreshold | Name::DmaCacheSize => b(0, MAX_SIZE, LARGEST_OFFSET),
+            Name::BounceBufferSize => b(
+                1,
+                MAX_BOUNCE_BUFFER_SIZE,
+                "bytes; 1 GiB, as each run pins two",
+            ),
+            Name::HttpTimeout => b(1, MAX_HTTP_TIMEOUT, "seconds; 1 day"),
+            _ => None,
         }
     }
 
@@ -485,6 +537,46 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
     u64::try_from(bytes / denominator).map_err(|_| TOO_LARGE.into())
 }
 
+/// An integer setting's value within `bounds`: text is a plain integer, or a size with a unit for
+/// sizes ([`parse_size`]). Zero for a positive setting keeps KvikIO's words ("must be a positive
+/// integer"); a value past the largest says it is too large (never "negative").
+fn bounded_int(kind: Kind, input: &Input<'_>, bounds: Bounds) -> std::result::Result<u64, String> {
+    let sizes = matches!(kind, Kind::PositiveSize | Kind::Size);
+    let n: i128 = match input {
+        Input::Int(n) => *n,
+        Input::Text(t) if sizes => match parse_size(t) {
+            Ok(n) => i128::from(n),
+            Err(e) if e.contains("64 bits") => i128::MAX,
+            Err(e) => return Err(e),
+        },
+        Input::Text(t) => {
+            let t = t.trim();
+            let digits = t.strip_prefix('-').unwrap_or(t);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("expected an integer from {bounds}"));
+            }
+            // Past 38 digits the value is past every bound: only its sign matters.
+            t.parse::<i128>().unwrap_or(if t.starts_with('-') {
+                i128::MIN
+            } else {
+                i128::MAX
+            })
+        }
+        Input::Bool(_) => return Err("expected an integer, not a bool".into()),
+        Input::IntList(_) => return Err("expected an integer, not a list".into()),
+    };
+    if n < 0 {
+        return Err(format!("must not be negative: expected {bounds}"));
+    }
+    if n == 0 && bounds.min > 0 {
+        return Err(format!("must be a positive integer: expected {bounds}"));
+    }
+    if n > i128::from(bounds.max) {
+        return Err(format!("too large: expected {bounds}"));
+    }
+    u64::try_from(n).map_err(|_| format!("too large: expected {bounds}"))
+}
+
 fn parse_bool(text: &str) -> std::result::Result<bool, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "true" | "on" | "yes" | "1" => Ok(true),
@@ -493,22 +585,9 @@ fn parse_bool(text: &str) -> std::result::Result<bool, String> {
     }
 }
 
-/// Checks an input against a setting's kind and range; the reason is the error text.
+/// Checks an input against a setting's kind and range; the reason is the error text (for an
+/// integer setting it names the accepted range, [`Name::bounds`]).
 pub fn validate(name: Name, input: &Input<'_>) -> std::result::Result<Value, String> {
-    let int_of = |input: &Input<'_>,
-                  parse_text: &dyn Fn(&str) -> std::result::Result<u64, String>| {
-        match input {
-            Input::Int(n) => u64::try_from(*n).map_err(|_| "must not be negative".to_string()),
-            Input::Text(t) => parse_text(t),
-            Input::Bool(_) => Err("expected an integer, not a bool".to_string()),
-            Input::IntList(_) => Err("expected an integer, not a list".to_string()),
-        }
-    };
-    let plain_int = |t: &str| -> std::result::Result<u64, String> {
-        t.trim()
-            .parse::<u64>()
-            .map_err(|_| "expected a non-negative integer".to_string())
-    };
     match name.kind() {
         Kind::CompatMode => match input {
             Input::Text(t) => t.parse().map(Value::CompatMode),
@@ -531,40 +610,9 @@ pub fn validate(name: Name, input: &Input<'_>) -> std::result::Result<Value, Str
                 "expected a RemoteIOBackend: {REMOTE_IO_BACKEND_WORDS}"
             )),
         },
-        Kind::Count => {
-            let n = int_of(input, &plain_int)?;
-            let max = if name == Name::NumThreads {
-                MAX_THREADS as u64
-            } else {
-                u64::MAX
-            };
-            if n == 0 {
-                return Err("must be a positive integer".into());
-            }
-            if n > max {
-                return Err(format!("must be a positive integer, at most {max}"));
-            }
-            Ok(Value::Int(n))
-        }
-        Kind::PositiveSize => {
-            let n = int_of(input, &parse_size)?;
-            if n == 0 {
-                return Err("must be a positive integer (at least 1 byte)".into());
-            }
-            usize::try_from(n).map_err(|_| "too large for this machine".to_string())?;
-            Ok(Value::Int(n))
-        }
-        Kind::Size => {
-            let n = int_of(input, &parse_size)?;
-            usize::try_from(n).map_err(|_| "too large for this machine".to_string())?;
-            Ok(Value::Int(n))
-        }
-        Kind::Seconds => {
-            let n = int_of(input, &plain_int)?;
-            if n == 0 {
-                return Err("must be a positive integer (at least 1 second)".into());
-            }
-            Ok(Value::Int(n))
+        Kind::Count | Kind::PositiveSize | Kind::Size | Kind::Seconds => {
+            let bounds = name.bounds().ok_or("a setting without bounds")?;
+            bounded_int(name.kind(), input, bounds).map(Value::Int)
         }
         Kind::Bool => match input {
             Input::Bool(b) => Ok(Value::Bool(*b)),
@@ -1065,6 +1113,59 @@ mod tests {
         assert!(validate(Name::TaskSize, &Input::Int(-1)).is_err());
         assert!(validate(Name::TaskSize, &Input::Bool(true)).is_err());
         assert!(validate(Name::NumThreads, &Input::Int(MAX_THREADS as i128 + 1)).is_err());
+    }
+
+    /// Every integer setting refuses a value past its bound at `set` and in the environment,
+    /// saying the name, the value and the range; a value too large never reads as negative.
+    #[test]
+    fn every_integer_setting_is_bounded_at_set_and_in_env() {
+        let huge = [
+            (Name::HttpTimeout, (1i128 << 63) - 1),
+            (Name::HttpTimeout, MAX_HTTP_TIMEOUT as i128 + 1),
+            (Name::BounceBufferSize, (1i128 << 64) - 1),
+            (Name::BounceBufferSize, MAX_BOUNCE_BUFFER_SIZE as i128 + 1),
+            (Name::TaskSize, 1i128 << 70),
+            (Name::TaskSize, MAX_SIZE as i128 + 1),
+            (Name::GdsThreshold, 1i128 << 64),
+            (Name::DmaCacheSize, 1i128 << 64),
+            (Name::NumThreads, MAX_THREADS as i128 + 1),
+            (Name::HttpMaxAttempts, MAX_HTTP_ATTEMPTS as i128 + 1),
+            (Name::HttpMaxAttempts, 1i128 << 64),
+        ];
+        for (name, n) in huge {
+            let max = name.bounds().unwrap().max;
+            let mut state = State::from_env(env(&[])).unwrap();
+            let before = state.clone();
+            let e = state.set(&[(name, Input::Int(n))]).unwrap_err().to_string();
+            assert_eq!(state, before, "{name} {n}");
+            for part in [name.as_str(), &n.to_string(), "too large", &max.to_string()] {
+                assert!(e.contains(part), "{name} = {n}: {e:?} lacks {part:?}");
+            }
+            assert!(!e.contains("negative"), "{e}");
+            // The environment: the same words, naming the variable.
+            let var = name.env_vars()[0].clone();
+            let e = State::from_env(env(&[(&var, &n.to_string())]))
+                .unwrap_err()
+                .to_string();
+            for part in [var.as_str(), &n.to_string(), "too large", &max.to_string()] {
+                assert!(e.contains(part), "{var}={n}: {e:?} lacks {part:?}");
+            }
+            // The largest value itself is accepted.
+            state.set(&[(name, Input::Int(max as i128))]).unwrap();
+            assert_eq!(state.settings.get(name), Value::Int(max));
+        }
+        let e = State::from_env(env(&[("KVIKIO_TASK_SIZE", "16EiB")])).unwrap_err();
+        assert!(e.to_string().contains("KVIKIO_TASK_SIZE"), "{e}");
+        let e = State::from_env(env(&[("KVIKIO_BOUNCE_BUFFER_SIZE", "2GiB")])).unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
+        let e = State::from_env(env(&[("KVIKIO_HTTP_TIMEOUT", "99999999999999999999999")]))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("too large: expected 1 to 86400"),
+            "{e}"
+        );
+        let e = validate(Name::TaskSize, &Input::Int(-1)).unwrap_err();
+        assert!(e.contains("must not be negative"), "{e}");
     }
 
     proptest! {

@@ -267,10 +267,13 @@ impl Engine {
                 // Said once per process: this runs for every device request.
                 static SAID: AtomicBool = AtomicBool::new(false);
                 if !SAID.swap(true, Ordering::Relaxed) {
-                    observe::notice(format!(
-                        "compat_mode AUTO: device I/O uses gpufile's POSIX path ({})",
-                        path.reason
-                    ));
+                    observe::notice(
+                        "auto-posix",
+                        format!(
+                            "compat_mode AUTO: device I/O uses gpufile's POSIX path ({})",
+                            path.reason
+                        ),
+                    );
                 }
             }
             return Ok((path, None));
@@ -279,11 +282,14 @@ impl Engine {
         let outcome = registered.as_ref().map(drop).map_err(ToString::to_string);
         let path = plan::after_registration(path, policy, outcome)?;
         if path.backend != Backend::Cufile {
-            observe::notice(format!(
-                "compat_mode AUTO: {} uses gpufile's POSIX path ({})",
-                file.path().display(),
-                path.reason
-            ));
+            observe::notice(
+                "registration-fallback",
+                format!(
+                    "compat_mode AUTO: {} uses gpufile's POSIX path ({})",
+                    file.path().display(),
+                    path.reason
+                ),
+            );
             return Ok((path, None));
         }
         Ok((path, registered.ok()))
@@ -517,7 +523,7 @@ impl Engine {
             return None;
         }
         if let Some(why) = self.dma.disabled() {
-            observe::notice(why.to_owned());
+            observe::notice("dma-disabled", why.to_owned());
             return None;
         }
         self.dma.read(&file.local(), settings.dma_cache_size)
@@ -581,19 +587,21 @@ impl Engine {
             exec.map_or(0, |e| e.dma_bytes())
         });
         let queued = runs - usize::from(share);
+        let left = Arc::new(Runs::new(runs));
         let jobs = (0..queued)
             .map(|_| {
-                let (slot, tasks, done) = (
+                let (slot, tasks, done, left) = (
                     Arc::clone(&slot),
                     Arc::clone(&tasks),
                     Arc::clone(&completion),
+                    Arc::clone(&left),
                 );
-                Box::new(move || run_from(&slot, &tasks, &done)) as crate::pool::Job
+                Box::new(move || run_from(&slot, &tasks, &done, &left)) as crate::pool::Job
             })
             .collect();
         pool.submit_all(jobs);
         if share {
-            run_from(&slot, &tasks, &completion);
+            run_from(&slot, &tasks, &completion, &left);
         }
         Ok(IoFuture::pending(completion))
     }
@@ -603,7 +611,8 @@ impl Engine {
         let tasks = Tasks::new(split, 1);
         let counted = Arc::clone(&exec);
         let completion = self.completion(backend, tasks.count(), move || counted.dma_bytes());
-        exec.run(&tasks, &completion);
+        let runs = Runs::new(1);
+        runs.run(&*exec, &tasks, &completion);
         IoFuture::pending(completion)
     }
 
@@ -643,10 +652,67 @@ impl Engine {
 }
 
 /// One run of the executor in `slot` over `tasks`, unless the request has ended and let it go.
-fn run_from(slot: &Mutex<Option<Arc<dyn Executor>>>, tasks: &Tasks, done: &Completion) {
+fn run_from(
+    slot: &Mutex<Option<Arc<dyn Executor>>>,
+    tasks: &Tasks,
+    done: &Completion,
+    runs: &Runs,
+) {
     let exec = lock(slot).clone();
-    if let Some(exec) = exec {
-        exec.run(tasks, done);
+    match exec {
+        Some(exec) => runs.run(&*exec, tasks, done),
+        None => runs.end(done),
+    }
+}
+
+/// The runs of one request not yet ended, and whether one panicked. A run that panics leaves
+/// the tasks it held unfinished, and which those are died with it; so the request fails at
+/// once (the other runs skip what they have not started) and its unfinished tasks are counted
+/// down when its last run ends, when no worker touches the caller's memory any more.
+struct Runs {
+    left: std::sync::atomic::AtomicUsize,
+    panicked: AtomicBool,
+}
+
+impl Runs {
+    fn new(runs: usize) -> Self {
+        Runs {
+            left: std::sync::atomic::AtomicUsize::new(runs),
+            panicked: AtomicBool::new(false),
+        }
+    }
+
+    /// Runs `exec` over `tasks`; a panic fails the request with [`Error::TaskPanicked`]
+    /// instead of unwinding into the worker or the caller.
+    fn run(&self, exec: &dyn Executor, tasks: &Tasks, done: &Completion) {
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec.run(tasks, done)));
+        if let Err(payload) = ran {
+            self.panicked.store(true, Ordering::SeqCst);
+            done.fail(Error::TaskPanicked {
+                message: panic_message(&*payload),
+            });
+        }
+        self.end(done);
+    }
+
+    /// One run ended; the last one, after a panic, counts the tasks nobody finished.
+    fn end(&self, done: &Completion) {
+        let last = self.left.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last && self.panicked.load(Ordering::SeqCst) {
+            done.finish_rest();
+        }
+    }
+}
+
+/// A panic's message, as `panic!` formatted it.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".to_owned(),
     }
 }
 
@@ -951,5 +1017,92 @@ mod batch_tests {
             assert!(matches!(fut.wait(), Err(Error::UnexpectedEof { .. })));
             assert_eq!(engine.in_flight(), 0);
         }
+    }
+}
+
+#[cfg(test)]
+mod panic_tests {
+    use super::*;
+    use crate::plan::TaskSplit;
+
+    /// A run that finishes every task and panics on the one at `at` (what a bug in an
+    /// executor does).
+    struct PanicAt(u64);
+
+    impl Executor for PanicAt {
+        fn run(&self, tasks: &Tasks, done: &Completion) {
+            let mut lease = crate::exec::Lease::default();
+            while let Some(t) = tasks.next(&mut lease) {
+                if done.stopped() {
+                    done.finish_task(Ok(0));
+                    tasks.skip_rest(&mut lease, done);
+                    return;
+                }
+                if t.file_offset == self.0 {
+                    panic!("injected at {}", t.file_offset);
+                }
+                done.finish_task(Ok(t.len));
+            }
+        }
+    }
+
+    /// A task that panics fails its request with `TaskPanicked`, on a worker, on the caller's
+    /// share and on the calling thread alone; the workers live on, so a normal multi-task read
+    /// on the same engine completes with the file's bytes (before, the dead workers left it
+    /// queued for ever).
+    #[test]
+    fn a_panicking_task_fails_its_request_and_later_requests_run() {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let h = FileHandle::open(file.path(), "r").unwrap();
+        let settings = Settings {
+            num_threads: 2,
+            task_size: 256 << 10,
+            ..engine.settings()
+        };
+        for (threads, share, at) in [
+            (2, false, 0),
+            (2, false, 3 << 16),
+            (2, true, 0),
+            (1, true, 0),
+        ] {
+            for _ in 0..5 {
+                let split = TaskSplit::new(0, 1 << 20, 1 << 16);
+                let exec = Arc::new(PanicAt(at));
+                let fut = engine
+                    .run(exec, split, Backend::GpufilePosix, threads, share)
+                    .unwrap();
+                let r = fut.wait_timeout(Duration::from_secs(20));
+                let e = r.expect("a request with a panicked task never ended");
+                assert!(
+                    matches!(&e, Err(Error::TaskPanicked { message }) if message.contains("injected")),
+                    "{threads} {share}: {e:?}"
+                );
+                assert_eq!(engine.in_flight(), 0);
+            }
+        }
+        let fut = engine.run_here(
+            Arc::new(PanicAt(0)),
+            TaskSplit::new(0, 10, 10),
+            Backend::GpufilePosix,
+        );
+        let r = fut
+            .wait_timeout(Duration::from_secs(1))
+            .expect("done on return");
+        assert!(matches!(r, Err(Error::TaskPanicked { .. })), "{r:?}");
+        assert_eq!(engine.in_flight(), 0);
+        // The workers survived: a 16-task read over both of them ends with the right bytes.
+        let mut buf = vec![0u8; data.len()];
+        let req = Request::read(Buffer::host(&mut buf), 0);
+        // SAFETY: `buf` outlives the wait below.
+        let fut = unsafe { engine.submit(&h, req, &settings) }.unwrap();
+        let n = fut.wait_timeout(Duration::from_secs(20));
+        assert_eq!(
+            n.expect("a read after the panics hung").unwrap(),
+            data.len()
+        );
+        assert_eq!(buf, data);
     }
 }

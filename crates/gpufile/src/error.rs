@@ -187,6 +187,27 @@ pub enum Error {
         /// What would have been accepted.
         reason: String,
     },
+    /// A task of the request panicked (a bug in gpufile): the request fails with the panic's
+    /// message, the worker that ran it goes on, and later requests run.
+    #[error("a task of the request panicked (a bug in gpufile; the request failed, later requests run): {message}")]
+    TaskPanicked {
+        /// The panic's message.
+        message: String,
+    },
+    /// Several tasks of one request failed: the first error, the others, and the bytes moved by
+    /// the tasks that succeeded (a failed task may have moved part of its range, and tasks not
+    /// started once the request stopped moved nothing).
+    #[error("{first}; {} other task(s) of the request failed too: {}; {bytes_done} bytes were moved by the tasks that succeeded", others.len() + not_shown, others_text(others, *not_shown))]
+    TasksFailed {
+        /// The first task's error.
+        first: Box<Error>,
+        /// The other tasks' errors, in the order they ended (at most [`MAX_TASK_ERRORS`]).
+        others: Vec<Error>,
+        /// Further failed tasks not listed.
+        not_shown: usize,
+        /// Bytes moved by the tasks that succeeded.
+        bytes_done: usize,
+    },
     /// A remote object (HTTP(S), S3, WebHDFS) could not be opened or read.
     #[error("{reason} ({url})")]
     Remote {
@@ -218,11 +239,33 @@ pub enum RemoteFailure {
 }
 
 impl Error {
-    /// The OS error number, where the kernel reported one.
+    /// The OS error number, where the kernel reported one (of the first task's error, where
+    /// several failed).
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Os { errno, .. } => Some(*errno),
+            Error::TasksFailed { first, .. } => first.errno(),
             _ => None,
+        }
+    }
+
+    /// The file ranges `(offset, len)` that failed, as the failed calls name them: one for an
+    /// OS error of a transfer, each listed task's for [`Error::TasksFailed`]; empty where the
+    /// error names no range.
+    pub fn failed_ranges(&self) -> Vec<(u64, usize)> {
+        match self {
+            Error::Os {
+                op: Op::Read | Op::Write,
+                offset,
+                len,
+                ..
+            } => vec![(*offset, *len)],
+            Error::UnexpectedEof { offset, len, .. } => vec![(*offset, *len)],
+            Error::TasksFailed { first, others, .. } => std::iter::once(&**first)
+                .chain(others)
+                .flat_map(Error::failed_ranges)
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -267,6 +310,23 @@ impl Error {
             None => Error::InvalidArgument(format!("{op} {:?}: {err}", path)),
         }
     }
+}
+
+/// Most other task errors an [`Error::TasksFailed`] lists (the rest are counted).
+pub const MAX_TASK_ERRORS: usize = 16;
+
+fn others_text(others: &[Error], not_shown: usize) -> String {
+    let mut parts: Vec<String> = others
+        .iter()
+        .map(|e| match e {
+            Error::Os { errno, .. } => format!("{} ({})", e.os_context(), os_message(*errno)),
+            e => e.to_string(),
+        })
+        .collect();
+    if not_shown > 0 {
+        parts.push(format!("{not_shown} more"));
+    }
+    parts.join("; ")
 }
 
 fn cuda_detail(code: i32) -> String {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, MAX_TASK_ERRORS};
 
 /// What a request ended with, handed to the completion's hook.
 #[derive(Clone, Copy, Debug)]
@@ -26,7 +26,27 @@ struct State {
     remaining: usize,
     bytes: usize,
     error: Option<Error>,
+    /// Errors of tasks that failed after the first (at most [`MAX_TASK_ERRORS`]).
+    others: Vec<Error>,
+    /// Further failed tasks, counted only.
+    not_shown: usize,
     hook: Option<Hook>,
+}
+
+impl State {
+    /// Keeps a task's error: the first is the request's, later ones are listed beside it (a
+    /// caller learns every range that failed, not only the first). An error that says what one
+    /// kept already says (each run's failed wait for the same stream) adds nothing.
+    fn keep(&mut self, e: Error) {
+        let said = |k: &Error| k.to_string() == e.to_string();
+        match &self.error {
+            None => self.error = Some(e),
+            Some(_) if matches!(e, Error::Cancelled) => {}
+            Some(first) if said(first) || self.others.iter().any(said) => {}
+            Some(_) if self.others.len() < MAX_TASK_ERRORS => self.others.push(e),
+            Some(_) => self.not_shown += 1,
+        }
+    }
 }
 
 /// Shared state of one request.
@@ -50,6 +70,8 @@ impl Completion {
                 remaining: tasks,
                 bytes: 0,
                 error: None,
+                others: Vec::new(),
+                not_shown: 0,
                 hook: Some(Box::new(hook)),
             }),
             cv: Condvar::new(),
@@ -90,7 +112,7 @@ impl Completion {
             Ok(b) => st.bytes += b,
             Err(e) => {
                 self.stop.store(true, Ordering::Relaxed);
-                st.error.get_or_insert(e);
+                st.keep(e);
             }
         }
         st.remaining -= n.min(st.remaining);
@@ -105,9 +127,34 @@ impl Completion {
         }
     }
 
+    /// Fails the request with `e` and stops it, without counting a task down: a run that
+    /// panicked left tasks unfinished that only [`Completion::finish_rest`] can count, once no
+    /// other run can still finish one.
+    pub fn fail(&self, e: Error) {
+        let mut st = lock(&self.state);
+        if st.remaining > 0 {
+            st.keep(e);
+        }
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts down every task not finished yet, as moving nothing (see [`Completion::fail`]).
+    pub fn finish_rest(&self) {
+        let n = lock(&self.state).remaining;
+        if n > 0 {
+            self.finish_tasks(n, Ok(0));
+        }
+    }
+
     fn outcome(st: &State) -> Result<usize> {
         match &st.error {
-            Some(e) => Err(e.clone()),
+            Some(e) if st.others.is_empty() => Err(e.clone()),
+            Some(e) => Err(Error::TasksFailed {
+                first: Box::new(e.clone()),
+                others: st.others.clone(),
+                not_shown: st.not_shown,
+                bytes_done: st.bytes,
+            }),
             None => Ok(st.bytes),
         }
     }
@@ -274,6 +321,69 @@ mod tests {
         assert!(matches!(f.wait(), Err(Error::Closed)));
         let ok = IoFuture::all(vec![IoFuture::ready(Ok(2)), IoFuture::ready(Ok(3))]);
         assert_eq!(ok.wait().unwrap(), 5);
+    }
+
+    fn os(offset: u64) -> Error {
+        Error::Os {
+            op: crate::error::Op::Write,
+            path: "/t/x.bin".into(),
+            offset,
+            len: 1 << 20,
+            errno: libc::ENOSPC,
+        }
+    }
+
+    /// Every failed task is reported, not only the first: its error stays the request's
+    /// (errno and all), the others are listed with their ranges, and the bytes of the tasks
+    /// that succeeded are counted; one failure alone stays that failure.
+    #[test]
+    fn every_failed_task_is_named_beside_the_first() {
+        let c = Completion::new(5, |_| {});
+        c.finish_task(Ok(1 << 20));
+        c.finish_task(Err(os(9 << 20)));
+        c.finish_task(Err(Error::Cancelled));
+        c.finish_task(Err(os(6 << 20)));
+        c.finish_task(Ok(1 << 20));
+        let e = IoFuture::pending(c).wait().unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOSPC));
+        assert_eq!(
+            e.failed_ranges(),
+            vec![(9 << 20, 1 << 20), (6 << 20, 1 << 20)]
+        );
+        let text = e.to_string();
+        for part in [
+            "offset 9437184",
+            "offset 6291456",
+            "1 other task",
+            "2097152 bytes",
+        ] {
+            assert!(text.contains(part), "{text}");
+        }
+        assert!(
+            matches!(&e, Error::TasksFailed { first, bytes_done: 2097152, .. } if matches!(**first, Error::Os { offset: 9437184, .. }))
+        );
+        // The same failure from several runs is one failure.
+        let same = Completion::new(3, |_| {});
+        (0..3).for_each(|_| same.finish_task(Err(os(0))));
+        assert!(matches!(
+            IoFuture::pending(same).wait(),
+            Err(Error::Os { offset: 0, .. })
+        ));
+        let one = Completion::new(2, |_| {});
+        one.finish_task(Err(os(0)));
+        one.finish_task(Ok(5));
+        assert!(matches!(
+            IoFuture::pending(one).wait(),
+            Err(Error::Os { offset: 0, .. })
+        ));
+        // Past MAX_TASK_ERRORS the rest are counted.
+        let many = Completion::new(40, |_| {});
+        (0..40).for_each(|i| many.finish_task(Err(os(i << 20))));
+        let e = IoFuture::pending(many).wait().unwrap_err();
+        assert!(
+            matches!(&e, Error::TasksFailed { others, not_shown: 23, .. } if others.len() == MAX_TASK_ERRORS)
+        );
+        assert!(e.to_string().contains("39 other task(s)"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,6 @@
 //! 3. Fallbacks and other decisions worth knowing are [`notice`]d once; the Python package logs
 //!    them with `logging`, and `RUST_LOG` (any value naming gpufile, or info/debug) prints them.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -229,23 +228,52 @@ pub fn end(obs: Observation) -> Report {
     }
 }
 
-static NOTICES: Mutex<(Vec<String>, Option<HashSet<String>>)> = Mutex::new((Vec::new(), None));
+/// Most distinct texts said per kind of notice. A kind's text may name a file or an error, so
+/// the texts are bounded per kind (the kinds are the program's own, `&'static str`): a long run
+/// over many files keeps a few examples and one line saying the rest are not shown, not every
+/// path it met.
+pub const NOTICES_PER_KIND: usize = 8;
 
-/// Reports a decision once per process (per distinct text).
-pub fn notice(text: String) {
+/// The notices waiting for [`take_notices`], and the texts said so far of each kind.
+struct Notices {
+    pending: Vec<String>,
+    said: Vec<(&'static str, Vec<String>)>,
+}
+
+static NOTICES: Mutex<Notices> = Mutex::new(Notices {
+    pending: Vec::new(),
+    said: Vec::new(),
+});
+
+/// Reports a decision of `kind` once per process per distinct text, at most
+/// [`NOTICES_PER_KIND`] texts per kind (then once that further ones are not shown).
+pub fn notice(kind: &'static str, text: String) {
     let mut n = NOTICES.lock().unwrap_or_else(|e| e.into_inner());
-    if !n.1.get_or_insert_with(HashSet::new).insert(text.clone()) {
+    let at = match n.said.iter().position(|(k, _)| *k == kind) {
+        Some(i) => i,
+        None => {
+            n.said.push((kind, Vec::new()));
+            n.said.len() - 1
+        }
+    };
+    let texts = &mut n.said[at].1;
+    if texts.len() > NOTICES_PER_KIND || texts.contains(&text) {
         return;
     }
+    let text = match texts.len() == NOTICES_PER_KIND {
+        true => format!("further notices of kind {kind:?} are not shown ({NOTICES_PER_KIND} were)"),
+        false => text,
+    };
+    texts.push(text.clone());
     if crate::config::log_notices_to_stderr() {
         eprintln!("[gpufile] {text}");
     }
-    n.0.push(text);
+    n.pending.push(text);
 }
 
 /// Notices not yet taken (for the Python package's logger).
 pub fn take_notices() -> Vec<String> {
-    std::mem::take(&mut NOTICES.lock().unwrap_or_else(|e| e.into_inner()).0)
+    std::mem::take(&mut NOTICES.lock().unwrap_or_else(|e| e.into_inner()).pending)
 }
 
 #[cfg(test)]
@@ -254,12 +282,37 @@ mod tests {
 
     #[test]
     fn notices_are_given_once() {
-        notice("fallback A".into());
-        notice("fallback A".into());
+        notice("test-once", "fallback A".into());
+        notice("test-once", "fallback A".into());
         let taken = take_notices();
         assert_eq!(taken.iter().filter(|t| *t == "fallback A").count(), 1);
-        notice("fallback A".into());
+        notice("test-once", "fallback A".into());
         assert!(!take_notices().contains(&"fallback A".to_string()));
+    }
+
+    /// A notice naming a path, for 10,000 paths: a few are said and kept, then one line that
+    /// the rest are not shown; nothing more is kept (it kept every text for the process's life).
+    /// Checked on what is kept, not on `take_notices`, which other tests running meanwhile
+    /// empty.
+    #[test]
+    fn notices_of_one_kind_are_bounded_whatever_their_texts() {
+        let kept = |kind: &str| {
+            let n = NOTICES.lock().unwrap();
+            let said = n.said.iter().find(|(k, _)| *k == kind);
+            said.map(|(_, t)| t.clone()).unwrap_or_default()
+        };
+        for i in 0..10_000 {
+            notice("test-paths", format!("/data/file-{i}.bin falls back"));
+        }
+        let texts = kept("test-paths");
+        assert_eq!(texts.len(), NOTICES_PER_KIND + 1, "{texts:?}");
+        assert_eq!(texts[0], "/data/file-0.bin falls back");
+        assert!(texts[NOTICES_PER_KIND].contains("not shown"), "{texts:?}");
+        notice("test-paths", "/data/new.bin falls back".into());
+        assert_eq!(kept("test-paths"), texts);
+        // Another kind is not silenced by this one.
+        notice("test-other", "other".into());
+        assert_eq!(kept("test-other"), ["other"]);
     }
 
     #[test]

@@ -128,7 +128,11 @@ impl ThreadPool {
                 .name(format!("gpufile-io-{}", workers.len()))
                 .spawn(move || {
                     while let Some(job) = shared.pop_wait() {
-                        job();
+                        // A job that panics ends there and the worker goes on: a dead worker
+                        // would leave every later job that needs it queued for ever. Turning
+                        // the panic into a failure is the job's owner's part (the engine's
+                        // runs catch their own).
+                        let _ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }
                 })
                 .map_err(|e| Error::Spawn {
@@ -207,6 +211,18 @@ mod tests {
             })
             .collect();
         (jobs, rx)
+    }
+
+    /// A panicking job leaves its worker alive: with one worker, the jobs after it still run.
+    #[test]
+    fn a_job_that_panics_leaves_its_worker_running_later_jobs() {
+        let pool = ThreadPool::new(1).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        pool.submit(Box::new(|| panic!("injected")));
+        pool.submit(Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the job after a panic never ran");
+        assert_eq!(pool.size(), 1);
     }
 
     #[test]

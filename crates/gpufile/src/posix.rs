@@ -72,6 +72,13 @@ pub mod faults {
         Short,
         /// The call fails with this errno.
         Errno(i32),
+        /// The call waits until this many calls got this fault (at most [`TOGETHER_WAIT`]),
+        /// then each fails with the errno: failures of concurrent tasks, as a full disk gives
+        /// them, at once and on every run.
+        Together(i32, u64),
+        /// The call panics (what a bug in a task does): the request must fail with
+        /// [`crate::Error::TaskPanicked`] and its worker go on.
+        Panic,
     }
 
     /// Inject `fault` into `times` calls of kind `call`, after letting `after` calls through.
@@ -89,12 +96,29 @@ pub mod faults {
 
     static ACTIVE: AtomicBool = AtomicBool::new(false);
     static RULES: Mutex<Vec<(Rule, u64)>> = Mutex::new(Vec::new());
+    /// Calls that reached a [`Fault::Together`], and the condvar they wait on.
+    static ARRIVED: Mutex<u64> = Mutex::new(0);
+    static MET: std::sync::Condvar = std::sync::Condvar::new();
+
+    /// Longest a [`Fault::Together`] call waits for the others.
+    pub const TOGETHER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
     /// Replaces the rules (an empty list turns injection off).
     pub fn set(rules: Vec<Rule>) {
         let mut r = RULES.lock().unwrap_or_else(|e| e.into_inner());
         *r = rules.into_iter().map(|rule| (rule, 0)).collect();
+        *ARRIVED.lock().unwrap_or_else(|e| e.into_inner()) = 0;
         ACTIVE.store(!r.is_empty(), Ordering::SeqCst);
+    }
+
+    /// Waits until `calls` calls have arrived here (or [`TOGETHER_WAIT`] passed).
+    pub(crate) fn meet(calls: u64) {
+        let mut arrived = ARRIVED.lock().unwrap_or_else(|e| e.into_inner());
+        *arrived += 1;
+        MET.notify_all();
+        let _met = MET
+            .wait_timeout_while(arrived, TOGETHER_WAIT, |n| *n < calls)
+            .unwrap_or_else(|e| e.into_inner());
     }
 
     /// The fault for this call, if a rule says so.
@@ -124,7 +148,14 @@ unsafe fn transfer(call: faults::Call, fd: RawFd, buf: *mut u8, len: usize, at: 
         Some(faults::Fault::Eintr) => return fail(libc::EINTR),
         Some(faults::Fault::Eagain) => return fail(libc::EAGAIN),
         Some(faults::Fault::Errno(e)) => return fail(e),
+        Some(faults::Fault::Together(e, calls)) => {
+            faults::meet(calls);
+            return fail(e);
+        }
         Some(faults::Fault::Short) => len = (len / 2).max(1),
+        Some(faults::Fault::Panic) => {
+            panic!("injected panic in {call:?} of {len} bytes at offset {at}")
+        }
         None => {}
     }
     // SAFETY: the caller's contract.
