@@ -491,12 +491,14 @@ print(f"read ok={ok} eof={eof}")
 """
 
 _TRUNCATOR = """
-import os, sys
+import os, sys, time
 path = sys.argv[1]
 fd = os.open(path, os.O_WRONLY)
-while True:
+while True:  # short half the time: a copy running then reaches past the end
     os.ftruncate(fd, 1 << 20)
+    time.sleep(0.002)
     os.ftruncate(fd, 64 << 20)
+    time.sleep(0.002)
 """
 
 
