@@ -175,3 +175,19 @@ def test_numpy_with_a_file_object_of_a_closed_descriptor_is_an_os_error(tmp_path
             obj.close()
         except OSError:
             pass
+
+
+def test_safe_open_refuses_data_of_a_file_renamed_over_its_path(tmp_path):
+    """safe_open reads the header at open and the data at the first get_tensor, by path: after
+    a rename over the path the bytes of another file were returned under the first header."""
+    stn = pytest.importorskip("safetensors.numpy")
+    import gpufile.safetensors as gs
+    p, other = tmp_path / "m.safetensors", tmp_path / "other.safetensors"
+    stn.save_file({"a": np.arange(1024, dtype=np.float32)}, p)
+    stn.save_file({"a": np.full(1024, 7, dtype=np.float32), "b": np.zeros(3, np.uint8)}, other)
+    with gs.safe_open(p, framework="np") as f:
+        os.rename(other, p)
+        with pytest.raises(gs.SafetensorError, match="replaced since its header was read"):
+            f.get_tensor("a")
+    with gs.safe_open(p, framework="np") as f:  # opened again: the new file, consistent
+        assert (f.get_tensor("a") == 7).all()
