@@ -213,3 +213,59 @@ def test_deleted_file_is_let_go_under_pressure(tmp_path):
         np.testing.assert_array_equal(got, np.fromfile(b, dtype=np.uint8))
         assert report["dma_bytes"] == 100 * MiB
         assert gpufile.dma_cache_registered() <= 128 * MiB
+
+
+def test_a_write_during_reads_never_leaves_stale_bytes_for_a_later_read(tmp_path):
+    """A read already registering a granule when a gpufile write forgets the file used to publish
+    it into the entry just dropped: its pages, pinned across the write, could keep the old bytes,
+    and that entry was never evicted. Reads in a loop (registering: the file is read again and
+    settled) race whole-file writes (O_DIRECT bounce chunks); every read that ran wholly between
+    two writes, and every read after the last, holds what the last write before it wrote."""
+    import threading
+    n, rounds = 130 * MiB, 8  # three granules
+    gens = [cp.asarray(pattern(n, 20 + k)) for k in range(rounds + 1)]
+    path = tmp_path / "race.bin"
+    cp.asnumpy(gens[0]).tofile(path)
+    _settle()
+    state = {"seq": 0, "writing": False}
+    guard = threading.Lock()
+    stop = threading.Event()
+    failures, checked = [], [0]
+
+    def reader():
+        dev = cp.empty(n, dtype=cp.uint8)
+        with gpufile.CuFile(path, "r") as f:
+            while not stop.is_set():
+                with guard:
+                    before = (state["seq"], state["writing"])
+                f.read(dev)
+                with guard:
+                    after = (state["seq"], state["writing"])
+                if before == after and not before[1]:  # no write overlapped this read
+                    checked[0] += 1
+                    if not bool(cp.array_equal(dev, gens[before[0]])):
+                        failures.append(before[0])
+
+    with defaults.set({"num_threads": 4, "auto_direct_io_write": True}):
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            with gpufile.CuFile(path, "r+") as w:
+                for k in range(1, rounds + 1):
+                    time.sleep(0.15)  # reads again, settled: granules get registered
+                    with guard:
+                        state["writing"] = True
+                    w.write(gens[k])
+                    with guard:
+                        state["seq"], state["writing"] = k, False
+            time.sleep(0.15)
+        finally:
+            stop.set()
+            t.join()
+        assert not failures, f"stale bytes after writes {sorted(set(failures))}"
+        assert checked[0] > 0
+        _settle()
+        for _ in range(2):  # the second one by DMA
+            got, _ = _read(path, n)
+            assert (got == cp.asnumpy(gens[rounds])).all()
+    assert np.fromfile(path, dtype=np.uint8).tobytes() == cp.asnumpy(gens[rounds]).tobytes()

@@ -463,3 +463,59 @@ def test_cupy_many_threads_large_file(tmp_path):
         assert m.pread(out, task_size=MIB).get() == d.nbytes
         np.testing.assert_array_equal(out.get(), d)
     assert os.path.getsize(path) == d.nbytes
+
+
+_TRUNCATING_READER = """
+import os, sys, time
+import numpy as np
+import gpufile
+
+path, seconds = sys.argv[1], float(sys.argv[2])
+n, keep = 64 << 20, 1 << 20
+expect = np.random.default_rng(17).integers(0, 256, n, dtype=np.uint8)  # conftest.pattern
+m = gpufile.Mmap(path)
+out = np.empty(n, dtype=np.uint8)
+ok = eof = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end or ok + eof < 3:
+    try:
+        m.read(out)
+    except gpufile.EndOfFileError:
+        eof += 1
+        continue
+    # The first MiB is never cut; the rest is the file's bytes or the zeros of its regrowth.
+    assert (out[:keep] == expect[:keep]).all()
+    assert ((out == expect) | (out == 0)).all()
+    ok += 1
+print(f"read ok={ok} eof={eof}")
+"""
+
+_TRUNCATOR = """
+import os, sys, time
+path = sys.argv[1]
+fd = os.open(path, os.O_WRONLY)
+while True:  # short half the time: a copy running then reaches past the end
+    os.ftruncate(fd, 1 << 20)
+    time.sleep(0.002)
+    os.ftruncate(fd, 64 << 20)
+    time.sleep(0.002)
+"""
+
+
+def test_a_truncation_racing_a_64_mib_read_is_an_eof_error_never_sigbus(tmp_path):
+    """Before, the size was checked before the copy out of the mapping, and another process
+    truncating the file in between killed the reader with SIGBUS (2 runs in 3). Now the reader
+    gets EndOfFileError or the file's bytes, and lives."""
+    import subprocess
+    import sys
+    path = tmp_path / "big.bin"
+    pattern(64 << 20, 17).tofile(path)
+    truncator = subprocess.Popen([sys.executable, "-c", _TRUNCATOR, str(path)])
+    try:
+        r = subprocess.run([sys.executable, "-c", _TRUNCATING_READER, str(path), "4"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        truncator.kill()
+        truncator.wait()
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.startswith("read ok="), r.stdout

@@ -1,5 +1,6 @@
-"""Reliability, round two, on a GPU (issue 15, item 14): pinned host memory gets the allocation
-range check device memory gets; the cuFile driver does not close under registered files.
+"""Reliability on a GPU. Round two (issue 15, item 14): pinned host memory gets the allocation
+range check device memory gets; the cuFile driver does not close under registered files. Round
+three (issue 24): device I/O reaches the file that was opened, not what its path names now.
 
 Run on a machine with an NVIDIA GPU and CuPy (`pytest -m gpu`); elsewhere every test here skips
 with the reason. The driver test also needs libcufile and a disk cuFile registers (see
@@ -12,9 +13,11 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import gpufile
+from gpufile import defaults
 from conftest import pattern
 from test_gpu import REASON as GPU_REASON
 from test_cufile import HAVE_CUFILE
@@ -191,3 +194,40 @@ def test_a_device_read_after_a_panicking_task_completes(tmp_path, size):
                     assert bool(cp.array_equal(dev, ref))
     finally:
         _native._inject_faults([])
+
+
+# ---- issue 24, item 1: device I/O reaches the file that was opened --------------------------------
+
+def _renamed_over(tmp_path, n):
+    """An open-then-replaced pair: `f.bin` (seed 1) and `other.bin` (seed 2), with their bytes."""
+    old, new = pattern(n, 1), pattern(n, 2)
+    p, other = tmp_path / "f.bin", tmp_path / "other.bin"
+    old.tofile(p)
+    new.tofile(other)
+    return p, other, old, new
+
+
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_device_io_after_a_rename_over_the_path_reaches_the_opened_file(tmp_path, compat):
+    """Before, the O_DIRECT descriptor was opened by path: every page-aligned bounce chunk (and
+    cuFile's registration) went to the file renamed over the path. Now to the opened file."""
+    if compat == "off" and not HAVE_CUFILE:
+        pytest.skip("libcufile is not installed")
+    n = 32 << 20
+    p, other, old, new = _renamed_over(tmp_path, n)
+    data = pattern(n // 2, 3)
+    settings = {"compat_mode": compat, "auto_direct_io_read": True,
+                "auto_direct_io_write": True}
+    dev = cp.zeros(n, dtype=cp.uint8)
+    try:
+        with defaults.set(settings), gpufile.CuFile(p, "r+") as f:
+            os.rename(other, p)
+            assert f.read(dev) == n
+            assert f.write(cp.asarray(data), file_offset=n // 2) == n // 2
+            with open(f"/proc/self/fd/{f.fileno()}", "rb") as g:
+                opened = g.read()
+    except gpufile.CufileError as e:  # compat_mode OFF where cuFile cannot register this disk
+        pytest.skip(f"cuFile refuses this file: {e}")
+    assert cp.asnumpy(dev).tobytes() == old.tobytes()
+    assert opened == old[: n // 2].tobytes() + data.tobytes()
+    assert np.fromfile(p, dtype=np.uint8).tobytes() == new.tobytes()

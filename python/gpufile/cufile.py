@@ -244,6 +244,14 @@ class CuFile:
             raise TypeError(f"flags must be a str, not {type(flags).__name__}")
         self._file = _native.NativeFile(os.fspath(file), flags)
 
+    @classmethod
+    def _of_descriptor(cls, fd: int, name: str) -> "CuFile":
+        """A CuFile on the file the open descriptor ``fd`` refers to (not on what a path names
+        now), with ``fd``'s access mode; ``fd``'s position is left alone."""
+        f = cls.__new__(cls)
+        f._file = _native.NativeFile.from_fd(fd, name)
+        return f
+
     def close(self) -> None:
         """Close the file; requests still in flight finish first. Closing twice is harmless."""
         self._file.close()

@@ -20,8 +20,10 @@ class Mmap:
     or call ``close()``.
 
     Unlike KvikIO's, a future from ``pread()`` keeps the mapping alive until its read is done
-    (closing the handle meanwhile is safe), and a file that shrank under the mapping makes a
-    read fail with ``gpufile.EndOfFileError`` rather than kill the process with ``SIGBUS``.
+    (closing the handle meanwhile is safe), and a file that shrinks under the mapping, before or
+    during a read, makes the read fail with ``gpufile.EndOfFileError`` rather than kill the
+    process with ``SIGBUS``: the bytes are read with ``pread`` from the mapped file (the same
+    bytes the read-only mapping shows), not copied out of the mapping.
 
     Parameters
     ----------

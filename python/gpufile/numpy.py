@@ -14,7 +14,9 @@
 
 Where gpufile differs from KvikIO 26.10 (and follows NumPy instead): with an open file object,
 ``offset`` counts from the file's current position and the position moves past the bytes read or
-written (KvikIO ignores the position and, in ``tofile``, truncates the file); ``tofile`` refuses a
+written (KvikIO ignores the position and, in ``tofile``, truncates the file); the bytes go to the
+file the object has open, through its descriptor, even where its ``name`` now names another file
+(KvikIO opens ``name`` again); ``tofile`` refuses a
 file object not open for writing; a negative ``offset`` or a 0-sized / object dtype is a
 ``ValueError`` naming it. Text files (``sep != ""``) raise ``NotImplementedError``, as in KvikIO.
 """
@@ -80,16 +82,25 @@ def _index(name: str, value: Any) -> int:
         raise TypeError(f"{name} must be an int, not {type(value).__name__}") from None
 
 
-def _path_of(file: Any) -> str:
-    """The path gpufile opens for a path, a path-like or an open file object."""
+def _name_of(file: Any) -> str:
+    """What messages call a path, a path-like or an open file object."""
     if isinstance(file, FileLike):
         name = file.name
-        if isinstance(name, int):  # os.fdopen / open(fd): no path, but the descriptor has one
-            return f"/proc/self/fd/{name}"
+        if isinstance(name, int):  # os.fdopen / open(fd): no path
+            return f"<file descriptor {name}>"
         return os.fsdecode(name)
     if isinstance(file, (str, bytes, os.PathLike)):
         return os.fsdecode(file)
     raise TypeError(f"file must be a path or an open file object, not {type(file).__name__}")
+
+
+def _open(file: Any, flags: str) -> CuFile:
+    """A CuFile on ``file``: a path opened with ``flags``, or the very file an open file object
+    has open, through its descriptor (its name may by now be another file, or none)."""
+    name = _name_of(file)
+    if isinstance(file, FileLike):
+        return CuFile._of_descriptor(file.fileno(), name)
+    return CuFile(name, flags)
 
 
 def _position(file: Any) -> int | None:
@@ -162,25 +173,25 @@ def fromfile(
     if offset < 0:
         raise ValueError(f"offset must not be negative, got {offset}")
 
-    path = _path_of(file)
+    name = _name_of(file)
     position = _position(file)
     start = offset + (position or 0)
-    nbytes = os.path.getsize(path)
-    if start > nbytes:
-        raise ValueError(f"offset {start} is past the end of {path} ({nbytes} bytes): "
-                         "negative dimensions are not allowed")
-    available = (nbytes - start) // dt.itemsize
-    count = available if count == -1 else min(count, available)
+    with _open(file, "r") as f:
+        nbytes = f._file.nbytes()
+        if start > nbytes:
+            raise ValueError(f"offset {start} is past the end of {name} ({nbytes} bytes): "
+                             "negative dimensions are not allowed")
+        available = (nbytes - start) // dt.itemsize
+        count = available if count == -1 else min(count, available)
 
-    if isinstance(like, LikeWrapper):  # its __array_function__ would send empty_like back here
-        like = like._like
-    if like is None:
-        out = np.empty(count, dtype=dt)
-    else:
-        out = np.empty_like(like, shape=(count,), dtype=dt)
-    size = count * dt.itemsize
-    if size:
-        with CuFile(path, "r") as f:
+        if isinstance(like, LikeWrapper):  # its __array_function__ would send empty_like back
+            like = like._like
+        if like is None:
+            out = np.empty(count, dtype=dt)
+        else:
+            out = np.empty_like(like, shape=(count,), dtype=dt)
+        size = count * dt.itemsize
+        if size:
             f.read(out, size=size, file_offset=start)
     if position is not None:
         file.seek(start + size)
@@ -219,15 +230,12 @@ def tofile(ary: ArrayLike, file: str | os.PathLike[str] | io.IOBase) -> None:
     TypeError
         ``file`` is neither a path nor a file object.
     """
-    path = _path_of(file)
+    name = _name_of(file)
     if isinstance(file, FileLike) and hasattr(file, "writable") and not file.writable():
-        raise io.UnsupportedOperation(f"{path} is not open for writing")
+        raise io.UnsupportedOperation(f"{name} is not open for writing")
     data = _contiguous(ary)
     position = _position(file)
-    if position is None:
-        with CuFile(path, "w") as f:
-            f.write(data)
-        return
-    with CuFile(path, "r+") as f:
-        written = f.write(data, file_offset=position)
-    file.seek(position + written)
+    with _open(file, "w") as f:
+        written = f.write(data, file_offset=position or 0)
+    if position is not None:
+        file.seek(position + written)

@@ -143,6 +143,18 @@ class _Checkpoint:
         self.tensors = [_Tensor(row, i) for i, row in enumerate(self.native.tensors())]
         self.by_name = {t.name: t for t in self.tensors}
 
+    def open_file(self, i: int) -> CuFile:
+        """File ``i`` opened for its data; ``SafetensorError`` where the file at its path is no
+        longer the one whose header was read (renamed over since, say)."""
+        f = CuFile(self.files[i], "r")
+        try:
+            st = os.fstat(f.fileno())
+            self.native.check_file(i, st.st_dev, st.st_ino)
+        except BaseException:
+            f.close()
+            raise
+        return f
+
     def get(self, name: str) -> _Tensor:
         try:
             return self.by_name[name]
@@ -296,7 +308,7 @@ def _load(path: str | os.PathLike[str], device: DeviceLike, framework: str, filt
         groups.setdefault(dev, []).append(t)
     dtypes = {t.name: fw.dtype(t, ck.files[t.file]) for t in selected}
 
-    handles = [CuFile(f, "r") for f in ck.files]
+    handles = [ck.open_file(i) for i in range(len(ck.files))]
     futures: list = []
     views: dict[str, Any] = {}
     try:
@@ -508,7 +520,7 @@ class safe_open:  # noqa: N801 - safetensors' name
     def _file(self, i: int) -> CuFile:
         h = self._handles[i]
         if h is None:
-            h = self._handles[i] = CuFile(self._ck.files[i], "r")
+            h = self._handles[i] = self._ck.open_file(i)
         return h
 
     def _read(self, t: _Tensor, rows: tuple[int, int] | None, key: tuple | None) -> Any:

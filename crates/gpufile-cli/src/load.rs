@@ -79,7 +79,8 @@ impl From<FormatError> for CliError {
             | FormatError::Overlap { path, .. }
             | FormatError::Gap { path, .. }
             | FormatError::InvalidIndex { path, .. }
-            | FormatError::NotACheckpoint { path, .. } => ("safetensors", Some(path)),
+            | FormatError::NotACheckpoint { path, .. }
+            | FormatError::Replaced { path } => ("safetensors", Some(path)),
             FormatError::DuplicateTensor { second, .. } => ("safetensors", Some(second)),
             FormatError::MissingTensor { index, .. } => ("safetensors", Some(index)),
             _ => ("safetensors", None),
@@ -352,7 +353,9 @@ fn read_all(
         let file = match &handles[r.file] {
             Some(f) => f.clone(),
             None => {
-                let f = FileHandle::open(&checkpoint.files[r.file].path, "r")?;
+                let header = &checkpoint.files[r.file];
+                let f = FileHandle::open(&header.path, "r")?;
+                header.check_same_file(f.local().file())?;
                 handles[r.file] = Some(f.clone());
                 f
             }

@@ -142,6 +142,24 @@ impl NativeFile {
         })
     }
 
+    /// A handle on the file an open descriptor refers to, with the descriptor's access mode
+    /// (see [`FileHandle::from_fd`]); `name` is what errors call it.
+    #[staticmethod]
+    fn from_fd(fd: i32, name: std::path::PathBuf) -> PyResult<Self> {
+        if fd < 0 {
+            return Err(PyValueError::new_err(format!(
+                "fd must not be negative, got {fd}"
+            )));
+        }
+        // SAFETY: `fd` is not -1; the caller's file object keeps it open for this call, and
+        // `from_fd` only uses it during the call (fcntl, then a new descriptor of the file).
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let handle = FileHandle::from_fd(borrowed, name).map_err(to_py)?;
+        Ok(NativeFile {
+            handle: Mutex::new(Some(handle)),
+        })
+    }
+
     #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
     fn read(
         &self,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use gpufile::formats::safetensors::{Checkpoint, FormatError, PlanOptions};
-use pyo3::exceptions::{PyKeyError, PyOSError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 pyo3::create_exception!(
@@ -55,6 +55,16 @@ impl SafetensorsCheckpoint {
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let inner = py.detach(|| Checkpoint::open(&path)).map_err(to_py)?;
         Ok(SafetensorsCheckpoint { inner })
+    }
+
+    /// Checks that the file opened for file `file`'s data (its `st_dev`, `st_ino`) is the one
+    /// whose header was read: `SafetensorError` where it was replaced since.
+    fn check_file(&self, file: usize, dev: u64, ino: u64) -> PyResult<()> {
+        let header =
+            self.inner.files.get(file).ok_or_else(|| {
+                PyIndexError::new_err(format!("file index {file} is out of range"))
+            })?;
+        header.check_identity(dev, ino).map_err(to_py)
     }
 
     /// The files, in the order `file` indices refer to.

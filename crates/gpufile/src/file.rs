@@ -8,8 +8,8 @@
 //! 3. Tasks hold the file open: closing (dropping) a handle with requests in flight is safe, the
 //!    descriptor closes when the last task ends.
 
-use std::fs::OpenOptions;
-use std::os::fd::RawFd;
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
@@ -23,6 +23,7 @@ use crate::error::{Error, Op, Result};
 use crate::future::IoFuture;
 use crate::plan::IoPath;
 use crate::request::{Buffer, Direction, Memory, Request};
+use crate::source::reopen;
 use crate::source::LocalFile;
 
 /// How a file is opened (KvikIO's flags).
@@ -139,6 +140,49 @@ impl FileHandle {
             .options()
             .open(path)
             .map_err(|e| Error::os(Op::Open, path, 0, 0, e))?;
+        Self::with_file(file, path, mode)
+    }
+
+    /// A handle on the file that the open descriptor `fd` refers to (a Python file object's,
+    /// say), with `fd`'s access mode: reads and writes go to that file, whatever its path names
+    /// now, and leave `fd`'s offset alone. `name` is what errors call the file.
+    ///
+    /// The handle has its own descriptor of the same file, opened through `/proc/self/fd`
+    /// without `fd`'s `O_APPEND` or `O_DIRECT` (an appending descriptor would put every
+    /// `pwrite` at the end, in the order the tasks end); without `/proc` it is a duplicate of
+    /// `fd`, which is refused for an appending descriptor.
+    pub fn from_fd(fd: BorrowedFd<'_>, name: impl AsRef<Path>) -> Result<Self> {
+        let name = name.as_ref();
+        let raw = fd.as_raw_fd();
+        // SAFETY: F_GETFL on a descriptor the caller keeps open; no memory is passed.
+        let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
+        if flags < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::os(Op::Stat, name, 0, 0, e));
+        }
+        let mode = match flags & libc::O_ACCMODE {
+            libc::O_RDONLY => OpenMode::Read,
+            libc::O_WRONLY => OpenMode::Write,
+            _ => OpenMode::ReadWrite,
+        };
+        let file = match reopen(raw, mode.readable(), mode.writable(), 0) {
+            Ok(file) => file,
+            Err(_) if flags & libc::O_APPEND != 0 => {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: a descriptor opened for appending needs /proc/self/fd to be read \
+                     or written at offsets",
+                    name.display()
+                )))
+            }
+            Err(_) => fd
+                .try_clone_to_owned()
+                .map(File::from)
+                .map_err(|e| Error::os(Op::Open, name, 0, 0, e))?,
+        };
+        Self::with_file(file, name, mode)
+    }
+
+    fn with_file(file: File, path: &Path, mode: OpenMode) -> Result<Self> {
         let meta = file
             .metadata()
             .map_err(|e| Error::os(Op::Stat, path, 0, 0, e))?;
@@ -194,13 +238,10 @@ impl FileHandle {
         self.inner.local.current_size()
     }
 
-    /// Whether the file system accepts `O_DIRECT` for this file.
+    /// Whether this file has an `O_DIRECT` descriptor (the file system accepts `O_DIRECT` and
+    /// `/proc` is there to open the open file again); opens it where it can.
     pub fn is_direct_io_supported(&self) -> bool {
-        OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(self.path())
-            .is_ok()
+        self.inner.local.direct_fd().is_some()
     }
 
     /// The path a request of `len` bytes into or out of `memory` takes under `settings`, and

@@ -26,10 +26,16 @@
 //!    granules alive (within the bound), never the whole file.
 //! 4. A run keeps the granules it copied from until its stream is drained, so letting a file go
 //!    never unregisters memory that a copy still reads.
+//! 5. An entry the cache lets go (a gpufile write to the file, a new version, the budget) is
+//!    retired for good (`Granules`): a read that started before and is registering a granule
+//!    of it meanwhile does not publish that granule, but unregisters it and, where the file
+//!    changed, evicts its range from the page cache. Published, it would pin pages a write
+//!    may have left stale in an entry that nothing evicts any more. A changed file's granules
+//!    that copies still hold when it is let go are evicted when the last copy lets go of them.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -90,11 +96,33 @@ impl Version {
     }
 }
 
-/// One registered granule. Fields drop in order: unregistered first, then unmapped.
+/// One registered granule. Fields drop in order: unregistered first, then unmapped, then its
+/// range evicted from the page cache where the file changed meanwhile.
 pub struct Granule {
     reg: HostRegistration,
     _map: FileMapping,
+    evict: EvictOnDrop,
     shared: Arc<Shared>,
+}
+
+/// A granule's range of its file, evicted from the page cache when dropped if armed: a write
+/// (with `O_DIRECT` above all) cannot invalidate pages that are pinned, so once a changed file's
+/// granule is unpinned, the pages it pinned may hold bytes the file no longer has.
+struct EvictOnDrop {
+    local: Arc<LocalFile>,
+    at: u64,
+    len: usize,
+    armed: AtomicBool,
+}
+
+impl Drop for EvictOnDrop {
+    fn drop(&mut self) {
+        if self.armed.load(Ordering::Relaxed) {
+            let (fd, path) = (self.local.fd(), self.local.path());
+            // Best effort: a page cache that keeps a page is what it was before.
+            let _ = pagecache::drop_file_page_cache(fd, path, self.at, self.len as u64, false);
+        }
+    }
 }
 
 impl Drop for Granule {
@@ -118,21 +146,81 @@ struct Shared {
     tick: AtomicU64,
 }
 
+/// Why the cache let go of a file entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retire {
+    /// To make room, or cleared: the file is as it was.
+    Evicted,
+    /// Before a gpufile write to the file, or for a newer version: pages registered meanwhile
+    /// may hold bytes the file no longer has.
+    Changed,
+}
+
+/// The registered granules of one file entry, by index, and whether the entry was retired.
+/// Generic over the granule so that its bookkeeping is testable without CUDA.
+struct Granules<T> {
+    map: HashMap<u64, Arc<T>>,
+    /// Set once, when the cache lets go of the entry; a retired entry takes no granule again.
+    retired: Option<Retire>,
+}
+
+impl<T> Default for Granules<T> {
+    fn default() -> Self {
+        Granules {
+            map: HashMap::new(),
+            retired: None,
+        }
+    }
+}
+
+impl<T> Granules<T> {
+    /// Publishes `x` as granule `g`, or gives it back with why the entry was retired (a read
+    /// that started before the cache let go of the entry registered it meanwhile).
+    fn publish(&mut self, g: u64, x: T) -> std::result::Result<Arc<T>, (T, Retire)> {
+        if let Some(why) = self.retired {
+            return Err((x, why));
+        }
+        let x = Arc::new(x);
+        self.map.insert(g, Arc::clone(&x));
+        Ok(x)
+    }
+
+    /// Retires the entry (a change outranks an eviction) and hands over its granules.
+    fn retire(&mut self, why: Retire) -> HashMap<u64, Arc<T>> {
+        if self.retired != Some(Retire::Changed) {
+            self.retired = Some(why);
+        }
+        std::mem::take(&mut self.map)
+    }
+}
+
 /// One version of one file: its registered granules, by index (only those registered take
 /// room, whatever the file's size).
 pub struct DmaFile {
     version: Version,
-    granules: Mutex<HashMap<u64, Arc<Granule>>>,
+    granules: Mutex<Granules<Granule>>,
     last_used: AtomicU64,
 }
 
 impl DmaFile {
     fn registered(&self) -> usize {
-        lock(&self.granules).values().map(|g| g.reg.len()).sum()
+        lock(&self.granules).map.values().map(|g| g.reg.len()).sum()
     }
 
     fn granule(&self, g: u64) -> Option<Arc<Granule>> {
-        lock(&self.granules).get(&g).cloned()
+        lock(&self.granules).map.get(&g).cloned()
+    }
+
+    /// Lets go of the entry for good; its granules are unregistered now, or when the copies
+    /// still reading them are done (and, where the file changed, their ranges evicted then).
+    fn retire(&self, why: Retire) {
+        let granules = lock(&self.granules).retire(why);
+        if why == Retire::Changed {
+            for g in granules.values() {
+                g.evict.armed.store(true, Ordering::Relaxed);
+            }
+        }
+        drop(granules); // after the lock: unregistering takes the driver's time
     }
 }
 
@@ -204,7 +292,7 @@ impl DmaCache {
                 _ => {
                     let f = Arc::new(DmaFile {
                         version,
-                        granules: Mutex::new(HashMap::new()),
+                        granules: Mutex::new(Granules::default()),
                         last_used: AtomicU64::new(tick),
                     });
                     // The file's older version (if any) is let go; its registrations go when
@@ -218,9 +306,11 @@ impl DmaCache {
                 }
             }
         };
-        drop(let_go);
+        for f in let_go {
+            f.retire(Retire::Evicted);
+        }
         if let Some(old) = changed {
-            Self::evict_stale(&old, local);
+            Self::evict_stale(&old);
         }
         Some(DmaRead {
             cache: Arc::clone(self),
@@ -237,20 +327,9 @@ impl DmaCache {
     /// the page cache: pages pinned when the file was written with `O_DIRECT` (by another
     /// process, say) could not be invalidated then and may hold the old bytes, for every reader.
     /// Clean pages only go (`POSIX_FADV_DONTNEED`); a range still read by a running copy stays
-    /// pinned until that copy ends, and is not evicted here.
-    fn evict_stale(old: &DmaFile, local: &LocalFile) {
-        let granules = std::mem::take(&mut *lock(&old.granules));
-        for (g, granule) in granules {
-            let len = granule.reg.len();
-            if Arc::strong_count(&granule) > 1 {
-                continue;
-            }
-            drop(granule); // unregistered: its pages can go now
-            let at = g * GRANULE as u64;
-            // Best effort: a page cache that keeps a page is what it was before.
-            let _ =
-                pagecache::drop_file_page_cache(local.fd(), local.path(), at, len as u64, false);
-        }
+    /// pinned until that copy ends, and is evicted then.
+    fn evict_stale(old: &DmaFile) {
+        old.retire(Retire::Changed);
     }
 
     fn least_recent(files: &HashMap<FileId, Arc<DmaFile>>, keep: FileId) -> Option<FileId> {
@@ -264,7 +343,8 @@ impl DmaCache {
     /// Lets go of `local`'s registrations before gpufile writes to it: the write (an `O_DIRECT`
     /// one above all) must find its pages unpinned, or the kernel cannot invalidate them and
     /// keeps the old bytes in the page cache for every reader. Reads of the file still running
-    /// keep theirs until they end.
+    /// keep theirs until they end, and their ranges are evicted then; they register no more
+    /// into the entry let go.
     pub fn forget(&self, local: &LocalFile) {
         if lock(&self.files).is_empty() {
             return;
@@ -278,7 +358,7 @@ impl DmaCache {
         };
         let gone = lock(&self.files).remove(&id);
         if let Some(f) = gone {
-            std::mem::take(&mut *lock(&f.granules));
+            f.retire(Retire::Changed);
         }
     }
 
@@ -302,8 +382,7 @@ impl DmaCache {
                     None => return false,
                 }
             };
-            // Its granules go now, or when the copies still reading them are done.
-            std::mem::take(&mut *lock(&evicted.granules));
+            evicted.retire(Retire::Evicted);
         }
     }
 
@@ -313,7 +392,7 @@ impl DmaCache {
         if limit == 0 {
             let all = std::mem::take(&mut *lock(&self.files));
             for f in all.values() {
-                std::mem::take(&mut *lock(&f.granules));
+                f.retire(Retire::Evicted);
             }
             return;
         }
@@ -364,8 +443,14 @@ impl DmaRead {
             return None;
         }
         let _one = shared.registering.try_lock().ok()?;
-        if let Some(x) = self.file.granule(g) {
-            return Some(x); // registered while this worker waited for the lock
+        {
+            let granules = lock(&self.file.granules);
+            if granules.retired.is_some() {
+                return None; // the cache let go of this entry: nothing more is published in it
+            }
+            if let Some(x) = granules.map.get(&g) {
+                return Some(Arc::clone(x)); // registered while this worker waited for the lock
+            }
         }
         let start = g * GRANULE as u64;
         let page = pagecache::page_size();
@@ -392,13 +477,28 @@ impl DmaRead {
             }
         };
         shared.registered.fetch_add(len, Ordering::Relaxed);
-        let granule = Arc::new(Granule {
+        let granule = Granule {
             reg,
             _map: map,
+            evict: EvictOnDrop {
+                local: Arc::clone(&self.local),
+                at: start,
+                len,
+                armed: AtomicBool::new(false),
+            },
             shared: Arc::clone(shared),
-        });
-        lock(&self.file.granules).insert(g, Arc::clone(&granule));
-        Some(granule)
+        };
+        let published = lock(&self.file.granules).publish(g, granule);
+        match published {
+            Ok(granule) => Some(granule),
+            // The cache let go of the entry while this registration ran: before a write, the
+            // pages may have stayed pinned under it and kept the old bytes.
+            Err((granule, why)) => {
+                let changed = why == Retire::Changed;
+                granule.evict.armed.store(changed, Ordering::Relaxed);
+                None
+            }
+        }
     }
 }
 
@@ -502,5 +602,49 @@ mod tests {
         let later = cache.read(&f, 1 << 30).unwrap();
         assert!(Arc::ptr_eq(&first.file, &later.file), "the same version");
         assert!(later.may_register, "settled: a later change would show");
+    }
+
+    #[test]
+    fn a_retired_entry_publishes_no_granule_and_a_change_outranks_an_eviction() {
+        let mut gs = Granules::<u32>::default();
+        assert_eq!(*gs.publish(0, 10).unwrap(), 10);
+        let taken = gs.retire(Retire::Changed);
+        assert_eq!(taken.keys().copied().collect::<Vec<_>>(), [0]);
+        // A registration that ran across the retirement gets its granule back, with the reason.
+        assert_eq!(gs.publish(1, 11).unwrap_err(), (11, Retire::Changed));
+        assert!(gs.map.is_empty());
+        gs.retire(Retire::Evicted);
+        assert_eq!(gs.retired, Some(Retire::Changed));
+        let mut ev = Granules::<u32>::default();
+        ev.retire(Retire::Evicted);
+        assert_eq!(ev.publish(2, 12).unwrap_err(), (12, Retire::Evicted));
+    }
+
+    /// The race of a write with a running read, step by step: the read holds its entry (as a
+    /// worker between `span` and the end of a registration does), the write forgets the file,
+    /// and only then would the read publish. The entry it holds is retired, so the granule is
+    /// refused (`register` then unregisters it and evicts its range); a read after the write
+    /// gets a fresh entry.
+    #[test]
+    fn a_read_running_when_a_write_forgets_the_file_cannot_publish_into_the_dropped_entry() {
+        let cache = Arc::new(DmaCache::default());
+        let mut tmp = tempfile::NamedTempFile::new().unwrap();
+        tmp.write_all(&[1u8; 8192]).unwrap();
+        tmp.flush().unwrap();
+        let f = open(tmp.path());
+        let running = cache.read(&f, 1 << 30).unwrap();
+        assert_eq!(lock(&running.file.granules).retired, None);
+        cache.forget(&f);
+        assert_eq!(lock(&running.file.granules).retired, Some(Retire::Changed));
+        let after = cache.read(&f, 1 << 30).unwrap();
+        assert!(!Arc::ptr_eq(&running.file, &after.file));
+        assert_eq!(lock(&after.file.granules).retired, None);
+        // A new version retires the old entry as changed; trimming retires as evicted.
+        tmp.write_all(&[2u8; 4096]).unwrap();
+        tmp.flush().unwrap();
+        let newer = cache.read(&f, 1 << 30).unwrap();
+        assert_eq!(lock(&after.file.granules).retired, Some(Retire::Changed));
+        cache.trim(0);
+        assert_eq!(lock(&newer.file.granules).retired, Some(Retire::Evicted));
     }
 }

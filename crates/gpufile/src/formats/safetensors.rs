@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -195,6 +195,17 @@ impl fmt::Display for Dtype {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FormatError {
+    /// The file at the path is no longer the one whose header was read (renamed over, or
+    /// deleted and made again).
+    #[error(
+        "{}: the file was replaced since its header was read (renamed over, or deleted and \
+         made again); open it again",
+        path.display()
+    )]
+    Replaced {
+        /// The file.
+        path: PathBuf,
+    },
     /// The file or directory could not be opened or read.
     #[error("{}: {source}", path.display())]
     Io {
@@ -413,6 +424,9 @@ pub struct Header {
     /// The tensors, sorted by offset.
     pub tensors: Vec<TensorInfo>,
     index: HashMap<String, usize>,
+    /// The file's (device, inode) where the header was read from a file: the data must come
+    /// from that file, not from whatever has its name when the data is read.
+    identity: Option<(u64, u64)>,
 }
 
 /// The header's top-level object as (key, value) pairs, refusing a key that appears twice.
@@ -632,6 +646,7 @@ impl Header {
             metadata,
             tensors,
             index,
+            identity: None,
         })
     }
 
@@ -664,7 +679,30 @@ impl Header {
         let n = Header::header_len(path, &first[..got], file_size)?;
         let mut json = vec![0u8; n as usize];
         file.read_exact_at(&mut json, 8).map_err(io_err)?;
-        Header::parse(path, &json, file_size)
+        let mut header = Header::parse(path, &json, file_size)?;
+        header.identity = Some((meta.dev(), meta.ino()));
+        Ok(header)
+    }
+
+    /// Checks that `file` (opened to read the data, by [`Header::path`]) is the file this
+    /// header was read from: a file renamed over that path (or deleted and made again) since
+    /// is [`FormatError::Replaced`], as its bytes do not follow this header.
+    pub fn check_same_file(&self, file: &File) -> Result<(), FormatError> {
+        let meta = file.metadata().map_err(|source| FormatError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        self.check_identity(meta.dev(), meta.ino())
+    }
+
+    /// [`Header::check_same_file`] for a file known by its `st_dev` and `st_ino`.
+    pub fn check_identity(&self, dev: u64, ino: u64) -> Result<(), FormatError> {
+        match self.identity.is_none_or(|id| id == (dev, ino)) {
+            true => Ok(()),
+            false => Err(FormatError::Replaced {
+                path: self.path.clone(),
+            }),
+        }
     }
 
     /// The tensor called `name`.

@@ -1,10 +1,17 @@
 //! A local file as a [`Source`] and a [`Sink`]: `pread`/`pwrite` on the buffered descriptor, or
 //! on a second `O_DIRECT` descriptor for aligned ranges when the request asks for direct I/O.
+//!
+//! Every descriptor refers to the file that was opened, never to whatever its path names now:
+//! the `O_DIRECT` one is opened through `/proc/self/fd/N` ([`reopen`]), which follows the open
+//! file across a rename over its path, an unlink or a `chdir` (opening the path again would
+//! write into the file that replaced it). Without `/proc` there is no `O_DIRECT`, and
+//! [`LocalFile::direct_refused`] says why.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::error::{Error, Op, Result};
@@ -17,6 +24,20 @@ use crate::streamed::{self, STREAMED_MAX, STREAMED_MIN};
 /// every common device.
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// Where the process's open descriptors appear as links that open the file itself.
+const PROC_FD: &str = "/proc/self/fd";
+
+/// Opens the file that `fd` refers to again, as a new open file description (its own flags and
+/// offset) with `read`/`write` access and `flags` added: through `/proc/self/fd/N`, which opens
+/// the same inode whatever its path now names. No `O_CREAT`, `O_TRUNC` or `O_APPEND`.
+pub(crate) fn reopen(fd: RawFd, read: bool, write: bool, flags: i32) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(read)
+        .write(write)
+        .custom_flags(flags | libc::O_CLOEXEC)
+        .open(format!("{PROC_FD}/{fd}"))
+}
+
 /// An open local file.
 #[derive(Debug)]
 pub struct LocalFile {
@@ -24,8 +45,8 @@ pub struct LocalFile {
     path: PathBuf,
     readable: bool,
     writable: bool,
-    /// A second descriptor with O_DIRECT, opened on first need (None: the file system refuses).
-    direct: OnceLock<Option<File>>,
+    /// A second descriptor with O_DIRECT, opened on first need, or why there is none.
+    direct: OnceLock<std::result::Result<File, String>>,
     /// A read-only mapping of the file, never touched, only asked by `mincore` which pages are
     /// in the page cache (made on first need; None where the file cannot be mapped).
     residency: OnceLock<Option<FileMapping>>,
@@ -59,19 +80,40 @@ impl LocalFile {
         &self.file
     }
 
-    /// The O_DIRECT descriptor, opened once; `None` where the file system refuses O_DIRECT.
+    /// The O_DIRECT descriptor of the open file, opened once; `None` where the file system
+    /// refuses O_DIRECT or `/proc` is missing ([`LocalFile::direct_refused`] says which).
     pub fn direct_fd(&self) -> Option<RawFd> {
+        self.direct_file().ok().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Why the file has no O_DIRECT descriptor (`None`: it has one).
+    pub fn direct_refused(&self) -> Option<&str> {
+        self.direct_file().err().map(String::as_str)
+    }
+
+    fn direct_file(&self) -> std::result::Result<&File, &String> {
         self.direct
             .get_or_init(|| {
-                OpenOptions::new()
-                    .read(self.readable)
-                    .write(self.writable)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(&self.path)
-                    .ok()
+                reopen(self.fd(), self.readable, self.writable, libc::O_DIRECT).map_err(|e| {
+                    match e.raw_os_error() {
+                        Some(libc::EINVAL) => "the file system refuses O_DIRECT".to_owned(),
+                        _ if !Path::new(PROC_FD).is_dir() => {
+                            let why = format!(
+                                "{PROC_FD} is missing: O_DIRECT needs a second descriptor of \
+                                 the open file (the path may name another file by now)"
+                            );
+                            // Said once per process, not once per file.
+                            static SAID: AtomicBool = AtomicBool::new(false);
+                            if !SAID.swap(true, Ordering::Relaxed) {
+                                crate::observe::notice(format!("no direct I/O: {why}"));
+                            }
+                            why
+                        }
+                        _ => format!("O_DIRECT open of the file failed: {e}"),
+                    }
+                })
             })
             .as_ref()
-            .map(AsRawFd::as_raw_fd)
     }
 
     /// The descriptor for `len` bytes at `offset` from/to memory at `ptr`: the O_DIRECT one when
@@ -282,5 +324,76 @@ mod tests {
             (ok, eof)
         });
         assert!(ok > 0, "{ok} read, {eof} past the end");
+    }
+
+    /// A page-aligned host buffer of `len` bytes, all `byte` (O_DIRECT needs aligned memory).
+    fn aligned(len: usize, byte: u8) -> (Vec<u8>, usize) {
+        let v = vec![byte; len + DIRECT_ALIGN];
+        let start = v.as_ptr().align_offset(DIRECT_ALIGN);
+        (v, start)
+    }
+
+    #[test]
+    fn direct_io_after_a_rename_over_the_path_goes_to_the_file_that_was_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, other) = (dir.path().join("f.bin"), dir.path().join("other.bin"));
+        std::fs::write(&p, vec![1u8; 1 << 20]).unwrap();
+        std::fs::write(&other, vec![2u8; 1 << 20]).unwrap();
+        let file = File::options().read(true).write(true).open(&p).unwrap();
+        let local = LocalFile::new(file, p.clone(), true, true);
+        std::fs::rename(&other, &p).unwrap(); // the atomic-replace pattern
+        let progress = AtomicU64::new(0);
+        let call = || Call {
+            progress: &progress,
+            direct: true,
+            direct_uncached: false,
+        };
+        let (mut buf, at) = aligned(64 << 10, 7);
+        local
+            .write_at(&buf[at..at + (64 << 10)], 0, call())
+            .unwrap();
+        // Direct where the file system takes it; either way the opened file holds the bytes.
+        if let Some(why) = local.direct_refused() {
+            eprintln!("no O_DIRECT here ({why}): only the buffered descriptor is checked");
+        }
+        let opened = std::fs::read(format!("/proc/self/fd/{}", local.fd())).unwrap();
+        assert!(opened[..64 << 10].iter().all(|&b| b == 7));
+        assert!(opened[64 << 10..].iter().all(|&b| b == 1));
+        assert!(
+            std::fs::read(&p).unwrap().iter().all(|&b| b == 2),
+            "the new file changed"
+        );
+        buf[at..at + (64 << 10)].fill(0);
+        local
+            .read_at(&mut buf[at..at + (64 << 10)], 1 << 19, call())
+            .unwrap();
+        assert!(
+            buf[at..at + (64 << 10)].iter().all(|&b| b == 1),
+            "read the new file"
+        );
+    }
+
+    #[test]
+    fn a_relative_path_that_names_another_file_now_still_reads_the_opened_file_direct() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.bin");
+        std::fs::write(&p, vec![3u8; 1 << 20]).unwrap();
+        // As after `open("Cargo.toml")` in the temporary directory and a `chdir`: from the test's
+        // directory (the package's) the name is another file (read only, never written).
+        let file = File::open(&p).unwrap();
+        let local = LocalFile::new(file, PathBuf::from("Cargo.toml"), true, false);
+        assert!(Path::new("Cargo.toml").is_file());
+        let progress = AtomicU64::new(0);
+        let call = Call {
+            progress: &progress,
+            direct: true,
+            direct_uncached: false,
+        };
+        let (mut buf, at) = aligned(4096, 0);
+        local.read_at(&mut buf[at..at + 4096], 0, call).unwrap();
+        assert!(buf[at..at + 4096].iter().all(|&b| b == 3));
+        if local.direct_refused().is_none() {
+            assert_ne!(local.direct_fd(), Some(local.fd()));
+        }
     }
 }

@@ -7,27 +7,33 @@
 //! 2. [`MmapSource::read_len`] checks a read (KvikIO's rules: `size` `None` reads to the end of
 //!    the file; the range must lie in the mapped region) and returns its length.
 //! 3. Hand the source to the engine as `Endpoint::Read(Arc<MmapSource>)`
-//!    ([`crate::Engine::submit_to`]): host buffers are filled by the workers copying from the
-//!    mapping, GPU buffers through the pinned bounce pipeline, overlapped (their chunks copied
-//!    with streaming stores, past the CPU's caches, as [`crate::streamed`] explains). The `Arc`
+//!    ([`crate::Engine::submit_to`]): host buffers are filled by the workers, GPU buffers
+//!    through the pinned bounce pipeline, overlapped (their chunks stored past the CPU's caches,
+//!    as [`crate::streamed`] explains). The `Arc`
 //!    keeps the mapping alive until the last request on it ends, so closing a handle with reads
 //!    in flight is safe (KvikIO leaves that undefined).
 //!
-//! A file that shrinks under a mapping turns a read of the pages past its new end into `SIGBUS`,
-//! which kills the process (KvikIO's behaviour). Each read checks the file's size first (one
-//! `fstat`, about a microsecond against a task's megabytes of copying) and fails with
-//! [`Error::UnexpectedEof`] instead; a file truncated between that check and the copy still
-//! raises `SIGBUS`, as with any mapping.
+//! The bytes are read with `pread` on the mapped file's descriptor, not copied out of the
+//! mapping. The mapping is read-only, so it shows exactly the page cache that `pread` reads, and
+//! a file that another process truncates during the read then ends the read short, which is
+//! [`Error::UnexpectedEof`]; a copy out of the mapping touches the pages past the new end and
+//! gets `SIGBUS`, which kills the process (KvikIO's behaviour), however recently the size was
+//! checked. The alternative, a `SIGBUS` handler around the copy, is process-wide state that must
+//! chain with other handlers and survive `fork`; gpufile had one for its bounce path and removed
+//! it once `pread` into a cache-resident buffer matched the mapping's speed ([`crate::streamed`]).
+//! `pread` from the page cache costs one kernel copy, as the copy out of the mapping does (which
+//! adds a page fault per page on first touch). The mapping is still made, as KvikIO makes it: a
+//! file that cannot be mapped is refused when it opens, and `map_flags` such as `MAP_POPULATE`
+//! fault the region in.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Op, Result};
-use crate::source::{Call, Source};
+use crate::source::{Call, LocalFile, Source};
 
 /// What to map, and how (KvikIO's `MmapHandle` arguments after the path and flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,10 +98,6 @@ impl Mapping {
             NonNull::new(addr).ok_or_else(|| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         Ok(Mapping { addr, len })
     }
-
-    fn as_ptr(&self) -> *const u8 {
-        self.addr.as_ptr().cast()
-    }
 }
 
 impl Drop for Mapping {
@@ -109,8 +111,8 @@ impl Drop for Mapping {
 /// A file region mapped read-only: KvikIO's `MmapHandle`, as a [`Source`].
 #[derive(Debug)]
 pub struct MmapSource {
-    file: File,
-    path: PathBuf,
+    /// The mapped file, which the reads `pread` (never with O_DIRECT).
+    local: LocalFile,
     /// The file's size when it was mapped (KvikIO checks offsets against it).
     file_size: u64,
     /// KvikIO's `initial_map_offset`.
@@ -119,8 +121,6 @@ pub struct MmapSource {
     region_size: u64,
     /// The mapping, from `region_offset` rounded down to a page; `None` for an empty file.
     mapping: Option<Mapping>,
-    /// Bytes from the mapping's start to `region_offset`.
-    delta: usize,
 }
 
 /// KvikIO's flags: "r" (and "r+", opened for reading and writing but mapped read-only); a
@@ -204,13 +204,11 @@ impl MmapSource {
         let file_size = meta.len();
         let offset = options.offset;
         let mut source = MmapSource {
-            file,
-            path: path.to_owned(),
+            local: LocalFile::new(file, path.to_owned(), true, false),
             file_size,
             region_offset: offset,
             region_size: 0,
             mapping: None,
-            delta: 0,
         };
         let past_end = |size: u64| {
             Error::OutOfRange(format!(
@@ -247,17 +245,16 @@ impl MmapSource {
         let len = usize::try_from(size + delta).map_err(|_| {
             Error::InvalidArgument(format!("a region of {size} bytes does not fit in memory"))
         })?;
-        let mapping = Mapping::new(&source.file, len, map_offset, map_flags)
+        let mapping = Mapping::new(source.local.file(), len, map_offset, map_flags)
             .map_err(|e| Error::os(Op::Map, path, map_offset, len, e))?;
         source.region_size = size;
         source.mapping = Some(mapping);
-        source.delta = delta as usize;
         Ok(source)
     }
 
     /// The path it was opened with.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.local.path()
     }
 
     /// KvikIO's `initial_map_size`: bytes mapped (0 for an empty file).
@@ -277,9 +274,7 @@ impl MmapSource {
 
     /// The file's size now (`fstat`).
     pub fn current_size(&self) -> Result<u64> {
-        let meta = self.file.metadata();
-        meta.map(|m| m.len())
-            .map_err(|e| Error::os(Op::Stat, &self.path, 0, 0, e))
+        self.local.current_size()
     }
 
     /// The length of a read of `size` bytes (`None`: to the end of the file) at `offset`, with
@@ -318,7 +313,7 @@ impl MmapSource {
         let now = self.current_size()?;
         if offset + len as u64 > now {
             return Err(Error::UnexpectedEof {
-                path: self.path.clone(),
+                path: self.path().to_owned(),
                 offset,
                 len,
                 file_size: now,
@@ -330,7 +325,7 @@ impl MmapSource {
 
 impl Source for MmapSource {
     fn describe(&self) -> String {
-        self.path.display().to_string()
+        self.path().display().to_string()
     }
 
     fn size(&self) -> Result<u64> {
@@ -349,14 +344,15 @@ impl Source for MmapSource {
 }
 
 impl MmapSource {
-    /// Copies `dst.len()` bytes at `offset` out of the mapped region (`streaming`: with
-    /// non-temporal stores), after KvikIO's range checks and a check of the file's size.
+    /// Reads `dst.len()` bytes at `offset` of the mapped region with `pread` (`streaming`: stored
+    /// past the CPU's caches), after KvikIO's range checks. A file now shorter than the range is
+    /// [`Error::UnexpectedEof`], from the short read (see the module's header).
     fn copy_out(&self, dst: &mut [u8], offset: u64, call: Call<'_>, streaming: bool) -> Result<()> {
         let len = dst.len();
         let in_region = offset
             .checked_sub(self.region_offset)
             .filter(|rel| rel.saturating_add(len as u64) <= self.region_size);
-        let (Some(rel), Some(mapping)) = (in_region, &self.mapping) else {
+        if in_region.is_none() || self.mapping.is_none() {
             if len == 0 {
                 return Ok(());
             }
@@ -365,29 +361,24 @@ impl MmapSource {
                  initial map offset: {}, initial map size: {}",
                 self.region_offset, self.region_size
             )));
-        };
-        self.check_size(offset, len)?;
-        let start = self.delta + rel as usize;
-        // SAFETY: `start + len <= delta + region_size == mapping.len` (checked above), so the
-        // source range lies in the live mapping, which `dst` (caller's memory) cannot overlap.
-        // The file is at least `offset + len` bytes long (checked just before), so every page
-        // is backed; raw pointers, not a slice, because another process may change the file.
-        unsafe {
-            let src = mapping.as_ptr().add(start);
-            match streaming {
-                true => crate::streamed::copy_nontemporal(dst.as_mut_ptr(), src, len),
-                false => std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), len),
-            }
         }
-        call.progress.fetch_add(len as u64, Ordering::Relaxed);
-        Ok(())
+        let call = Call {
+            progress: call.progress,
+            direct: false,
+            direct_uncached: false,
+        };
+        match streaming {
+            true => self.local.read_for_device(dst, offset, call),
+            false => self.local.read_at(dst, offset, call),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
     use crate::exec::Endpoint;

@@ -59,6 +59,7 @@ pub trait Sink: Send + Sync {
 }
 
 mod local;
+pub(crate) use local::reopen;
 pub use local::{LocalFile, DIRECT_ALIGN};
 
 mod mmap;

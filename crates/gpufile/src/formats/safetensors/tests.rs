@@ -424,6 +424,30 @@ fn header_read_bounds_its_allocation_by_the_file() {
     ));
 }
 
+#[test]
+fn data_opened_from_a_file_renamed_over_the_headers_path_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = file(&json!({"a": t("U8", &[8], 0, 8)}), 8);
+    let p = write(dir.path(), "m.safetensors", &bytes);
+    let header = Header::read(&p).unwrap();
+    let same = File::open(&p).unwrap();
+    header.check_same_file(&same).unwrap();
+    let other = write(dir.path(), "other.safetensors", &bytes);
+    std::fs::rename(&other, &p).unwrap();
+    let e = header
+        .check_same_file(&File::open(&p).unwrap())
+        .unwrap_err();
+    assert!(matches!(e, FormatError::Replaced { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("m.safetensors: the file was replaced"),
+        "{e}"
+    );
+    header.check_same_file(&same).unwrap(); // the file opened before the rename still is it
+                                            // A header parsed from bytes knows no file: nothing to compare.
+    parse(&bytes).unwrap().check_same_file(&same).unwrap();
+}
+
 fn dtype_strategy() -> impl Strategy<Value = &'static str> {
     prop_oneof![
         Just("U8"),
