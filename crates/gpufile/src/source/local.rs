@@ -11,7 +11,6 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::error::{Error, Op, Result};
@@ -102,11 +101,8 @@ impl LocalFile {
                                 "{PROC_FD} is missing: O_DIRECT needs a second descriptor of \
                                  the open file (the path may name another file by now)"
                             );
-                            // Said once per process, not once per file.
-                            static SAID: AtomicBool = AtomicBool::new(false);
-                            if !SAID.swap(true, Ordering::Relaxed) {
-                                crate::observe::notice(format!("no direct I/O: {why}"));
-                            }
+                            // One text, so said once per process, not once per file.
+                            crate::observe::notice("no-direct-io", format!("no direct I/O: {why}"));
                             why
                         }
                         _ => format!("O_DIRECT open of the file failed: {e}"),
