@@ -176,6 +176,9 @@ where
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let json = args.iter().skip(1).any(|a| a == "--json");
+    for text in config::take_unknown_env_warnings() {
+        eprintln!("gpufile: warning: {text}");
+    }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {

@@ -160,3 +160,14 @@ fn usage_errors_exit_2() {
     assert_eq!(gpufile(&["frobnicate"], &[]).status.code(), Some(2));
     assert_eq!(gpufile(&["--help"], &[]).status.code(), Some(0));
 }
+
+#[test]
+fn misspelt_env_variable_is_warned_once() {
+    let o = gpufile(&["config"], &[("KVIKIO_NTHREAD", "8")]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "gpufile: warning: environment variable KVIKIO_NTHREAD is not one gpufile reads; \
+         did you mean KVIKIO_NTHREADS?\n"
+    );
+}

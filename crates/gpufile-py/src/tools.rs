@@ -48,6 +48,13 @@ pub(crate) fn take_notices() -> Vec<String> {
     gpufile::observe::take_notices()
 }
 
+/// Warnings about `GPUFILE_*`/`KVIKIO_*` variables nothing reads, the first time it is called
+/// in the process (the package issues them with `warnings.warn` at import).
+#[pyfunction]
+pub(crate) fn take_env_warnings() -> Vec<String> {
+    gpufile::config::take_unknown_env_warnings()
+}
+
 /// Test seam: `[(call, after, fault, times)]` with call "read"/"write" and fault "eintr",
 /// "eagain", "short", "eio", "enospc", "enospc_together" (the `times` calls fail together),
 /// "panic" or an errno; `[]` turns injection off.
