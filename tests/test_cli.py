@@ -205,3 +205,19 @@ def test_unknown_env_variable_is_warned_once_by_the_cli():
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("GPUFILE_TASKSIZE is not one gpufile reads; did you mean "
                           "GPUFILE_TASK_SIZE?") == 1, r.stderr
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU: both plan into GPU 0")
+def test_explain_chooses_memory_as_read_does_with_or_without_run(tmp_path):
+    p = tmp_path / "m.bin"
+    p.write_bytes(os.urandom(1 << 20))
+    for args in (["--size", "1GiB"], [str(p)], [str(p), "--run"]):
+        r = gpufile_cli("explain", *args, "--json")
+        assert r.returncode == 0, r.stderr
+        pred = json.loads(r.stdout)["prediction"]
+        assert pred["request"]["memory"] == "host", (args, pred["request"])
+        assert any(n.startswith("host memory: ") for n in pred["notes"]), (args, pred["notes"])
+    r = gpufile_cli("explain", "--size", "1GiB", "--device", "0", "--json")  # another machine's GPU
+    assert json.loads(r.stdout)["prediction"]["request"]["memory"] == "device"
+    import gpufile
+    assert gpufile.explain(1 << 20).as_dict()["prediction"]["request"]["memory"] == "host"

@@ -77,13 +77,13 @@ struct ExplainArgs {
     /// The file to explain (and read with --run); --size defaults to its size.
     file: Option<PathBuf>,
     /// Bytes to read, e.g. 1GiB (default: from --offset to the end of FILE).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
     size: Option<String>,
     /// File offset, e.g. 1MiB.
-    #[arg(long, default_value = "0")]
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = non_negative_offset)]
     offset: String,
     /// task_size (default: the setting).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
     task_size: Option<String>,
     /// num_threads (default: the setting).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=config::MAX_THREADS as i64))]
@@ -94,10 +94,10 @@ struct ExplainArgs {
     /// gds_threshold (default: the setting).
     #[arg(long)]
     gds_threshold: Option<String>,
-    /// Into host memory (default: device memory; with --run on a machine without a GPU, host).
+    /// Into host memory (default: GPU 0 where CUDA has a device, else host memory, as `read`).
     #[arg(long, conflicts_with = "device")]
     host: bool,
-    /// Into the memory of this GPU (default: GPU 0).
+    /// Into the memory of this GPU (a plan for another machine's GPU works without one here).
     #[arg(long, value_name = "N")]
     device: Option<i32>,
     /// What cuFile can do: probe this machine, or assume nvfs, compat or none.
@@ -126,16 +126,16 @@ struct ReadArgs {
     #[arg(long, short = 't')]
     threads: Option<String>,
     /// Task size, e.g. 4MiB (default: the `task_size` setting).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
     task_size: Option<String>,
     /// compat_mode: on, off or auto (default: the `compat_mode` setting).
     #[arg(long)]
     compat_mode: Option<String>,
     /// File offset to start at, e.g. 1GiB (past the end of the file is an error).
-    #[arg(long, default_value = "0")]
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = non_negative_offset)]
     offset: String,
     /// Bytes to read (default: to the end of the file; past the end is an error).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
     size: Option<String>,
     /// Read this many times into the same buffer and report the median (the first run also pays
     /// for touching fresh memory).
@@ -153,6 +153,32 @@ struct ReadArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// An offset as typed, refused at parse time where it is negative: clap would otherwise take
+/// `-1` for an option and suggest `-- -1`, which does not help.
+fn non_negative_offset(text: &str) -> Result<String, String> {
+    non_negative(
+        text,
+        "offsets are non-negative (bytes from the start of the file)",
+    )
+}
+
+/// A size as typed, refused at parse time where it is negative (as [`non_negative_offset`]).
+fn non_negative_size(text: &str) -> Result<String, String> {
+    non_negative(text, "sizes are non-negative (bytes, e.g. 4MiB)")
+}
+
+/// `text`, unless it starts with `-`: a negative number gets `rule`, anything else (the option
+/// typed where the value belongs, `--size --json`) is named as what it is.
+fn non_negative(text: &str, rule: &str) -> Result<String, String> {
+    match text.trim_start().strip_prefix('-') {
+        Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit() || c == '.') => {
+            Err(rule.into())
+        }
+        Some(_) => Err("expected a value, got an option (give the value after the option)".into()),
+        None => Ok(text.to_owned()),
+    }
 }
 
 /// Most `--repeat` runs one `gpufile read` makes.
@@ -415,11 +441,12 @@ fn cmd_explain(args: &ExplainArgs, units: Units) -> CliResult {
             ))
         }
     };
-    // As `read` does: with --run and no memory named, GPU 0 where CUDA has a device, else host.
-    let (memory, fallback) = match (args.host, args.device, args.run) {
-        (true, _, _) => (Memory::Host, None),
-        (_, Some(_), _) | (false, None, false) => (Memory::Device, None),
-        (false, None, true) => default_memory(),
+    // As `read` does, with or without --run: where no memory is named, GPU 0 where CUDA has a
+    // device, else host memory (a plan for another machine's GPU names --device).
+    let (memory, fallback) = match (args.host, args.device) {
+        (true, _) => (Memory::Host, None),
+        (_, Some(_)) => (Memory::Device, None),
+        (false, None) => default_memory(),
     };
     let req = gpufile_diag::explain::Request {
         size: to_usize("size", size)?,

@@ -171,3 +171,29 @@ fn misspelt_env_variable_is_warned_once() {
          did you mean KVIKIO_NTHREADS?\n"
     );
 }
+
+#[test]
+fn negative_offsets_and_sizes_say_they_must_be_non_negative() {
+    for (args, rule) in [
+        (
+            &["read", "Cargo.toml", "--offset", "-1"][..],
+            "offsets are non-negative",
+        ),
+        (
+            &["explain", "--size", "-1GiB"][..],
+            "sizes are non-negative",
+        ),
+        (
+            &["read", "Cargo.toml", "--task-size", "-4MiB"][..],
+            "sizes are non-negative",
+        ),
+    ] {
+        let o = gpufile(args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(rule) && !err.contains("'-- -"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -215,11 +215,11 @@ pub(crate) fn explain(
         }
     };
     let to_usize = |v: u64| usize::try_from(v).map_err(|_| PyValueError::new_err("size too large"));
-    // As the CLI: a run into unnamed memory goes to GPU 0 where CUDA has one, else host memory.
-    let (memory, fallback) = match (device, run) {
-        (Some(true), _) | (None, false) => (Memory::Device, None),
-        (Some(false), _) => (Memory::Host, None),
-        (None, true) => py.detach(gpufile_diag::explain::default_memory),
+    // As the CLI: unnamed memory is GPU 0 where CUDA has one, else host memory, run or not.
+    let (memory, fallback) = match device {
+        Some(true) => (Memory::Device, None),
+        Some(false) => (Memory::Host, None),
+        None => py.detach(gpufile_diag::explain::default_memory),
     };
     let req = gpufile_diag::explain::Request {
         size: to_usize(size)?,
