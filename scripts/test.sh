@@ -37,6 +37,5 @@ echo "== pytest"
 echo "== type stubs: python/gpufile/_native.pyi against the built extension (mypy stubtest)"
 "$venv/bin/python" -m mypy.stubtest gpufile._native
 
-echo "== documentation (mkdocs build --strict)"
-NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "${TMPDIR:-/tmp}/gpufile-site"
-echo "   built into ${TMPDIR:-/tmp}/gpufile-site"
+echo "== documentation (mkdocs build --strict: any warning fails it)"
+MKDOCS="$venv/bin/mkdocs" bash scripts/docs.sh

@@ -88,7 +88,7 @@ def test_text_output_prints_sizes_and_labelled_rates(tmp_path):
 def test_help_lists_the_commands_truthfully():
     r = gpufile_cli("--help")
     assert r.returncode == 0
-    for name in ("config", "read", "check", "explain", "bench"):
+    for name in ("config", "read", "check", "explain", "bench", "load"):
         assert f"\n  {name} " in r.stdout
     assert "later" not in r.stdout and "read check" not in r.stdout
 

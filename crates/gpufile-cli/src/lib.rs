@@ -30,10 +30,8 @@ use gpufile_remote::{RemoteEndpointType, RemoteFile, RemoteStats};
 
 /// Move file data into GPU and host memory, fast, and say which path ran.
 ///
-/// Commands: config (the settings and where they came from), read (read a file and say which
-/// path ran), check (what this machine offers for GPU file I/O), explain (how a read is split and
-/// which path each piece takes), bench (a gdsio-like sweep). Sizes accept units: 4MiB, 1.5GiB,
-/// 16k (binary), 1GB (decimal).
+/// Sizes accept units: 4MiB, 1.5GiB, 16k (binary), 1GB (decimal). `gpufile COMMAND --help` says
+/// more about each command.
 #[derive(Parser, Debug)]
 #[command(name = "gpufile", version)]
 struct Cli {
@@ -183,6 +181,25 @@ fn non_negative(text: &str, rule: &str) -> Result<String, String> {
 
 /// Most `--repeat` runs one `gpufile read` makes.
 const MAX_REPEAT: u32 = 100_000;
+
+/// The `--help` text of `gpufile` (`None`) or of one of its commands, as the command prints it:
+/// docs/cli.md includes these texts, and a test keeps them equal to the parser's.
+pub fn help_text(command: Option<&str>) -> Option<String> {
+    let args = ["gpufile"].into_iter().chain(command).chain(["--help"]);
+    match Cli::try_parse_from(args) {
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => Some(e.render().to_string()),
+        _ => None,
+    }
+}
+
+/// The names of `gpufile`'s commands, in the order its help lists them.
+pub fn command_names() -> Vec<String> {
+    use clap::CommandFactory;
+    Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect()
+}
 
 /// The subcommand named in `args`, for the error object of a command line that did not parse.
 fn command_name(args: &[OsString]) -> Option<String> {
