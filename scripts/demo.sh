@@ -10,9 +10,9 @@ venv=${GPUFILE_VENV:-.venv}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 echo "== installing maturin and numpy into $venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy
-echo "== building the Rust extension into $venv (release build; takes ~2 min the first time)"
+echo "== building the Rust extension into $venv (release build; cargo's progress follows)"
 # (pip's "Ignoring ...: markers 'extra == ...'" lines are the optional extras, not a failure)
-VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet --release 2>&1 \
+VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --release 2>&1 \
     | { grep -v "^Ignoring .*: markers" || true; }
 echo "   built: $("$venv/bin/python" -c 'import gpufile; print("gpufile", gpufile.__version__)')"
 

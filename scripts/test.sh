@@ -17,7 +17,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet  # intra-doc links stay valid
 
 echo "== cargo test"
-cargo test --workspace --quiet 2>&1
+# Cargo names each test binary ("Running tests/cli.rs (.../cli-...)", "Doc-tests gpufile") before
+# its tests; the harness prints a dot per test.
+cargo test --workspace 2>&1 -- --quiet
 
 echo "== valgrind memcheck over the host-path Rust tests"
 if command -v valgrind >/dev/null; then bash scripts/sanitize.sh; else echo "skipped: no valgrind"; fi
@@ -26,9 +28,9 @@ echo "== python test and docs requirements into $venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     -r tests/requirements.txt -r docs/requirements.txt
-echo "== building the Rust extension into $venv (debug build; takes ~2 min the first time)"
+echo "== building the Rust extension into $venv (debug build; cargo's progress follows)"
 # (pip's "Ignoring ...: markers 'extra == ...'" lines are the optional extras, not a failure)
-VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --quiet 2>&1 | { grep -v "^Ignoring .*: markers" || true; }
+VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop 2>&1 | { grep -v "^Ignoring .*: markers" || true; }
 echo "   built: $("$venv/bin/python" -c 'import gpufile; print("gpufile", gpufile.__version__)')"
 
 echo "== pytest"
@@ -37,6 +39,5 @@ echo "== pytest"
 echo "== type stubs: python/gpufile/_native.pyi against the built extension (mypy stubtest)"
 "$venv/bin/python" -m mypy.stubtest gpufile._native
 
-echo "== documentation (mkdocs build --strict)"
-NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "${TMPDIR:-/tmp}/gpufile-site"
-echo "   built into ${TMPDIR:-/tmp}/gpufile-site"
+echo "== documentation (mkdocs build --strict: any warning fails it)"
+MKDOCS="$venv/bin/mkdocs" bash scripts/docs.sh

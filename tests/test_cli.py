@@ -88,7 +88,7 @@ def test_text_output_prints_sizes_and_labelled_rates(tmp_path):
 def test_help_lists_the_commands_truthfully():
     r = gpufile_cli("--help")
     assert r.returncode == 0
-    for name in ("config", "read", "check", "explain", "bench"):
+    for name in ("config", "read", "check", "explain", "bench", "load"):
         assert f"\n  {name} " in r.stdout
     assert "later" not in r.stdout and "read check" not in r.stdout
 
@@ -183,3 +183,41 @@ def test_io_path_describes_the_read_that_would_run(tmp_path):
         assert "host memory" in reason
         with gpufile.defaults.set("compat_mode", "off"):  # host reads ignore compat_mode
             assert f.io_path[0] == "gpufile-posix"
+
+
+def _entry_point():
+    return os.path.join(os.path.dirname(sys.executable), "gpufile")
+
+
+@pytest.mark.parametrize("how", ["python -m gpufile", "entry point"])
+def test_bad_env_is_one_line_of_error(how):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    clean["KVIKIO_COMPAT_MODE"] = "maybe"
+    cmd = [sys.executable, "-m", "gpufile"] if how == "python -m gpufile" else [_entry_point()]
+    r = subprocess.run([*cmd, "config"], capture_output=True, text=True, env=clean, timeout=120)
+    assert r.returncode == 1
+    assert r.stderr == ('gpufile: error: environment variable KVIKIO_COMPAT_MODE="maybe" is '
+                        "invalid: expected on/off/auto (also true/false, yes/no, 1/0; any case)\n")
+
+
+def test_unknown_env_variable_is_warned_once_by_the_cli():
+    r = gpufile_cli("config", env={"GPUFILE_TASKSIZE": "1MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("GPUFILE_TASKSIZE is not one gpufile reads; did you mean "
+                          "GPUFILE_TASK_SIZE?") == 1, r.stderr
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU: both plan into GPU 0")
+def test_explain_chooses_memory_as_read_does_with_or_without_run(tmp_path):
+    p = tmp_path / "m.bin"
+    p.write_bytes(os.urandom(1 << 20))
+    for args in (["--size", "1GiB"], [str(p)], [str(p), "--run"]):
+        r = gpufile_cli("explain", *args, "--json")
+        assert r.returncode == 0, r.stderr
+        pred = json.loads(r.stdout)["prediction"]
+        assert pred["request"]["memory"] == "host", (args, pred["request"])
+        assert any(n.startswith("host memory: ") for n in pred["notes"]), (args, pred["notes"])
+    r = gpufile_cli("explain", "--size", "1GiB", "--device", "0", "--json")  # another machine's GPU
+    assert json.loads(r.stdout)["prediction"]["request"]["memory"] == "device"
+    import gpufile
+    assert gpufile.explain(1 << 20).as_dict()["prediction"]["request"]["memory"] == "host"

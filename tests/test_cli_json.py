@@ -174,7 +174,7 @@ def test_check_without_cufile_json_uses_cufiles_defaults(tmp_path):
 
 def test_explain_json(data):
     out, _ = cli_json("explain", "--size", "1GiB", "--compat-mode", "off", "--cufile", "nvfs",
-                      "--task-size", "4MiB")
+                      "--task-size", "4MiB", "--device", "0")
     check_object(out, "explain")
     p = out["prediction"]
     check_object(p["cufile"], "cufile-plan", "$.prediction.cufile")
@@ -190,7 +190,8 @@ def test_explain_json(data):
     assert out["observed"]["by_path"]["gpufile-posix"]["tasks"] == 3
     assert out["observed"]["throughput_gb_per_s"] > 0
 
-    out, _ = cli_json("explain", "--size", "1MiB", "--compat-mode", "off", "--cufile", "none")
+    out, _ = cli_json("explain", "--size", "1MiB", "--compat-mode", "off", "--cufile", "none",
+                      "--device", "0")
     check_object(out, "explain")
     assert out["prediction"]["path"] is None and "cuFile" in out["prediction"]["error"]
 

@@ -261,3 +261,21 @@ def test_json_errors_name_file_tensor_and_type(tmp_path):
     stn.save_file(model_tensors(), path)
     out = json.loads(gpufile_cli(path, "--host", "--json", "--filter", "nope").stdout)
     assert out["error"]["type"] == "unknown-tensor" and out["error"]["path"] == str(path)
+
+
+@pytest.mark.parametrize("patterns", [["model.layers.0*"], ["model.layers.0.*", "lm_head.weight"],
+                                      ["model.norm.scale", "model.*"], ["*"]])
+def test_load_file_filter_takes_the_patterns_of_the_cli(tmp_path, patterns):
+    import gpufile.safetensors as gs
+    tensors = model_tensors()
+    path = tmp_path / "m.safetensors"
+    stn.save_file(tensors, path)
+    got = gs.load_file(path, framework="numpy", filter=patterns)
+    rep = load_json(path, "--host", "--filter", ",".join(patterns))
+    assert rep["tensors"] == len(got) > 0
+    assert rep["bytes"] == nbytes(tensors, list(got))
+    for name, arr in got.items():
+        assert any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in patterns)
+        np.testing.assert_array_equal(arr, tensors[name])
+    with pytest.raises(KeyError, match=r"no tensor name starts with 'model\.layers\.9\.'"):
+        gs.load_file(path, framework="numpy", filter=["model.layers.9.*"])

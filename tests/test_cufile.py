@@ -125,9 +125,9 @@ def test_device_decisions_without_cuda(tmp_path):
         with defaults.set("compat_mode", "off"):
             assert f.io_path[0] == "gpufile-posix"
     # A device read's decisions, predicted: AUTO says why not cuFile, OFF fails.
-    auto = gpufile.explain(1 << 20)["prediction"]
+    auto = gpufile.explain(1 << 20, device=True)["prediction"]
     assert auto["path"]["reason"]["kind"] == "cufile-unavailable"
-    off = gpufile.explain(1 << 20, compat_mode="off")["prediction"]
+    off = gpufile.explain(1 << 20, compat_mode="off", device=True)["prediction"]
     assert off["path"] is None and "compat_mode is OFF" in off["error"]
-    on = gpufile.explain(1 << 20, compat_mode="on")["prediction"]
+    on = gpufile.explain(1 << 20, compat_mode="on", device=True)["prediction"]
     assert on["path"]["reason"]["text"] == "compat_mode is ON"

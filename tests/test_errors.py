@@ -199,17 +199,17 @@ def test_read_only_cuda_array(tmp_path):
             f.read(obj)
 
 
-class _CpuDlpack:
+class _RocmDlpack:
     def __dlpack__(self, stream=None):
-        raise AssertionError("must not be called for a non-CUDA device")
+        raise AssertionError("must not be called for a device gpufile does not read")
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU
+        return (10, 0)  # kDLROCM
 
 
-def test_dlpack_of_non_cuda_memory_without_buffer_protocol(tmp_path):
+def test_dlpack_of_memory_neither_cpu_nor_cuda(tmp_path):
     p = tmp_path / "f.bin"
     p.write_bytes(b"x" * 16)
     with gpufile.CuFile(p) as f:
-        with pytest.raises(TypeError, match="not CUDA memory"):
-            f.read(_CpuDlpack())
+        with pytest.raises(TypeError, match="DLPack device type 10 is neither CPU nor CUDA"):
+            f.read(_RocmDlpack())

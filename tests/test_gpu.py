@@ -127,6 +127,24 @@ def test_torch_tensors(tmp_path):
                                   np.arange(1 << 20, dtype=np.float32))
 
 
+
+def test_torch_cpu_tensors_are_host_memory(tmp_path):
+    """A CPU tensor has no buffer protocol: it comes through DLPack as kDLCPU memory (runs with
+    the GPU suite, where torch is installed; tests/test_host_io.py covers kDLCPU with NumPy)."""
+    torch = pytest.importorskip("torch")
+    data = pattern((1 << 20) + 7, 12)
+    path = tmp_path / "c.bin"
+    data.tofile(path)
+    t = torch.empty(data.size, dtype=torch.uint8)
+    with gpufile.CuFile(path) as f:
+        assert f.io_path_for(t)[0] == "gpufile-posix"
+        assert f.read(t) == data.size
+    np.testing.assert_array_equal(t.numpy(), data)
+    with gpufile.CuFile(tmp_path / "w.bin", "w") as f:
+        assert f.write(t[1:]) == data.size - 1
+    assert (tmp_path / "w.bin").read_bytes() == data[1:].tobytes()
+
+
 def test_managed_memory(tmp_path):
     data = pattern(3 << 20, 11)
     path = tmp_path / "m.bin"

@@ -209,3 +209,52 @@ def test_host_io_loads_no_cuda(data_file):
     r = run_python(code)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "False"]
+
+
+class DlpackOnly:
+    """An array seen only through DLPack, as a PyTorch CPU tensor is (no buffer protocol):
+    NumPy's own `__dlpack__` exports kDLCPU memory, read-only arrays flagged so (DLPack 1.0)."""
+
+    def __init__(self, arr):
+        self.arr = arr
+        self.calls = []
+
+    def __dlpack__(self, **kw):
+        self.calls.append(kw)
+        return self.arr.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+def test_dlpack_cpu_memory_is_host_memory(tmp_path):
+    data = pattern(3 << 20, 7)
+    path = tmp_path / "d.bin"
+    with gpufile.CuFile(path, "w") as f:
+        assert f.write(DlpackOnly(data)) == data.nbytes
+    assert path.read_bytes() == data.tobytes()
+    out = np.zeros(data.size + 8, dtype=np.uint8)
+    dst = DlpackOnly(out[8:])
+    with gpufile.CuFile(path) as f:
+        assert f.io_path_for(dst)[0] == "gpufile-posix"
+        assert f.pread(dst, size=1 << 20, file_offset=5).get() == 1 << 20
+        assert f.read(dst) == data.nbytes
+    np.testing.assert_array_equal(out[8:], data)
+    assert out[:8].tobytes() == bytes(8)
+    assert all(kw["stream"] is None for kw in dst.calls)  # the protocol's value for CPU memory
+
+
+def test_dlpack_cpu_export_read_only_or_strided_is_refused(tmp_path):
+    path = tmp_path / "d.bin"
+    path.write_bytes(bytes(range(256)) * 4)
+    ro = np.zeros(1024, dtype=np.uint8)
+    ro.flags.writeable = False
+    strided = np.zeros(2048, dtype=np.uint8)
+    with gpufile.CuFile(path) as f:
+        with pytest.raises(TypeError, match="DlpackOnly is read-only"):
+            f.read(DlpackOnly(ro))
+        with pytest.raises(ValueError, match="C-contiguous"):
+            f.read(DlpackOnly(strided[::2]))
+    assert not ro.any() and not strided.any()
+    with gpufile.CuFile(tmp_path / "w.bin", "w") as f:  # a read-only source is fine
+        assert f.write(DlpackOnly(ro)) == 1024

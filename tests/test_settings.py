@@ -123,3 +123,25 @@ def test_bad_env_value_names_the_variable():
                    {"KVIKIO_TASK_SIZE": "zero"})
     assert r.returncode != 0
     assert "ValueError" in r.stderr and "KVIKIO_TASK_SIZE" in r.stderr and "zero" in r.stderr
+
+
+def test_bad_env_value_is_one_error_once():
+    env = {"KVIKIO_COMPAT_MODE": "maybe"}
+    r = run_python("import gpufile", env)  # nothing reads the settings: nothing to report
+    assert (r.returncode, r.stderr) == (0, "")
+    r = run_python("import gpufile.defaults as d; d.get('compat_mode')", env)
+    assert r.returncode == 1
+    assert r.stderr.count("Traceback") == 1 and "atexit" not in r.stderr, r.stderr
+    assert r.stderr.count('KVIKIO_COMPAT_MODE="maybe" is invalid') == 1, r.stderr
+
+
+def test_unknown_env_variable_warns_once_with_the_nearest_name():
+    r = run_python("import gpufile, gpufile.defaults as d; import gpufile; print(d.get('num_threads'))",
+                   {"KVIKIO_NTHREAD": "8", "GPUFILE_CUFILE_PATH": "/nonexistent",
+                    "KVIKIO_REMOTE_VERBOSE": "1", "KVIKIO_WEBHDFS_USERNAME": "me"})
+    assert r.returncode == 0, r.stderr
+    text = ("UserWarning: environment variable KVIKIO_NTHREAD is not one gpufile reads; "
+            "did you mean KVIKIO_NTHREADS?")
+    assert r.stderr.count(text) == 1, r.stderr
+    assert r.stderr.startswith("<string>:1: "), r.stderr  # the importing line, not gpufile's
+    assert "CUFILE_PATH" not in r.stderr and "REMOTE" not in r.stderr and "WEBHDFS" not in r.stderr

@@ -52,7 +52,7 @@ def test_explain_reproduces_the_spec(tmp_path, size, task, pieces):
     cfg.write_text('{"execution": {"parallel_io": true, "max_io_threads": 4, '
                    '"min_io_threshold_size_kb": 8192, "max_request_parallelism": 4}}')
     e = gpufile.explain(size, task_size=task, compat_mode="off", cufile="nvfs",
-                        cufile_json=cfg)
+                        cufile_json=cfg, device=True)
     p = e["prediction"]
     assert p["path"]["backend"] == "cufile"
     assert p["cufile"]["requests"] == size // task
@@ -61,10 +61,10 @@ def test_explain_reproduces_the_spec(tmp_path, size, task, pieces):
 
 
 def test_explain_posix_and_failure():
-    e = gpufile.explain(1 << 20, compat_mode="on")
+    e = gpufile.explain(1 << 20, compat_mode="on", device=True)
     assert e["prediction"]["path"]["backend"] == "gpufile-posix"
     assert e["prediction"]["bounce_chunk"] > 0
-    e = gpufile.explain(1 << 20, compat_mode="off", cufile="none")
+    e = gpufile.explain(1 << 20, compat_mode="off", cufile="none", device=True)
     assert e["prediction"]["path"] is None and "would fail" in str(e)
     assert "compat_mode is OFF" in e["prediction"]["error"]
     h = gpufile.explain(1 << 20, device=False, task_size=199)

@@ -18,6 +18,7 @@ import atexit as _atexit
 import importlib.resources as _resources
 import os as _os
 import sys as _sys
+import warnings as _warnings
 
 from . import _native, buffer, cufile_driver, defaults, utils
 from ._native import CudaError, CufileError, EndOfFileError, GpufileError
@@ -117,6 +118,11 @@ def _cufile_dirs() -> list[str]:
 
 
 _native.cufile_set_search_dirs(_cufile_dirs())
+
+# A misspelt variable (KVIKIO_NTHREAD) would otherwise leave its setting at the default without a
+# word; stacklevel 2 names the importing line (the import machinery's frames are skipped).
+for _text in _native.take_env_warnings():
+    _warnings.warn(_text, stacklevel=2)
 
 
 def _at_exit() -> None:

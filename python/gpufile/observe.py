@@ -199,9 +199,9 @@ def explain(size: int, *, file_offset: int = 0, device: bool | None = None,
     file_offset : int, optional
         Where the read starts.
     device : bool, optional
-        Into device memory (True) or host memory (False). Default: device memory for a
-        prediction; for ``run=True``, GPU 0 where CUDA has a device, else host memory (with a
-        note saying why), as ``gpufile explain --run``.
+        Into device memory (True) or host memory (False). Default: GPU 0 where CUDA has a
+        device, else host memory (with a note saying why), with or without ``run``, as
+        ``gpufile explain``; ``device=True`` plans for another machine's GPU.
     task_size, num_threads, gds_threshold : int, optional
         Override the settings of the same name for this prediction.
     compat_mode : CompatMode or str, optional

@@ -265,11 +265,22 @@ def _select(ck: _Checkpoint, filter: Filter) -> list[_Tensor]:
         return [t for t in ck.tensors if filter(t.name)]
     if isinstance(filter, (str, bytes)):
         raise TypeError("filter must be a callable or a list of tensor names, not a string")
+    # The rule of `gpufile load --filter`: a name, or a prefix followed by `*`.
     names = list(filter)
-    missing = [n for n in names if n not in ck.by_name]
+    wanted: set[str] = set()
+    missing = []
+    for pattern in names:
+        if isinstance(pattern, str) and pattern.endswith("*"):
+            matched = {t.name for t in ck.tensors if t.name.startswith(pattern[:-1])}
+            if not matched:
+                missing.append(f"{pattern[:-1]!r}* (no tensor name starts with {pattern[:-1]!r})")
+            wanted |= matched
+        elif pattern in ck.by_name:
+            wanted.add(pattern)
+        else:
+            missing.append(repr(pattern))
     if missing:
-        raise KeyError(f"{ck.path}: no tensor named {', '.join(map(repr, missing))}")
-    wanted = set(names)
+        raise KeyError(f"{ck.path}: no tensor named {', '.join(missing)}")
     return [t for t in ck.tensors if t.name in wanted]
 
 
@@ -355,8 +366,10 @@ def load_checkpoint(path: str | os.PathLike[str], device: DeviceLike = "cpu", *,
     framework
         ``"pt"`` (PyTorch tensors), ``"numpy"`` (host only) or ``"cupy"`` (GPU only).
     filter
-        Which tensors to load: a callable ``name -> bool`` or a list of names. Only their bytes
-        are read.
+        Which tensors to load: a callable ``name -> bool`` or a list of patterns, each a tensor
+        name or a prefix followed by ``*`` (``"model.layers.0.*"``: every tensor whose name
+        starts with ``model.layers.0.``), as ``gpufile load --filter``. Only their bytes are
+        read.
     device_map
         Placement over several devices: ``{"model.layers.0": 0, "lm_head": "cuda:1", "": 0}``
         (keys are tensor names or module prefixes, longest match wins, ``""`` matches all), or
@@ -377,7 +390,8 @@ def load_checkpoint(path: str | os.PathLike[str], device: DeviceLike = "cpu", *,
     FileNotFoundError, OSError
         A file that cannot be read.
     KeyError
-        A name in ``filter`` that the checkpoint does not hold.
+        A name in ``filter`` that the checkpoint does not hold, or a ``prefix*`` that no tensor
+        name starts with.
     TypeError, ValueError
         A dtype the framework has no type for; a bad device or framework.
     """

@@ -30,10 +30,8 @@ use gpufile_remote::{RemoteEndpointType, RemoteFile, RemoteStats};
 
 /// Move file data into GPU and host memory, fast, and say which path ran.
 ///
-/// Commands: config (the settings and where they came from), read (read a file and say which
-/// path ran), check (what this machine offers for GPU file I/O), explain (how a read is split and
-/// which path each piece takes), bench (a gdsio-like sweep). Sizes accept units: 4MiB, 1.5GiB,
-/// 16k (binary), 1GB (decimal).
+/// Sizes accept units: 4MiB, 1.5GiB, 16k (binary), 1GB (decimal). `gpufile COMMAND --help` says
+/// more about each command.
 #[derive(Parser, Debug)]
 #[command(name = "gpufile", version)]
 struct Cli {
@@ -77,13 +75,13 @@ struct ExplainArgs {
     /// The file to explain (and read with --run); --size defaults to its size.
     file: Option<PathBuf>,
     /// Bytes to read, e.g. 1GiB (default: from --offset to the end of FILE).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
     size: Option<String>,
     /// File offset, e.g. 1MiB.
-    #[arg(long, default_value = "0")]
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = non_negative_offset)]
     offset: String,
     /// task_size (default: the setting).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
     task_size: Option<String>,
     /// num_threads (default: the setting).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=config::MAX_THREADS as i64))]
@@ -94,10 +92,10 @@ struct ExplainArgs {
     /// gds_threshold (default: the setting).
     #[arg(long)]
     gds_threshold: Option<String>,
-    /// Into host memory (default: device memory; with --run on a machine without a GPU, host).
+    /// Into host memory (default: GPU 0 where CUDA has a device, else host memory, as `read`).
     #[arg(long, conflicts_with = "device")]
     host: bool,
-    /// Into the memory of this GPU (default: GPU 0).
+    /// Into the memory of this GPU (a plan for another machine's GPU works without one here).
     #[arg(long, value_name = "N")]
     device: Option<i32>,
     /// What cuFile can do: probe this machine, or assume nvfs, compat or none.
@@ -126,16 +124,16 @@ struct ReadArgs {
     #[arg(long, short = 't')]
     threads: Option<String>,
     /// Task size, e.g. 4MiB (default: the `task_size` setting).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
     task_size: Option<String>,
     /// compat_mode: on, off or auto (default: the `compat_mode` setting).
     #[arg(long)]
     compat_mode: Option<String>,
     /// File offset to start at, e.g. 1GiB (past the end of the file is an error).
-    #[arg(long, default_value = "0")]
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = non_negative_offset)]
     offset: String,
     /// Bytes to read (default: to the end of the file; past the end is an error).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
     size: Option<String>,
     /// Read this many times into the same buffer and report the median (the first run also pays
     /// for touching fresh memory).
@@ -155,8 +153,53 @@ struct ReadArgs {
     json: bool,
 }
 
+/// An offset as typed, refused at parse time where it is negative: clap would otherwise take
+/// `-1` for an option and suggest `-- -1`, which does not help.
+fn non_negative_offset(text: &str) -> Result<String, String> {
+    non_negative(
+        text,
+        "offsets are non-negative (bytes from the start of the file)",
+    )
+}
+
+/// A size as typed, refused at parse time where it is negative (as [`non_negative_offset`]).
+fn non_negative_size(text: &str) -> Result<String, String> {
+    non_negative(text, "sizes are non-negative (bytes, e.g. 4MiB)")
+}
+
+/// `text`, unless it starts with `-`: a negative number gets `rule`, anything else (the option
+/// typed where the value belongs, `--size --json`) is named as what it is.
+fn non_negative(text: &str, rule: &str) -> Result<String, String> {
+    match text.trim_start().strip_prefix('-') {
+        Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit() || c == '.') => {
+            Err(rule.into())
+        }
+        Some(_) => Err("expected a value, got an option (give the value after the option)".into()),
+        None => Ok(text.to_owned()),
+    }
+}
+
 /// Most `--repeat` runs one `gpufile read` makes.
 const MAX_REPEAT: u32 = 100_000;
+
+/// The `--help` text of `gpufile` (`None`) or of one of its commands, as the command prints it:
+/// docs/cli.md includes these texts, and a test keeps them equal to the parser's.
+pub fn help_text(command: Option<&str>) -> Option<String> {
+    let args = ["gpufile"].into_iter().chain(command).chain(["--help"]);
+    match Cli::try_parse_from(args) {
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => Some(e.render().to_string()),
+        _ => None,
+    }
+}
+
+/// The names of `gpufile`'s commands, in the order its help lists them.
+pub fn command_names() -> Vec<String> {
+    use clap::CommandFactory;
+    Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect()
+}
 
 /// The subcommand named in `args`, for the error object of a command line that did not parse.
 fn command_name(args: &[OsString]) -> Option<String> {
@@ -176,6 +219,9 @@ where
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let json = args.iter().skip(1).any(|a| a == "--json");
+    for text in config::take_unknown_env_warnings() {
+        eprintln!("gpufile: warning: {text}");
+    }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -412,11 +458,12 @@ fn cmd_explain(args: &ExplainArgs, units: Units) -> CliResult {
             ))
         }
     };
-    // As `read` does: with --run and no memory named, GPU 0 where CUDA has a device, else host.
-    let (memory, fallback) = match (args.host, args.device, args.run) {
-        (true, _, _) => (Memory::Host, None),
-        (_, Some(_), _) | (false, None, false) => (Memory::Device, None),
-        (false, None, true) => default_memory(),
+    // As `read` does, with or without --run: where no memory is named, GPU 0 where CUDA has a
+    // device, else host memory (a plan for another machine's GPU names --device).
+    let (memory, fallback) = match (args.host, args.device) {
+        (true, _) => (Memory::Host, None),
+        (_, Some(_)) => (Memory::Device, None),
+        (false, None) => default_memory(),
     };
     let req = gpufile_diag::explain::Request {
         size: to_usize("size", size)?,

@@ -160,3 +160,40 @@ fn usage_errors_exit_2() {
     assert_eq!(gpufile(&["frobnicate"], &[]).status.code(), Some(2));
     assert_eq!(gpufile(&["--help"], &[]).status.code(), Some(0));
 }
+
+#[test]
+fn misspelt_env_variable_is_warned_once() {
+    let o = gpufile(&["config"], &[("KVIKIO_NTHREAD", "8")]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "gpufile: warning: environment variable KVIKIO_NTHREAD is not one gpufile reads; \
+         did you mean KVIKIO_NTHREADS?\n"
+    );
+}
+
+#[test]
+fn negative_offsets_and_sizes_say_they_must_be_non_negative() {
+    for (args, rule) in [
+        (
+            &["read", "Cargo.toml", "--offset", "-1"][..],
+            "offsets are non-negative",
+        ),
+        (
+            &["explain", "--size", "-1GiB"][..],
+            "sizes are non-negative",
+        ),
+        (
+            &["read", "Cargo.toml", "--task-size", "-4MiB"][..],
+            "sizes are non-negative",
+        ),
+    ] {
+        let o = gpufile(args, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(rule) && !err.contains("'-- -"),
+            "{args:?}: {err}"
+        );
+    }
+}

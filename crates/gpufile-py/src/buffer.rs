@@ -1,5 +1,6 @@
 //! Buffer intake: the buffer protocol (NumPy, bytearray, memoryview), `__cuda_array_interface__`
-//! (CuPy, PyTorch, Numba; its `stream` is waited for) and DLPack (JAX and others).
+//! (CuPy, PyTorch, Numba; its `stream` is waited for) and DLPack (JAX and others; CPU tensors,
+//! such as PyTorch's, are host memory).
 
 use std::ffi::CStr;
 
@@ -19,6 +20,13 @@ use crate::errors::{to_py, type_name, uint_arg};
 pub(crate) enum BufferView {
     /// Exported through the buffer protocol.
     Host(HostBuffer),
+    /// A DLPack `kDLCPU` tensor (PyTorch CPU tensors, JAX on CPU, ...); the object and its
+    /// capsule are held.
+    HostDlpack {
+        addr: u64,
+        len: usize,
+        _owner: Vec<Py<PyAny>>,
+    },
     /// Described by `__cuda_array_interface__` or DLPack; the object (and the DLPack capsule)
     /// is held.
     Device {
@@ -269,6 +277,13 @@ impl BufferView {
             })?,
             false => {
                 if let Some(t) = dlpack::take(obj, writable)? {
+                    if t.host {
+                        return Ok(BufferView::HostDlpack {
+                            addr: t.addr,
+                            len: t.len,
+                            _owner: vec![obj.clone().unbind(), t.capsule],
+                        });
+                    }
                     let info = classify(t.len, t.addr)?;
                     if let (Some(info), false) = (&info, producer == Producer::Ignore) {
                         wait_for_stream(obj.py(), info, 1)?;
@@ -390,7 +405,7 @@ impl BufferView {
     pub(crate) fn len(&self) -> usize {
         match self {
             BufferView::Host(b) => b.len_bytes(),
-            BufferView::Device { len, .. } => *len,
+            BufferView::HostDlpack { len, .. } | BufferView::Device { len, .. } => *len,
         }
     }
 
@@ -421,14 +436,14 @@ impl BufferView {
             Direction::Write => Request::write(self.buffer(offset, len), file_offset),
         };
         match self {
-            BufferView::Host(_) => req,
+            BufferView::Host(_) | BufferView::HostDlpack { .. } => req,
             BufferView::Device { info, after, .. } => req.pointer_info(*info).after(*after),
         }
     }
 
     pub(crate) fn memory(&self) -> Memory {
         match self {
-            BufferView::Host(_) => Memory::Host,
+            BufferView::Host(_) | BufferView::HostDlpack { .. } => Memory::Host,
             BufferView::Device { .. } => Memory::Device,
         }
     }
@@ -439,6 +454,10 @@ impl BufferView {
         match self {
             BufferView::Host(b) => Buffer::Host {
                 ptr: b.buf_ptr().wrapping_add(offset),
+                len,
+            },
+            BufferView::HostDlpack { addr, .. } => Buffer::Host {
+                ptr: (*addr as usize as *mut u8).wrapping_add(offset),
                 len,
             },
             BufferView::Device { addr, .. } => Buffer::Device {

@@ -132,7 +132,9 @@ pub(crate) fn device_base(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(u
             };
             Ok((info.base, info.size))
         }
-        BufferView::Host(_) => Err(PyTypeError::new_err("cuFile registers device memory only")),
+        BufferView::Host(_) | BufferView::HostDlpack { .. } => {
+            Err(PyTypeError::new_err("cuFile registers device memory only"))
+        }
     }
 }
 
@@ -164,7 +166,7 @@ pub(crate) fn stream_synchronize(
             info: Some(info), ..
         } => wait_for_stream(py, &info, stream),
         BufferView::Device { info: None, .. } => Ok(()), // empty: nothing to wait for
-        BufferView::Host(_) => Ok(()),
+        BufferView::Host(_) | BufferView::HostDlpack { .. } => Ok(()),
     }
 }
 

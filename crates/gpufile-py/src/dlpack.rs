@@ -1,4 +1,5 @@
-//! DLPack intake (`__dlpack__` / `__dlpack_device__`): JAX, PyTorch, CuPy and others.
+//! DLPack intake (`__dlpack__` / `__dlpack_device__`): JAX, PyTorch, CuPy and others, GPU
+//! tensors and CPU ones (`kDLCPU`: a PyTorch CPU tensor has no buffer protocol).
 //!
 //! The capsule is held, not consumed: while gpufile holds it, the producer's tensor stays alive;
 //! when it is dropped, the capsule's own destructor calls the tensor's deleter, as the DLPack
@@ -14,6 +15,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
+/// `kDLCPU` (host memory that CUDA need not know: no CUDA call is made for it).
+const KDL_CPU: i32 = 1;
 /// `kDLCUDA`.
 const KDL_CUDA: i32 = 2;
 /// `kDLCUDAHost` (pinned host memory).
@@ -73,21 +76,24 @@ struct DLManagedTensor {
     deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
-/// A GPU tensor received through DLPack: its first byte's address and its size.
+/// A tensor received through DLPack: its first byte's address and its size.
 pub(crate) struct DlpackTensor {
     pub addr: u64,
     pub len: usize,
+    /// `kDLCPU` memory: plain host memory, not CUDA's.
+    pub host: bool,
     /// The capsule; dropping it lets the producer free the tensor.
     pub capsule: Py<PyAny>,
 }
 
-/// Calls `__dlpack__(stream=1, max_version=(1, 0))`, or the legacy `__dlpack__(stream=1)` where
-/// the producer does not know `max_version` (a TypeError).
-fn export<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    // stream=1: the producer makes the data ready on the legacy default stream, which the
-    // caller then synchronises before any transfer.
+/// Calls `__dlpack__(stream=..., max_version=(1, 0))`, or the legacy `__dlpack__(stream=...)`
+/// where the producer does not know `max_version` (a TypeError).
+fn export<'py>(obj: &Bound<'py, PyAny>, host: bool) -> PyResult<Bound<'py, PyAny>> {
+    // stream=1 for CUDA memory: the producer makes the data ready on the legacy default stream,
+    // which the caller then synchronises before any transfer. CPU memory has no stream, and the
+    // protocol asks for None there (NumPy refuses any other value).
     let kwargs = pyo3::types::PyDict::new(obj.py());
-    kwargs.set_item("stream", 1)?;
+    kwargs.set_item("stream", if host { None } else { Some(1) })?;
     kwargs.set_item("max_version", (1, 0))?;
     match obj.call_method("__dlpack__", (), Some(&kwargs)) {
         Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => {
@@ -98,21 +104,22 @@ fn export<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     }
 }
 
-/// Takes `obj`'s DLPack export if it is a CUDA (device, managed or pinned) tensor; `Ok(None)`
-/// where `obj` has no `__dlpack__`. With `writable`, a tensor its producer marks read-only (or
-/// exported as a copy) is refused.
+/// Takes `obj`'s DLPack export if it is a CUDA (device, managed or pinned) or CPU tensor;
+/// `Ok(None)` where `obj` has no `__dlpack__`. With `writable`, a tensor its producer marks
+/// read-only (or exported as a copy) is refused.
 pub(crate) fn take(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Option<DlpackTensor>> {
     if !obj.hasattr("__dlpack__")? || !obj.hasattr("__dlpack_device__")? {
         return Ok(None);
     }
     let (device_type, _id): (i32, i32) = obj.call_method0("__dlpack_device__")?.extract()?;
-    if ![KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED].contains(&device_type) {
+    if ![KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED].contains(&device_type) {
         return Err(PyTypeError::new_err(format!(
-            "DLPack device type {device_type} is not CUDA memory and the object has no buffer \
-             protocol"
+            "DLPack device type {device_type} is neither CPU nor CUDA memory (gpufile reads \
+             kDLCPU, kDLCUDA, kDLCUDAHost and kDLCUDAManaged)"
         )));
     }
-    let capsule = export(obj)?;
+    let host = device_type == KDL_CPU;
+    let capsule = export(obj, host)?;
     const VERSIONED: &CStr = c"dltensor_versioned";
     const LEGACY: &CStr = c"dltensor";
     // SAFETY: `capsule` is a live Python object; PyCapsule_IsValid only checks type and name.
@@ -189,6 +196,7 @@ pub(crate) fn take(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Option<Dl
     Ok(Some(DlpackTensor {
         addr,
         len,
+        host,
         capsule: capsule.unbind(),
     }))
 }

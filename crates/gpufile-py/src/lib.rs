@@ -59,6 +59,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(tools::observe_end, m)?,
         wrap_pyfunction!(tools::stats, m)?,
         wrap_pyfunction!(tools::take_notices, m)?,
+        wrap_pyfunction!(tools::take_env_warnings, m)?,
         wrap_pyfunction!(tools::check, m)?,
         wrap_pyfunction!(tools::explain, m)?,
         wrap_pyfunction!(tools::_inject_faults, m)?,

@@ -48,6 +48,13 @@ pub(crate) fn take_notices() -> Vec<String> {
     gpufile::observe::take_notices()
 }
 
+/// Warnings about `GPUFILE_*`/`KVIKIO_*` variables nothing reads, the first time it is called
+/// in the process (the package issues them with `warnings.warn` at import).
+#[pyfunction]
+pub(crate) fn take_env_warnings() -> Vec<String> {
+    gpufile::config::take_unknown_env_warnings()
+}
+
 /// Test seam: `[(call, after, fault, times)]` with call "read"/"write" and fault "eintr",
 /// "eagain", "short", "eio", "enospc", "enospc_together" (the `times` calls fail together),
 /// "panic" or an errno; `[]` turns injection off.
@@ -208,11 +215,11 @@ pub(crate) fn explain(
         }
     };
     let to_usize = |v: u64| usize::try_from(v).map_err(|_| PyValueError::new_err("size too large"));
-    // As the CLI: a run into unnamed memory goes to GPU 0 where CUDA has one, else host memory.
-    let (memory, fallback) = match (device, run) {
-        (Some(true), _) | (None, false) => (Memory::Device, None),
-        (Some(false), _) => (Memory::Host, None),
-        (None, true) => py.detach(gpufile_diag::explain::default_memory),
+    // As the CLI: unnamed memory is GPU 0 where CUDA has one, else host memory, run or not.
+    let (memory, fallback) = match device {
+        Some(true) => (Memory::Device, None),
+        Some(false) => (Memory::Host, None),
+        None => py.detach(gpufile_diag::explain::default_memory),
     };
     let req = gpufile_diag::explain::Request {
         size: to_usize(size)?,

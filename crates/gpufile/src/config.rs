@@ -19,6 +19,9 @@ use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 
+mod unknown_env;
+pub use unknown_env::{take_unknown_env_warnings, unknown_env_vars, UnknownEnvVar, OTHER_ENV_VARS};
+
 /// Whether gpufile may use cuFile (KvikIO's `CompatMode`, same numeric values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "UPPERCASE")]

@@ -126,6 +126,11 @@ class GDSStore(zarr.storage.LocalStore):
     ...     b = zarr.open_array(store)[:]   # a CuPy array, read through gpufile
     """
 
+    # LocalStore's own signature, spelled out so that the parameters documented above are in
+    # the signature the reference shows (griffe reads this file without importing zarr).
+    def __init__(self, root: Path | str, *, read_only: bool = False) -> None:
+        super().__init__(root, read_only=read_only)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}('{self}')"
 

@@ -1,0 +1,90 @@
+"""Every command of the README and the getting-started page runs as written.
+
+The fenced ``sh`` and ``python`` blocks of each page are taken from the page itself. A page's
+Python blocks run in order in one interpreter, in an empty folder, as a reader pasting them into
+one session would (a block that imports CuPy runs on its own, where CuPy sees a GPU); its shell
+commands then run one by one in that folder. ``.venv/bin/`` (the demo's virtualenv) is this
+interpreter's folder, which holds the build under test. The commands listed in ``NOT_RUN`` are
+not run here, each for the reason given; one the pages no longer hold fails the test, so the
+list stays true. ``text`` blocks (the CLI synopsis, help texts) are not commands.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import gpu_reason
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["README.md", "docs/getting-started.md"]
+BIN = str(Path(sys.executable).parent)
+
+NOT_RUN = {
+    "bash scripts/demo.sh": "the demo: a release build of the extension and a 1 GiB file to read "
+                            "(minutes); the README's first command, run as such",
+    "bash scripts/test.sh": "the test command, which runs this test",
+    "pip install gpufile-0.1.0-cp311-abi3-manylinux_2_28_x86_64.whl":
+        "needs the wheel that bash scripts/build_wheels.sh builds",
+    "pip install maturin": "installs from PyPI into the reader's own virtualenv",
+    "maturin develop --release": "a release build into the reader's own virtualenv (the test "
+                                 "command makes the same build, as a debug build)",
+}
+
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+def blocks(page):
+    """(language, text) of every fenced block of `page`, in order."""
+    return [(m.group(1), m.group(2)) for m in _FENCE.finditer((ROOT / page).read_text())]
+
+
+def shell_commands(page):
+    """The commands of the page's sh blocks: one a line, comments dropped."""
+    commands = []
+    for lang, text in blocks(page):
+        if lang in ("sh", "bash", "console"):
+            for line in text.splitlines():
+                command = re.sub(r"(^|\s+)#.*$", "", line).strip()
+                if command:
+                    commands.append(command)
+    return commands
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    return env
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_command_of_the_page_runs_as_written(page, tmp_path):
+    python = [text for lang, text in blocks(page) if lang == "python"]
+    gpu = [text for text in python if "import cupy" in text]
+    host = [text for text in python if text not in gpu]
+    assert host or gpu, f"{page}: no Python block found (is the fence still ```python?)"
+    r = subprocess.run([sys.executable, "-c", "\n".join(host)], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{page}: its Python blocks fail:\n{r.stderr}"
+    for text in gpu:
+        if gpu_reason() is None:
+            r = subprocess.run([sys.executable, "-c", text], cwd=tmp_path, env=_env(),
+                               capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, f"{page}: its CuPy block fails:\n{r.stderr}"
+    for command in shell_commands(page):
+        if command in NOT_RUN:
+            continue
+        r = subprocess.run(["bash", "-c", command.replace(".venv/bin/", BIN + "/")],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, f"{page}: `{command}` fails ({r.returncode}):\n{r.stderr}"
+        assert "warning" not in r.stderr, f"{page}: `{command}` warns:\n{r.stderr}"
+    if gpu and gpu_reason() is not None:
+        pytest.skip(f"{page}: its CuPy example needs a GPU ({gpu_reason()}); the rest ran")
+
+
+def test_the_commands_not_run_are_still_on_the_pages():
+    on_pages = {c for page in PAGES for c in shell_commands(page)}
+    assert set(NOT_RUN) <= on_pages, set(NOT_RUN) - on_pages
