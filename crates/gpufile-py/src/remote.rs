@@ -264,6 +264,17 @@ impl NativeRemoteFile {
             Some(t) => Some(usize::try_from(t).unwrap_or(usize::MAX)),
             None => None,
         };
+        // A server that ignores Range serves the whole read from one GET (the plan may ask it).
+        let plan = py
+            .detach(|| {
+                let planned = task_size.map_or_else(
+                    || gpufile::Engine::global().map(|e| e.settings().task_size),
+                    Ok,
+                )?;
+                file.plan_read(len, planned)
+            })
+            .map_err(read_err)?;
+        let task_size = plan.task_size.or(task_size);
         let req = view
             .request(Direction::Read, 0, len, offset)
             .task_size(task_size);

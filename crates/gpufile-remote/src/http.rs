@@ -17,28 +17,164 @@
 //! trusted. A bundle or directory that cannot be read or holds no certificate is an error
 //! naming the variable and the path (KvikIO hands the path to libcurl and fails later, at the
 //! first TLS handshake).
+//!
+//! Redirects are followed by this module, not by ureq, so that each hop is checked: a signed
+//! request (S3 SigV4) follows none, since its headers carry credentials that no other host may
+//! see (`x-amz-security-token` among them); a redirect from `https` to plain `http` is refused
+//! for every request. Bodies are asked for and accepted only as they are stored
+//! (`Accept-Encoding: identity`): an encoded body is refused, since its bytes are not the
+//! object's.
+//!
+//! A request stops (an [`Error::Cancelled`]) soon after its [`StopFlag`] is set (Ctrl-C, or
+//! another task of the request failed): between attempts, during a backoff, and while a
+//! response or a body is awaited (socket reads wait in slices of [`STOP_POLL`] and look at the
+//! flag between them); only a connection being opened is waited for.
 
+use std::cell::RefCell;
 use std::ffi::OsString;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use gpufile::future::StopFlag;
 use gpufile::{Error, RemoteFailure, Result};
 use ureq::http::Response;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{
+    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, NextTimeout, RustlsConnector,
+    TcpConnector, Transport,
+};
 use ureq::{Agent, Body};
 
-use crate::endpoint::S3Object;
+use crate::endpoint::{self, S3Object};
 
 /// Base and cap of the backoff between attempts (KvikIO's values).
 const BACKOFF_BASE_MS: u64 = 500;
 const BACKOFF_MAX_MS: u64 = 4000;
 /// Bodies read into memory (WebHDFS JSON) are bounded; a file status is a few hundred bytes.
 const SMALL_BODY_LIMIT: u64 = 1 << 20;
+/// Redirects followed per request at most (ureq's and libcurl's default is 10 and more).
+const MAX_REDIRECTS: usize = 10;
+/// How long a socket read or a backoff waits before it looks at the request's stop flag again:
+/// a cancelled request ends within about this long (Python polls for Ctrl-C every 50 ms too).
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// The reason of a whole-object read, in path reports.
+pub const WHOLE_BODY_REASON: &str = "server ignores Range: one whole-body GET";
+
+/// What is known of a server's byte ranges (a [`Counters::ranges`] value; 0 while unknown).
+const RANGES_HONOURED: u8 = 1;
+const RANGES_IGNORED: u8 = 2;
+
+/// Whether the server answers `Range` requests with the range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeSupport {
+    /// No answer has said so yet (a HEAD without `Accept-Ranges`, or `nbytes` given).
+    Unknown,
+    /// A `206` answer, or `Accept-Ranges: bytes`.
+    Honoured,
+    /// A `200` answer with the whole object to a ranged GET, or `Accept-Ranges: none`.
+    Ignored,
+}
+
+thread_local! {
+    /// The stop flag of the request this thread is sending, for [`StoppableTransport`]: ureq runs
+    /// a request on the calling thread, through a pooled transport made for an earlier one.
+    static WATCHED: RefCell<Option<StopFlag>> = const { RefCell::new(None) };
+}
+
+/// Watches `stop` on this thread until dropped.
+struct Watch(Option<StopFlag>);
+
+impl Watch {
+    fn new(stop: Option<&StopFlag>) -> Self {
+        let before = WATCHED.with(|w| w.replace(stop.cloned()));
+        Watch(before)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let before = self.0.take();
+        WATCHED.with(|w| *w.borrow_mut() = before);
+    }
+}
+
+fn watched_stop() -> bool {
+    WATCHED.with(|w| w.borrow().as_ref().is_some_and(StopFlag::is_set))
+}
+
+/// Puts a [`StoppableTransport`] over each TCP connection (under TLS, if any).
+#[derive(Debug)]
+struct Stoppable;
+
+impl<In: Transport> Connector<In> for Stoppable {
+    type Out = StoppableTransport<In>;
+
+    fn connect(
+        &self,
+        _details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> std::result::Result<Option<Self::Out>, ureq::Error> {
+        Ok(chained.map(StoppableTransport))
+    }
+}
+
+/// A transport whose reads wait in slices of [`STOP_POLL`], giving up when the watched stop flag
+/// is set (a blocking socket read cannot be interrupted otherwise).
+#[derive(Debug)]
+struct StoppableTransport<T>(T);
+
+impl<T: Transport> Transport for StoppableTransport<T> {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.0.buffers()
+    }
+
+    fn transmit_output(
+        &mut self,
+        amount: usize,
+        timeout: NextTimeout,
+    ) -> std::result::Result<(), ureq::Error> {
+        self.0.transmit_output(amount, timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> std::result::Result<bool, ureq::Error> {
+        use ureq::unversioned::transport::time::Duration as Budget;
+        let budget = timeout.for_read();
+        let until = match budget.after {
+            Budget::NotHappening => None,
+            after => Instant::now().checked_add(*after),
+        };
+        loop {
+            if watched_stop() {
+                return Err(ureq::Error::Io(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "the request was cancelled",
+                )));
+            }
+            // The budget left, in one slice when it fits (then its timeout is the request's).
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            let last = left.is_some_and(|l| l <= STOP_POLL);
+            let mut next = budget;
+            next.after = Budget::Exact(left.map_or(STOP_POLL, |l| l.min(STOP_POLL)));
+            match self.0.await_input(next) {
+                Err(ureq::Error::Timeout(_)) if !last => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.0.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.0.is_tls()
+    }
+}
 
 /// The retry settings of one request.
 #[derive(Clone, Debug)]
@@ -121,6 +257,10 @@ pub(crate) struct Target<'a> {
     pub range: Option<(u64, usize)>,
     /// Signs each attempt in its headers (S3 SigV4).
     pub signer: Option<&'a S3Object>,
+    /// The object's size, when known (checked against `Content-Range`).
+    pub size: Option<u64>,
+    /// The request's stop flag: set, the request ends with [`Error::Cancelled`].
+    pub stop: Option<&'a StopFlag>,
 }
 
 impl Target<'_> {
@@ -137,6 +277,10 @@ impl Target<'_> {
             kind,
             reason,
         }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.is_some_and(StopFlag::is_set)
     }
 }
 
@@ -185,6 +329,8 @@ struct Counters {
     requests: AtomicU64,
     retries: AtomicU64,
     bytes: AtomicU64,
+    /// A `RANGES_*` value: what the server's answers said of ranges.
+    ranges: AtomicU8,
 }
 
 /// Requests sent, retries made and body bytes received into callers' buffers, by one remote
@@ -389,15 +535,40 @@ impl Client {
             .max_idle_connections(256)
             .max_idle_connections_per_host(256)
             .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
+            // Each hop is checked by `send` (credentials, https to http).
+            .max_redirects(0)
+            // The stored bytes, never an encoding of them (whatever ureq's features).
+            .accept_encoding("identity")
             .build();
+        // ureq's default chain (CONNECT proxy, TCP, rustls) with a stoppable transport over TCP.
+        let connector =
+            ().chain(ConnectProxyConnector::default())
+                .chain(TcpConnector::default())
+                .chain(Stoppable)
+                .chain(RustlsConnector::default());
         Ok(Client {
-            agent: Agent::with_parts(
-                config,
-                DefaultConnector::new(),
-                LiteralIpResolver::default(),
-            ),
+            agent: Agent::with_parts(config, connector, LiteralIpResolver::default()),
             counters: Arc::default(),
         })
+    }
+
+    /// What the server's answers have said of byte ranges so far.
+    pub fn range_support(&self) -> RangeSupport {
+        match self.counters.ranges.load(Ordering::Relaxed) {
+            RANGES_HONOURED => RangeSupport::Honoured,
+            RANGES_IGNORED => RangeSupport::Ignored,
+            _ => RangeSupport::Unknown,
+        }
+    }
+
+    /// Records what an answer said of ranges.
+    pub(crate) fn set_range_support(&self, support: RangeSupport) {
+        let v = match support {
+            RangeSupport::Unknown => return,
+            RangeSupport::Honoured => RANGES_HONOURED,
+            RangeSupport::Ignored => RANGES_IGNORED,
+        };
+        self.counters.ranges.store(v, Ordering::Relaxed);
     }
 
     /// The counters so far.
@@ -418,10 +589,16 @@ impl Client {
         mut attempt: impl FnMut(&Policy) -> std::result::Result<T, Attempt>,
     ) -> Result<T> {
         let policy = Policy::current()?;
+        let _watch = Watch::new(t.stop);
         let mut last = None;
         for n in 1..=policy.max_attempts {
+            if t.stopped() {
+                return Err(Error::Cancelled);
+            }
             match attempt(&policy) {
                 Ok(v) => return Ok(v),
+                // A request stopped mid-attempt fails as cancelled, whatever the socket said.
+                Err(_) if t.stopped() => return Err(Error::Cancelled),
                 Err(Attempt::Fail(e)) => return Err(e),
                 Err(Attempt::Retry(cause)) => {
                     if n < policy.max_attempts {
@@ -432,7 +609,9 @@ impl Client {
                             "{}",
                             retry_record(cause, delay, n, policy.max_attempts, &request)
                         );
-                        std::thread::sleep(Duration::from_millis(delay));
+                        if !sleep_unless_stopped(Duration::from_millis(delay), t) {
+                            return Err(Error::Cancelled);
+                        }
                     }
                     last = Some(cause);
                 }
@@ -449,16 +628,41 @@ impl Client {
         ))
     }
 
-    /// Sends one request; classifies transport errors and statuses.
+    /// Sends one request, following redirects hop by hop; classifies transport errors and
+    /// statuses.
     fn send(
         &self,
         t: &Target<'_>,
         method: &str,
         policy: &Policy,
     ) -> std::result::Result<Response<Body>, Attempt> {
+        let mut url = t.url.to_owned();
+        for _ in 0..=MAX_REDIRECTS {
+            let resp = self.send_once(t, &url, method, policy)?;
+            let status = resp.status();
+            let location = header_str(&resp, "location");
+            let (true, Some(location)) = (status.is_redirection(), location) else {
+                return self.judge(t, method, policy, resp);
+            };
+            url = next_hop(t, method, &url, status.as_u16(), &location)?;
+        }
+        Err(Attempt::Fail(t.error(
+            RemoteFailure::BadResponse,
+            format!("{}: more than {MAX_REDIRECTS} redirects", t.what(method)),
+        )))
+    }
+
+    /// Sends one request to `url` (the target's, or a redirect's).
+    fn send_once(
+        &self,
+        t: &Target<'_>,
+        url: &str,
+        method: &str,
+        policy: &Policy,
+    ) -> std::result::Result<Response<Body>, Attempt> {
         let mut req = match method {
-            "HEAD" => self.agent.head(t.url),
-            _ => self.agent.get(t.url),
+            "HEAD" => self.agent.head(url),
+            _ => self.agent.get(url),
         };
         let range = t
             .range
@@ -474,12 +678,21 @@ impl Client {
             }
         }
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let resp = req
-            .config()
+        req.config()
             .timeout_global(Some(policy.timeout))
             .build()
             .call()
-            .map_err(|e| classify(t, method, e, policy))?;
+            .map_err(|e| classify(t, method, e, policy))
+    }
+
+    /// The final answer's status: retryable, an error, or the answer to read.
+    fn judge(
+        &self,
+        t: &Target<'_>,
+        method: &str,
+        policy: &Policy,
+        resp: Response<Body>,
+    ) -> std::result::Result<Response<Body>, Attempt> {
         let status = resp.status().as_u16();
         if policy.retry_codes.contains(&status) {
             return Err(Attempt::Retry(RetryCause::Status(status)));
@@ -502,6 +715,13 @@ impl Client {
     pub fn head_size(&self, t: &Target<'_>) -> Result<u64> {
         self.retrying(t, "HEAD", |p| {
             let resp = self.send(t, "HEAD", p)?;
+            match header_str(&resp, "accept-ranges").map(|v| v.trim().to_ascii_lowercase()) {
+                Some(v) if v == "none" => self.set_range_support(RangeSupport::Ignored),
+                Some(v) if v.split(',').any(|u| u.trim() == "bytes") => {
+                    self.set_range_support(RangeSupport::Honoured)
+                }
+                _ => {}
+            }
             header_u64(&resp, "content-length").ok_or_else(|| {
                 Attempt::Fail(t.error(
                     RemoteFailure::BadResponse,
@@ -515,6 +735,11 @@ impl Client {
     pub fn range_probe_size(&self, t: &Target<'_>) -> Result<u64> {
         self.retrying(t, "GET", |p| {
             let mut resp = self.send(t, "GET", p)?;
+            self.set_range_support(match resp.status().as_u16() {
+                206 => RangeSupport::Honoured,
+                200 => RangeSupport::Ignored,
+                _ => RangeSupport::Unknown,
+            });
             let size = if resp.status().as_u16() == 206 {
                 let cr = header_str(&resp, "content-range").unwrap_or_default();
                 match cr.rsplit_once('/').map(|(_, s)| s.trim().parse::<u64>()) {
@@ -569,9 +794,11 @@ impl Client {
         })
     }
 
-    /// `GET` of `dst.len()` bytes into `dst`. `ranged`: the request carries a `Range` header
-    /// (a `200` answer then means the server ignored it); otherwise the URL itself selects the
-    /// bytes (WebHDFS `op=OPEN&offset&length`).
+    /// `GET` of `dst.len()` bytes at `offset` into `dst`. With a range (`t.range`), a `206`
+    /// must carry exactly that range (`Content-Range` start, end and total); a `200` is the
+    /// whole object, which serves the range too: the bytes before `offset` are read through
+    /// `dst` (overwritten, nothing else kept), then `dst.len()` bytes, the rest left unread.
+    /// Without a range, the URL itself selects the bytes (WebHDFS `op=OPEN&offset&length`).
     pub fn get_into(
         &self,
         t: &Target<'_>,
@@ -584,42 +811,43 @@ impl Client {
             let mut resp = self.send(t, "GET", p)?;
             let status = resp.status().as_u16();
             let announced = header_u64(&resp, "content-length");
-            if t.range.is_some() {
-                match status {
-                    206 => {
-                        let cr = header_str(&resp, "content-range").unwrap_or_default();
-                        let start = cr
-                            .strip_prefix("bytes ")
-                            .and_then(|r| r.split_once('-'))
-                            .and_then(|(a, _)| a.trim().parse::<u64>().ok());
-                        if start != Some(offset) {
-                            return Err(Attempt::Fail(t.error(
-                                RemoteFailure::BadResponse,
-                                format!("{}: the server answered with Content-Range {cr:?}", t.what("GET")),
-                            )));
-                        }
-                    }
-                    // A whole-object answer is the right bytes only for a read of the whole object.
-                    200 if offset == 0 && announced == Some(len as u64) => {}
-                    _ => {
-                        return Err(Attempt::Fail(t.error(
-                            RemoteFailure::NoRangeSupport,
-                            format!(
-                                "{}: the server answered {status} with {} bytes instead of the range; \
-                                 maybe the server doesn't support file ranges?",
-                                t.what("GET"),
-                                announced.map_or("an unknown number of".into(), |n| n.to_string())
-                            ),
-                        )));
-                    }
+            refuse_encoded(t, "GET", &resp)?;
+            let no_ranges = |n: Option<u64>| {
+                Attempt::Fail(t.error(
+                    RemoteFailure::NoRangeSupport,
+                    format!(
+                        "{}: the server answered {status} with {} bytes instead of the range; \
+                         maybe the server doesn't support file ranges?",
+                        t.what("GET"),
+                        n.map_or("an unknown number of".into(), |n| n.to_string())
+                    ),
+                ))
+            };
+            let skip = match (t.range.is_some(), status) {
+                (true, 206) => {
+                    self.set_range_support(RangeSupport::Honoured);
+                    check_content_range(t, &resp, offset, len)?;
+                    0
                 }
-            } else if status != 200 {
-                return Err(Attempt::Fail(t.error(
-                    RemoteFailure::BadResponse,
-                    format!("{}: unexpected HTTP status {status}", t.what("GET")),
-                )));
-            }
+                (true, 200) => {
+                    self.set_range_support(RangeSupport::Ignored);
+                    // The whole object: it serves the range unless it is too short for it.
+                    if announced.is_some_and(|n| n < offset + len as u64) {
+                        return Err(no_ranges(announced));
+                    }
+                    offset
+                }
+                (true, _) => return Err(no_ranges(announced)),
+                (false, 200) => 0,
+                (false, _) => {
+                    return Err(Attempt::Fail(t.error(
+                        RemoteFailure::BadResponse,
+                        format!("{}: unexpected HTTP status {status}", t.what("GET")),
+                    )))
+                }
+            };
             match announced {
+                _ if skip > 0 => {}
                 Some(n) if n > len as u64 => {
                     return Err(Attempt::Fail(t.error(
                         RemoteFailure::NoRangeSupport,
@@ -639,43 +867,58 @@ impl Client {
                 _ => {}
             }
             let mut reader = resp.body_mut().as_reader();
+            let ended = |filled: u64, extra: String| {
+                Attempt::Fail(t.error(
+                    RemoteFailure::ShortBody,
+                    format!("{}: the body ended after {filled} of {len} bytes{extra}", t.what("GET")),
+                ))
+            };
+            // Reads into `dst[..want]`; the bytes read, or the attempt's end.
+            let mut read_some = |dst: &mut [u8], filled: u64| -> std::result::Result<usize, Attempt> {
+                loop {
+                    if t.stopped() {
+                        return Err(Attempt::Fail(Error::Cancelled));
+                    }
+                    match reader.read(dst) {
+                        Ok(0) => return Err(ended(filled, String::new())),
+                        Ok(n) => return Ok(n),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            return Err(match ureq::Error::from(e) {
+                                // A connection closed or reset mid-body.
+                                ureq::Error::Io(io) if io.kind() != io::ErrorKind::TimedOut => {
+                                    ended(filled, format!(" ({io})"))
+                                }
+                                other => classify(t, "GET", other, p),
+                            })
+                        }
+                    }
+                }
+            };
+            // The whole object's bytes before the range, through `dst` (not counted as read).
+            let mut skipped = 0u64;
+            while skipped < skip {
+                let n = (skip - skipped).min(len as u64) as usize;
+                skipped += read_some(&mut dst[..n], 0)? as u64;
+            }
             let mut filled = 0;
             let outcome = loop {
                 if filled == len {
                     break Ok(());
                 }
-                match reader.read(&mut dst[filled..]) {
-                    Ok(0) => {
-                        break Err(Attempt::Fail(t.error(
-                            RemoteFailure::ShortBody,
-                            format!("{}: the body ended after {filled} of {len} bytes", t.what("GET")),
-                        )))
-                    }
+                match read_some(&mut dst[filled..], filled as u64) {
                     Ok(n) => {
                         filled += n;
                         progress.fetch_add(n as u64, Ordering::Relaxed);
                         self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => match ureq::Error::from(e) {
-                        // A connection closed or reset mid-body.
-                        ureq::Error::Io(io) if io.kind() != io::ErrorKind::TimedOut => {
-                            break Err(Attempt::Fail(t.error(
-                                RemoteFailure::ShortBody,
-                                format!(
-                                    "{}: the body ended after {filled} of {len} bytes ({io})",
-                                    t.what("GET")
-                                ),
-                            )))
-                        }
-                        other => break Err(classify(t, "GET", other, p)),
-                    },
+                    Err(e) => break Err(e),
                 }
             };
             if outcome.is_err() {
                 // A retry reads the range again: take back what this attempt counted.
                 progress.fetch_sub(filled as u64, Ordering::Relaxed);
-            } else {
+            } else if status == 206 || t.range.is_none() {
                 // One read past the range: ureq hands a connection back to the agent's pool only
                 // once a read has returned the body's end (without it, every range opened a new
                 // connection: about 1 ms more per request on loopback). A length-delimited body
@@ -690,10 +933,75 @@ impl Client {
                         ),
                     )));
                 }
+            } else if announced == Some(offset + len as u64) {
+                // The whole object ends with the range: its end lets the connection be reused.
+                let _ = reader.read(&mut [0u8; 1]);
             }
+            // Otherwise the rest of a whole object is left unread, and its connection closed.
             outcome
         })
     }
+}
+
+/// Refuses a body sent with a `Content-Encoding` (gzip, br, ...): its bytes are not the object's
+/// (ureq decodes nothing without its `gzip`/`brotli` features, and gpufile asks for `identity`).
+fn refuse_encoded(
+    t: &Target<'_>,
+    method: &str,
+    resp: &Response<Body>,
+) -> std::result::Result<(), Attempt> {
+    match header_str(resp, "content-encoding") {
+        Some(e) if !e.trim().is_empty() && !e.trim().eq_ignore_ascii_case("identity") => {
+            Err(Attempt::Fail(t.error(
+                RemoteFailure::BadResponse,
+                format!(
+                    "{}: the server sent the body with Content-Encoding: {}, not the stored bytes \
+                     (gpufile asks for Accept-Encoding: identity and decodes no body)",
+                    t.what(method),
+                    e.trim()
+                ),
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `Content-Range: bytes <start>-<end>/<total or *>` → (start, end, total).
+fn parse_content_range(value: &str) -> Option<(u64, u64, Option<u64>)> {
+    let rest = value.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    let total = match total.trim() {
+        "*" => None,
+        n => Some(n.parse::<u64>().ok()?),
+    };
+    (a <= b && total.is_none_or(|n| b < n)).then_some((a, b, total))
+}
+
+/// A `206` answer must carry the range asked for, of an object of the size known.
+fn check_content_range(
+    t: &Target<'_>,
+    resp: &Response<Body>,
+    offset: u64,
+    len: usize,
+) -> std::result::Result<(), Attempt> {
+    let cr = header_str(resp, "content-range").unwrap_or_default();
+    let end = offset + len as u64 - 1;
+    let fits = parse_content_range(&cr).is_some_and(|(a, b, total)| {
+        a == offset && b == end && (total.is_none() || t.size.is_none() || total == t.size)
+    });
+    if fits {
+        return Ok(());
+    }
+    let size = t.size.map_or("<size>".to_owned(), |n| n.to_string());
+    Err(Attempt::Fail(t.error(
+        RemoteFailure::BadResponse,
+        format!(
+            "{}: the server answered with Content-Range {cr:?}, not \"bytes {offset}-{end}/{size}\"",
+            t.what("GET")
+        ),
+    )))
 }
 
 fn header_str(resp: &Response<Body>, name: &str) -> Option<String> {
@@ -702,6 +1010,62 @@ fn header_str(resp: &Response<Body>, name: &str) -> Option<String> {
 
 fn header_u64(resp: &Response<Body>, name: &str) -> Option<u64> {
     header_str(resp, name)?.trim().parse().ok()
+}
+
+/// Where a redirect from `from` to `location` goes, if it may be followed: never for a signed
+/// request (its headers carry credentials, a session token among them, that ureq would send on
+/// to any host), never from `https` to plain `http`, and only to `http(s)` URLs.
+fn next_hop(
+    t: &Target<'_>,
+    method: &str,
+    from: &str,
+    status: u16,
+    location: &str,
+) -> std::result::Result<String, Attempt> {
+    let refuse = |why: String| {
+        Attempt::Fail(t.error(
+            RemoteFailure::BadResponse,
+            format!(
+                "{}: the server answered {status}, a redirect {why}",
+                t.what(method)
+            ),
+        ))
+    };
+    let next = url::Url::parse(from)
+        .and_then(|base| base.join(location))
+        .map_err(|e| refuse(format!("to an address that is not a URL ({e})")))?;
+    let shown = endpoint::redact(next.as_str());
+    if t.signer.is_some() {
+        return Err(refuse(format!(
+            "to {shown}; a signed request follows no redirect, so that its credentials \
+             reach no other server (open the object at the address it names)"
+        )));
+    }
+    let from_https = from
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    match next.scheme() {
+        "http" if from_https => Err(refuse(format!(
+            "from https to plain http ({shown}), refused: the bytes would travel unencrypted"
+        ))),
+        "http" | "https" => Ok(next.into()),
+        other => Err(refuse(format!("to a {other}: URL ({shown}), not followed"))),
+    }
+}
+
+/// Sleeps `delay` unless the target's request stops first; false if it stopped.
+fn sleep_unless_stopped(delay: Duration, t: &Target<'_>) -> bool {
+    let until = Instant::now() + delay;
+    loop {
+        if t.stopped() {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(STOP_POLL));
+    }
 }
 
 /// A `ureq` error as an attempt's outcome: timeouts are retried (as in KvikIO), the rest final.

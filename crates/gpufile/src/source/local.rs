@@ -190,6 +190,7 @@ impl Sink for LocalFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::future::StopFlag;
     use std::io::Write;
     use std::os::unix::fs::FileExt;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -210,6 +211,7 @@ mod tests {
             progress: &progress,
             direct: false,
             direct_uncached: false,
+            stop: &StopFlag::default(),
         };
         let mut out = vec![0u8; len];
         f.read_for_device(&mut out, offset, call)?;

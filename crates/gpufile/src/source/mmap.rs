@@ -387,6 +387,7 @@ impl MmapSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::future::StopFlag;
     use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
 
@@ -424,6 +425,7 @@ mod tests {
                 progress: &progress,
                 direct: false,
                 direct_uncached: false,
+                stop: &StopFlag::default(),
             };
             match device {
                 true => src.read_for_device(&mut out, offset, call)?,
