@@ -624,10 +624,12 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
     let path = match &source {
         ReadSource::Local(file) => ReadPath::Local(file.io_path(dest.memory(), size, &settings)?),
-        ReadSource::Remote(remote) => ReadPath::Remote(
-            remote.remote_endpoint_type(),
-            remote.plan_read(size, settings.task_size)?,
-        ),
+        ReadSource::Remote(remote) => {
+            if remote.wants_range_probe(size, settings.task_size) {
+                remote.probe_ranges(&settings)?;
+            }
+            ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read(size))
+        }
     };
     // A server that ignores Range: each run is one whole-body GET.
     let run_task_size = match &path {

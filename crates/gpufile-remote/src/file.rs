@@ -162,38 +162,52 @@ impl RemoteFile {
         }
     }
 
-    /// How a read of `len` bytes with tasks of `task_size` is split. Where no answer has said
-    /// whether the server honours `Range` yet (a HEAD without `Accept-Ranges`, or `nbytes`
-    /// given) and the read may be split into several tasks (the engine splits a read larger
-    /// than `task_size`, or than [`gpufile::plan::ALONE_SPLIT`] to use every worker), one
-    /// `Range: bytes=0-0` GET asks first, so that a server that ignores ranges sends the object
-    /// once, not once per task.
-    pub fn plan_read(&self, len: usize, task_size: usize) -> Result<ReadPlan> {
-        let ranged = ReadPlan {
-            task_size: None,
-            whole_body: false,
-        };
-        let may_split = len > task_size.min(gpufile::plan::ALONE_SPLIT);
-        let Some(probe) = self.ranged((0, 1)) else {
-            return Ok(ranged); // WebHDFS: the URL selects the bytes.
-        };
-        if self.client.range_support() == RangeSupport::Unknown && may_split {
-            self.client
-                .range_probe_size(&probe)
-                .map_err(|e| self.explain(e))?;
-        }
-        if self.client.range_support() != RangeSupport::Ignored {
-            return Ok(ranged);
+    /// Whether a read of `len` bytes with tasks of `task_size` should learn first whether the
+    /// server honours `Range`: no answer has said so yet (a HEAD without `Accept-Ranges`, or
+    /// `nbytes` given) and the engine may split the read (larger than `task_size`, or than
+    /// [`gpufile::plan::ALONE_SPLIT`], which it cuts to use every worker). A read of byte 0
+    /// ([`RemoteFile::probe_ranges`], or any 1-byte read through the engine, which a caller
+    /// can interrupt) tells, so that a server that ignores ranges sends the object once, not
+    /// once per task.
+    pub fn wants_range_probe(&self, len: usize, task_size: usize) -> bool {
+        !matches!(self.access, Access::WebHdfs { .. })
+            && self.client.range_support() == RangeSupport::Unknown
+            && len > task_size.min(gpufile::plan::ALONE_SPLIT)
+            && self.nbytes > 0
+    }
+
+    /// Reads byte 0 through the engine under `settings`, so that the answer says whether the
+    /// server honours `Range` (see [`RemoteFile::wants_range_probe`]).
+    pub fn probe_ranges(self: &Arc<Self>, settings: &gpufile::Settings) -> Result<()> {
+        read_into(
+            Arc::clone(self) as Arc<dyn Source>,
+            &mut [0u8; 1],
+            0,
+            settings,
+        )
+        .map(|_| ())
+    }
+
+    /// How a read of `len` bytes is split, from what the server's answers have said so far: one
+    /// whole-body GET where the server ignores `Range`, ranged tasks otherwise.
+    pub fn plan_read(&self, len: usize) -> ReadPlan {
+        if self.client.range_support() != RangeSupport::Ignored
+            || matches!(self.access, Access::WebHdfs { .. })
+        {
+            return ReadPlan {
+                task_size: None,
+                whole_body: false,
+            };
         }
         gpufile::observe::notice(format!(
             "{}: the server ignores Range, so each read is one whole-body GET (no parallel \
              ranges); serve the object from a server that answers ranges to read it in parallel",
             self.shown
         ));
-        Ok(ReadPlan {
+        ReadPlan {
             task_size: Some(len.max(1)),
             whole_body: true,
-        })
+        }
     }
 
     /// What the server's answers have said of byte ranges so far.
@@ -453,7 +467,10 @@ impl RemoteFile {
         settings: &gpufile::Settings,
     ) -> Result<usize> {
         self.check_range(offset, dst.len())?;
-        let plan = self.plan_read(dst.len(), settings.task_size)?;
+        if self.wants_range_probe(dst.len(), settings.task_size) {
+            self.probe_ranges(settings)?;
+        }
+        let plan = self.plan_read(dst.len());
         read_with(self.clone(), dst, offset, settings, plan.task_size)
     }
 }

@@ -823,6 +823,8 @@ impl Client {
                     ),
                 ))
             };
+            // A whole object answering a ranged GET: the range is served from it.
+            let whole = t.range.is_some() && status == 200;
             let skip = match (t.range.is_some(), status) {
                 (true, 206) => {
                     self.set_range_support(RangeSupport::Honoured);
@@ -847,7 +849,7 @@ impl Client {
                 }
             };
             match announced {
-                _ if skip > 0 => {}
+                _ if whole => {}
                 Some(n) if n > len as u64 => {
                     return Err(Attempt::Fail(t.error(
                         RemoteFailure::NoRangeSupport,
