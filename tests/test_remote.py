@@ -195,6 +195,36 @@ def test_server_ignoring_ranges_serves_each_read_from_one_whole_body_get(tmp_pat
                 assert f.pread(buf, file_offset=99).get() == buf.nbytes
             np.testing.assert_array_equal(buf, data[99:99 + buf.nbytes])
             assert gets.n - before == 1
+            # Reads that continue where the last one ended continue its GET.
+            before = gets.n
+            buf = np.zeros(100_000, dtype=np.uint8)
+            for offset in range(500_000, 1_500_000, buf.nbytes):
+                assert f.read(buf, file_offset=offset) == buf.nbytes
+                np.testing.assert_array_equal(buf, data[offset:offset + buf.nbytes])
+            assert gets.n - before == 1
+
+
+def test_server_ignoring_ranges_serves_gpu_reads_from_one_get(tmp_path, plain_server):
+    """Into GPU memory a read arrives in bounce-buffer chunks: each continues the one GET."""
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    try:
+        if cp.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no CUDA device")
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        pytest.skip(f"no usable CUDA device: {e}")
+    url, gets = plain_server
+    data = pattern((3 << 20) + 11, 5)
+    data.tofile(tmp_path / "a")
+    with gpufile.defaults.set({"num_threads": 4, "task_size": 64 << 10,
+                               "bounce_buffer_size": 256 << 10}):
+        with gpufile.RemoteFile.open_http(f"{url}/a") as f:
+            f.read(np.zeros(1, dtype=np.uint8))  # the size request and a first GET
+            for offset in (0, 77_777):
+                before = gets.n
+                dev = cp.zeros(data.nbytes - offset, dtype=cp.uint8)
+                assert f.read(dev, file_offset=offset) == dev.nbytes
+                np.testing.assert_array_equal(cp.asnumpy(dev), data[offset:])
+                assert gets.n - before == 1
 
 
 def test_server_ignoring_ranges_keeps_the_error_where_the_body_cannot_serve(tmp_path):

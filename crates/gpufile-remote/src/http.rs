@@ -35,7 +35,7 @@ use std::ffi::OsString;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpufile::future::StopFlag;
@@ -47,7 +47,7 @@ use ureq::unversioned::transport::{
     Buffers, ConnectProxyConnector, ConnectionDetails, Connector, NextTimeout, RustlsConnector,
     TcpConnector, Transport,
 };
-use ureq::{Agent, Body};
+use ureq::{Agent, Body, BodyReader};
 
 use crate::endpoint::{self, S3Object};
 
@@ -321,6 +321,27 @@ impl Resolver for LiteralIpResolver {
 pub(crate) struct Client {
     agent: Agent,
     counters: Arc<Counters>,
+    /// A whole-object answer left open after the range it served (a server that ignores
+    /// `Range`), for the read that continues it: the next bounce-buffer chunk of a read into
+    /// GPU memory, or the next of sequential reads, without a new GET from the object's start.
+    stream: Arc<Mutex<Option<WholeBody>>>,
+}
+
+/// The rest of a whole-object body, positioned at `next`.
+struct WholeBody {
+    url: String,
+    next: u64,
+    /// The body's length, where announced.
+    end: Option<u64>,
+    reader: BodyReader<'static>,
+}
+
+impl std::fmt::Debug for WholeBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WholeBody")
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a client has sent and received since it was made (all its clones together).
@@ -549,6 +570,7 @@ impl Client {
         Ok(Client {
             agent: Agent::with_parts(config, connector, LiteralIpResolver::default()),
             counters: Arc::default(),
+            stream: Arc::default(),
         })
     }
 
@@ -797,7 +819,8 @@ impl Client {
     /// `GET` of `dst.len()` bytes at `offset` into `dst`. With a range (`t.range`), a `206`
     /// must carry exactly that range (`Content-Range` start, end and total); a `200` is the
     /// whole object, which serves the range too: the bytes before `offset` are read through
-    /// `dst` (overwritten, nothing else kept), then `dst.len()` bytes, the rest left unread.
+    /// `dst` (overwritten, nothing else kept), then `dst.len()` bytes; the rest of the body is
+    /// kept open for a read that continues there (the next chunk of a read into GPU memory).
     /// Without a range, the URL itself selects the bytes (WebHDFS `op=OPEN&offset&length`).
     pub fn get_into(
         &self,
@@ -807,8 +830,13 @@ impl Client {
         progress: &AtomicU64,
     ) -> Result<()> {
         let len = dst.len();
+        if t.range.is_some() && self.range_support() == RangeSupport::Ignored {
+            if let Some(done) = self.continue_whole_body(t, offset, dst, progress) {
+                return done;
+            }
+        }
         self.retrying(t, "GET", |p| {
-            let mut resp = self.send(t, "GET", p)?;
+            let resp = self.send(t, "GET", p)?;
             let status = resp.status().as_u16();
             let announced = header_u64(&resp, "content-length");
             refuse_encoded(t, "GET", &resp)?;
@@ -868,59 +896,25 @@ impl Client {
                 }
                 _ => {}
             }
-            let mut reader = resp.body_mut().as_reader();
-            let ended = |filled: u64, extra: String| {
-                Attempt::Fail(t.error(
-                    RemoteFailure::ShortBody,
-                    format!("{}: the body ended after {filled} of {len} bytes{extra}", t.what("GET")),
-                ))
-            };
-            // Reads into `dst[..want]`; the bytes read, or the attempt's end.
-            let mut read_some = |dst: &mut [u8], filled: u64| -> std::result::Result<usize, Attempt> {
-                loop {
-                    if t.stopped() {
-                        return Err(Attempt::Fail(Error::Cancelled));
-                    }
-                    match reader.read(dst) {
-                        Ok(0) => return Err(ended(filled, String::new())),
-                        Ok(n) => return Ok(n),
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            return Err(match ureq::Error::from(e) {
-                                // A connection closed or reset mid-body.
-                                ureq::Error::Io(io) if io.kind() != io::ErrorKind::TimedOut => {
-                                    ended(filled, format!(" ({io})"))
-                                }
-                                other => classify(t, "GET", other, p),
-                            })
-                        }
-                    }
-                }
-            };
+            let mut reader = resp.into_body().into_reader();
             // The whole object's bytes before the range, through `dst` (not counted as read).
             let mut skipped = 0u64;
             while skipped < skip {
                 let n = (skip - skipped).min(len as u64) as usize;
-                skipped += read_some(&mut dst[..n], 0)? as u64;
+                fill(&mut reader, &mut dst[..n], t, p, |_| {}).map_err(|(e, _)| e)?;
+                skipped += n as u64;
             }
-            let mut filled = 0;
-            let outcome = loop {
-                if filled == len {
-                    break Ok(());
-                }
-                match read_some(&mut dst[filled..], filled as u64) {
-                    Ok(n) => {
-                        filled += n;
-                        progress.fetch_add(n as u64, Ordering::Relaxed);
-                        self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                    Err(e) => break Err(e),
-                }
+            let counted = |n: usize| {
+                progress.fetch_add(n as u64, Ordering::Relaxed);
+                self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
             };
-            if outcome.is_err() {
+            if let Err((e, filled)) = fill(&mut reader, dst, t, p, counted) {
                 // A retry reads the range again: take back what this attempt counted.
                 progress.fetch_sub(filled as u64, Ordering::Relaxed);
-            } else if status == 206 || t.range.is_none() {
+                return Err(e);
+            }
+            let end = offset + len as u64;
+            if status == 206 || t.range.is_none() {
                 // One read past the range: ureq hands a connection back to the agent's pool only
                 // once a read has returned the body's end (without it, every range opened a new
                 // connection: about 1 ms more per request on loopback). A length-delimited body
@@ -935,14 +929,104 @@ impl Client {
                         ),
                     )));
                 }
-            } else if announced == Some(offset + len as u64) {
+            } else if announced == Some(end) {
                 // The whole object ends with the range: its end lets the connection be reused.
                 let _ = reader.read(&mut [0u8; 1]);
+            } else {
+                // The rest of the whole object waits for the read that continues it.
+                *lock(&self.stream) = Some(WholeBody {
+                    url: t.url.to_owned(),
+                    next: end,
+                    end: announced,
+                    reader,
+                });
             }
-            // Otherwise the rest of a whole object is left unread, and its connection closed.
-            outcome
+            Ok(())
         })
     }
+
+    /// Serves `dst.len()` bytes at `offset` from the whole-object body left open by an earlier
+    /// read that ended there; `None` where there is none (or it fails: a new GET then asks).
+    fn continue_whole_body(
+        &self,
+        t: &Target<'_>,
+        offset: u64,
+        dst: &mut [u8],
+        progress: &AtomicU64,
+    ) -> Option<Result<()>> {
+        let mut body = lock(&self.stream)
+            .take()
+            .filter(|b| b.url == t.url && b.next == offset)?;
+        let policy = Policy::current().ok()?;
+        let _watch = Watch::new(t.stop);
+        let counted = |n: usize| {
+            progress.fetch_add(n as u64, Ordering::Relaxed);
+            self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        };
+        match fill(&mut body.reader, dst, t, &policy, counted) {
+            Ok(()) => {
+                body.next += dst.len() as u64;
+                if body.end.is_none_or(|e| body.next < e) {
+                    *lock(&self.stream) = Some(body);
+                }
+                Some(Ok(()))
+            }
+            Err((_, filled)) => {
+                progress.fetch_sub(filled as u64, Ordering::Relaxed);
+                t.stopped().then_some(Err(Error::Cancelled))
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads `dst.len()` bytes of a body into `dst`, telling `counted` of each read; or the
+/// attempt's end with the bytes read so far.
+fn fill(
+    reader: &mut impl Read,
+    dst: &mut [u8],
+    t: &Target<'_>,
+    p: &Policy,
+    mut counted: impl FnMut(usize),
+) -> std::result::Result<(), (Attempt, usize)> {
+    let len = dst.len();
+    let ended = |filled: usize, extra: String| {
+        Attempt::Fail(t.error(
+            RemoteFailure::ShortBody,
+            format!(
+                "{}: the body ended after {filled} of {len} bytes{extra}",
+                t.what("GET")
+            ),
+        ))
+    };
+    let mut filled = 0;
+    while filled < len {
+        if t.stopped() {
+            return Err((Attempt::Fail(Error::Cancelled), filled));
+        }
+        match reader.read(&mut dst[filled..]) {
+            Ok(0) => return Err((ended(filled, String::new()), filled)),
+            Ok(n) => {
+                filled += n;
+                counted(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let attempt = match ureq::Error::from(e) {
+                    // A connection closed or reset mid-body.
+                    ureq::Error::Io(io) if io.kind() != io::ErrorKind::TimedOut => {
+                        ended(filled, format!(" ({io})"))
+                    }
+                    other => classify(t, "GET", other, p),
+                };
+                return Err((attempt, filled));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a body sent with a `Content-Encoding` (gzip, br, ...): its bytes are not the object's
@@ -1293,6 +1377,89 @@ mod tests {
             RetryCause::Timeout(1).reason(),
             "Operation timed out after 1 s (http_timeout)"
         );
+    }
+
+    #[test]
+    fn content_ranges_parse_start_end_and_total() {
+        assert_eq!(
+            parse_content_range("bytes 10-19/100"),
+            Some((10, 19, Some(100)))
+        );
+        assert_eq!(parse_content_range(" bytes 0-0/*"), Some((0, 0, None)));
+        for bad in [
+            "bytes 10-19",
+            "bytes 19-10/100",
+            "bytes 10-100/100",
+            "bytes 10-19/x",
+            "items 10-19/100",
+            "bytes -19/100",
+            "",
+        ] {
+            assert_eq!(parse_content_range(bad), None, "{bad}");
+        }
+    }
+
+    fn target<'a>(url: &'a str, signer: Option<&'a S3Object>) -> Target<'a> {
+        Target {
+            url,
+            shown: url,
+            range: Some((0, 10)),
+            signer,
+            size: None,
+            stop: None,
+        }
+    }
+
+    fn refusal(r: std::result::Result<String, Attempt>) -> String {
+        match r {
+            Err(Attempt::Fail(e)) => e.to_string(),
+            Err(Attempt::Retry(c)) => panic!("a retry: {c:?}"),
+            Ok(u) => panic!("followed to {u}"),
+        }
+    }
+
+    #[test]
+    fn redirect_hops_are_checked() {
+        let t = target("https://a/x", None);
+        assert_eq!(
+            next_hop(&t, "GET", "https://a/x", 302, "/y?q=1").unwrap_or_default(),
+            "https://a/y?q=1"
+        );
+        assert_eq!(
+            next_hop(&t, "GET", "http://a/x", 301, "https://b/z").unwrap_or_default(),
+            "https://b/z"
+        );
+        let e = refusal(next_hop(&t, "GET", "https://a/x", 307, "http://b/z?sig=s"));
+        assert!(
+            e.contains("from https to plain http (http://b/z?sig=REDACTED)"),
+            "{e}"
+        );
+        let e = refusal(next_hop(&t, "GET", "http://a/x", 307, "ftp://b/z"));
+        assert!(e.contains("to a ftp: URL"), "{e}");
+        let env = |k: &str| {
+            [("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")]
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        let o = S3Object::from_http_url(
+            "http://127.0.0.1:1/b/k",
+            &crate::S3Options {
+                region: Some("us-east-1".into()),
+                ..Default::default()
+            },
+            &env,
+        )
+        .unwrap();
+        let signed = target("http://127.0.0.1:1/b/k", Some(&o));
+        let e = refusal(next_hop(
+            &signed,
+            "GET",
+            "http://127.0.0.1:1/b/k",
+            307,
+            "/b/k2",
+        ));
+        assert!(e.contains("a signed request follows no redirect"), "{e}");
     }
 
     #[test]
