@@ -56,7 +56,7 @@ const BACKOFF_BASE_MS: u64 = 500;
 const BACKOFF_MAX_MS: u64 = 4000;
 /// Bodies read into memory (WebHDFS JSON) are bounded; a file status is a few hundred bytes.
 const SMALL_BODY_LIMIT: u64 = 1 << 20;
-/// Redirects followed per request at most (ureq's and libcurl's default is 10 and more).
+/// Redirects followed per request at most (ureq's default).
 const MAX_REDIRECTS: usize = 10;
 /// How long a socket read or a backoff waits before it looks at the request's stop flag again:
 /// a cancelled request ends within about this long (Python polls for Ctrl-C every 50 ms too).
@@ -103,8 +103,9 @@ impl Drop for Watch {
     }
 }
 
-fn watched_stop() -> bool {
-    WATCHED.with(|w| w.borrow().as_ref().is_some_and(StopFlag::is_set))
+/// Whether this thread's request has a stop flag (`None`), and whether it is set.
+fn watched_stop() -> Option<bool> {
+    WATCHED.with(|w| w.borrow().as_ref().map(StopFlag::is_set))
 }
 
 /// Puts a [`StoppableTransport`] over each TCP connection (under TLS, if any).
@@ -143,13 +144,16 @@ impl<T: Transport> Transport for StoppableTransport<T> {
 
     fn await_input(&mut self, timeout: NextTimeout) -> std::result::Result<bool, ureq::Error> {
         use ureq::unversioned::transport::time::Duration as Budget;
+        if watched_stop().is_none() {
+            return self.0.await_input(timeout); // nothing can stop it: one wait
+        }
         let budget = timeout.for_read();
         let until = match budget.after {
             Budget::NotHappening => None,
             after => Instant::now().checked_add(*after),
         };
         loop {
-            if watched_stop() {
+            if watched_stop() == Some(true) {
                 return Err(ureq::Error::Io(io::Error::new(
                     io::ErrorKind::Interrupted,
                     "the request was cancelled",
