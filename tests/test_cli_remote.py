@@ -111,3 +111,30 @@ def test_read_url_past_the_end_is_refused(served):
     assert out["error"]["path"] == f"{url}/f.bin"
     out, _ = cli_json("read", f"{url}/f.bin", "--host", "--offset", str(len(data) + 1), status=1)
     assert out["error"]["type"] == "unexpected-eof"
+
+
+def test_read_url_never_shows_userinfo_credentials(served):
+    url, data = served
+    host = url.removeprefix("http://")
+    out, r = cli_json("read", f"http://alice:pw-secret@{host}/f.bin", "--host")
+    assert out["bytes"] == len(data)
+    assert out["file"] == f"http://REDACTED@{host}/f.bin"
+    assert out["remote"]["url"] == out["file"]
+    out, r = cli_json("read", f"http://alice:pw-secret@{host}/missing.bin", "--host", status=1)
+    assert "404" in out["error"]["message"]
+    assert out["error"]["path"] == f"http://REDACTED@{host}/missing.bin"
+    for run in (r,):
+        assert b"pw-secret" not in run.stdout + run.stderr
+        assert b"alice" not in run.stdout + run.stderr
+
+
+def test_read_url_from_a_server_ignoring_ranges_says_so_in_the_path(tmp_path):
+    data = os.urandom((1 << 20) + 7)
+    (tmp_path / "f.bin").write_bytes(data)
+    with LocalHttpServer(tmp_path, range_support=False, max_lifetime=60) as server:
+        out, _ = cli_json("read", f"{server.url}/f.bin", "--host", "--verify", "--offset", "1000",
+                          "--threads", "4", "--task-size", "64KiB")
+    assert out["verified"] is True and out["bytes"] == len(data) - 1000
+    assert "server ignores Range: one whole-body GET" in out["path"]["reason"]["text"]
+    # One GET for the read (the probe of byte 0 and --verify's read are not counted).
+    assert out["remote"]["requests"] == 1

@@ -1,13 +1,14 @@
 """RemoteFile against real servers on 127.0.0.1: a range-capable HTTP server, one without
 ranges, fault servers, moto's S3 server and a WebHDFS endpoint written here."""
 
+import functools
 import http
 import json
 import socket
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -136,20 +137,108 @@ def test_http_missing_file_is_404(served):
         gpufile.RemoteFile.open_http(f"{url}/missing.bin")
 
 
-def test_no_range_support(tmp_path):
+class CountingPlainHandler(SimpleHTTPRequestHandler):
+    """Python's own file server, which ignores Range (200 and the whole file), counting GETs."""
+
+    protocol_version = "HTTP/1.1"
+
+    def __init__(self, *args, counter=None, **kw):
+        self.counter = counter
+        super().__init__(*args, **kw)
+
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+    def do_GET(self):
+        with self.counter.lock:
+            self.counter.n += 1
+        super().do_GET()
+
+
+@pytest.fixture
+def plain_server(tmp_path):
+    """A real http.server.SimpleHTTPRequestHandler on 127.0.0.1: (url, counter)."""
+    counter = Counter()
+    httpd = ThreadingHTTPServer(
+        ("127.0.0.1", 0),
+        functools.partial(CountingPlainHandler, directory=str(tmp_path), counter=counter))
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", counter
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_server_ignoring_ranges_serves_each_read_from_one_whole_body_get(tmp_path, plain_server):
+    url, gets = plain_server
+    data = pattern((3 << 20) + 11, 4)
+    data.tofile(tmp_path / "a")
+    with gpufile.defaults.set({"num_threads": 4, "task_size": 64 << 10}):
+        with gpufile.RemoteFile.open_http(f"{url}/a") as f:
+            assert f.nbytes() == data.nbytes
+            # The HEAD says nothing of ranges: the first read larger than a task asks with one
+            # GET of byte 0, which comes back whole; every read after is one GET.
+            for offset, size in [(0, data.nbytes), (12_345, 1 << 20), ((2 << 20) + 5, 700_001),
+                                 (data.nbytes - 3, 3)]:
+                before = gets.n
+                buf = np.zeros(size, dtype=np.uint8)
+                assert f.read(buf, file_offset=offset) == size
+                np.testing.assert_array_equal(buf, data[offset:offset + size])
+                assert gets.n - before == (2 if offset == 0 else 1), (offset, gets.n - before)
+            # pread, tiny tasks: still one GET.
+            before = gets.n
+            buf = np.zeros(1 << 20, dtype=np.uint8)
+            with gpufile.defaults.set("task_size", 4096):
+                assert f.pread(buf, file_offset=99).get() == buf.nbytes
+            np.testing.assert_array_equal(buf, data[99:99 + buf.nbytes])
+            assert gets.n - before == 1
+            # Reads that continue where the last one ended continue its GET.
+            before = gets.n
+            buf = np.zeros(100_000, dtype=np.uint8)
+            for offset in range(500_000, 1_500_000, buf.nbytes):
+                assert f.read(buf, file_offset=offset) == buf.nbytes
+                np.testing.assert_array_equal(buf, data[offset:offset + buf.nbytes])
+            assert gets.n - before == 1
+
+
+def test_server_ignoring_ranges_serves_gpu_reads_from_one_get(tmp_path, plain_server):
+    """Into GPU memory a read arrives in bounce-buffer chunks: each continues the one GET."""
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    try:
+        if cp.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no CUDA device")
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        pytest.skip(f"no usable CUDA device: {e}")
+    url, gets = plain_server
+    data = pattern((3 << 20) + 11, 5)
+    data.tofile(tmp_path / "a")
+    with gpufile.defaults.set({"num_threads": 4, "task_size": 64 << 10,
+                               "bounce_buffer_size": 256 << 10}):
+        with gpufile.RemoteFile.open_http(f"{url}/a") as f:
+            f.read(np.zeros(1, dtype=np.uint8))  # the size request and a first GET
+            for offset in (0, 77_777):
+                before = gets.n
+                dev = cp.zeros(data.nbytes - offset, dtype=cp.uint8)
+                assert f.read(dev, file_offset=offset) == dev.nbytes
+                np.testing.assert_array_equal(cp.asnumpy(dev), data[offset:])
+                assert gets.n - before == 1
+
+
+def test_server_ignoring_ranges_keeps_the_error_where_the_body_cannot_serve(tmp_path):
     data = pattern(100, 4)
     data.tofile(tmp_path / "a")
     with LocalHttpServer(tmp_path, range_support=False, max_lifetime=60) as server:
-        with gpufile.RemoteFile.open_http(f"{server.url}/a") as f:
-            assert f.nbytes() == 100
-            b = np.zeros(100, dtype=np.uint8)
-            for offset in (0, 10):
-                with pytest.raises(OverflowError, match="maybe the server doesn't support file ranges?"):
-                    f.read(b, size=10, file_offset=offset)
+        # nbytes larger than the object: the whole body does not hold bytes 150-159.
+        with gpufile.RemoteFile.open_http(f"{server.url}/a", nbytes=200) as f:
+            b = np.zeros(10, dtype=np.uint8)
+            with pytest.raises(OverflowError, match="maybe the server doesn't support file ranges?"):
+                f.read(b, file_offset=150)
             assert (b == 0).all(), "nothing written from a wrong answer"
-            # The whole object is the right answer to a read of the whole object.
-            assert f.read(b) == 100
-            np.testing.assert_array_equal(b, data)
+            assert f.read(b, file_offset=90) == 10
+            np.testing.assert_array_equal(b, data[90:])
 
 
 def test_closed_file_and_bad_arguments(served):

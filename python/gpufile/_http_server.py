@@ -30,6 +30,12 @@ class RangeRequestHandler(SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
 
+    def end_headers(self) -> None:
+        # As range-capable servers do (nginx, Apache, S3): a client learns from a HEAD that it
+        # may read ranges in parallel.
+        self.send_header("Accept-Ranges", "bytes")
+        super().end_headers()
+
     def send_head(self):  # type: ignore[override]
         header = self.headers.get("Range")
         if header is None:
@@ -61,7 +67,6 @@ class RangeRequestHandler(SimpleHTTPRequestHandler):
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.send_header("Content-Length", str(end - start + 1))
-        self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
         self._range = (start, end - start + 1)
         return f

@@ -64,6 +64,7 @@ __all__ = [
     "explain",
     "in_flight",
     "infer_remote_endpoint_type",
+    "redact_url",
     "memory_deregister",
     "memory_register",
     "observe_begin",
@@ -165,6 +166,7 @@ class NativeRemoteFile:
               task_size: int | None = None) -> NativeFuture: ...
 
 def infer_remote_endpoint_type(url: str) -> int: ...
+def redact_url(url: str) -> str: ...
 
 @final
 class NativeFile:

@@ -235,7 +235,7 @@ class RemoteFile:
         """
         scheme = urllib.parse.urlparse(url.lower()).scheme
         if scheme not in ("http", "https", "s3"):
-            raise ValueError(f"Unsupported protocol: {url}")
+            raise ValueError(f"Unsupported protocol: {_native.redact_url(url)}")
         return cls(
             _native.NativeRemoteFile.open_s3_url(
                 url,

@@ -26,7 +26,7 @@ use gpufile::source::{Call, Source};
 use gpufile::{Engine, FileHandle, IoPath, Memory, Request};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
-use gpufile_remote::{RemoteEndpointType, RemoteFile, RemoteStats};
+use gpufile_remote::{ReadPlan, RemoteEndpointType, RemoteFile, RemoteStats};
 
 /// Move file data into GPU and host memory, fast, and say which path ran.
 ///
@@ -576,6 +576,7 @@ impl ReadSource {
                     progress: &progress,
                     direct: false,
                     direct_uncached: false,
+                    stop: &gpufile::future::StopFlag::default(),
                 };
                 remote.read_at(&mut expect, offset, call)?;
             }
@@ -588,28 +589,28 @@ impl ReadSource {
 /// a remote object.
 enum ReadPath {
     Local(IoPath),
-    Remote(RemoteEndpointType),
+    Remote(RemoteEndpointType, ReadPlan),
 }
 
 impl ReadPath {
     fn backend(&self) -> String {
         match self {
             ReadPath::Local(p) => p.backend.to_string(),
-            ReadPath::Remote(kind) => format!("remote ({kind})"),
+            ReadPath::Remote(kind, _) => format!("remote ({kind})"),
         }
     }
 
     fn reason(&self) -> String {
         match self {
             ReadPath::Local(p) => p.reason.to_string(),
-            ReadPath::Remote(_) => REMOTE_REASON.to_owned(),
+            ReadPath::Remote(_, plan) => remote_reason(plan),
         }
     }
 
     fn remote_endpoint(&self) -> Option<String> {
         match self {
             ReadPath::Local(_) => None,
-            ReadPath::Remote(kind) => Some(kind.to_string()),
+            ReadPath::Remote(kind, _) => Some(kind.to_string()),
         }
     }
 
@@ -618,12 +619,12 @@ impl ReadPath {
     fn to_json(&self) -> Value {
         match self {
             ReadPath::Local(p) => schema::path(p),
-            ReadPath::Remote(kind) => json!({
+            ReadPath::Remote(kind, plan) => json!({
                 "backend": "remote",
                 "reason": {
                     "kind": "remote",
                     "detail": kind.to_string(),
-                    "text": REMOTE_REASON,
+                    "text": remote_reason(plan),
                 },
             }),
         }
@@ -631,8 +632,13 @@ impl ReadPath {
 }
 
 /// Why a remote object takes the path it takes.
-const REMOTE_REASON: &str = "a remote object: ranged requests of task_size over the workers, \
-     into host memory directly or into GPU memory through pinned bounce buffers";
+fn remote_reason(plan: &ReadPlan) -> String {
+    format!(
+        "a remote object: {}, into host memory directly or into GPU memory through pinned \
+         bounce buffers",
+        plan.reason()
+    )
+}
 
 fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     let mut updates = Vec::new();
@@ -665,7 +671,17 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
     let path = match &source {
         ReadSource::Local(file) => ReadPath::Local(file.io_path(dest.memory(), size, &settings)?),
-        ReadSource::Remote(remote) => ReadPath::Remote(remote.remote_endpoint_type()),
+        ReadSource::Remote(remote) => {
+            if remote.wants_range_probe(size, settings.task_size) {
+                remote.probe_ranges(&settings)?;
+            }
+            ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read(size))
+        }
+    };
+    // A server that ignores Range: each run is one whole-body GET.
+    let run_task_size = match &path {
+        ReadPath::Remote(_, plan) => plan.task_size,
+        ReadPath::Local(_) => None,
     };
 
     let remote_before = source.remote_stats();
@@ -673,7 +689,7 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     let mut runs = Vec::new();
     for _ in 0..args.repeat {
         let start = Instant::now();
-        let req = Request::read(dest.buffer(0, size), offset);
+        let req = Request::read(dest.buffer(0, size), offset).task_size(run_task_size);
         let fut = match &source {
             // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
             // again or dropped.

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg};
-use crate::file::{submit_source, NativeFuture};
+use crate::file::{submit_source, wait_interruptibly, NativeFuture};
 
 /// Errors of opening and inferring: KvikIO raises RuntimeError for bad or unsupported URLs,
 /// missing credentials and failed requests.
@@ -264,10 +264,31 @@ impl NativeRemoteFile {
             Some(t) => Some(usize::try_from(t).unwrap_or(usize::MAX)),
             None => None,
         };
+        let source: Arc<dyn gpufile::source::Source> = file.clone();
+        let planned = match task_size {
+            Some(t) => t,
+            None => {
+                gpufile::Engine::global()
+                    .map_err(to_py)?
+                    .settings()
+                    .task_size
+            }
+        };
+        if file.wants_range_probe(len, planned) {
+            // Byte 0 through the engine, waited for as any read is (Ctrl-C interrupts it).
+            let mut byte = [0u8; 1];
+            let probe = gpufile::Request::read(gpufile::Buffer::host(&mut byte), 0);
+            // SAFETY: `byte` outlives the wait, which returns once no task uses it.
+            let fut = unsafe { submit_source(py, Endpoint::Read(source.clone()), probe) }
+                .map_err(read_err)?;
+            wait_interruptibly(py, &fut)?;
+        }
+        // A server that ignores Range serves the whole read from one GET.
+        let plan = file.plan_read(len);
+        let task_size = plan.task_size.or(task_size);
         let req = view
             .request(Direction::Read, 0, len, offset)
             .task_size(task_size);
-        let source: Arc<dyn gpufile::source::Source> = file;
         // SAFETY: the returned future holds `view` (the buffer export or the device array)
         // until the request is done.
         let fut = unsafe { submit_source(py, Endpoint::Read(source), req) }.map_err(read_err)?;
@@ -288,9 +309,16 @@ fn infer_remote_endpoint_type(url: &str) -> PyResult<u32> {
         .map_err(open_err)
 }
 
+/// The URL as errors and `str()` show it: signatures and userinfo credentials redacted.
+#[pyfunction]
+fn redact_url(url: &str) -> String {
+    gpufile_remote::redact(url)
+}
+
 /// Adds the remote-file classes and functions to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRemoteFile>()?;
     m.add_function(wrap_pyfunction!(infer_remote_endpoint_type, m)?)?;
+    m.add_function(wrap_pyfunction!(redact_url, m)?)?;
     Ok(())
 }

@@ -88,7 +88,8 @@ impl fmt::Display for RemoteEndpointType {
 pub fn scheme(url: &str) -> Result<String> {
     let bad = || {
         Error::InvalidArgument(format!(
-            "Bad scheme: {url:?} has no scheme (https://, s3://, ...)"
+            "Bad scheme: {:?} has no scheme (https://, s3://, ...)",
+            redact(url)
         ))
     };
     let (s, _) = url.split_once("://").ok_or_else(bad)?;
@@ -198,8 +199,10 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
 /// for errors and `str()`: a signed URL is a bearer credential. Those of S3 presigned URLs
 /// (`X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, SigV2's `Signature`), of
 /// GCS signed URLs (`X-Goog-Signature`, `X-Goog-Credential`; V2's `Signature`) and of Azure
-/// shared access signatures (`sig`).
+/// shared access signatures (`sig`). Credentials in the URL's userinfo (`user:password@`) are
+/// replaced as a whole: `https://REDACTED@host/...`.
 pub fn redact(url: &str) -> String {
+    let url = &redact_userinfo(url);
     let Some((base, query)) = url.split_once('?') else {
         return url.to_owned();
     };
@@ -222,6 +225,18 @@ pub fn redact(url: &str) -> String {
         })
         .collect();
     format!("{base}?{}", parts.join("&"))
+}
+
+/// `scheme://user:password@host/...` → `scheme://REDACTED@host/...`.
+fn redact_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://REDACTED@{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
 }
 
 /// S3 settings given by the caller; what is `None` comes from KvikIO's environment variables.
@@ -338,7 +353,7 @@ impl S3Object {
         let (endpoint, style) = match pick(&o.endpoint_url, env, "AWS_ENDPOINT_URL") {
             Some(e) => {
                 let u = Url::parse(&e).map_err(|err| {
-                    Error::InvalidArgument(format!("S3 endpoint URL {e:?}: {err}"))
+                    Error::InvalidArgument(format!("S3 endpoint URL {:?}: {err}", redact(&e)))
                 })?;
                 (u, UrlStyle::Path)
             }
@@ -354,8 +369,9 @@ impl S3Object {
         o: &S3Options,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self> {
-        let u = parse_http(url)
-            .ok_or_else(|| Error::InvalidArgument(format!("{url:?} is not an http(s) URL")))?;
+        let u = parse_http(url).ok_or_else(|| {
+            Error::InvalidArgument(format!("{:?} is not an http(s) URL", redact(url)))
+        })?;
         let region = required(
             pick(&o.region, env, "AWS_DEFAULT_REGION"),
             "aws_region",
@@ -369,14 +385,16 @@ impl S3Object {
                 None => (format!("{}://{host}", u.scheme()), UrlStyle::Path),
             };
             let endpoint = Url::parse(&endpoint)
-                .map_err(|e| Error::InvalidArgument(format!("{url:?}: {e}")))?;
+                .map_err(|e| Error::InvalidArgument(format!("{:?}: {e}", redact(url))))?;
             return Self::build(endpoint, style, &bucket, decode(&key), region, o, env);
         }
         let path = u.path().strip_prefix('/').unwrap_or_default();
         let (bucket, key) = path
             .split_once('/')
             .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-            .ok_or_else(|| Error::InvalidArgument(format!("{url:?} names no <bucket>/<object>")))?;
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("{:?} names no <bucket>/<object>", redact(url)))
+            })?;
         let mut endpoint = u.clone();
         endpoint.set_path("/");
         endpoint.set_query(None);
@@ -392,9 +410,9 @@ impl S3Object {
         )
     }
 
-    /// The object's URL, unsigned (for errors and `str()`).
+    /// The object's URL, unsigned, userinfo redacted (for errors and `str()`).
     pub fn url(&self) -> String {
-        self.url.as_str().to_owned()
+        redact(self.url.as_str())
     }
 
     /// The SigV4 headers of one `method` request of the object (`Authorization`, `x-amz-date`,
@@ -789,6 +807,20 @@ mod tests {
         );
         assert!(r.contains("X-Amz-Algorithm=A"), "{r}");
         assert_eq!(redact("http://h/p"), "http://h/p");
+    }
+
+    #[test]
+    fn userinfo_is_redacted() {
+        assert_eq!(
+            redact("http://alice:pw@127.0.0.1:8/a@b.bin?x=1"),
+            "http://REDACTED@127.0.0.1:8/a@b.bin?x=1"
+        );
+        assert_eq!(redact("https://tok@h/k"), "https://REDACTED@h/k");
+        assert_eq!(
+            redact("https://u:p@h?sig=s"),
+            "https://REDACTED@h?sig=REDACTED"
+        );
+        assert_eq!(redact("https://h/a@b"), "https://h/a@b");
     }
 
     #[test]

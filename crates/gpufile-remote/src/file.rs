@@ -1,6 +1,5 @@
 //! [`RemoteFile`]: an opened remote object (size known) that reads ranges into host slices.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use gpufile::source::{Call, Source};
@@ -8,7 +7,30 @@ use gpufile::{Error, RemoteFailure, Result};
 
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
 use crate::gcs;
-use crate::http::{Client, RemoteStats, Target};
+use crate::http::{Client, RangeSupport, RemoteStats, Target, WHOLE_BODY_REASON};
+
+/// Why a read of a server that answers ranges takes its path, in path reports.
+pub const RANGED_REASON: &str = "ranged requests of task_size over the workers";
+
+/// How a read of a remote object is split (a decision, shown in path reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// The request's own task size: the whole read where the server ignores `Range` (one GET,
+    /// streamed into the destination); `None` (the settings' or the caller's) otherwise.
+    pub task_size: Option<usize>,
+    /// The server ignores `Range`: the read is one whole-body GET.
+    pub whole_body: bool,
+}
+
+impl ReadPlan {
+    /// Why, in a few words ([`RANGED_REASON`] or [`WHOLE_BODY_REASON`]).
+    pub fn reason(&self) -> &'static str {
+        match self.whole_body {
+            true => WHOLE_BODY_REASON,
+            false => RANGED_REASON,
+        }
+    }
+}
 
 /// How the bytes of an object are asked for.
 #[derive(Clone, Debug)]
@@ -44,8 +66,8 @@ impl RemoteFile {
         let (shown, sent) = match &access {
             Access::Plain { url } => (endpoint::redact(url), url.clone()),
             Access::PublicGcs { url, gs } => (gs.clone(), url.clone()),
-            Access::S3(o) => (o.url(), o.url()),
-            Access::WebHdfs { base, .. } => (base.clone(), base.clone()),
+            Access::S3(o) => (o.url(), o.url.as_str().to_owned()),
+            Access::WebHdfs { base, .. } => (endpoint::redact(base), base.clone()),
         };
         let tls = sent.to_ascii_lowercase().starts_with("https://");
         let mut f = RemoteFile {
@@ -121,7 +143,79 @@ impl RemoteFile {
             shown: &self.shown,
             range,
             signer: None,
+            size: None,
+            stop: None,
         }
+    }
+
+    /// The GET of `range` of the object's URL (signed for S3), when it is read by ranges.
+    fn ranged<'a>(&'a self, range: (u64, usize)) -> Option<Target<'a>> {
+        match &self.access {
+            Access::Plain { url } | Access::PublicGcs { url, .. } => {
+                Some(self.target(url, Some(range)))
+            }
+            Access::S3(o) => Some(Target {
+                signer: Some(o),
+                ..self.target(o.url.as_str(), Some(range))
+            }),
+            Access::WebHdfs { .. } => None,
+        }
+    }
+
+    /// Whether a read of `len` bytes with tasks of `task_size` should learn first whether the
+    /// server honours `Range`: no answer has said so yet (a HEAD without `Accept-Ranges`, or
+    /// `nbytes` given) and the engine may split the read (larger than `task_size`, or than
+    /// [`gpufile::plan::ALONE_SPLIT`], which it cuts to use every worker). A read of byte 0
+    /// ([`RemoteFile::probe_ranges`], or any 1-byte read through the engine, which a caller
+    /// can interrupt) tells, so that a server that ignores ranges sends the object once, not
+    /// once per task.
+    pub fn wants_range_probe(&self, len: usize, task_size: usize) -> bool {
+        !matches!(self.access, Access::WebHdfs { .. })
+            && self.client.range_support() == RangeSupport::Unknown
+            && len > task_size.min(gpufile::plan::ALONE_SPLIT)
+            && self.nbytes > 0
+    }
+
+    /// Reads byte 0 through the engine under `settings`, so that the answer says whether the
+    /// server honours `Range` (see [`RemoteFile::wants_range_probe`]).
+    pub fn probe_ranges(self: &Arc<Self>, settings: &gpufile::Settings) -> Result<()> {
+        read_into(
+            Arc::clone(self) as Arc<dyn Source>,
+            &mut [0u8; 1],
+            0,
+            settings,
+        )
+        .map(|_| ())
+    }
+
+    /// How a read of `len` bytes is split, from what the server's answers have said so far: one
+    /// whole-body GET where the server ignores `Range`, ranged tasks otherwise.
+    pub fn plan_read(&self, len: usize) -> ReadPlan {
+        if self.client.range_support() != RangeSupport::Ignored
+            || matches!(self.access, Access::WebHdfs { .. })
+        {
+            return ReadPlan {
+                task_size: None,
+                whole_body: false,
+            };
+        }
+        gpufile::observe::notice(
+            "server-ignores-range",
+            format!(
+                "{}: the server ignores Range, so each read is one whole-body GET (no parallel \
+             ranges); serve the object from a server that answers ranges to read it in parallel",
+                self.shown
+            ),
+        );
+        ReadPlan {
+            task_size: Some(len.max(1)),
+            whole_body: true,
+        }
+    }
+
+    /// What the server's answers have said of byte ranges so far.
+    pub fn range_support(&self) -> RangeSupport {
+        self.client.range_support()
     }
 
     /// An HTTP(S) server that answers ranged GETs; size by `HEAD` (`Content-Length`).
@@ -170,7 +264,8 @@ impl RemoteFile {
                 Self::new(Access::S3(Box::new(obj)), RemoteEndpointType::S3, nbytes)
             }
             _ => Err(Error::InvalidArgument(format!(
-                "Unsupported protocol: {url}"
+                "Unsupported protocol: {}",
+                endpoint::redact(url)
             ))),
         }
     }
@@ -343,32 +438,27 @@ impl RemoteFile {
     }
 
     /// One request for `dst.len()` bytes at `offset` (no splitting).
-    fn get(&self, dst: &mut [u8], offset: u64, progress: &AtomicU64) -> Result<()> {
-        let range = Some((offset, dst.len()));
-        match &self.access {
-            Access::Plain { url } | Access::PublicGcs { url, .. } => {
-                self.client
-                    .get_into(&self.target(url, range), offset, dst, progress)
-            }
-            Access::S3(o) => self.client.get_into(
-                &Target {
-                    signer: Some(o),
-                    ..self.target(o.url.as_str(), range)
-                },
-                offset,
-                dst,
-                progress,
-            ),
+    fn get(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+        let len = dst.len();
+        let webhdfs;
+        let t = match &self.access {
             Access::WebHdfs { base, user } => {
-                let url = format!(
-                    "{base}?{}op=OPEN&offset={offset}&length={}",
-                    user_param(user),
-                    dst.len()
+                webhdfs = format!(
+                    "{base}?{}op=OPEN&offset={offset}&length={len}",
+                    user_param(user)
                 );
-                self.client
-                    .get_into(&self.target(&url, None), offset, dst, progress)
+                self.target(&webhdfs, None)
             }
-        }
+            _ => self.ranged((offset, len)).ok_or_else(|| {
+                Error::InvalidArgument(format!("{}: no ranged address", self.shown))
+            })?,
+        };
+        let t = Target {
+            size: Some(self.nbytes),
+            stop: Some(call.stop),
+            ..t
+        };
+        self.client.get_into(&t, offset, dst, call.progress)
     }
 
     /// Reads `dst.len()` bytes at `offset` on the process engine under `settings` (split into
@@ -380,7 +470,11 @@ impl RemoteFile {
         settings: &gpufile::Settings,
     ) -> Result<usize> {
         self.check_range(offset, dst.len())?;
-        read_into(Arc::clone(self) as Arc<dyn Source>, dst, offset, settings)
+        if self.wants_range_probe(dst.len(), settings.task_size) {
+            self.probe_ranges(settings)?;
+        }
+        let plan = self.plan_read(dst.len());
+        read_with(self.clone(), dst, offset, settings, plan.task_size)
     }
 }
 
@@ -391,7 +485,18 @@ pub fn read_into(
     offset: u64,
     settings: &gpufile::Settings,
 ) -> Result<usize> {
-    let req = gpufile::Request::read(gpufile::Buffer::host(dst), offset);
+    read_with(source, dst, offset, settings, None)
+}
+
+/// [`read_into`] with the request's own task size, if any.
+fn read_with(
+    source: Arc<dyn Source>,
+    dst: &mut [u8],
+    offset: u64,
+    settings: &gpufile::Settings,
+    task_size: Option<usize>,
+) -> Result<usize> {
+    let req = gpufile::Request::read(gpufile::Buffer::host(dst), offset).task_size(task_size);
     let engine = gpufile::Engine::global()?;
     // SAFETY: `dst` is exclusively borrowed until the wait returns.
     unsafe { engine.submit_to(gpufile::exec::Endpoint::Read(source), req, settings) }?.wait()
@@ -421,8 +526,7 @@ impl Source for RemoteFile {
                 file_size: self.nbytes,
             });
         }
-        self.get(dst, offset, call.progress)
-            .map_err(|e| self.explain(e))
+        self.get(dst, offset, call).map_err(|e| self.explain(e))
     }
 }
 

@@ -17,28 +17,168 @@
 //! trusted. A bundle or directory that cannot be read or holds no certificate is an error
 //! naming the variable and the path (KvikIO hands the path to libcurl and fails later, at the
 //! first TLS handshake).
+//!
+//! Redirects are followed by this module, not by ureq, so that each hop is checked: a signed
+//! request (S3 SigV4) follows none, since its headers carry credentials that no other host may
+//! see (`x-amz-security-token` among them); a redirect from `https` to plain `http` is refused
+//! for every request. Bodies are asked for and accepted only as they are stored
+//! (`Accept-Encoding: identity`): an encoded body is refused, since its bytes are not the
+//! object's.
+//!
+//! A request stops (an [`Error::Cancelled`]) soon after its [`StopFlag`] is set (Ctrl-C, or
+//! another task of the request failed): between attempts, during a backoff, and while a
+//! response or a body is awaited (socket reads wait in slices of [`STOP_POLL`] and look at the
+//! flag between them); only a connection being opened is waited for.
 
+use std::cell::RefCell;
 use std::ffi::OsString;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use gpufile::future::StopFlag;
 use gpufile::{Error, RemoteFailure, Result};
 use ureq::http::Response;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
-use ureq::{Agent, Body};
+use ureq::unversioned::transport::{
+    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, NextTimeout, RustlsConnector,
+    TcpConnector, Transport,
+};
+use ureq::{Agent, Body, BodyReader};
 
-use crate::endpoint::S3Object;
+use crate::endpoint::{self, S3Object};
 
 /// Base and cap of the backoff between attempts (KvikIO's values).
 const BACKOFF_BASE_MS: u64 = 500;
 const BACKOFF_MAX_MS: u64 = 4000;
 /// Bodies read into memory (WebHDFS JSON) are bounded; a file status is a few hundred bytes.
 const SMALL_BODY_LIMIT: u64 = 1 << 20;
+/// Redirects followed per request at most (ureq's default).
+const MAX_REDIRECTS: usize = 10;
+/// How long a socket read or a backoff waits before it looks at the request's stop flag again:
+/// a cancelled request ends within about this long (Python polls for Ctrl-C every 50 ms too).
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// The reason of a whole-object read, in path reports.
+pub const WHOLE_BODY_REASON: &str = "server ignores Range: one whole-body GET";
+
+/// What is known of a server's byte ranges (a [`Counters::ranges`] value; 0 while unknown).
+const RANGES_HONOURED: u8 = 1;
+const RANGES_IGNORED: u8 = 2;
+
+/// Whether the server answers `Range` requests with the range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeSupport {
+    /// No answer has said so yet (a HEAD without `Accept-Ranges`, or `nbytes` given).
+    Unknown,
+    /// A `206` answer, or `Accept-Ranges: bytes`.
+    Honoured,
+    /// A `200` answer with the whole object to a ranged GET, or `Accept-Ranges: none`.
+    Ignored,
+}
+
+thread_local! {
+    /// The stop flag of the request this thread is sending, for [`StoppableTransport`]: ureq runs
+    /// a request on the calling thread, through a pooled transport made for an earlier one.
+    static WATCHED: RefCell<Option<StopFlag>> = const { RefCell::new(None) };
+}
+
+/// Watches `stop` on this thread until dropped.
+struct Watch(Option<StopFlag>);
+
+impl Watch {
+    fn new(stop: Option<&StopFlag>) -> Self {
+        let before = WATCHED.with(|w| w.replace(stop.cloned()));
+        Watch(before)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let before = self.0.take();
+        WATCHED.with(|w| *w.borrow_mut() = before);
+    }
+}
+
+/// Whether this thread's request has a stop flag (`None`), and whether it is set.
+fn watched_stop() -> Option<bool> {
+    WATCHED.with(|w| w.borrow().as_ref().map(StopFlag::is_set))
+}
+
+/// Puts a [`StoppableTransport`] over each TCP connection (under TLS, if any).
+#[derive(Debug)]
+struct Stoppable;
+
+impl<In: Transport> Connector<In> for Stoppable {
+    type Out = StoppableTransport<In>;
+
+    fn connect(
+        &self,
+        _details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> std::result::Result<Option<Self::Out>, ureq::Error> {
+        Ok(chained.map(StoppableTransport))
+    }
+}
+
+/// A transport whose reads wait in slices of [`STOP_POLL`], giving up when the watched stop flag
+/// is set (a blocking socket read cannot be interrupted otherwise).
+#[derive(Debug)]
+struct StoppableTransport<T>(T);
+
+impl<T: Transport> Transport for StoppableTransport<T> {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.0.buffers()
+    }
+
+    fn transmit_output(
+        &mut self,
+        amount: usize,
+        timeout: NextTimeout,
+    ) -> std::result::Result<(), ureq::Error> {
+        self.0.transmit_output(amount, timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> std::result::Result<bool, ureq::Error> {
+        use ureq::unversioned::transport::time::Duration as Budget;
+        if watched_stop().is_none() {
+            return self.0.await_input(timeout); // nothing can stop it: one wait
+        }
+        let budget = timeout.for_read();
+        let until = match budget.after {
+            Budget::NotHappening => None,
+            after => Instant::now().checked_add(*after),
+        };
+        loop {
+            if watched_stop() == Some(true) {
+                return Err(ureq::Error::Io(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "the request was cancelled",
+                )));
+            }
+            // The budget left, in one slice when it fits (then its timeout is the request's).
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            let last = left.is_some_and(|l| l <= STOP_POLL);
+            let mut next = budget;
+            next.after = Budget::Exact(left.map_or(STOP_POLL, |l| l.min(STOP_POLL)));
+            match self.0.await_input(next) {
+                Err(ureq::Error::Timeout(_)) if !last => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.0.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.0.is_tls()
+    }
+}
 
 /// The retry settings of one request.
 #[derive(Clone, Debug)]
@@ -121,6 +261,10 @@ pub(crate) struct Target<'a> {
     pub range: Option<(u64, usize)>,
     /// Signs each attempt in its headers (S3 SigV4).
     pub signer: Option<&'a S3Object>,
+    /// The object's size, when known (checked against `Content-Range`).
+    pub size: Option<u64>,
+    /// The request's stop flag: set, the request ends with [`Error::Cancelled`].
+    pub stop: Option<&'a StopFlag>,
 }
 
 impl Target<'_> {
@@ -137,6 +281,10 @@ impl Target<'_> {
             kind,
             reason,
         }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.is_some_and(StopFlag::is_set)
     }
 }
 
@@ -177,6 +325,27 @@ impl Resolver for LiteralIpResolver {
 pub(crate) struct Client {
     agent: Agent,
     counters: Arc<Counters>,
+    /// A whole-object answer left open after the range it served (a server that ignores
+    /// `Range`), for the read that continues it: the next bounce-buffer chunk of a read into
+    /// GPU memory, or the next of sequential reads, without a new GET from the object's start.
+    stream: Arc<Mutex<Option<WholeBody>>>,
+}
+
+/// The rest of a whole-object body, positioned at `next`.
+struct WholeBody {
+    url: String,
+    next: u64,
+    /// The body's length, where announced.
+    end: Option<u64>,
+    reader: BodyReader<'static>,
+}
+
+impl std::fmt::Debug for WholeBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WholeBody")
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a client has sent and received since it was made (all its clones together).
@@ -185,6 +354,8 @@ struct Counters {
     requests: AtomicU64,
     retries: AtomicU64,
     bytes: AtomicU64,
+    /// A `RANGES_*` value: what the server's answers said of ranges.
+    ranges: AtomicU8,
 }
 
 /// Requests sent, retries made and body bytes received into callers' buffers, by one remote
@@ -389,15 +560,41 @@ impl Client {
             .max_idle_connections(256)
             .max_idle_connections_per_host(256)
             .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
+            // Each hop is checked by `send` (credentials, https to http).
+            .max_redirects(0)
+            // The stored bytes, never an encoding of them (whatever ureq's features).
+            .accept_encoding("identity")
             .build();
+        // ureq's default chain (CONNECT proxy, TCP, rustls) with a stoppable transport over TCP.
+        let connector =
+            ().chain(ConnectProxyConnector::default())
+                .chain(TcpConnector::default())
+                .chain(Stoppable)
+                .chain(RustlsConnector::default());
         Ok(Client {
-            agent: Agent::with_parts(
-                config,
-                DefaultConnector::new(),
-                LiteralIpResolver::default(),
-            ),
+            agent: Agent::with_parts(config, connector, LiteralIpResolver::default()),
             counters: Arc::default(),
+            stream: Arc::default(),
         })
+    }
+
+    /// What the server's answers have said of byte ranges so far.
+    pub fn range_support(&self) -> RangeSupport {
+        match self.counters.ranges.load(Ordering::Relaxed) {
+            RANGES_HONOURED => RangeSupport::Honoured,
+            RANGES_IGNORED => RangeSupport::Ignored,
+            _ => RangeSupport::Unknown,
+        }
+    }
+
+    /// Records what an answer said of ranges.
+    pub(crate) fn set_range_support(&self, support: RangeSupport) {
+        let v = match support {
+            RangeSupport::Unknown => return,
+            RangeSupport::Honoured => RANGES_HONOURED,
+            RangeSupport::Ignored => RANGES_IGNORED,
+        };
+        self.counters.ranges.store(v, Ordering::Relaxed);
     }
 
     /// The counters so far.
@@ -418,10 +615,16 @@ impl Client {
         mut attempt: impl FnMut(&Policy) -> std::result::Result<T, Attempt>,
     ) -> Result<T> {
         let policy = Policy::current()?;
+        let _watch = Watch::new(t.stop);
         let mut last = None;
         for n in 1..=policy.max_attempts {
+            if t.stopped() {
+                return Err(Error::Cancelled);
+            }
             match attempt(&policy) {
                 Ok(v) => return Ok(v),
+                // A request stopped mid-attempt fails as cancelled, whatever the socket said.
+                Err(_) if t.stopped() => return Err(Error::Cancelled),
                 Err(Attempt::Fail(e)) => return Err(e),
                 Err(Attempt::Retry(cause)) => {
                     if n < policy.max_attempts {
@@ -432,7 +635,9 @@ impl Client {
                             "{}",
                             retry_record(cause, delay, n, policy.max_attempts, &request)
                         );
-                        std::thread::sleep(Duration::from_millis(delay));
+                        if !sleep_unless_stopped(Duration::from_millis(delay), t) {
+                            return Err(Error::Cancelled);
+                        }
                     }
                     last = Some(cause);
                 }
@@ -449,16 +654,41 @@ impl Client {
         ))
     }
 
-    /// Sends one request; classifies transport errors and statuses.
+    /// Sends one request, following redirects hop by hop; classifies transport errors and
+    /// statuses.
     fn send(
         &self,
         t: &Target<'_>,
         method: &str,
         policy: &Policy,
     ) -> std::result::Result<Response<Body>, Attempt> {
+        let mut url = t.url.to_owned();
+        for _ in 0..=MAX_REDIRECTS {
+            let resp = self.send_once(t, &url, method, policy)?;
+            let status = resp.status();
+            let location = header_str(&resp, "location");
+            let (true, Some(location)) = (status.is_redirection(), location) else {
+                return self.judge(t, method, policy, resp);
+            };
+            url = next_hop(t, method, &url, status.as_u16(), &location)?;
+        }
+        Err(Attempt::Fail(t.error(
+            RemoteFailure::BadResponse,
+            format!("{}: more than {MAX_REDIRECTS} redirects", t.what(method)),
+        )))
+    }
+
+    /// Sends one request to `url` (the target's, or a redirect's).
+    fn send_once(
+        &self,
+        t: &Target<'_>,
+        url: &str,
+        method: &str,
+        policy: &Policy,
+    ) -> std::result::Result<Response<Body>, Attempt> {
         let mut req = match method {
-            "HEAD" => self.agent.head(t.url),
-            _ => self.agent.get(t.url),
+            "HEAD" => self.agent.head(url),
+            _ => self.agent.get(url),
         };
         let range = t
             .range
@@ -474,12 +704,21 @@ impl Client {
             }
         }
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let resp = req
-            .config()
+        req.config()
             .timeout_global(Some(policy.timeout))
             .build()
             .call()
-            .map_err(|e| classify(t, method, e, policy))?;
+            .map_err(|e| classify(t, method, e, policy))
+    }
+
+    /// The final answer's status: retryable, an error, or the answer to read.
+    fn judge(
+        &self,
+        t: &Target<'_>,
+        method: &str,
+        policy: &Policy,
+        resp: Response<Body>,
+    ) -> std::result::Result<Response<Body>, Attempt> {
         let status = resp.status().as_u16();
         if policy.retry_codes.contains(&status) {
             return Err(Attempt::Retry(RetryCause::Status(status)));
@@ -502,6 +741,13 @@ impl Client {
     pub fn head_size(&self, t: &Target<'_>) -> Result<u64> {
         self.retrying(t, "HEAD", |p| {
             let resp = self.send(t, "HEAD", p)?;
+            match header_str(&resp, "accept-ranges").map(|v| v.trim().to_ascii_lowercase()) {
+                Some(v) if v == "none" => self.set_range_support(RangeSupport::Ignored),
+                Some(v) if v.split(',').any(|u| u.trim() == "bytes") => {
+                    self.set_range_support(RangeSupport::Honoured)
+                }
+                _ => {}
+            }
             header_u64(&resp, "content-length").ok_or_else(|| {
                 Attempt::Fail(t.error(
                     RemoteFailure::BadResponse,
@@ -515,6 +761,11 @@ impl Client {
     pub fn range_probe_size(&self, t: &Target<'_>) -> Result<u64> {
         self.retrying(t, "GET", |p| {
             let mut resp = self.send(t, "GET", p)?;
+            self.set_range_support(match resp.status().as_u16() {
+                206 => RangeSupport::Honoured,
+                200 => RangeSupport::Ignored,
+                _ => RangeSupport::Unknown,
+            });
             let size = if resp.status().as_u16() == 206 {
                 let cr = header_str(&resp, "content-range").unwrap_or_default();
                 match cr.rsplit_once('/').map(|(_, s)| s.trim().parse::<u64>()) {
@@ -569,9 +820,12 @@ impl Client {
         })
     }
 
-    /// `GET` of `dst.len()` bytes into `dst`. `ranged`: the request carries a `Range` header
-    /// (a `200` answer then means the server ignored it); otherwise the URL itself selects the
-    /// bytes (WebHDFS `op=OPEN&offset&length`).
+    /// `GET` of `dst.len()` bytes at `offset` into `dst`. With a range (`t.range`), a `206`
+    /// must carry exactly that range (`Content-Range` start, end and total); a `200` is the
+    /// whole object, which serves the range too: the bytes before `offset` are read through
+    /// `dst` (overwritten, nothing else kept), then `dst.len()` bytes; the rest of the body is
+    /// kept open for a read that continues there (the next chunk of a read into GPU memory).
+    /// Without a range, the URL itself selects the bytes (WebHDFS `op=OPEN&offset&length`).
     pub fn get_into(
         &self,
         t: &Target<'_>,
@@ -580,46 +834,54 @@ impl Client {
         progress: &AtomicU64,
     ) -> Result<()> {
         let len = dst.len();
+        if t.range.is_some() && self.range_support() == RangeSupport::Ignored {
+            if let Some(done) = self.continue_whole_body(t, offset, dst, progress) {
+                return done;
+            }
+        }
         self.retrying(t, "GET", |p| {
-            let mut resp = self.send(t, "GET", p)?;
+            let resp = self.send(t, "GET", p)?;
             let status = resp.status().as_u16();
             let announced = header_u64(&resp, "content-length");
-            if t.range.is_some() {
-                match status {
-                    206 => {
-                        let cr = header_str(&resp, "content-range").unwrap_or_default();
-                        let start = cr
-                            .strip_prefix("bytes ")
-                            .and_then(|r| r.split_once('-'))
-                            .and_then(|(a, _)| a.trim().parse::<u64>().ok());
-                        if start != Some(offset) {
-                            return Err(Attempt::Fail(t.error(
-                                RemoteFailure::BadResponse,
-                                format!("{}: the server answered with Content-Range {cr:?}", t.what("GET")),
-                            )));
-                        }
-                    }
-                    // A whole-object answer is the right bytes only for a read of the whole object.
-                    200 if offset == 0 && announced == Some(len as u64) => {}
-                    _ => {
-                        return Err(Attempt::Fail(t.error(
-                            RemoteFailure::NoRangeSupport,
-                            format!(
-                                "{}: the server answered {status} with {} bytes instead of the range; \
-                                 maybe the server doesn't support file ranges?",
-                                t.what("GET"),
-                                announced.map_or("an unknown number of".into(), |n| n.to_string())
-                            ),
-                        )));
-                    }
+            refuse_encoded(t, "GET", &resp)?;
+            let no_ranges = |n: Option<u64>| {
+                Attempt::Fail(t.error(
+                    RemoteFailure::NoRangeSupport,
+                    format!(
+                        "{}: the server answered {status} with {} bytes instead of the range; \
+                         maybe the server doesn't support file ranges?",
+                        t.what("GET"),
+                        n.map_or("an unknown number of".into(), |n| n.to_string())
+                    ),
+                ))
+            };
+            // A whole object answering a ranged GET: the range is served from it.
+            let whole = t.range.is_some() && status == 200;
+            let skip = match (t.range.is_some(), status) {
+                (true, 206) => {
+                    self.set_range_support(RangeSupport::Honoured);
+                    check_content_range(t, &resp, offset, len)?;
+                    0
                 }
-            } else if status != 200 {
-                return Err(Attempt::Fail(t.error(
-                    RemoteFailure::BadResponse,
-                    format!("{}: unexpected HTTP status {status}", t.what("GET")),
-                )));
-            }
+                (true, 200) => {
+                    self.set_range_support(RangeSupport::Ignored);
+                    // The whole object: it serves the range unless it is too short for it.
+                    if announced.is_some_and(|n| n < offset + len as u64) {
+                        return Err(no_ranges(announced));
+                    }
+                    offset
+                }
+                (true, _) => return Err(no_ranges(announced)),
+                (false, 200) => 0,
+                (false, _) => {
+                    return Err(Attempt::Fail(t.error(
+                        RemoteFailure::BadResponse,
+                        format!("{}: unexpected HTTP status {status}", t.what("GET")),
+                    )))
+                }
+            };
             match announced {
+                _ if whole => {}
                 Some(n) if n > len as u64 => {
                     return Err(Attempt::Fail(t.error(
                         RemoteFailure::NoRangeSupport,
@@ -638,44 +900,25 @@ impl Client {
                 }
                 _ => {}
             }
-            let mut reader = resp.body_mut().as_reader();
-            let mut filled = 0;
-            let outcome = loop {
-                if filled == len {
-                    break Ok(());
-                }
-                match reader.read(&mut dst[filled..]) {
-                    Ok(0) => {
-                        break Err(Attempt::Fail(t.error(
-                            RemoteFailure::ShortBody,
-                            format!("{}: the body ended after {filled} of {len} bytes", t.what("GET")),
-                        )))
-                    }
-                    Ok(n) => {
-                        filled += n;
-                        progress.fetch_add(n as u64, Ordering::Relaxed);
-                        self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => match ureq::Error::from(e) {
-                        // A connection closed or reset mid-body.
-                        ureq::Error::Io(io) if io.kind() != io::ErrorKind::TimedOut => {
-                            break Err(Attempt::Fail(t.error(
-                                RemoteFailure::ShortBody,
-                                format!(
-                                    "{}: the body ended after {filled} of {len} bytes ({io})",
-                                    t.what("GET")
-                                ),
-                            )))
-                        }
-                        other => break Err(classify(t, "GET", other, p)),
-                    },
-                }
+            let mut reader = resp.into_body().into_reader();
+            // The whole object's bytes before the range, through `dst` (not counted as read).
+            let mut skipped = 0u64;
+            while skipped < skip {
+                let n = (skip - skipped).min(len as u64) as usize;
+                fill(&mut reader, &mut dst[..n], t, p, |_| {}).map_err(|(e, _)| e)?;
+                skipped += n as u64;
+            }
+            let counted = |n: usize| {
+                progress.fetch_add(n as u64, Ordering::Relaxed);
+                self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
             };
-            if outcome.is_err() {
+            if let Err((e, filled)) = fill(&mut reader, dst, t, p, counted) {
                 // A retry reads the range again: take back what this attempt counted.
                 progress.fetch_sub(filled as u64, Ordering::Relaxed);
-            } else {
+                return Err(e);
+            }
+            let end = offset + len as u64;
+            if status == 206 || t.range.is_none() {
                 // One read past the range: ureq hands a connection back to the agent's pool only
                 // once a read has returned the body's end (without it, every range opened a new
                 // connection: about 1 ms more per request on loopback). A length-delimited body
@@ -690,10 +933,165 @@ impl Client {
                         ),
                     )));
                 }
+            } else if announced == Some(end) {
+                // The whole object ends with the range: its end lets the connection be reused.
+                let _ = reader.read(&mut [0u8; 1]);
+            } else {
+                // The rest of the whole object waits for the read that continues it.
+                *lock(&self.stream) = Some(WholeBody {
+                    url: t.url.to_owned(),
+                    next: end,
+                    end: announced,
+                    reader,
+                });
             }
-            outcome
+            Ok(())
         })
     }
+
+    /// Serves `dst.len()` bytes at `offset` from the whole-object body left open by an earlier
+    /// read that ended there; `None` where there is none (or it fails: a new GET then asks).
+    fn continue_whole_body(
+        &self,
+        t: &Target<'_>,
+        offset: u64,
+        dst: &mut [u8],
+        progress: &AtomicU64,
+    ) -> Option<Result<()>> {
+        let mut body = lock(&self.stream)
+            .take()
+            .filter(|b| b.url == t.url && b.next == offset)?;
+        let policy = Policy::current().ok()?;
+        let _watch = Watch::new(t.stop);
+        let counted = |n: usize| {
+            progress.fetch_add(n as u64, Ordering::Relaxed);
+            self.counters.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        };
+        match fill(&mut body.reader, dst, t, &policy, counted) {
+            Ok(()) => {
+                body.next += dst.len() as u64;
+                if body.end.is_none_or(|e| body.next < e) {
+                    *lock(&self.stream) = Some(body);
+                }
+                Some(Ok(()))
+            }
+            Err((_, filled)) => {
+                progress.fetch_sub(filled as u64, Ordering::Relaxed);
+                t.stopped().then_some(Err(Error::Cancelled))
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads `dst.len()` bytes of a body into `dst`, telling `counted` of each read; or the
+/// attempt's end with the bytes read so far.
+fn fill(
+    reader: &mut impl Read,
+    dst: &mut [u8],
+    t: &Target<'_>,
+    p: &Policy,
+    mut counted: impl FnMut(usize),
+) -> std::result::Result<(), (Attempt, usize)> {
+    let len = dst.len();
+    let ended = |filled: usize, extra: String| {
+        Attempt::Fail(t.error(
+            RemoteFailure::ShortBody,
+            format!(
+                "{}: the body ended after {filled} of {len} bytes{extra}",
+                t.what("GET")
+            ),
+        ))
+    };
+    let mut filled = 0;
+    while filled < len {
+        if t.stopped() {
+            return Err((Attempt::Fail(Error::Cancelled), filled));
+        }
+        match reader.read(&mut dst[filled..]) {
+            Ok(0) => return Err((ended(filled, String::new()), filled)),
+            Ok(n) => {
+                filled += n;
+                counted(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let attempt = match ureq::Error::from(e) {
+                    // A connection closed or reset mid-body.
+                    ureq::Error::Io(io) if io.kind() != io::ErrorKind::TimedOut => {
+                        ended(filled, format!(" ({io})"))
+                    }
+                    other => classify(t, "GET", other, p),
+                };
+                return Err((attempt, filled));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a body sent with a `Content-Encoding` (gzip, br, ...): its bytes are not the object's
+/// (ureq decodes nothing without its `gzip`/`brotli` features, and gpufile asks for `identity`).
+fn refuse_encoded(
+    t: &Target<'_>,
+    method: &str,
+    resp: &Response<Body>,
+) -> std::result::Result<(), Attempt> {
+    match header_str(resp, "content-encoding") {
+        Some(e) if !e.trim().is_empty() && !e.trim().eq_ignore_ascii_case("identity") => {
+            Err(Attempt::Fail(t.error(
+                RemoteFailure::BadResponse,
+                format!(
+                    "{}: the server sent the body with Content-Encoding: {}, not the stored bytes \
+                     (gpufile asks for Accept-Encoding: identity and decodes no body)",
+                    t.what(method),
+                    e.trim()
+                ),
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `Content-Range: bytes <start>-<end>/<total or *>` → (start, end, total).
+fn parse_content_range(value: &str) -> Option<(u64, u64, Option<u64>)> {
+    let rest = value.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    let total = match total.trim() {
+        "*" => None,
+        n => Some(n.parse::<u64>().ok()?),
+    };
+    (a <= b && total.is_none_or(|n| b < n)).then_some((a, b, total))
+}
+
+/// A `206` answer must carry the range asked for, of an object of the size known.
+fn check_content_range(
+    t: &Target<'_>,
+    resp: &Response<Body>,
+    offset: u64,
+    len: usize,
+) -> std::result::Result<(), Attempt> {
+    let cr = header_str(resp, "content-range").unwrap_or_default();
+    let end = offset + len as u64 - 1;
+    let fits = parse_content_range(&cr).is_some_and(|(a, b, total)| {
+        a == offset && b == end && (total.is_none() || t.size.is_none() || total == t.size)
+    });
+    if fits {
+        return Ok(());
+    }
+    let size = t.size.map_or("<size>".to_owned(), |n| n.to_string());
+    Err(Attempt::Fail(t.error(
+        RemoteFailure::BadResponse,
+        format!(
+            "{}: the server answered with Content-Range {cr:?}, not \"bytes {offset}-{end}/{size}\"",
+            t.what("GET")
+        ),
+    )))
 }
 
 fn header_str(resp: &Response<Body>, name: &str) -> Option<String> {
@@ -702,6 +1100,62 @@ fn header_str(resp: &Response<Body>, name: &str) -> Option<String> {
 
 fn header_u64(resp: &Response<Body>, name: &str) -> Option<u64> {
     header_str(resp, name)?.trim().parse().ok()
+}
+
+/// Where a redirect from `from` to `location` goes, if it may be followed: never for a signed
+/// request (its headers carry credentials, a session token among them, that ureq would send on
+/// to any host), never from `https` to plain `http`, and only to `http(s)` URLs.
+fn next_hop(
+    t: &Target<'_>,
+    method: &str,
+    from: &str,
+    status: u16,
+    location: &str,
+) -> std::result::Result<String, Attempt> {
+    let refuse = |why: String| {
+        Attempt::Fail(t.error(
+            RemoteFailure::BadResponse,
+            format!(
+                "{}: the server answered {status}, a redirect {why}",
+                t.what(method)
+            ),
+        ))
+    };
+    let next = url::Url::parse(from)
+        .and_then(|base| base.join(location))
+        .map_err(|e| refuse(format!("to an address that is not a URL ({e})")))?;
+    let shown = endpoint::redact(next.as_str());
+    if t.signer.is_some() {
+        return Err(refuse(format!(
+            "to {shown}; a signed request follows no redirect, so that its credentials \
+             reach no other server (open the object at the address it names)"
+        )));
+    }
+    let from_https = from
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    match next.scheme() {
+        "http" if from_https => Err(refuse(format!(
+            "from https to plain http ({shown}), refused: the bytes would travel unencrypted"
+        ))),
+        "http" | "https" => Ok(next.into()),
+        other => Err(refuse(format!("to a {other}: URL ({shown}), not followed"))),
+    }
+}
+
+/// Sleeps `delay` unless the target's request stops first; false if it stopped.
+fn sleep_unless_stopped(delay: Duration, t: &Target<'_>) -> bool {
+    let until = Instant::now() + delay;
+    loop {
+        if t.stopped() {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(STOP_POLL));
+    }
 }
 
 /// A `ureq` error as an attempt's outcome: timeouts are retried (as in KvikIO), the rest final.
@@ -927,6 +1381,89 @@ mod tests {
             RetryCause::Timeout(1).reason(),
             "Operation timed out after 1 s (http_timeout)"
         );
+    }
+
+    #[test]
+    fn content_ranges_parse_start_end_and_total() {
+        assert_eq!(
+            parse_content_range("bytes 10-19/100"),
+            Some((10, 19, Some(100)))
+        );
+        assert_eq!(parse_content_range(" bytes 0-0/*"), Some((0, 0, None)));
+        for bad in [
+            "bytes 10-19",
+            "bytes 19-10/100",
+            "bytes 10-100/100",
+            "bytes 10-19/x",
+            "items 10-19/100",
+            "bytes -19/100",
+            "",
+        ] {
+            assert_eq!(parse_content_range(bad), None, "{bad}");
+        }
+    }
+
+    fn target<'a>(url: &'a str, signer: Option<&'a S3Object>) -> Target<'a> {
+        Target {
+            url,
+            shown: url,
+            range: Some((0, 10)),
+            signer,
+            size: None,
+            stop: None,
+        }
+    }
+
+    fn refusal(r: std::result::Result<String, Attempt>) -> String {
+        match r {
+            Err(Attempt::Fail(e)) => e.to_string(),
+            Err(Attempt::Retry(c)) => panic!("a retry: {c:?}"),
+            Ok(u) => panic!("followed to {u}"),
+        }
+    }
+
+    #[test]
+    fn redirect_hops_are_checked() {
+        let t = target("https://a/x", None);
+        assert_eq!(
+            next_hop(&t, "GET", "https://a/x", 302, "/y?q=1").unwrap_or_default(),
+            "https://a/y?q=1"
+        );
+        assert_eq!(
+            next_hop(&t, "GET", "http://a/x", 301, "https://b/z").unwrap_or_default(),
+            "https://b/z"
+        );
+        let e = refusal(next_hop(&t, "GET", "https://a/x", 307, "http://b/z?sig=s"));
+        assert!(
+            e.contains("from https to plain http (http://b/z?sig=REDACTED)"),
+            "{e}"
+        );
+        let e = refusal(next_hop(&t, "GET", "http://a/x", 307, "ftp://b/z"));
+        assert!(e.contains("to a ftp: URL"), "{e}");
+        let env = |k: &str| {
+            [("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")]
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        let o = S3Object::from_http_url(
+            "http://127.0.0.1:1/b/k",
+            &crate::S3Options {
+                region: Some("us-east-1".into()),
+                ..Default::default()
+            },
+            &env,
+        )
+        .unwrap();
+        let signed = target("http://127.0.0.1:1/b/k", Some(&o));
+        let e = refusal(next_hop(
+            &signed,
+            "GET",
+            "http://127.0.0.1:1/b/k",
+            307,
+            "/b/k2",
+        ));
+        assert!(e.contains("a signed request follows no redirect"), "{e}");
     }
 
     #[test]

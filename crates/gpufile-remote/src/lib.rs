@@ -32,6 +32,6 @@ mod http;
 pub use endpoint::{
     infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Options,
 };
-pub use file::{read_into, RemoteFile};
+pub use file::{read_into, ReadPlan, RemoteFile, RANGED_REASON};
 pub use gcs::{parse_gs_url, EMULATOR_HOST_VAR, XML_API_ENDPOINT};
-pub use http::RemoteStats;
+pub use http::{RangeSupport, RemoteStats, WHOLE_BODY_REASON};

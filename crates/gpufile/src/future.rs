@@ -49,12 +49,28 @@ impl State {
     }
 }
 
+/// Set once a request is cancelled or one of its tasks failed; shared with the sources that run
+/// its tasks, so that one that waits (a remote retry's backoff, a slow server) gives up at once.
+#[derive(Clone, Debug, Default)]
+pub struct StopFlag(Arc<AtomicBool>);
+
+impl StopFlag {
+    /// Whether the request has stopped.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Shared state of one request.
 pub struct Completion {
     state: Mutex<State>,
     cv: Condvar,
     progress: AtomicU64,
-    stop: AtomicBool,
+    stop: StopFlag,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -76,13 +92,18 @@ impl Completion {
             }),
             cv: Condvar::new(),
             progress: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
+            stop: StopFlag::default(),
         })
     }
 
     /// True once a task failed or the request was cancelled: tasks not yet started are skipped.
     pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.stop.is_set()
+    }
+
+    /// The flag behind [`Completion::stopped`], for the sources of the request's tasks.
+    pub fn stop_flag(&self) -> &StopFlag {
+        &self.stop
     }
 
     /// Cancels the tasks not yet started (they finish as skipped); tasks running go on to their
@@ -92,7 +113,7 @@ impl Completion {
         if st.remaining > 0 && st.error.is_none() {
             st.error = Some(Error::Cancelled);
         }
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.set();
     }
 
     /// Bytes moved so far, updated by tasks as they go.
@@ -111,7 +132,7 @@ impl Completion {
         match result {
             Ok(b) => st.bytes += b,
             Err(e) => {
-                self.stop.store(true, Ordering::Relaxed);
+                self.stop.set();
                 st.keep(e);
             }
         }
@@ -135,7 +156,7 @@ impl Completion {
         if st.remaining > 0 {
             st.keep(e);
         }
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.set();
     }
 
     /// Counts down every task not finished yet, as moving nothing (see [`Completion::fail`]).

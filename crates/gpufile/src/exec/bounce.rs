@@ -243,6 +243,7 @@ impl BounceExec {
             progress: done.progress(),
             direct: self.direct,
             direct_uncached: self.direct_uncached,
+            stop: done.stop_flag(),
         }
     }
 

@@ -30,6 +30,7 @@ impl Executor for HostExec {
                 progress: done.progress(),
                 direct: self.direct,
                 direct_uncached: self.direct_uncached,
+                stop: done.stop_flag(),
             };
             let p = self.ptr.at(task.buf_offset);
             let r = match &self.endpoint {

@@ -228,6 +228,7 @@ impl Sink for LocalFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::future::StopFlag;
     use std::io::Write;
     use std::os::unix::fs::FileExt;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -248,6 +249,7 @@ mod tests {
             progress: &progress,
             direct: false,
             direct_uncached: false,
+            stop: &StopFlag::default(),
         };
         let mut out = vec![0u8; len];
         f.read_for_device(&mut out, offset, call)?;
@@ -338,9 +340,10 @@ mod tests {
         let file = File::options().read(true).write(true).open(&p).unwrap();
         let local = LocalFile::new(file, p.clone(), true, true);
         std::fs::rename(&other, &p).unwrap(); // the atomic-replace pattern
-        let progress = AtomicU64::new(0);
+        let (progress, stop) = (AtomicU64::new(0), StopFlag::default());
         let call = || Call {
             progress: &progress,
+            stop: &stop,
             direct: true,
             direct_uncached: false,
         };
@@ -382,6 +385,7 @@ mod tests {
         let progress = AtomicU64::new(0);
         let call = Call {
             progress: &progress,
+            stop: &StopFlag::default(),
             direct: true,
             direct_uncached: false,
         };

@@ -364,6 +364,7 @@ impl MmapSource {
         }
         let call = Call {
             progress: call.progress,
+            stop: call.stop,
             direct: false,
             direct_uncached: false,
         };
@@ -377,6 +378,7 @@ impl MmapSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::future::StopFlag;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
@@ -415,6 +417,7 @@ mod tests {
                 progress: &progress,
                 direct: false,
                 direct_uncached: false,
+                stop: &StopFlag::default(),
             };
             match device {
                 true => src.read_for_device(&mut out, offset, call)?,

@@ -14,6 +14,7 @@
 use std::sync::atomic::AtomicU64;
 
 use crate::error::Result;
+use crate::future::StopFlag;
 
 /// What one call of a source or sink may use beyond the range itself.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +28,9 @@ pub struct Call<'a> {
     /// source that knows its cache reads uncached aligned ranges directly, cached ones through
     /// the cache.
     pub direct_uncached: bool,
+    /// Set once the request is cancelled (Ctrl-C) or another of its tasks failed: a source that
+    /// can wait long (retries, backoff, a slow server) checks it and returns `Error::Cancelled`.
+    pub stop: &'a StopFlag,
 }
 
 /// Bytes to read: a local file, a memory mapping, a remote object.
