@@ -131,21 +131,12 @@ pub struct FileHandle {
 
 impl FileHandle {
     /// Opens `path` with KvikIO's `flags`. A directory is [`Error::Os`] with `EISDIR`, as in
-    /// Python's `open`.
+    /// Python's `open`; a FIFO or a socket is [`Error::NotSeekable`], refused without waiting
+    /// for the FIFO's other end.
     pub fn open(path: impl AsRef<Path>, flags: &str) -> Result<Self> {
         let path = path.as_ref();
         let mode: OpenMode = flags.parse()?;
-        let file = mode
-            .options()
-            .open(path)
-            .map_err(|e| Error::os(Op::Open, path, 0, 0, e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::os(Op::Stat, path, 0, 0, e))?;
-        if meta.is_dir() {
-            let e = std::io::Error::from_raw_os_error(libc::EISDIR);
-            return Err(Error::os(Op::Open, path, 0, 0, e));
-        }
+        let (file, meta) = crate::posix::open_file(&mut mode.options(), path)?;
         let size_seen = if meta.is_file() { meta.len() } else { u64::MAX };
         let local = LocalFile::new(file, path.to_owned(), mode.readable(), mode.writable());
         Ok(FileHandle {
