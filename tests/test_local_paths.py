@@ -63,7 +63,7 @@ except OSError as e:
 def test_the_cli_refuses_a_fifo_promptly(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     for args in (["read", "fifo"], ["read", "fifo", "--json"], ["check", "fifo"],
-                 ["explain", "fifo"]):
+                 ["explain", "fifo"], ["load", "fifo", "--host", "--json"]):
         try:
             r = subprocess.run([sys.executable, "-m", "gpufile", *args], cwd=tmp_path,
                                capture_output=True, text=True, timeout=30)
