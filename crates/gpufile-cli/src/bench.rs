@@ -27,11 +27,11 @@ use crate::{emit_json, out, parse_size_arg, CliError, CliResult};
 pub(crate) struct BenchArgs {
     /// The file to read: an existing regular file at least as large as the largest size, never
     /// modified. Without it, gpufile makes (and reuses) its own file `gpufile-bench.bin` in the
-    /// temporary folder.
+    /// temporary folder (a symlink there is refused, never written through).
     #[arg(long)]
     file: Option<PathBuf>,
-    /// Make `--file` (pseudo-random bytes) when it does not exist yet. An existing file is
-    /// never overwritten.
+    /// Make `--file` (pseudo-random bytes) when nothing is at the path yet. An existing file is
+    /// never overwritten, and a symlink (dangling or not) never followed.
     #[arg(long)]
     create: bool,
     /// Request sizes.
@@ -138,25 +138,23 @@ fn ensure_file(
 ) -> Result<Vec<u8>, CliError> {
     let os = |e: std::io::Error| CliError::from(e).with_path(path);
     let refuse = |kind: &str, message: String| CliError::new(kind, message).with_path(path);
-    let link = std::fs::symlink_metadata(path);
-    if let Ok(l) = &link {
+    if let Ok(l) = std::fs::symlink_metadata(path) {
         if l.file_type().is_symlink() && (own || std::fs::metadata(path).is_err()) {
             let target = std::fs::read_link(path).unwrap_or_default();
+            let (rule, way_out) = match own {
+                true => ("makes its own data file here", "give --file"),
+                false => (
+                    "makes a --create file only where nothing is",
+                    "name another --file",
+                ),
+            };
             return Err(refuse(
                 "symlink",
                 format!(
-                    "{} is a symbolic link (to {}): bench {}, and never writes through a link; \
-                     remove it{}",
+                    "{} is a symbolic link (to {}): bench {rule}, and never writes through a \
+                     link; remove it or {way_out}",
                     path.display(),
                     target.display(),
-                    match own {
-                        true => "makes its own data file here",
-                        false => "makes a --create file only where nothing is",
-                    },
-                    match own {
-                        true => " or give --file",
-                        false => " or name another --file",
-                    },
                 ),
             ));
         }

@@ -414,27 +414,16 @@ impl FormatError {
             _ => None,
         }
     }
-
-    /// The error with its file reported as `path` (a file opened by its real path).
-    fn named(self, path: &Path) -> FormatError {
-        match self {
-            FormatError::Io { source, .. } => FormatError::Io {
-                path: path.to_owned(),
-                source,
-            },
-            FormatError::NotSeekable { what, .. } => FormatError::NotSeekable {
-                path: path.to_owned(),
-                what,
-            },
-            other => other,
-        }
-    }
 }
 
-/// Opens `path` for reading without blocking on a FIFO (see `posix::open_file`).
-fn open_for_reading(path: &Path) -> Result<(File, std::fs::Metadata)> {
-    crate::posix::open_file(std::fs::OpenOptions::new().read(true), path).map_err(|e| match e {
-        crate::Error::NotSeekable { path, what } => FormatError::NotSeekable { path, what },
+/// Opens `real` for reading without blocking on a FIFO (see `posix::open_file`); errors name
+/// it `path`.
+fn open_for_reading(path: &Path, real: &Path) -> Result<(File, std::fs::Metadata)> {
+    crate::posix::open_file(std::fs::OpenOptions::new().read(true), real).map_err(|e| match e {
+        crate::Error::NotSeekable { what, .. } => FormatError::NotSeekable {
+            path: path.to_owned(),
+            what,
+        },
         crate::Error::Os { errno, .. } => FormatError::Io {
             path: path.to_owned(),
             source: io::Error::from_raw_os_error(errno),
@@ -789,7 +778,7 @@ impl Header {
             path: path.to_owned(),
             source,
         };
-        let (file, meta) = open_for_reading(real).map_err(|e| e.named(path))?;
+        let (file, meta) = open_for_reading(path, real)?;
         let file_size = meta.len();
         let mut first = [0u8; 8];
         let got = if file_size >= 8 {
@@ -980,7 +969,7 @@ impl Checkpoint {
             path: index.to_owned(),
             source,
         };
-        let (file, meta) = open_for_reading(index)?;
+        let (file, meta) = open_for_reading(index, index)?;
         let len = meta.len();
         if len > MAX_INDEX_LEN {
             return Err(bad(format!(
