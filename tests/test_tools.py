@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -133,6 +135,65 @@ def test_bench_never_overwrites_a_users_file(tmp_path):
     assert data.read_bytes() == bytes(range(256)) * 4096
     assert neighbour.read_bytes() == b"keep me"
     assert set(tmp_path.iterdir()) == before
+
+
+def test_bench_never_writes_through_a_symlink(tmp_path):
+    # Its own default file in TMPDIR is a link to a user's file (small: bench would grow it;
+    # large: bench would read it): refused either way, the file untouched.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    for content in (b"precious\n", b"large" * (1 << 19)):
+        user = tmp_path / "user.txt"
+        user.write_bytes(content)
+        link = tmp / "gpufile-bench.bin"
+        link.symlink_to(user)
+        r = cli("bench", "--sizes", "1MiB", "--memory", "host", "--runs", "1",
+                "--json", env={"TMPDIR": str(tmp)})
+        assert r.returncode == 1, r.stderr
+        assert "is a symbolic link" in r.stderr and "never writes through a link" in r.stderr
+        err = json.loads(r.stdout)["error"]
+        assert (err["type"], err["path"]) == ("symlink", str(link))
+        assert user.read_bytes() == content and link.is_symlink()
+        assert sorted(p.name for p in tmp.iterdir()) == ["gpufile-bench.bin"]
+        link.unlink()
+    # --create on a dangling link creates nothing (not its target).
+    dangling = tmp_path / "dangling.bin"
+    dangling.symlink_to(tmp_path / "target.bin")
+    r = cli("bench", "--file", str(dangling), "--create", "--sizes", "1MiB", "--memory", "host",
+            "--runs", "1")
+    assert r.returncode == 1 and "is a symbolic link" in r.stderr, r.stderr
+    assert not (tmp_path / "target.bin").exists() and dangling.is_symlink()
+    # Its own file, made where nothing was: a regular file, reused by the next run.
+    r = cli("bench", "--sizes", "1MiB", "--memory", "host", "--runs", "1",
+            env={"TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr
+    own = tmp / "gpufile-bench.bin"
+    assert own.is_file() and not own.is_symlink() and own.stat().st_size == 1 << 20
+    assert sorted(p.name for p in tmp.iterdir()) == ["gpufile-bench.bin"]
+
+
+def test_an_interrupted_bench_leaves_no_file_behind(tmp_path):
+    data = tmp_path / "data.bin"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufile", "bench", "--file", str(data), "--create",
+         "--sizes", "16MiB", "--ops", "write", "--memory", "host", "--runs", "100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name.startswith(".gpufile-bench-write-") for p in tmp_path.iterdir()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no write file after 120 s"
+            time.sleep(0.02)
+        time.sleep(0.3)  # the sweep is writing it now
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted (SIGINT)" in err
+    # The data file it made stays (complete); the write file is gone.
+    assert [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+    assert data.stat().st_size == 16 << 20
 
 
 def test_bench_bad_arguments(tmp_path):

@@ -239,7 +239,8 @@ class CuFile:
     256
     """
 
-    def __init__(self, file: str | os.PathLike[str], flags: str = "r") -> None:
+    def __init__(self, file: str | bytes | os.PathLike[str] | os.PathLike[bytes],
+                 flags: str = "r") -> None:
         if not isinstance(flags, str):
             raise TypeError(f"flags must be a str, not {type(flags).__name__}")
         self._file = _native.NativeFile(os.fspath(file), flags)

@@ -27,7 +27,7 @@ class Mmap:
 
     Parameters
     ----------
-    file_path : str or os.PathLike
+    file_path : str, bytes or os.PathLike
         Path of the file.
     flags : str, optional
         ``"r"`` (read, the default) or ``"r+"`` (opened for reading and writing, mapped
@@ -68,7 +68,7 @@ class Mmap:
 
     def __init__(
         self,
-        file_path: str | os.PathLike[str],
+        file_path: str | bytes | os.PathLike[str] | os.PathLike[bytes],
         flags: str = "r",
         initial_map_size: int | None = None,
         initial_map_offset: int = 0,

@@ -58,6 +58,8 @@ __all__ = [
 DeviceLike = Union[str, int, Any]
 Filter = Union[Callable[[str], bool], Iterable[str], None]
 DeviceMap = Union[Mapping[str, DeviceLike], Callable[[str], DeviceLike], None]
+#: A path as Python's ``open`` takes one.
+PathArg = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 
 _FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "numpy": "numpy", "np": "numpy",
                "cupy": "cupy"}
@@ -136,8 +138,8 @@ class _Tensor:
 class _Checkpoint:
     """Validated headers of one or more files (the Rust core's table) and their open files."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
+    def __init__(self, path: PathArg) -> None:
+        self.path = os.fsdecode(path)
         self.native = _native.SafetensorsCheckpoint.open(self.path)
         self.files = [os.fspath(p) for p in self.native.files()]
         self.tensors = [_Tensor(row, i) for i, row in enumerate(self.native.tensors())]
@@ -306,7 +308,7 @@ def _placement(device: DeviceLike, device_map: DeviceMap) -> Callable[[str], int
     return place
 
 
-def _load(path: str | os.PathLike[str], device: DeviceLike, framework: str, filter: Filter,
+def _load(path: PathArg, device: DeviceLike, framework: str, filter: Filter,
           device_map: DeviceMap, own_memory: bool) -> dict[str, Any]:
     fw = _Framework(framework)
     ck = _Checkpoint(path)
@@ -350,7 +352,7 @@ def _load(path: str | os.PathLike[str], device: DeviceLike, framework: str, filt
     return {t.name: views[t.name] for t in selected}
 
 
-def load_checkpoint(path: str | os.PathLike[str], device: DeviceLike = "cpu", *,
+def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
                     framework: str = "pt", filter: Filter = None, device_map: DeviceMap = None,
                     own_memory: bool = False) -> dict[str, Any]:
     """Loads a checkpoint: one ``.safetensors`` file, a Hugging Face sharded checkpoint's
@@ -398,7 +400,7 @@ def load_checkpoint(path: str | os.PathLike[str], device: DeviceLike = "cpu", *,
     return _load(path, device, framework, filter, device_map, own_memory)
 
 
-def load_file(filename: str | os.PathLike[str], device: DeviceLike = "cpu", *,
+def load_file(filename: PathArg, device: DeviceLike = "cpu", *,
               framework: str = "pt", filter: Filter = None, device_map: DeviceMap = None,
               own_memory: bool = False) -> dict[str, Any]:
     """Loads one ``.safetensors`` file (``safetensors.torch.load_file``'s name and arguments;
@@ -484,7 +486,7 @@ class safe_open:  # noqa: N801 - safetensors' name
         As :func:`load_checkpoint`; the headers are read and validated here.
     """
 
-    def __init__(self, filename: str | os.PathLike[str], framework: str = "pt",
+    def __init__(self, filename: PathArg, framework: str = "pt",
                  device: DeviceLike = "cpu") -> None:
         self._fw = _Framework(framework)
         self._dev = _device(device)

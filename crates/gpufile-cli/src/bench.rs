@@ -5,9 +5,11 @@
 //! dimension (threads, size, task size), one line per setting, the spread across runs shown.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use gpufile::config::{Input, Name, Settings};
 use gpufile::cuda::DeviceBuffer;
@@ -18,17 +20,18 @@ use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
 use serde_json::json;
 
+use crate::interrupt::Interrupts;
 use crate::{emit_json, out, parse_size_arg, CliError, CliResult};
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct BenchArgs {
     /// The file to read: an existing regular file at least as large as the largest size, never
     /// modified. Without it, gpufile makes (and reuses) its own file `gpufile-bench.bin` in the
-    /// temporary folder.
+    /// temporary folder (a symlink there is refused, never written through).
     #[arg(long)]
     file: Option<PathBuf>,
-    /// Make `--file` (pseudo-random bytes) when it does not exist yet. An existing file is
-    /// never overwritten.
+    /// Make `--file` (pseudo-random bytes) when nothing is at the path yet. An existing file is
+    /// never overwritten, and a symlink (dangling or not) never followed.
     #[arg(long)]
     create: bool,
     /// Request sizes.
@@ -121,11 +124,41 @@ fn drop_caches(path: &Path) -> CliResult {
 }
 
 /// The benchmark's data file. A user's `--file` is only read: it must be a regular file of at
-/// least `size` bytes. gpufile writes only a file it makes: `--file` with `--create` when the path
-/// does not exist yet, or its own default file.
-fn ensure_file(path: &Path, size: usize, own: bool, create: bool) -> Result<Vec<u8>, CliError> {
+/// least `size` bytes (a symlink to one is read). gpufile writes only a file it makes: `--file`
+/// with `--create` when nothing is at the path yet (not even a dangling symlink), or its own
+/// default file, which must be a regular file (never a symlink) or absent. A file is made under
+/// a temporary name in the same folder (O_EXCL, removed on an error or an interrupt), then
+/// renamed into place, so no byte goes through a symlink and no half-written file is left.
+fn ensure_file(
+    path: &Path,
+    size: usize,
+    own: bool,
+    create: bool,
+    interrupts: &Interrupts,
+) -> Result<Vec<u8>, CliError> {
     let os = |e: std::io::Error| CliError::from(e).with_path(path);
     let refuse = |kind: &str, message: String| CliError::new(kind, message).with_path(path);
+    if let Ok(l) = std::fs::symlink_metadata(path) {
+        if l.file_type().is_symlink() && (own || std::fs::metadata(path).is_err()) {
+            let target = std::fs::read_link(path).unwrap_or_default();
+            let (rule, way_out) = match own {
+                true => ("makes its own data file here", "give --file"),
+                false => (
+                    "makes a --create file only where nothing is",
+                    "name another --file",
+                ),
+            };
+            return Err(refuse(
+                "symlink",
+                format!(
+                    "{} is a symbolic link (to {}): bench {rule}, and never writes through a \
+                     link; remove it or {way_out}",
+                    path.display(),
+                    target.display(),
+                ),
+            ));
+        }
+    }
     match std::fs::metadata(path) {
         Ok(m) if !m.is_file() => {
             return Err(refuse(
@@ -138,7 +171,12 @@ fn ensure_file(path: &Path, size: usize, own: bool, create: bool) -> Result<Vec<
         }
         Ok(m) if m.len() as usize >= size => {
             let mut data = vec![0u8; size];
-            let f = std::fs::File::open(path).map_err(os)?;
+            let mut open = std::fs::OpenOptions::new();
+            if own {
+                // Checked above; a link put there since is not followed.
+                open.custom_flags(libc::O_NOFOLLOW);
+            }
+            let f = open.read(true).open(path).map_err(os)?;
             std::os::unix::fs::FileExt::read_exact_at(&f, &mut data, 0).map_err(os)?;
             return Ok(data);
         }
@@ -178,7 +216,36 @@ fn ensure_file(path: &Path, size: usize, own: bool, create: bool) -> Result<Vec<
         units::size(size as u64),
         path.display()
     );
-    std::fs::write(path, &data).map_err(os)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    // The permissions `std::fs::write` would give (0o666 less the umask), not a temporary
+    // file's 0o600: the data file stays after bench.
+    let mut made = tempfile::Builder::new()
+        .prefix(".gpufile-bench-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir.unwrap_or(Path::new(".")))
+        .map_err(os)?;
+    for chunk in data.chunks(16 << 20) {
+        interrupts.check()?;
+        made.write_all(chunk).map_err(os)?;
+    }
+    interrupts.check()?;
+    // Its own file replaces an older, smaller one (a rename replaces a link put there since,
+    // never its target); a --create file takes the name only if nothing has it.
+    let placed = match own {
+        true => made.persist(path),
+        false => made.persist_noclobber(path),
+    };
+    placed.map_err(|e| match e.error.kind() {
+        std::io::ErrorKind::AlreadyExists => refuse(
+            "os",
+            format!(
+                "{} appeared while bench was making it; bench never replaces a file it did \
+                 not make",
+                path.display()
+            ),
+        ),
+        _ => os(e.error),
+    })?;
     Ok(data)
 }
 
@@ -222,7 +289,15 @@ impl Buf {
         })
     }
 
-    fn transfer(&mut self, f: &FileHandle, write: bool, s: &Settings) -> gpufile::Result<usize> {
+    /// Moves the buffer to or from `f`; on a signal, the request's tasks not yet started are
+    /// cancelled and the running ones waited for (they use the buffer), then `Ok(None)`.
+    fn transfer(
+        &mut self,
+        f: &FileHandle,
+        write: bool,
+        s: &Settings,
+        interrupts: &Interrupts,
+    ) -> gpufile::Result<Option<usize>> {
         let buffer = match self {
             Buf::Host(v) => Buffer::host(v),
             Buf::Device(d) => Buffer::Device {
@@ -234,8 +309,19 @@ impl Buf {
             true => Request::write(buffer, 0),
             false => Request::read(buffer, 0),
         };
-        // SAFETY: the buffer is borrowed until the future is waited on, within this call.
-        unsafe { f.submit(req, Some(s)) }?.wait()
+        // SAFETY: the buffer is borrowed until the future is waited on, within this call
+        // (an interrupted one too).
+        let fut = unsafe { f.submit(req, Some(s)) }?;
+        loop {
+            if let Some(r) = fut.wait_timeout(Duration::from_millis(50)) {
+                return r.map(Some);
+            }
+            if interrupts.caught().is_some() {
+                fut.cancel();
+                let _ = fut.wait();
+                return Ok(None);
+            }
+        }
     }
 }
 
@@ -290,7 +376,9 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("gpufile-bench.bin"));
     let max = sizes.iter().copied().max().unwrap_or(0);
-    let reference = ensure_file(&file, max, own, args.create)?;
+    // From here on a Ctrl-C stops the sweep and removes the files it was making.
+    let interrupts = Interrupts::catch()?;
+    let reference = ensure_file(&file, max, own, args.create, &interrupts)?;
     // Writes go to a file bench makes itself (never an existing one) and removes afterwards.
     let scratch = if args.ops.iter().any(|o| o == "write") {
         let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
@@ -347,13 +435,17 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
                 } else {
                     buf.clear()?;
                 }
+                interrupts.check()?;
                 if cache == "cold" {
                     drop_caches(&file)?;
                 }
                 let f = FileHandle::open(target, if write { "w" } else { "r" })?;
                 let start = Instant::now();
-                let n = buf.transfer(&f, write, &settings)?;
+                let n = buf.transfer(&f, write, &settings, &interrupts)?;
                 times.push(start.elapsed().as_secs_f64());
+                let Some(n) = n else {
+                    return interrupts.check();
+                };
                 drop(f);
                 verified &= n == size
                     && if write {
@@ -475,7 +567,6 @@ fn check_plotting() -> CliResult {
 }
 
 fn plot(results: &[serde_json::Value], image: &Path, units: Units, quiet: bool) -> CliResult {
-    use std::io::Write;
     let mut child = std::process::Command::new(python())
         .args(["-c", PLOT])
         .arg(image)

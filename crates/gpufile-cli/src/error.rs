@@ -87,13 +87,19 @@ impl From<gpufile::Error> for CliError {
             E::Os { path, .. }
             | E::UnexpectedEof { path, .. }
             | E::NotReadable { path, .. }
-            | E::NotWritable { path, .. } => Some(path.clone()),
+            | E::NotWritable { path, .. }
+            | E::NotSeekable { path, .. } => Some(path.clone()),
             // Redacted by gpufile-remote: no signature or key.
             E::Remote { url, .. } => Some(url.into()),
             _ => None,
         };
+        // The kind `read` and `bench` give every file they cannot read by offset.
+        let kind = match &e {
+            E::NotSeekable { .. } => "not-a-regular-file".to_owned(),
+            _ => kebab_variant(&format!("{e:?}")),
+        };
         CliError {
-            kind: kebab_variant(&format!("{e:?}")),
+            kind,
             message: e.to_string(),
             errno: e.errno(),
             path,

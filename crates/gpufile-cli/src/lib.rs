@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 mod bench;
 mod destination;
 mod error;
+mod interrupt;
 mod load;
 use destination::{default_memory, Destination};
 use error::CliError;

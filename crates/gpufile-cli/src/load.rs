@@ -69,6 +69,13 @@ impl From<FormatError> for CliError {
                 return err;
             }
             FormatError::UnknownTensor { path, .. } => ("unknown-tensor", Some(path)),
+            // As `read` refuses one.
+            FormatError::NotSeekable { ref path, .. } => {
+                let mut err = CliError::new("not-a-regular-file", message).with_path(path);
+                err.errno = e.errno();
+                return err;
+            }
+            FormatError::OutsideCheckpoint { file, .. } => ("safetensors", Some(file)),
             FormatError::TooShort { path, .. }
             | FormatError::HeaderTooLarge { path, .. }
             | FormatError::HeaderPastEnd { path, .. }

@@ -197,3 +197,77 @@ fn negative_offsets_and_sizes_say_they_must_be_non_negative() {
         );
     }
 }
+
+/// Ctrl-C while `bench --ops write` runs: the write file is removed, the data file it made
+/// stays complete, and the exit status is 130 (128 + SIGINT).
+#[test]
+fn an_interrupted_bench_removes_its_write_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.bin");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufile"))
+        .args(["bench", "--file", data.to_str().unwrap(), "--create"])
+        .args([
+            "--sizes", "16MiB", "--ops", "write", "--memory", "host", "--runs", "100000",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let names = || -> Vec<String> {
+        let mut v: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let start = std::time::Instant::now();
+    while !names()
+        .iter()
+        .any(|n| n.starts_with(".gpufile-bench-write-"))
+    {
+        assert!(child.try_wait().unwrap().is_none(), "bench ended early");
+        assert!(start.elapsed().as_secs() < 120, "no write file after 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted (SIGINT)"), "{err}");
+    assert_eq!(names(), ["data.bin"]);
+    assert_eq!(std::fs::metadata(&data).unwrap().len(), 16 << 20);
+}
+
+/// bench's own file in TMPDIR is a symlink to a user's file: refused, the file untouched; and
+/// `--file` naming a dangling symlink with `--create` creates nothing.
+#[test]
+fn bench_never_writes_through_a_symlink() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = dir.path().join("user.txt");
+    std::fs::write(&user, b"precious\n").unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::os::unix::fs::symlink(&user, tmp.join("gpufile-bench.bin")).unwrap();
+    let args = [
+        "bench", "--sizes", "1MiB", "--memory", "host", "--runs", "1",
+    ];
+    let o = gpufile(&args, &[("TMPDIR", tmp.to_str().unwrap())]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert_eq!(std::fs::read(&user).unwrap(), b"precious\n");
+
+    let dangling = dir.path().join("dangling.bin");
+    std::os::unix::fs::symlink(dir.path().join("target.bin"), &dangling).unwrap();
+    let mut args = vec!["bench", "--file", dangling.to_str().unwrap(), "--create"];
+    args.extend(["--sizes", "1MiB", "--memory", "host", "--runs", "1"]);
+    let o = gpufile(&args, &[]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(!dir.path().join("target.bin").exists());
+}

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
 use crate::buffer::{wait_for_stream, BufferView};
-use crate::errors::{to_py, type_name, uint_arg, GpufileError};
+use crate::errors::{to_py, type_name, uint_arg, GpufileError, PathArg};
 use crate::tools::json_to_py;
 
 /// Extra folders to find libcufile.so.0 in (before the system loader).
@@ -51,9 +51,9 @@ pub(crate) fn cufile_parameters(py: Python<'_>) -> PyResult<Vec<(String, String)
 #[pyfunction]
 #[pyo3(signature = (path=None))]
 pub(crate) fn cufile_config(
-    path: Option<std::path::PathBuf>,
+    path: Option<PathArg>,
 ) -> PyResult<(std::path::PathBuf, Vec<(String, String)>)> {
-    let path = path.unwrap_or_else(gpufile::cufile::config_path);
+    let path = path.map_or_else(gpufile::cufile::config_path, |p| p.0);
     let values = gpufile::cufile::read_config(&path).map_err(to_py)?;
     Ok((path, values))
 }

@@ -15,7 +15,7 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyTuple, PyType};
 
 pyo3::create_exception!(
     gpufile,
@@ -184,6 +184,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
 /// [`to_py`] for one error, `more` appended to its message.
 fn to_py_with(e: Error, more: &str) -> PyErr {
     let text = format!("{e}{more}");
+    let errno = e.errno().unwrap_or(0);
     match e {
         Error::Os {
             errno,
@@ -206,6 +207,24 @@ fn to_py_with(e: Error, more: &str) -> PyErr {
             let args = (errno, what, path.to_string_lossy().into_owned());
             let picked = PyOSError::new_err(args.clone()).into_value(py);
             let base = picked.bind(py).get_type();
+            match args.into_pyobject(py) {
+                Ok(args) => compat_err(py, &base, args),
+                Err(e) => e,
+            }
+        }),
+        // OSError(ESPIPE, ...): what pread would have answered, and what Python's `open` types
+        // an OS refusal as; also a RuntimeError, as every failed open.
+        // The path is the exception's `filename`, shown after the text as for other OS errors.
+        Error::NotSeekable { ref path, what } => Python::attach(|py| {
+            let args = (
+                errno,
+                format!(
+                    "Unable to open file: is {what} (gpufile reads and writes at file offsets, \
+                     which {what} does not have)"
+                ),
+                path.to_string_lossy().into_owned(),
+            );
+            let base = py.get_type::<PyOSError>();
             match args.into_pyobject(py) {
                 Ok(args) => compat_err(py, &base, args),
                 Err(e) => e,
@@ -243,6 +262,26 @@ fn to_py_with(e: Error, more: &str) -> PyErr {
         | Error::InvalidSetting { .. }
         | Error::InvalidEnv { .. } => PyValueError::new_err(text),
         _ => GpufileError::new_err(text),
+    }
+}
+
+/// A path argument as Python's `open` takes one: a `str`, a `bytes`, or an `os.PathLike` whose
+/// `__fspath__` returns either. Bytes are the file name as the kernel sees it; a `str` is
+/// encoded as `os.fsencode` does. Anything else is Python's own `TypeError` ("expected str,
+/// bytes or os.PathLike object, not int").
+pub(crate) struct PathArg(pub std::path::PathBuf);
+
+impl FromPyObject<'_, '_> for PathArg {
+    type Error = PyErr;
+
+    fn extract(ob: Borrowed<'_, '_, PyAny>) -> PyResult<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = ob.py().import("os")?.getattr("fspath")?.call1((ob,))?;
+        if let Ok(bytes) = path.cast::<PyBytes>() {
+            let name = std::ffi::OsStr::from_bytes(bytes.as_bytes());
+            return Ok(PathArg(name.into()));
+        }
+        Ok(PathArg(path.extract()?))
     }
 }
 

@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
-use crate::errors::{to_py, uint_arg};
+use crate::errors::{to_py, uint_arg, PathArg};
 
 /// An open file (the engine under `gpufile.CuFile`).
 #[pyclass(frozen, module = "gpufile._native")]
@@ -132,8 +132,8 @@ impl NativeFile {
 #[pymethods]
 impl NativeFile {
     #[new]
-    fn new(py: Python<'_>, path: std::path::PathBuf, flags: &str) -> PyResult<Self> {
-        let flags = flags.to_owned();
+    fn new(py: Python<'_>, path: PathArg, flags: &str) -> PyResult<Self> {
+        let (path, flags) = (path.0, flags.to_owned());
         let handle = py
             .detach(move || FileHandle::open(path, &flags))
             .map_err(to_py)?;
@@ -400,7 +400,7 @@ pub(crate) fn submit_batch(
         let handle = match file.cast::<NativeFile>() {
             Ok(f) => f.get().handle()?,
             Err(_) => {
-                let path: std::path::PathBuf = file.extract().map_err(|_| bad())?;
+                let PathArg(path) = file.extract().map_err(|_| bad())?;
                 py.detach(|| FileHandle::open(path, flags)).map_err(to_py)?
             }
         };

@@ -12,7 +12,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 
 use crate::buffer::BufferView;
-use crate::errors::{to_py, type_name, uint_arg};
+use crate::errors::{to_py, type_name, uint_arg, PathArg};
 use crate::file::{submit_source, wait_interruptibly, NativeFuture};
 
 /// KvikIO raises `RuntimeError` where gpufile raises a more precise type (a file that does not
@@ -163,7 +163,7 @@ impl NativeMmap {
     #[pyo3(signature = (file_path, flags="r", initial_map_size=None, initial_map_offset=None, mode=None, map_flags=None))]
     fn new(
         py: Python<'_>,
-        file_path: std::path::PathBuf,
+        file_path: PathArg,
         flags: &str,
         initial_map_size: Option<&Bound<'_, PyAny>>,
         initial_map_offset: Option<&Bound<'_, PyAny>>,
@@ -179,7 +179,7 @@ impl NativeMmap {
         };
         let flags = flags.to_owned();
         let source = py
-            .detach(move || MmapSource::open(file_path, &flags, options))
+            .detach(move || MmapSource::open(file_path.0, &flags, options))
             .map_err(|e| open_error(py, e))?;
         Ok(NativeMmap {
             source: Mutex::new(Some(Arc::new(source))),

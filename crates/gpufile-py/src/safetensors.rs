@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use gpufile::formats::safetensors::{Checkpoint, FormatError, PlanOptions};
+
+use crate::errors::PathArg;
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -20,6 +22,7 @@ pyo3::create_exception!(
 /// everything else → `SafetensorError` (a `ValueError`).
 fn to_py(e: FormatError) -> PyErr {
     let text = e.to_string();
+    let errno = e.errno().unwrap_or(0);
     match e {
         FormatError::Io { path, source } => match source.raw_os_error() {
             Some(errno) => PyOSError::new_err((
@@ -29,6 +32,11 @@ fn to_py(e: FormatError) -> PyErr {
             )),
             None => PyOSError::new_err(text),
         },
+        FormatError::NotSeekable { path, what } => PyOSError::new_err((
+            errno,
+            format!("is {what}: safetensors files are read at offsets, which {what} does not have"),
+            path.to_string_lossy().into_owned(),
+        )),
         FormatError::UnknownTensor { .. } => PyKeyError::new_err(text),
         FormatError::InvalidOptions(_) => PyValueError::new_err(text),
         _ => SafetensorError::new_err(text),
@@ -52,8 +60,8 @@ impl SafetensorsCheckpoint {
     /// Opens a file, a `*.safetensors.index.json` or a directory; reads every header (GIL
     /// released).
     #[staticmethod]
-    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let inner = py.detach(|| Checkpoint::open(&path)).map_err(to_py)?;
+    fn open(py: Python<'_>, path: PathArg) -> PyResult<Self> {
+        let inner = py.detach(|| Checkpoint::open(&path.0)).map_err(to_py)?;
         Ok(SafetensorsCheckpoint { inner })
     }
 

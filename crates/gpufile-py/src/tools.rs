@@ -9,7 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList};
 
-use crate::errors::to_py;
+use crate::errors::{to_py, PathArg};
 
 /// An observation in progress (see `gpufile.observe`).
 #[pyclass(module = "gpufile._native")]
@@ -103,11 +103,11 @@ pub(crate) fn _inject_faults(rules: Vec<(String, u64, Bound<'_, PyAny>, u64)>) -
 pub(crate) fn page_cache_info(
     py: Python<'_>,
     fd: i32,
-    path: std::path::PathBuf,
+    path: PathArg,
     offset: u64,
     length: u64,
 ) -> PyResult<(u64, u64)> {
-    py.detach(|| gpufile::pagecache::page_cache_info(fd, &path, offset, length))
+    py.detach(|| gpufile::pagecache::page_cache_info(fd, &path.0, offset, length))
         .map_err(to_py)
 }
 
@@ -116,12 +116,12 @@ pub(crate) fn page_cache_info(
 pub(crate) fn drop_file_page_cache(
     py: Python<'_>,
     fd: i32,
-    path: std::path::PathBuf,
+    path: PathArg,
     offset: u64,
     length: u64,
     sync_first: bool,
 ) -> PyResult<()> {
-    py.detach(|| gpufile::pagecache::drop_file_page_cache(fd, &path, offset, length, sync_first))
+    py.detach(|| gpufile::pagecache::drop_file_page_cache(fd, &path.0, offset, length, sync_first))
         .map_err(to_py)
 }
 
@@ -168,10 +168,8 @@ pub(crate) fn in_flight() -> PyResult<usize> {
 /// `gpufile check`: `(dict, text)`.
 #[pyfunction]
 #[pyo3(signature = (path=None))]
-pub(crate) fn check(
-    py: Python<'_>,
-    path: Option<std::path::PathBuf>,
-) -> PyResult<(Py<PyAny>, String)> {
+pub(crate) fn check(py: Python<'_>, path: Option<PathArg>) -> PyResult<(Py<PyAny>, String)> {
+    let path = path.map(|p| p.0);
     let report = py.detach(|| gpufile_diag::check::check(path.as_deref()));
     Ok((json_to_py(py, &report.to_json())?, report.render()))
 }
@@ -193,9 +191,9 @@ pub(crate) fn explain(
     compat_mode: Option<&Bound<'_, PyAny>>,
     gds_threshold: Option<u64>,
     cufile: &str,
-    cufile_json: Option<std::path::PathBuf>,
+    cufile_json: Option<PathArg>,
     registered: bool,
-    file: Option<std::path::PathBuf>,
+    file: Option<PathArg>,
     run: bool,
 ) -> PyResult<(Py<PyAny>, String)> {
     let compat_mode = match compat_mode {
@@ -231,9 +229,10 @@ pub(crate) fn explain(
         compat_mode,
         gds_threshold: gds_threshold.map(to_usize).transpose()?,
         cufile: cufile.parse().map_err(to_py)?,
-        cufile_json,
+        cufile_json: cufile_json.map(|p| p.0),
         registered_buffer: registered,
     };
+    let file = file.map(|p| p.0);
     if run && file.is_none() {
         return Err(PyValueError::new_err("run=True needs file"));
     }

@@ -218,6 +218,20 @@ pub enum Error {
         /// What happened, in words: the request, the server's answer, the attempts made.
         reason: String,
     },
+    /// A file that has no offsets to read or write at (a FIFO, a socket): refused when it is
+    /// opened, before `open(2)` can wait for the other end. Regular files and block and
+    /// character devices are opened.
+    #[error(
+        "{} is {what}: gpufile reads and writes at file offsets (pread/pwrite), which {what} \
+         does not have",
+        path.display()
+    )]
+    NotSeekable {
+        /// The file.
+        path: PathBuf,
+        /// What it is ("a FIFO", "a socket").
+        what: &'static str,
+    },
 }
 
 /// The kinds of [`Error::Remote`].
@@ -245,6 +259,8 @@ impl Error {
         match self {
             Error::Os { errno, .. } => Some(*errno),
             Error::TasksFailed { first, .. } => first.errno(),
+            // What pread/pwrite would answer for it.
+            Error::NotSeekable { .. } => Some(libc::ESPIPE),
             _ => None,
         }
     }

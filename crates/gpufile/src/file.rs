@@ -132,15 +132,13 @@ pub struct FileHandle {
 
 impl FileHandle {
     /// Opens `path` with KvikIO's `flags`. A directory is [`Error::Os`] with `EISDIR`, as in
-    /// Python's `open`.
+    /// Python's `open`; a FIFO or a socket is [`Error::NotSeekable`], refused without waiting
+    /// for the FIFO's other end.
     pub fn open(path: impl AsRef<Path>, flags: &str) -> Result<Self> {
         let path = path.as_ref();
         let mode: OpenMode = flags.parse()?;
-        let file = mode
-            .options()
-            .open(path)
-            .map_err(|e| Error::os(Op::Open, path, 0, 0, e))?;
-        Self::with_file(file, path, mode)
+        let (file, meta) = crate::posix::open_file(&mut mode.options(), path)?;
+        Ok(Self::with_file(file, meta, path, mode))
     }
 
     /// A handle on the file that the open descriptor `fd` refers to (a Python file object's,
@@ -165,7 +163,8 @@ impl FileHandle {
             libc::O_WRONLY => OpenMode::Write,
             _ => OpenMode::ReadWrite,
         };
-        let file = match reopen(raw, mode.readable(), mode.writable(), 0) {
+        // Non-blocking, as `FileHandle::open`: reopening a FIFO would wait for its other end.
+        let file = match reopen(raw, mode.readable(), mode.writable(), libc::O_NONBLOCK) {
             Ok(file) => file,
             Err(_) if flags & libc::O_APPEND != 0 => {
                 return Err(Error::InvalidArgument(format!(
@@ -179,27 +178,21 @@ impl FileHandle {
                 .map(File::from)
                 .map_err(|e| Error::os(Op::Open, name, 0, 0, e))?,
         };
-        Self::with_file(file, name, mode)
+        let meta = crate::posix::seekable_blocking(&file, name)?;
+        Ok(Self::with_file(file, meta, name, mode))
     }
 
-    fn with_file(file: File, path: &Path, mode: OpenMode) -> Result<Self> {
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::os(Op::Stat, path, 0, 0, e))?;
-        if meta.is_dir() {
-            let e = std::io::Error::from_raw_os_error(libc::EISDIR);
-            return Err(Error::os(Op::Open, path, 0, 0, e));
-        }
+    fn with_file(file: File, meta: std::fs::Metadata, path: &Path, mode: OpenMode) -> Self {
         let size_seen = if meta.is_file() { meta.len() } else { u64::MAX };
         let local = LocalFile::new(file, path.to_owned(), mode.readable(), mode.writable());
-        Ok(FileHandle {
+        FileHandle {
             inner: Arc::new(Inner {
                 cufile: OnceLock::new(),
                 local: Arc::new(local),
                 mode,
                 size_seen: AtomicU64::new(size_seen),
             }),
-        })
+        }
     }
 
     /// The path it was opened with.

@@ -4,8 +4,9 @@
 //! most 0x7ffff000 bytes per call); these loops go on from where the kernel stopped, retry EINTR
 //! and EAGAIN, and turn a 0-byte read into [`Error::UnexpectedEof`].
 
+use std::fs::{File, Metadata, OpenOptions};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -50,6 +51,73 @@ pub fn pid() -> u32 {
         }
         id => id,
     }
+}
+
+/// Opens `path` for I/O at offsets: a regular file or a block or character device. A FIFO or a
+/// socket is [`Error::NotSeekable`] and a directory [`Error::Os`] with `EISDIR` (as Python's
+/// `open`). The open itself does not block: `open(2)` of a FIFO waits for its other end, in the
+/// kernel, where no signal ends the wait; so the file is opened with `O_NONBLOCK`, looked at,
+/// and `O_NONBLOCK` is cleared once it is a file gpufile reads and writes.
+///
+/// `options` must carry no custom flags of its own (they are replaced).
+pub(crate) fn open_file(options: &mut OpenOptions, path: &Path) -> Result<(File, Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match options.custom_flags(libc::O_NONBLOCK).open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            // ENXIO: a FIFO opened for writing while no one reads it, or a socket.
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                let meta = std::fs::metadata(path);
+                if let Some(refused) = meta.ok().and_then(|m| not_seekable(&m, path)) {
+                    return Err(refused);
+                }
+            }
+            return Err(Error::os(Op::Open, path, 0, 0, e));
+        }
+    };
+    let meta = seekable_blocking(&file, path)?;
+    Ok((file, meta))
+}
+
+/// A FIFO or a socket as [`Error::NotSeekable`]; `None` for what gpufile reads at offsets.
+fn not_seekable(meta: &Metadata, path: &Path) -> Option<Error> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = match () {
+        _ if t.is_fifo() => "a FIFO",
+        _ if t.is_socket() => "a socket",
+        _ => return None,
+    };
+    Some(Error::NotSeekable {
+        path: path.to_owned(),
+        what,
+    })
+}
+
+/// For a file opened with `O_NONBLOCK` (see [`open_file`]): its metadata once it is a file
+/// gpufile reads and writes at offsets (not a FIFO, a socket or a directory), with
+/// `O_NONBLOCK` cleared.
+pub(crate) fn seekable_blocking(file: &File, path: &Path) -> Result<Metadata> {
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::os(Op::Stat, path, 0, 0, e))?;
+    if let Some(refused) = not_seekable(&meta, path) {
+        return Err(refused);
+    }
+    if meta.is_dir() {
+        let e = io::Error::from_raw_os_error(libc::EISDIR);
+        return Err(Error::os(Op::Open, path, 0, 0, e));
+    }
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL and F_SETFL on the descriptor `file` owns; no memory is passed.
+    let cleared = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+    };
+    if !cleared {
+        return Err(Error::os(Op::Open, path, 0, 0, io::Error::last_os_error()));
+    }
+    Ok(meta)
 }
 
 /// A seam for tests: faults injected into gpufile's own `pread`/`pwrite` calls (host and device

@@ -285,3 +285,63 @@ fn uncached_ranges_read_directly_and_cached_ones_through_the_cache() {
     assert!(again == data);
     assert!(!h.local().uncached(0, 1 << 20));
 }
+
+/// Runs `f` on a thread and gives its result, or fails the test where it has not returned
+/// within 10 s (an open that waits for a FIFO's other end never returns).
+fn within_10s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("{what} still blocks after 10 s"))
+}
+
+#[test]
+fn a_fifo_is_refused_at_open_without_waiting_for_its_other_end() {
+    use gpufile::formats::safetensors::{Checkpoint, FormatError};
+    use gpufile::source::{MapOptions, MmapSource};
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["f", "f.safetensors", "model.safetensors.index.json"];
+    for name in names {
+        let status = std::process::Command::new("mkfifo")
+            .arg(dir.path().join(name))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let fifo = dir.path().join("f");
+    for flags in ["r", "r+", "w", "w+"] {
+        let p = fifo.clone();
+        let r = within_10s(flags, move || FileHandle::open(&p, flags).map(|_| ()));
+        match r {
+            Err(Error::NotSeekable { ref path, what }) => {
+                assert_eq!((path, what), (&fifo, "a FIFO"), "{flags}")
+            }
+            other => panic!("{flags}: expected NotSeekable, got {other:?}"),
+        }
+        let text = r.unwrap_err().to_string();
+        assert!(text.ends_with("is a FIFO: gpufile reads and writes at file offsets (pread/pwrite), which a FIFO does not have"), "{text}");
+    }
+    let p = fifo.clone();
+    let r = within_10s("Mmap", move || {
+        MmapSource::open(&p, "r", MapOptions::default()).map(|_| ())
+    });
+    assert!(matches!(r, Err(Error::NotSeekable { .. })), "{r:?}");
+    for name in &names[1..] {
+        let p = dir.path().join(name);
+        let r = within_10s(name, move || Checkpoint::open(&p).map(|_| ()));
+        match r {
+            Err(e @ FormatError::NotSeekable { .. }) => {
+                assert!(e.to_string().contains("is a FIFO"), "{e}")
+            }
+            other => panic!("{name}: expected NotSeekable, got {other:?}"),
+        }
+    }
+    // What opened before still opens: a character device, read by offset.
+    let null = FileHandle::open("/dev/null", "r+").unwrap();
+    assert_eq!(null.write(b"abc", 0, None).unwrap(), 3);
+    assert_eq!(null.open_flags().unwrap() & libc::O_NONBLOCK, 0);
+    let regular = FileHandle::open(dir.path().join("regular"), "w").unwrap();
+    assert_eq!(regular.open_flags().unwrap() & libc::O_NONBLOCK, 0);
+}

@@ -381,6 +381,131 @@ pub enum FormatError {
     /// Plan options out of range.
     #[error("invalid plan options: {0}")]
     InvalidOptions(String),
+    /// A FIFO or a socket where a file was expected: refused before `open(2)` can wait for the
+    /// FIFO's other end.
+    #[error(
+        "{} is {what}: safetensors files are read at offsets, which {what} does not have",
+        path.display()
+    )]
+    NotSeekable {
+        /// The file.
+        path: PathBuf,
+        /// What it is ("a FIFO", "a socket").
+        what: &'static str,
+    },
+    /// A shard (or an index) of a directory whose real path, symlinks followed, lies outside
+    /// the directory.
+    #[error(
+        "{}: {} resolves to {}, outside the checkpoint's directory {}; a checkpoint's files \
+         must lie inside it (symlinks within it, or from a Hugging Face snapshot into its \
+         repository's blobs folder, are followed)",
+        checkpoint.display(),
+        file.display(),
+        real.display(),
+        dir.display()
+    )]
+    OutsideCheckpoint {
+        /// What was opened (directory or index).
+        checkpoint: PathBuf,
+        /// The file as the directory or the index names it.
+        file: PathBuf,
+        /// Where it leads.
+        real: PathBuf,
+        /// The checkpoint's directory (its real path).
+        dir: PathBuf,
+    },
+}
+
+impl FormatError {
+    /// The OS error number, where there is one (a FIFO's is `ESPIPE`, what `pread` answers).
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            FormatError::Io { source, .. } => source.raw_os_error(),
+            FormatError::NotSeekable { .. } => Some(libc::ESPIPE),
+            _ => None,
+        }
+    }
+}
+
+/// Opens `real` for reading without blocking on a FIFO (see `posix::open_file`); errors name
+/// it `path`.
+fn open_for_reading(path: &Path, real: &Path) -> Result<(File, std::fs::Metadata)> {
+    crate::posix::open_file(std::fs::OpenOptions::new().read(true), real).map_err(|e| match e {
+        crate::Error::NotSeekable { what, .. } => FormatError::NotSeekable {
+            path: path.to_owned(),
+            what,
+        },
+        crate::Error::Os { errno, .. } => FormatError::Io {
+            path: path.to_owned(),
+            source: io::Error::from_raw_os_error(errno),
+        },
+        other => FormatError::Io {
+            path: path.to_owned(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, other.to_string()),
+        },
+    })
+}
+
+/// Where a checkpoint directory's files may lie, by real path: the directory itself and, for a
+/// Hugging Face hub snapshot (`<repo>/snapshots/<revision>/`, whose files are symlinks to
+/// `../../blobs/<hash>`), that repository's `blobs` folder. Symlinks are followed as long as
+/// they lead there; a file that leads anywhere else (`/etc/passwd`, another user's data, a
+/// folder linked from outside) is refused before it is opened.
+struct Containment {
+    /// The directory, as the caller named it (for errors).
+    checkpoint: PathBuf,
+    /// Its real path.
+    dir: PathBuf,
+    /// The real paths files may lie under: `dir`, and a snapshot's `blobs` folder.
+    roots: Vec<PathBuf>,
+}
+
+impl Containment {
+    fn new(checkpoint: &Path, dir: &Path) -> Result<Containment> {
+        let dir = std::fs::canonicalize(dir).map_err(|source| FormatError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let mut roots = vec![dir.clone()];
+        let snapshots = dir
+            .parent()
+            .filter(|p| p.file_name() == Some("snapshots".as_ref()));
+        if let Some(repo) = snapshots.and_then(Path::parent) {
+            if let Ok(blobs) = std::fs::canonicalize(repo.join("blobs")) {
+                if blobs.is_dir() {
+                    roots.push(blobs);
+                }
+            }
+        }
+        Ok(Containment {
+            checkpoint: checkpoint.to_owned(),
+            dir,
+            roots,
+        })
+    }
+
+    /// The real path of `file`, a file of the checkpoint, or why it may not be read.
+    fn check(&self, file: &Path) -> Result<PathBuf> {
+        let real = std::fs::canonicalize(file).map_err(|source| FormatError::Io {
+            path: file.to_owned(),
+            source,
+        })?;
+        match self.roots.iter().any(|r| real.starts_with(r)) {
+            true => Ok(real),
+            false => Err(FormatError::OutsideCheckpoint {
+                checkpoint: self.checkpoint.clone(),
+                file: file.to_owned(),
+                real,
+                dir: self.dir.clone(),
+            }),
+        }
+    }
+
+    /// Reads the header of `file` after checking where it lies; the header keeps the name.
+    fn read_header(&self, file: &Path) -> Result<Header> {
+        let real = self.check(file)?;
+        Header::read_from(file, &real)
+    }
 }
 
 /// One tensor of a file, as its header describes it (validated).
@@ -659,15 +784,16 @@ impl Header {
     /// Reads and validates the header of the file at `path`: two small reads (the length,
     /// then the JSON), the JSON's allocation bounded by [`MAX_HEADER_LEN`] and the file size.
     pub fn read(path: &Path) -> Result<Header> {
+        Header::read_from(path, path)
+    }
+
+    /// [`Header::read`] of the file at `real`, reported as `path`.
+    fn read_from(path: &Path, real: &Path) -> Result<Header> {
         let io_err = |source| FormatError::Io {
             path: path.to_owned(),
             source,
         };
-        let file = File::open(path).map_err(io_err)?;
-        let meta = file.metadata().map_err(io_err)?;
-        if meta.is_dir() {
-            return Err(io_err(io::Error::from_raw_os_error(libc::EISDIR)));
-        }
+        let (file, meta) = open_for_reading(path, real)?;
         let file_size = meta.len();
         let mut first = [0u8; 8];
         let got = if file_size >= 8 {
@@ -807,6 +933,8 @@ impl Checkpoint {
         };
         let meta = std::fs::metadata(path).map_err(io_err)?;
         if !meta.is_dir() {
+            // A file the caller names is read wherever it leads (a Hugging Face snapshot's
+            // files are symlinks into its blobs folder).
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             return if name.ends_with(".json") {
                 Checkpoint::open_index(path)
@@ -831,13 +959,18 @@ impl Checkpoint {
                 shards.push(p);
             }
         }
+        let inside = Containment::new(path, path)?;
         let preferred = path.join(INDEX_FILE_NAME);
         if indexes.contains(&preferred) {
+            inside.check(&preferred)?;
             return Checkpoint::open_index(&preferred);
         }
         match indexes.len() {
             0 => {}
-            1 => return Checkpoint::open_index(&indexes[0]),
+            1 => {
+                inside.check(&indexes[0])?;
+                return Checkpoint::open_index(&indexes[0]);
+            }
             _ => {
                 indexes.sort();
                 let names: Vec<_> = indexes.iter().map(|p| p.display().to_string()).collect();
@@ -856,13 +989,15 @@ impl Checkpoint {
         shards.sort();
         let headers = shards
             .iter()
-            .map(|p| Header::read(p))
+            .map(|p| inside.read_header(p))
             .collect::<Result<Vec<_>>>()?;
         Checkpoint::from_headers(path, headers, None, None)
     }
 
     /// Opens a sharded checkpoint by its index (`{"metadata": {...}, "weight_map": {tensor:
-    /// file}}`); shard names are relative to the index's directory and may not leave it.
+    /// file}}`); shard names are relative to the index's directory and may not leave it, by
+    /// name or by symlink (see `Containment`: a Hugging Face snapshot's links into its blobs
+    /// folder are followed).
     pub fn open_index(index: &Path) -> Result<Checkpoint> {
         let bad = |reason: String| FormatError::InvalidIndex {
             path: index.to_owned(),
@@ -872,8 +1007,8 @@ impl Checkpoint {
             path: index.to_owned(),
             source,
         };
-        let file = File::open(index).map_err(io_err)?;
-        let len = file.metadata().map_err(io_err)?.len();
+        let (file, meta) = open_for_reading(index, index)?;
+        let len = meta.len();
         if len > MAX_INDEX_LEN {
             return Err(bad(format!(
                 "{len} bytes is larger than the limit of {MAX_INDEX_LEN}"
@@ -888,7 +1023,10 @@ impl Checkpoint {
             weight_map: Entries,
         }
         let raw: RawIndex = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
-        let dir = index.parent().unwrap_or(Path::new("."));
+        let dir = match index.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
         let mut shard_names: Vec<String> = Vec::new();
         let mut map: Vec<(String, String)> = Vec::with_capacity(raw.weight_map.0.len());
         for (tensor, file) in raw.weight_map.0 {
@@ -913,9 +1051,10 @@ impl Checkpoint {
         }
         shard_names.sort();
         shard_names.dedup();
+        let inside = Containment::new(index, dir)?;
         let headers = shard_names
             .iter()
-            .map(|f| Header::read(&dir.join(f)))
+            .map(|f| inside.read_header(&dir.join(f)))
             .collect::<Result<Vec<_>>>()?;
         let position: HashMap<&str, usize> = shard_names
             .iter()

@@ -176,8 +176,9 @@ impl MmapSource {
     /// Errors (KvikIO's messages): an unknown or writing flag, a zero-byte region, bad
     /// `map_flags` → [`Error::InvalidArgument`]; an offset at or past the end of the file, a
     /// region past it → [`Error::OutOfRange`]; a file that does not open or does not map →
-    /// [`Error::Os`]. An empty file maps nothing (KvikIO's behaviour); a region asked for in it
-    /// is refused (KvikIO accepts it, and every read then fails).
+    /// [`Error::Os`]; a FIFO or a socket → [`Error::NotSeekable`]. An empty file maps nothing
+    /// (KvikIO's behaviour); a region asked for in it is refused (KvikIO accepts it, and every
+    /// read then fails).
     pub fn open(path: impl AsRef<Path>, flags: &str, options: MapOptions) -> Result<Self> {
         let path = path.as_ref();
         let write = parse_flags(flags)?;
@@ -188,19 +189,9 @@ impl MmapSource {
                 options.mode
             )));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(write)
-            .mode(options.mode)
-            .open(path)
-            .map_err(|e| Error::os(Op::Open, path, 0, 0, e))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::os(Op::Stat, path, 0, 0, e))?;
-        if meta.is_dir() {
-            let e = std::io::Error::from_raw_os_error(libc::EISDIR);
-            return Err(Error::os(Op::Open, path, 0, 0, e));
-        }
+        let mut open = OpenOptions::new();
+        open.read(true).write(write).mode(options.mode);
+        let (file, meta) = crate::posix::open_file(&mut open, path)?;
         let file_size = meta.len();
         let offset = options.offset;
         let mut source = MmapSource {

@@ -532,3 +532,124 @@ proptest! {
         prop_assert_eq!(plan.bytes(), selected_bytes);
     }
 }
+
+#[test]
+fn symlinks_may_not_lead_a_checkpoints_files_out_of_its_directory() {
+    use std::os::unix::fs::symlink;
+    let root = tempfile::tempdir().unwrap();
+    let outside = root.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let secret = write(
+        &outside,
+        "secret.safetensors",
+        &file(&json!({"s": t("U8", &[1], 0, 1)}), 1),
+    );
+    let d = root.path().join("ck");
+    std::fs::create_dir_all(d.join("real")).unwrap();
+    write(
+        &d.join("real"),
+        "a.safetensors",
+        &file(&json!({"a": t("U8", &[2], 0, 2)}), 2),
+    );
+    // A link that stays inside is followed.
+    symlink("real/a.safetensors", d.join("a.safetensors")).unwrap();
+    assert_eq!(Checkpoint::open(&d).unwrap().entries.len(), 1);
+
+    // A shard linked to a file outside: refused by directory, and by index.
+    symlink(&secret, d.join("b.safetensors")).unwrap();
+    let refused = |e: FormatError| match e {
+        FormatError::OutsideCheckpoint {
+            ref file, ref real, ..
+        } => {
+            assert_eq!(real, &std::fs::canonicalize(&secret).unwrap());
+            let text = e.to_string();
+            assert!(
+                text.contains("outside the checkpoint's directory"),
+                "{text}"
+            );
+            file.clone()
+        }
+        other => panic!("expected OutsideCheckpoint, got {other:?}"),
+    };
+    assert!(refused(Checkpoint::open(&d).unwrap_err()).ends_with("b.safetensors"));
+    let index = json!({"weight_map": {"a": "a.safetensors", "s": "b.safetensors"}});
+    let index_path = write(&d, INDEX_FILE_NAME, index.to_string().as_bytes());
+    refused(Checkpoint::open(&d).unwrap_err());
+    refused(Checkpoint::open(&index_path).unwrap_err());
+    // A folder linked from outside.
+    std::fs::remove_file(d.join("b.safetensors")).unwrap();
+    symlink(&outside, d.join("sub")).unwrap();
+    let index = json!({"weight_map": {"a": "a.safetensors", "s": "sub/secret.safetensors"}});
+    write(&d, INDEX_FILE_NAME, index.to_string().as_bytes());
+    refused(Checkpoint::open(&d).unwrap_err());
+    // A shard linked to a file that is no safetensors file is refused before it is read.
+    std::fs::remove_file(d.join(INDEX_FILE_NAME)).unwrap();
+    let passwd = write(&outside, "passwd", b"root:x:0:0:root:/root:/bin/bash\n");
+    symlink(&passwd, d.join("c.safetensors")).unwrap();
+    let e = Checkpoint::open(&d).unwrap_err();
+    assert!(matches!(e, FormatError::OutsideCheckpoint { .. }), "{e}");
+    // An index linked from outside the directory is refused too.
+    std::fs::remove_file(d.join("c.safetensors")).unwrap();
+    let foreign = write(
+        &outside,
+        "index.json",
+        json!({"weight_map": {"a": "a.safetensors"}})
+            .to_string()
+            .as_bytes(),
+    );
+    symlink(&foreign, d.join(INDEX_FILE_NAME)).unwrap();
+    let e = Checkpoint::open(&d).unwrap_err();
+    assert!(matches!(e, FormatError::OutsideCheckpoint { .. }), "{e}");
+    // A file the caller names is read wherever it leads.
+    assert_eq!(Checkpoint::open(&secret).unwrap().entries.len(), 1);
+}
+
+/// Hugging Face hub's cache: `<repo>/snapshots/<revision>/<name>` are symlinks to
+/// `../../blobs/<hash>`; such a snapshot opens by directory and by index.
+#[test]
+fn a_hugging_face_snapshots_links_into_its_blobs_are_followed() {
+    use std::os::unix::fs::symlink;
+    let root = tempfile::tempdir().unwrap();
+    let repo = root.path().join("models--org--name");
+    let blobs = repo.join("blobs");
+    let snap = repo.join("snapshots").join("0123abcd");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::create_dir_all(&snap).unwrap();
+    write(&blobs, "h1", &file(&json!({"x": t("U8", &[4], 0, 4)}), 4));
+    write(&blobs, "h2", &file(&json!({"y": t("U8", &[2], 0, 2)}), 2));
+    let index = json!({"weight_map": {
+        "x": "model-00001-of-00002.safetensors",
+        "y": "model-00002-of-00002.safetensors"}});
+    write(&blobs, "h3", index.to_string().as_bytes());
+    symlink(
+        "../../blobs/h1",
+        snap.join("model-00001-of-00002.safetensors"),
+    )
+    .unwrap();
+    symlink(
+        "../../blobs/h2",
+        snap.join("model-00002-of-00002.safetensors"),
+    )
+    .unwrap();
+    symlink("../../blobs/h3", snap.join(INDEX_FILE_NAME)).unwrap();
+    for ck in [
+        Checkpoint::open(&snap).unwrap(),
+        Checkpoint::open(snap.join(INDEX_FILE_NAME)).unwrap(),
+    ] {
+        assert_eq!(ck.entries.len(), 2);
+        // Files keep their names in the snapshot (errors and reports name those).
+        assert!(ck.files[0]
+            .path
+            .ends_with("0123abcd/model-00001-of-00002.safetensors"));
+    }
+    // Elsewhere in the repository (not its blobs) is outside.
+    write(
+        &repo,
+        "elsewhere",
+        &file(&json!({"z": t("U8", &[1], 0, 1)}), 1),
+    );
+    std::fs::remove_file(snap.join(INDEX_FILE_NAME)).unwrap();
+    symlink("../../elsewhere", snap.join("z.safetensors")).unwrap();
+    let e = Checkpoint::open(&snap).unwrap_err();
+    assert!(matches!(e, FormatError::OutsideCheckpoint { .. }), "{e}");
+}

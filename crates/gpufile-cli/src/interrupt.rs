@@ -1,0 +1,92 @@
+//! Ctrl-C (SIGINT) and SIGTERM for a command that makes files (`bench`): while an
+//! [`Interrupts`] guard lives, the signals only set a flag; the command looks at it between
+//! steps and while it waits for I/O, stops, and removes what it made on its way out (drops),
+//! instead of dying with a half-written file left behind. The previous handlers (the default
+//! ones, or Python's under `python -m gpufile`) are back when the guard is dropped.
+//!
+//! This is the CLI's only `unsafe`: `sigaction(2)` through libc.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::CliError;
+
+/// The signal caught while a guard lives (0: none).
+static CAUGHT: AtomicI32 = AtomicI32::new(0);
+
+const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    CAUGHT.store(sig, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM caught (see the module docs) until dropped.
+pub(crate) struct Interrupts {
+    previous: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl Interrupts {
+    /// Catches SIGINT and SIGTERM from now on.
+    pub(crate) fn catch() -> std::io::Result<Self> {
+        CAUGHT.store(0, Ordering::SeqCst);
+        let mut guard = Interrupts {
+            previous: Vec::new(),
+        };
+        for sig in SIGNALS {
+            // SAFETY: zeroed is a valid `sigaction` (no handler, empty mask, no flags); the
+            // fields set below make it a plain handler.
+            let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            // SAFETY: `action.sa_mask` is a sigset_t this function owns.
+            unsafe { libc::sigemptyset(&mut action.sa_mask) };
+            // SAFETY: as above, `old` is written by the kernel.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: both pointers are to live `sigaction` values; the handler is a plain
+            // `extern "C"` fn that lives for the whole process and only stores to an atomic.
+            if unsafe { libc::sigaction(sig, &action, &mut old) } != 0 {
+                return Err(std::io::Error::last_os_error()); // the guard restores the others
+            }
+            guard.previous.push((sig, old));
+        }
+        Ok(guard)
+    }
+
+    /// The signal caught so far, if any.
+    pub(crate) fn caught(&self) -> Option<libc::c_int> {
+        match CAUGHT.load(Ordering::SeqCst) {
+            0 => None,
+            sig => Some(sig),
+        }
+    }
+
+    /// `Err` (exit status 128 + the signal, as a shell reports a command it ended) once a
+    /// signal was caught.
+    pub(crate) fn check(&self) -> Result<(), CliError> {
+        match self.caught() {
+            None => Ok(()),
+            Some(sig) => {
+                let name = if sig == libc::SIGINT {
+                    "SIGINT"
+                } else {
+                    "SIGTERM"
+                };
+                let mut e = CliError::new(
+                    "interrupted",
+                    format!("interrupted ({name}); the files bench made are removed"),
+                );
+                e.status = 128 + sig;
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Interrupts {
+    fn drop(&mut self) {
+        for (sig, old) in self.previous.drain(..).rev() {
+            // SAFETY: puts back the action `sigaction` returned for `sig`; `old` is live.
+            unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
+        }
+    }
+}
