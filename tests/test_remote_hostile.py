@@ -14,11 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives import serialization
 
 import gpufile
 from conftest import pattern
-from test_remote_tls import CA_VARS, make_ca, make_leaf, pem
+from test_remote_tls import CA_VARS, CRYPTOGRAPHY, make_ca, make_leaf, pem
 
 DATA = pattern(10_007, 21)
 TOKEN = "SESSION-TOKEN-never-elsewhere"
@@ -104,6 +103,9 @@ def servers():
 @pytest.fixture
 def tls_context(tmp_path, monkeypatch):
     """A server TLS context for 127.0.0.1 whose CA this process trusts (SSL_CERT_FILE)."""
+    if not CRYPTOGRAPHY:
+        pytest.skip("cryptography is not installed (the TLS test makes its certificates with it)")
+    from cryptography.hazmat.primitives import serialization
     for var in CA_VARS:
         monkeypatch.delenv(var, raising=False)
     ca_cert, ca_key = make_ca("gpufile hostile test CA")
