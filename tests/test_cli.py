@@ -186,7 +186,11 @@ def test_io_path_describes_the_read_that_would_run(tmp_path):
 
 
 def _entry_point():
-    return os.path.join(os.path.dirname(sys.executable), "gpufile")
+    path = os.path.join(os.path.dirname(sys.executable), "gpufile")
+    if not os.path.exists(path):
+        pytest.skip("no gpufile entry point beside this interpreter (a wheel installed with "
+                    "pip's --target has none)")
+    return path
 
 
 @pytest.mark.parametrize("how", ["python -m gpufile", "entry point"])
