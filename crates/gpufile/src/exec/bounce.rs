@@ -20,7 +20,7 @@ use crate::exec::dma::{DmaRead, Granule};
 use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::{lock, Completion};
 use crate::plan::{chunk_size, Task};
-use crate::source::{Call, Source};
+use crate::source::{Call, Sink, Source};
 
 /// Pinned bounce buffers, allocated on first use and reused (never on the hot path once warm).
 #[derive(Default)]
@@ -231,8 +231,8 @@ struct Run<'a, 'l> {
     lent: &'a Lent<'l>,
 }
 
-/// What a read pipeline asks of the GPU: one copy queue (a stream) and one event per slot. A
-/// trait so that the pipeline's order of steps is tested without a GPU.
+/// What a pipeline asks of the GPU: one copy queue (a stream) and one event per slot. A trait so
+/// that the pipelines' order of steps is tested without a GPU.
 trait CopyQueue {
     /// Waits until the last copy out of `slot`'s buffer (the one its event marks) is done.
     fn wait_slot(&self, slot: usize) -> Result<()>;
@@ -242,7 +242,14 @@ trait CopyQueue {
     /// # Safety
     /// As for [`Stream::copy_to_device`]: `src` stays valid and unchanged, `dst..dst + len` valid
     /// device memory nobody else writes, until the copy is done.
-    unsafe fn copy(&self, dst: u64, src: *const u8, len: usize) -> Result<()>;
+    unsafe fn copy_to_device(&self, dst: u64, src: *const u8, len: usize) -> Result<()>;
+
+    /// Queues a copy of `len` bytes from device address `src` to host memory at `dst`.
+    ///
+    /// # Safety
+    /// As for [`Stream::copy_to_host`]: `dst` stays valid and untouched by anyone else, and
+    /// `src..src + len` valid device memory, until the copy is done.
+    unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()>;
 
     /// Marks the end of the queue as `slot`'s last copy.
     fn mark_slot(&self, slot: usize) -> Result<()>;
@@ -256,9 +263,14 @@ impl CopyQueue for Lane {
         self.events[slot].synchronize()
     }
 
-    unsafe fn copy(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+    unsafe fn copy_to_device(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
         // SAFETY: the caller's contract, which is the stream's.
         unsafe { self.stream.copy_to_device(dst, src, len) }
+    }
+
+    unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+        // SAFETY: the caller's contract, which is the stream's.
+        unsafe { self.stream.copy_to_host(dst, src, len) }
     }
 
     fn mark_slot(&self, slot: usize) -> Result<()> {
@@ -401,7 +413,7 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
     /// As for [`CopyQueue::copy`].
     unsafe fn launch_copy(&self, dst: u64, from: *const u8, n: usize) -> Result<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.queue.copy(dst, from, n) }?;
+        unsafe { self.queue.copy_to_device(dst, from, n) }?;
         self.queue.mark_slot(self.slot)
     }
 
@@ -478,25 +490,49 @@ impl BounceExec {
         pipeline.run(src.as_ref(), first, run.tasks, run.lease);
     }
 
-    /// Writes the run's tasks: the copy of chunk *i + 1* from the GPU overlaps the write of *i*.
+    /// Writes the run's tasks through a [`WritePipeline`] over the lane's stream and events.
     fn write_run(&self, first: Task, run: Run<'_, '_>) {
         let Endpoint::Write(sink) = &self.endpoint else {
             return;
         };
-        let Run {
-            tasks,
-            lease,
-            done,
-            lane,
-            lent,
-        } = run;
+        let pipeline = WritePipeline {
+            queue: run.lane,
+            slots: [run.lent.ptr(0), run.lent.ptr(1)],
+            bounce: self.bounce,
+            src: self.target.addr,
+            call: self.call(run.done),
+            done: run.done,
+        };
+        pipeline.run(sink.as_ref(), first, run.tasks, run.lease);
+    }
+}
+
+/// The double-buffer pipeline of one write run: each task's chunks alternate between two pinned
+/// slots, and the copy of chunk *i + 1* from the GPU ([`copy_chunk`](Self::copy_chunk)) runs
+/// while chunk *i* goes to the sink ([`write_chunk`](Self::write_chunk)).
+struct WritePipeline<'r, Q: CopyQueue> {
+    queue: &'r Q,
+    /// The two pinned buffers, `bounce` bytes each, lent to this run only.
+    slots: [*mut u8; 2],
+    bounce: usize,
+    /// Device address of the request's first byte.
+    src: u64,
+    call: Call<'r>,
+    done: &'r Completion,
+}
+
+impl<Q: CopyQueue> WritePipeline<'_, Q> {
+    /// Writes `first` and the run's next tasks until none is left, the request stops or a task
+    /// fails; then skips what is left.
+    fn run(&self, sink: &dyn Sink, first: Task, tasks: &Tasks, lease: &mut Lease) {
+        let done = self.done;
         let mut task = Some(first);
         while let Some(t) = task.take() {
             if done.stopped() {
                 done.finish_task(Ok(0));
                 break;
             }
-            let r = self.write_task(sink.as_ref(), t, done, lane, lent);
+            let r = self.write_task(sink, t);
             let failed = r.is_err();
             done.finish_task(r.map(|()| t.len));
             if failed {
@@ -507,48 +543,48 @@ impl BounceExec {
         tasks.skip_rest(lease, done);
     }
 
-    fn write_task(
-        &self,
-        sink: &dyn crate::source::Sink,
-        t: Task,
-        done: &Completion,
-        lane: &Lane,
-        lent: &Lent,
-    ) -> Result<()> {
+    /// Writes every chunk of `t`; on failure, drains the copies still reading the GPU into the
+    /// slots before the run lets them go.
+    fn write_task(&self, sink: &dyn Sink, t: Task) -> Result<()> {
         let chunk = chunk_size(t.len, self.bounce);
         let chunks = t.len.div_ceil(chunk);
-        let src = self.target.addr + t.buf_offset as u64;
-        let copy_out = |i: usize| -> Result<()> {
-            let off = i * chunk;
-            let n = chunk.min(t.len - off);
-            // SAFETY: the source range lies in the caller's device buffer; the pinned buffer of
-            // this slot is free (its previous chunk was written out before this call).
-            unsafe {
-                lane.stream
-                    .copy_to_host(lent.ptr(i % 2), src + off as u64, n)
-            }?;
-            lane.events[i % 2].record(&lane.stream)
-        };
         let result = (|| {
-            copy_out(0)?;
+            self.copy_chunk(t, chunk, 0)?;
             for i in 0..chunks {
                 if i + 1 < chunks {
-                    copy_out(i + 1)?; // overlaps with the write of chunk i below
+                    self.copy_chunk(t, chunk, i + 1)?; // overlaps with the write of chunk i
                 }
-                lane.events[i % 2].synchronize()?;
-                let off = i * chunk;
-                let n = chunk.min(t.len - off);
-                // SAFETY: the slot's buffer holds chunk i, complete since its event fired, and
-                // nothing writes it until the next copy into this slot.
-                let buf = unsafe { std::slice::from_raw_parts(lent.ptr(i % 2), n) };
-                sink.write_at(buf, t.file_offset + off as u64, self.call(done))?;
+                self.write_chunk(sink, t, chunk, i)?;
             }
             Ok(())
         })();
         if result.is_err() {
-            let _ = lane.stream.synchronize();
+            let _ = self.queue.drain();
         }
         result
+    }
+
+    /// Queues the copy of chunk `i` of `t` from the GPU into slot `i % 2` and marks the slot.
+    fn copy_chunk(&self, t: Task, chunk: usize, i: usize) -> Result<()> {
+        let off = i * chunk;
+        let n = chunk.min(t.len - off);
+        let from = self.src + (t.buf_offset + off) as u64;
+        // SAFETY: the source range lies in the caller's device buffer; the pinned buffer of
+        // this slot holds `bounce >= chunk >= n` bytes and is free (its previous chunk was
+        // written out before this call).
+        unsafe { self.queue.copy_to_host(self.slots[i % 2], from, n) }?;
+        self.queue.mark_slot(i % 2)
+    }
+
+    /// Waits for chunk `i`'s copy into its slot, then writes it to the sink.
+    fn write_chunk(&self, sink: &dyn Sink, t: Task, chunk: usize, i: usize) -> Result<()> {
+        self.queue.wait_slot(i % 2)?;
+        let off = i * chunk;
+        let n = chunk.min(t.len - off);
+        // SAFETY: the slot's buffer holds chunk i, complete since its event fired, and nothing
+        // writes it until the next copy into this slot.
+        let buf = unsafe { std::slice::from_raw_parts(self.slots[i % 2], n) };
+        sink.write_at(buf, t.file_offset + off as u64, self.call)
     }
 }
 
@@ -571,7 +607,16 @@ mod tests {
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     enum Op {
         Wait(usize),
-        Copy { at: usize, len: usize },
+        /// To the device.
+        Copy {
+            at: usize,
+            len: usize,
+        },
+        /// From the device.
+        CopyOut {
+            at: usize,
+            len: usize,
+        },
         Mark(usize),
         Drain,
     }
@@ -580,8 +625,8 @@ mod tests {
         /// The "device" memory.
         base: u64,
         ops: RefCell<Vec<Op>>,
-        /// Copies queued and not yet run: (dst, src, len).
-        queued: RefCell<Vec<(u64, *const u8, usize)>>,
+        /// Copies queued (dst, src, len); those from `ran` on have not run yet.
+        queued: RefCell<Vec<(*mut u8, *const u8, usize)>>,
         /// Per slot: how many queued copies its last mark covers.
         marks: RefCell<[usize; 2]>,
         /// Copies run so far (index into the queue's history).
@@ -591,9 +636,9 @@ mod tests {
     }
 
     impl HostQueue {
-        fn new(device: &mut [u8], fail_at: Option<usize>) -> Self {
+        fn new(device: *mut u8, fail_at: Option<usize>) -> Self {
             HostQueue {
-                base: device.as_mut_ptr() as u64,
+                base: device as u64,
                 ops: RefCell::new(Vec::new()),
                 queued: RefCell::new(Vec::new()),
                 marks: RefCell::new([0, 0]),
@@ -617,9 +662,10 @@ mod tests {
             let mut ran = self.ran.borrow_mut();
             while *ran < upto.min(queued.len()) {
                 let (dst, src, len) = queued[*ran];
-                // SAFETY: `src` is a slot buffer or file data the pipeline keeps unchanged until
-                // this copy runs (what the test checks), `dst` lies in the test's device vector.
-                unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, len) };
+                // SAFETY: a slot buffer and the test's "device" vector, both alive and at least
+                // `len` bytes long; the pipeline leaves the slot alone until this copy has run
+                // (what the byte checks test).
+                unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
                 *ran += 1;
             }
         }
@@ -636,10 +682,17 @@ mod tests {
             Ok(())
         }
 
-        unsafe fn copy(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        unsafe fn copy_to_device(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
             let at = (dst - self.base) as usize;
             self.log(Op::Copy { at, len })?;
-            self.queued.borrow_mut().push((dst, src, len));
+            self.queued.borrow_mut().push((dst as *mut u8, src, len));
+            Ok(())
+        }
+
+        unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+            let at = (src - self.base) as usize;
+            self.log(Op::CopyOut { at, len })?;
+            self.queued.borrow_mut().push((dst, src as *const u8, len));
             Ok(())
         }
 
@@ -698,7 +751,7 @@ mod tests {
         }
         let mut device = vec![0u8; len];
         let mut slots = [vec![0u8; bounce], vec![0u8; bounce]];
-        let queue = HostQueue::new(&mut device, fail_at);
+        let queue = HostQueue::new(device.as_mut_ptr(), fail_at);
         let call = Call {
             progress: done.progress(),
             direct: false,
@@ -866,5 +919,144 @@ mod tests {
         );
         assert_eq!(out.ops, [Op::Drain]);
         assert!(out.device.iter().all(|b| *b == 0));
+    }
+
+    /// Writes `data` (standing in for device memory) at `offset` of `path` with tasks of
+    /// `task_size` and slots of `bounce` bytes through one pipeline run; checks every task is
+    /// reported exactly once.
+    fn write(
+        data: &[u8],
+        sink: &LocalFile,
+        offset: u64,
+        task_size: usize,
+        bounce: usize,
+        fail_at: Option<usize>,
+    ) -> (Result<usize>, Vec<Op>) {
+        let tasks = Tasks::new(TaskSplit::new(offset, data.len(), task_size), 1);
+        let done = Completion::new(tasks.count() + 1, |_| {});
+        let mut slots = [vec![0u8; bounce], vec![0u8; bounce]];
+        let queue = HostQueue::new(data.as_ptr().cast_mut(), fail_at);
+        let pipeline = WritePipeline {
+            queue: &queue,
+            slots: [slots[0].as_mut_ptr(), slots[1].as_mut_ptr()],
+            bounce,
+            src: queue.base,
+            call: Call {
+                progress: done.progress(),
+                direct: false,
+                direct_uncached: false,
+                stop: done.stop_flag(),
+            },
+            done: &done,
+        };
+        let mut lease = Lease::default();
+        if let Some(first) = tasks.next(&mut lease) {
+            pipeline.run(sink, first, &tasks, &mut lease);
+        }
+        let fut = IoFuture::pending(Arc::clone(&done));
+        assert!(!fut.is_done(), "a task was reported twice");
+        done.finish_task(Ok(0));
+        let result = fut
+            .wait_timeout(Duration::from_secs(10))
+            .expect("a task was never reported");
+        (result, queue.ops())
+    }
+
+    fn writable(path: &std::path::Path) -> LocalFile {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        LocalFile::new(file, path.into(), true, true)
+    }
+
+    #[test]
+    fn written_bytes_arrive_whole_for_awkward_sizes() {
+        let data = pattern(50_000);
+        for (offset, task_size, bounce) in [
+            (0, 4 << 20, 4096),
+            (0, 199, 4096),
+            (13, 4096, 4096),
+            (4095, 5_000, 3_000),
+            (1, 10_000, 1),
+        ] {
+            let f = tempfile::NamedTempFile::new().unwrap();
+            let sink = writable(f.path());
+            let (r, _) = write(&data, &sink, offset, task_size, bounce, None);
+            assert_eq!(r.unwrap(), data.len());
+            let back = std::fs::read(f.path()).unwrap();
+            assert!(
+                back[offset as usize..] == data[..],
+                "bytes differ for {offset} {task_size} {bounce}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_copies_the_next_chunk_while_it_writes_one() {
+        let data = pattern(12_288);
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let (r, ops) = write(&data, &writable(f.path()), 0, 12_288, 4096, None);
+        assert_eq!(r.unwrap(), 12_288);
+        use Op::*;
+        assert_eq!(
+            ops,
+            [
+                CopyOut { at: 0, len: 4096 },
+                Mark(0),
+                CopyOut {
+                    at: 4096,
+                    len: 4096
+                },
+                Mark(1),
+                Wait(0), // then chunk 0 is written, while chunk 1 is copied
+                CopyOut {
+                    at: 8192,
+                    len: 4096
+                },
+                Mark(0),
+                Wait(1),
+                Wait(0),
+            ]
+        );
+        assert!(std::fs::read(f.path()).unwrap() == data);
+    }
+
+    #[test]
+    fn a_failed_write_drains_and_skips_the_rest() {
+        let data = pattern(16_384);
+        let f = tempfile::NamedTempFile::new().unwrap();
+        // Opened read-only: every write fails with EBADF.
+        let sink = LocalFile::new(
+            std::fs::File::open(f.path()).unwrap(),
+            f.path().into(),
+            true,
+            false,
+        );
+        let (r, ops) = write(&data, &sink, 0, 4096, 4096, None);
+        match r.unwrap_err() {
+            Error::Os { errno, .. } => assert_eq!(errno, libc::EBADF),
+            e => panic!("{e:?}"),
+        }
+        use Op::*;
+        assert_eq!(
+            ops,
+            [CopyOut { at: 0, len: 4096 }, Mark(0), Wait(0), Drain],
+            "the first task fails, the others never start"
+        );
+    }
+
+    #[test]
+    fn a_failed_copy_from_the_device_fails_the_write() {
+        let data = pattern(8192);
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let (r, ops) = write(&data, &writable(f.path()), 0, 8192, 4096, Some(2));
+        assert!(r.unwrap_err().to_string().contains("CopyOut"), "{ops:?}");
+        assert_eq!(ops.last(), Some(&Op::Drain));
+        assert!(
+            std::fs::read(f.path()).unwrap().is_empty(),
+            "nothing written"
+        );
     }
 }
