@@ -159,7 +159,8 @@ fn bounce_reads_awkward_sizes_offsets_and_buffers() {
                 let at = offset as usize;
                 assert!(
                     got == data[at..at + len],
-                    "bounce {bounce}, dma {dma_cache_size}: {offset}+{len} at {dev_offset}, tasks of {task_size}"
+                    "bounce {bounce}, dma {dma_cache_size}: {offset}+{len} at {dev_offset}, \
+                     tasks of {task_size}"
                 );
             }
         }

@@ -1,7 +1,7 @@
 //! The cuFile driver's lifecycle (`cuFileDriverOpen` / `cuFileDriverClose`), the registrations
 //! that keep it open, and the once-per-process probe the AUTO decision reads.
 //!
-//! The driver is process-wide in cuFile itself, so its state here is one value, [`DRIVER`]:
+//! The driver is process-wide in cuFile itself, so its state here is one value, `DRIVER`:
 //! the open outcome, the property values set while it is open, the statistics baseline taken at
 //! open, and the counts of registrations and observations.
 

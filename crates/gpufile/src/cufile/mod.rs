@@ -9,11 +9,12 @@
 //! 3. [`Stats::snapshot`] reads cuFile's own counters (level 3: per GPU, nvfs vs posix), so the
 //!    path cuFile really took is known in-process, without `gds_stats`.
 //!
-//! One module per job, all re-exported here: [`library`] (finding `libcufile.so.0`),
-//! [`driver`] (open/close, the registrations that keep it open, the probe), [`properties`]
-//! (driver properties and KvikIO's `cufile_driver.get/set`), [`registration`] (files, buffers,
-//! streams), [`statistics`] (cuFile's counters), [`configuration`] (cufile.json) and
-//! [`result`] (status codes and I/O returns to `Result`, the only place that decodes them).
+//! One module per job, all re-exported here: [`library`](mod@library) (finding
+//! `libcufile.so.0`), [`driver`] (open/close, the registrations that keep it open, the probe),
+//! [`properties`](mod@properties) (driver properties and KvikIO's `cufile_driver.get/set`),
+//! [`registration`] (files, buffers, streams), [`statistics`] (cuFile's counters),
+//! [`configuration`] (cufile.json) and [`result`] (status codes and I/O returns to `Result`, the
+//! only place that decodes them).
 //!
 //! Nothing here loads `libcufile.so.0` until called; host-only work never does.
 

@@ -147,10 +147,19 @@ mod tests {
     #[test]
     fn cufile_op_errors_are_named() {
         let e = io_result("cuFileRead", -5030, no_errno).unwrap_err();
+        let named = |e: &Error, want: &str| matches!(e, Error::Cufile { name, .. } if name == want);
         assert!(
-            matches!(&e, Error::Cufile { code: 5030, name, cuda_code: 0, .. } if name == "CU_FILE_INTERNAL_ERROR"),
+            matches!(
+                &e,
+                Error::Cufile {
+                    code: 5030,
+                    cuda_code: 0,
+                    ..
+                }
+            ),
             "{e:?}"
         );
+        assert!(named(&e, "CU_FILE_INTERNAL_ERROR"), "{e:?}");
         assert!(e.to_string().contains("CU_FILE_INTERNAL_ERROR"), "{e}");
         let e = io_result("cuFileWrite", -5999, no_errno).unwrap_err();
         assert!(e.to_string().contains("CU_FILE_UNKNOWN_ERROR"), "{e}");
@@ -184,8 +193,16 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(&e, Error::Cufile { code: 5011, cuda_code: 999, name, .. } if name == "CU_FILE_CUDA_DRIVER_ERROR"),
+            matches!(
+                &e,
+                Error::Cufile {
+                    code: 5011,
+                    cuda_code: 999,
+                    ..
+                }
+            ),
             "{e:?}"
         );
+        assert!(e.to_string().contains("CU_FILE_CUDA_DRIVER_ERROR"), "{e}");
     }
 }

@@ -3,8 +3,10 @@
 //! A read cuts each task into chunks and alternates two pinned buffers: it reads chunk *i + 1*
 //! from the source into one buffer while the copy engine moves chunk *i* from the other to the GPU
 //! (an event per buffer says when it is free again). A task's last copy is left running while the
-//! run reads the first chunk of its next task, so copies overlap reads across tasks too. A write
-//! copies chunk *i + 1* from the GPU while chunk *i* goes to the sink. Each worker thread keeps one
+//! run reads the first chunk of its next task, so copies overlap reads across tasks too
+//! (`ReadPipeline`). A write copies chunk *i + 1* from the GPU while chunk *i* goes to the sink
+//! (`WritePipeline`). Both pipelines drive the GPU through `CopyQueue`, so their order of
+//! steps is tested on CPU. Each worker thread keeps one
 //! stream and two events per primary context (a context the application made may be destroyed at
 //! any time, so it gets a lane for one run only); pinned buffers come from the engine's
 //! [`BouncePool`] and go back when the run ends.
@@ -177,6 +179,8 @@ impl Drop for Lent<'_> {
             if drained {
                 self.pool.give(b);
             } else {
+                // A copy may still use the buffer: freeing it, or lending it again, would let
+                // that copy touch memory someone else owns. Leak it instead.
                 std::mem::forget(b);
             }
         }
@@ -234,7 +238,7 @@ struct Run<'a, 'l> {
 /// What a pipeline asks of the GPU: one copy queue (a stream) and one event per slot. A trait so
 /// that the pipelines' order of steps is tested without a GPU.
 trait CopyQueue {
-    /// Waits until the last copy out of `slot`'s buffer (the one its event marks) is done.
+    /// Waits until the last copy marked for `slot` (into or out of its buffer) is done.
     fn wait_slot(&self, slot: usize) -> Result<()>;
 
     /// Queues a copy of `len` bytes from host memory at `src` to device address `dst`.
@@ -375,10 +379,11 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
                 }
                 None => (self.fill(src, at, want)?, want),
             };
-            self.finish_pending(); // its copy overlapped the read just done
-                                   // SAFETY: the destination lies in the caller's allocation (checked when the request
-                                   // was made); the source stays untouched until the slot's event fires (a pinned
-                                   // buffer) or the run drains its queue (a registered granule, held).
+            // The previous task's last copy overlapped the read just done.
+            self.finish_pending();
+            // SAFETY: the destination lies in the caller's allocation (checked when the request
+            // was made); the source stays untouched until the slot's event fires (a pinned
+            // buffer) or the run drains its queue (a registered granule, held).
             unsafe { self.launch_copy(self.dst + (t.buf_offset + off) as u64, from, n) }?;
             if let (Some((d, _)), Some(_)) = (self.dma, &span) {
                 self.done.progress().fetch_add(n as u64, Ordering::Relaxed);
@@ -410,7 +415,7 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
     /// Queues the copy of `n` bytes at `from` to `dst` and marks the current slot after it.
     ///
     /// # Safety
-    /// As for [`CopyQueue::copy`].
+    /// As for [`CopyQueue::copy_to_device`].
     unsafe fn launch_copy(&self, dst: u64, from: *const u8, n: usize) -> Result<()> {
         // SAFETY: the caller's contract.
         unsafe { self.queue.copy_to_device(dst, from, n) }?;
@@ -467,7 +472,7 @@ impl BounceExec {
         }
     }
 
-    /// Reads the run's tasks through a [`ReadPipeline`] over the lane's stream and events.
+    /// Reads the run's tasks through a `ReadPipeline` over the lane's stream and events.
     fn read_run(&self, first: Task, run: Run<'_, '_>) {
         let Endpoint::Read(src) = &self.endpoint else {
             return;
@@ -490,7 +495,7 @@ impl BounceExec {
         pipeline.run(src.as_ref(), first, run.tasks, run.lease);
     }
 
-    /// Writes the run's tasks through a [`WritePipeline`] over the lane's stream and events.
+    /// Writes the run's tasks through a `WritePipeline` over the lane's stream and events.
     fn write_run(&self, first: Task, run: Run<'_, '_>) {
         let Endpoint::Write(sink) = &self.endpoint else {
             return;
