@@ -368,8 +368,7 @@ impl StreamWait {
     pub fn mark(&self) -> Result<Option<StreamMark>> {
         // An idle stream (the usual case: nothing queued since the array was made) needs no
         // mark, and `cuStreamQuery` costs the submitting thread less than `cuEventRecord`
-        // (measured on the H200, 64 KiB reads with 64 in flight: about 2.5 µs against 5-7 µs a
-        // request; both take the driver's locks the workers' copies hold).
+        // (docs/performance.md, "Why the defaults are what they are").
         if let Ok(true) = stream_idle(self.handle, self.ctx) {
             return Ok(None);
         }
@@ -749,14 +748,18 @@ impl DeviceBuffer {
     }
 
     fn check_range(&self, offset: usize, len: usize) -> Result<()> {
-        if offset.checked_add(len).is_none_or(|end| end > self.len) {
-            return Err(Error::InvalidArgument(format!(
-                "range {offset}+{len} outside a device buffer of {} bytes",
-                self.len
-            )));
-        }
-        Ok(())
+        check_range(offset, len, self.len)
     }
+}
+
+/// Refuses `offset..offset + len` unless it lies within a device buffer of `size` bytes.
+fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
+    if offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(Error::InvalidArgument(format!(
+            "range {offset}+{len} outside a device buffer of {size} bytes"
+        )));
+    }
+    Ok(())
 }
 
 impl Drop for DeviceBuffer {
@@ -764,6 +767,44 @@ impl Drop for DeviceBuffer {
         if let (Ok(api), Ok(_g)) = (sys::cuda(), ContextGuard::push(self.ctx)) {
             // SAFETY: frees the allocation this value made.
             unsafe { (api.mem_free)(self.ptr) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_inside_a_device_buffer_only() {
+        for (offset, len) in [(0, 4096), (4095, 1), (4096, 0), (0, 0)] {
+            check_range(offset, len, 4096).unwrap();
+        }
+        for (offset, len) in [(0, 4097), (4096, 1), (1, 4096), (usize::MAX, 2)] {
+            let e = check_range(offset, len, 4096).unwrap_err();
+            let want = format!("range {offset}+{len} outside a device buffer of 4096 bytes");
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if *m == want),
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn driver_statuses_become_results() {
+        check("cuInit", sys::CUDA_SUCCESS).unwrap();
+        // 1 is CUDA_ERROR_INVALID_VALUE; named by the driver where one is installed.
+        match check("cuMemAlloc", 1).unwrap_err() {
+            Error::Cuda {
+                call, code, name, ..
+            } => {
+                assert_eq!((call, code), ("cuMemAlloc", 1));
+                assert!(
+                    name == "unknown" || name == "CUDA_ERROR_INVALID_VALUE",
+                    "{name}"
+                );
+            }
+            e => panic!("{e:?}"),
         }
     }
 }

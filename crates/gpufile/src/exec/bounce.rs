@@ -3,8 +3,10 @@
 //! A read cuts each task into chunks and alternates two pinned buffers: it reads chunk *i + 1*
 //! from the source into one buffer while the copy engine moves chunk *i* from the other to the GPU
 //! (an event per buffer says when it is free again). A task's last copy is left running while the
-//! run reads the first chunk of its next task, so copies overlap reads across tasks too. A write
-//! copies chunk *i + 1* from the GPU while chunk *i* goes to the sink. Each worker thread keeps one
+//! run reads the first chunk of its next task, so copies overlap reads across tasks too
+//! (`ReadPipeline`). A write copies chunk *i + 1* from the GPU while chunk *i* goes to the sink
+//! (`WritePipeline`). Both pipelines drive the GPU through `CopyQueue`, so their order of
+//! steps is tested on CPU. Each worker thread keeps one
 //! stream and two events per primary context (a context the application made may be destroyed at
 //! any time, so it gets a lane for one run only); pinned buffers come from the engine's
 //! [`BouncePool`] and go back when the run ends.
@@ -15,12 +17,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cuda::{self, Context, ContextGuard, Event, PinnedBuffer, Stream};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::dma::{DmaRead, Granule};
 use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::{lock, Completion};
 use crate::plan::{chunk_size, Task};
-use crate::source::Call;
+use crate::source::{Call, Sink, Source};
 
 /// Pinned bounce buffers, allocated on first use and reused (never on the hot path once warm).
 #[derive(Default)]
@@ -177,6 +179,8 @@ impl Drop for Lent<'_> {
             if drained {
                 self.pool.give(b);
             } else {
+                // A copy may still use the buffer: freeing it, or lending it again, would let
+                // that copy touch memory someone else owns. Leak it instead.
                 std::mem::forget(b);
             }
         }
@@ -231,10 +235,231 @@ struct Run<'a, 'l> {
     lent: &'a Lent<'l>,
 }
 
+/// What a pipeline asks of the GPU: one copy queue (a stream) and one event per slot. A trait so
+/// that the pipelines' order of steps is tested without a GPU.
+trait CopyQueue {
+    /// Waits until the last copy marked for `slot` (into or out of its buffer) is done.
+    fn wait_slot(&self, slot: usize) -> Result<()>;
+
+    /// Queues a copy of `len` bytes from host memory at `src` to device address `dst`.
+    ///
+    /// # Safety
+    /// As for [`Stream::copy_to_device`]: `src` stays valid and unchanged, `dst..dst + len` valid
+    /// device memory nobody else writes, until the copy is done.
+    unsafe fn copy_to_device(&self, dst: u64, src: *const u8, len: usize) -> Result<()>;
+
+    /// Queues a copy of `len` bytes from device address `src` to host memory at `dst`.
+    ///
+    /// # Safety
+    /// As for [`Stream::copy_to_host`]: `dst` stays valid and untouched by anyone else, and
+    /// `src..src + len` valid device memory, until the copy is done.
+    unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()>;
+
+    /// Marks the end of the queue as `slot`'s last copy.
+    fn mark_slot(&self, slot: usize) -> Result<()>;
+
+    /// Waits for every queued copy.
+    fn drain(&self) -> Result<()>;
+}
+
+impl CopyQueue for Lane {
+    fn wait_slot(&self, slot: usize) -> Result<()> {
+        self.events[slot].synchronize()
+    }
+
+    unsafe fn copy_to_device(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: the caller's contract, which is the stream's.
+        unsafe { self.stream.copy_to_device(dst, src, len) }
+    }
+
+    unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+        // SAFETY: the caller's contract, which is the stream's.
+        unsafe { self.stream.copy_to_host(dst, src, len) }
+    }
+
+    fn mark_slot(&self, slot: usize) -> Result<()> {
+        self.events[slot].record(&self.stream)
+    }
+
+    fn drain(&self) -> Result<()> {
+        self.stream.synchronize()
+    }
+}
+
 /// A task whose last copy may still be running.
 struct Pending {
     slot: usize,
     len: usize,
+}
+
+/// The double-buffer pipeline of one read run. Each chunk of a task goes through one of two
+/// pinned slots in turn: [`fill`](Self::fill) waits for the slot's previous copy and reads the
+/// chunk into it, [`launch_copy`](Self::launch_copy) queues its copy to the GPU and marks the
+/// slot; so the read of chunk *i + 1* runs while chunk *i* is copied. A task is reported once
+/// its last copy is done, which is waited for after the next task's first read
+/// ([`finish_pending`](Self::finish_pending)) or when the run ends ([`end`](Self::end)).
+/// Chunks found in registered page cache (a [`DmaRead`] span) are copied from there: no wait,
+/// no read, but they take a slot's turn all the same.
+struct ReadPipeline<'r, Q: CopyQueue> {
+    queue: &'r Q,
+    /// The two pinned buffers, `bounce` bytes each, lent to this run only.
+    slots: [*mut u8; 2],
+    bounce: usize,
+    /// Device address of the request's first byte.
+    dst: u64,
+    /// Registered page cache to copy from, with the context its registrations live in.
+    dma: Option<(&'r DmaRead, Context)>,
+    call: Call<'r>,
+    done: &'r Completion,
+    /// The slot the next chunk goes through.
+    slot: usize,
+    pending: Option<Pending>,
+    /// Granules this run's copies read from: kept until the queue is drained.
+    held: Vec<Arc<Granule>>,
+}
+
+impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
+    fn new(
+        queue: &'r Q,
+        slots: [*mut u8; 2],
+        bounce: usize,
+        dst: u64,
+        dma: Option<(&'r DmaRead, Context)>,
+        call: Call<'r>,
+        done: &'r Completion,
+    ) -> Self {
+        ReadPipeline {
+            queue,
+            slots,
+            bounce,
+            dst,
+            dma,
+            call,
+            done,
+            slot: 0,
+            pending: None,
+            held: Vec::new(),
+        }
+    }
+
+    /// Reads `first` and the run's next tasks until none is left, the request stops or a task
+    /// fails; then skips what is left.
+    fn run(mut self, src: &dyn Source, first: Task, tasks: &Tasks, lease: &mut Lease) {
+        let done = self.done;
+        let mut task = Some(first);
+        while let Some(t) = task.take() {
+            if done.stopped() {
+                done.finish_task(Ok(0));
+                break;
+            }
+            if let Err(e) = self.read_task(src, t) {
+                self.fail(e);
+                break;
+            }
+            task = tasks.next(lease);
+        }
+        self.end();
+        tasks.skip_rest(lease, done);
+    }
+
+    /// Sends every chunk of `t` on its way; its last copy is left running (pending).
+    fn read_task(&mut self, src: &dyn Source, t: Task) -> Result<()> {
+        let chunk = chunk_size(t.len, self.bounce);
+        let mut off = 0usize;
+        while off < t.len {
+            let at = t.file_offset + off as u64;
+            let want = chunk.min(t.len - off);
+            let span = self.dma.and_then(|(d, ctx)| d.span(at, want, ctx));
+            let (from, n) = match &span {
+                // Straight from the registered page cache: no CPU copy, no buffer. Held from
+                // now: a copy from it may be queued even if this chunk then fails.
+                Some(s) => {
+                    self.hold(&s.granule);
+                    (s.ptr, s.len)
+                }
+                None => (self.fill(src, at, want)?, want),
+            };
+            // The previous task's last copy overlapped the read just done.
+            self.finish_pending();
+            // SAFETY: the destination lies in the caller's allocation (checked when the request
+            // was made); the source stays untouched until the slot's event fires (a pinned
+            // buffer) or the run drains its queue (a registered granule, held).
+            unsafe { self.launch_copy(self.dst + (t.buf_offset + off) as u64, from, n) }?;
+            if let (Some((d, _)), Some(_)) = (self.dma, &span) {
+                self.done.progress().fetch_add(n as u64, Ordering::Relaxed);
+                d.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            self.slot ^= 1;
+            off += n;
+        }
+        self.pending = Some(Pending {
+            slot: self.slot ^ 1, // the slot of the task's last chunk
+            len: t.len,
+        });
+        Ok(())
+    }
+
+    /// Waits until the current slot's previous copy has left its buffer, then reads `want`
+    /// bytes at `at` into it; returns the buffer's start.
+    fn fill(&self, src: &dyn Source, at: u64, want: usize) -> Result<*const u8> {
+        self.queue.wait_slot(self.slot)?;
+        let ptr = self.slots[self.slot];
+        debug_assert!(want <= self.bounce);
+        // SAFETY: each pinned buffer holds `bounce >= chunk >= want` bytes, is lent to this run
+        // only, and no copy reads it any more (its event fired).
+        let buf = unsafe { std::slice::from_raw_parts_mut(ptr, want) };
+        src.read_for_device(buf, at, self.call)?;
+        Ok(ptr.cast_const())
+    }
+
+    /// Queues the copy of `n` bytes at `from` to `dst` and marks the current slot after it.
+    ///
+    /// # Safety
+    /// As for [`CopyQueue::copy_to_device`].
+    unsafe fn launch_copy(&self, dst: u64, from: *const u8, n: usize) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.queue.copy_to_device(dst, from, n) }?;
+        self.queue.mark_slot(self.slot)
+    }
+
+    /// Reports the pending task once its last copy is done.
+    fn finish_pending(&mut self) {
+        if let Some(p) = self.pending.take() {
+            let r = self.queue.wait_slot(p.slot).map(|()| p.len);
+            self.done.finish_task(r);
+        }
+    }
+
+    /// Keeps `granule` registered until the queue is drained.
+    fn hold(&mut self, granule: &Arc<Granule>) {
+        if !self.held.last().is_some_and(|h| Arc::ptr_eq(h, granule)) {
+            self.held.push(Arc::clone(granule));
+        }
+    }
+
+    /// Reports a failed task. Its copies may still write into the caller's buffer: drain them
+    /// (and any pending task) first.
+    fn fail(&mut self, e: Error) {
+        let _ = self.queue.drain();
+        self.finish_pending();
+        self.done.finish_task(Err(e));
+    }
+
+    /// Drains the queue before the last task reports, so a caller who frees the pool right
+    /// after its read finds every buffer back.
+    fn end(self) {
+        let drained = self.queue.drain();
+        if drained.is_err() {
+            // A copy may still read these registrations, and unregistering them under it would
+            // let the copy read unmapped memory: leak them instead.
+            std::mem::forget(self.held);
+        } else {
+            drop(self.held);
+        }
+        if let Some(p) = self.pending {
+            self.done.finish_task(drained.map(|()| p.len));
+        }
+    }
 }
 
 impl BounceExec {
@@ -247,154 +472,72 @@ impl BounceExec {
         }
     }
 
-    /// Reads the run's tasks; each finishes once its last copy is done, which is checked after
-    /// the next task's first read (so that copy and read overlap) or at the end of the run.
+    /// Reads the run's tasks through a `ReadPipeline` over the lane's stream and events.
     fn read_run(&self, first: Task, run: Run<'_, '_>) {
         let Endpoint::Read(src) = &self.endpoint else {
             return;
         };
-        let Run {
-            tasks,
-            lease,
-            done,
-            lane,
-            lent,
-        } = run;
-        let mut slot = 0usize;
-        let mut pending: Option<Pending> = None;
-        // Granules this run's copies read from: kept until the stream is drained.
-        let mut held: Vec<Arc<Granule>> = Vec::new();
         // Registrations are made under the device's primary context, which gpufile retains, so
         // they outlive any context the application destroys (they are portable to all).
         let dma = self
             .dma
             .as_ref()
             .zip(cuda::primary_context(self.target.device).ok());
-        let finish = |p: Pending| {
-            let r = lane.events[p.slot].synchronize().map(|()| p.len);
-            done.finish_task(r);
-        };
-        let mut task = Some(first);
-        while let Some(t) = task.take() {
-            if done.stopped() {
-                done.finish_task(Ok(0));
-                break;
-            }
-            let chunk = chunk_size(t.len, self.bounce);
-            let mut off = 0usize;
-            let result = loop {
-                if off >= t.len {
-                    break Ok(());
-                }
-                let at = t.file_offset + off as u64;
-                let want = chunk.min(t.len - off);
-                let span = dma.and_then(|(d, ctx)| d.span(at, want, ctx));
-                if let Some(s) = &span {
-                    // Held from now: a copy from it may be queued even if this step then fails.
-                    if !held.last().is_some_and(|h| Arc::ptr_eq(h, &s.granule)) {
-                        held.push(Arc::clone(&s.granule));
-                    }
-                }
-                let step = (|| -> Result<usize> {
-                    let (from, n) = match &span {
-                        // Straight from the registered page cache: no CPU copy, no buffer.
-                        Some(s) => (s.ptr, s.len),
-                        None => {
-                            // Wait until the buffer's previous copy has left it.
-                            lane.events[slot].synchronize()?;
-                            // SAFETY: each pinned buffer holds `bounce >= chunk >= want` bytes,
-                            // is lent to this run only, and no copy reads it any more (its event
-                            // fired).
-                            let buf =
-                                unsafe { std::slice::from_raw_parts_mut(lent.ptr(slot), want) };
-                            src.read_for_device(buf, at, self.call(done))?;
-                            (lent.ptr(slot).cast_const(), want)
-                        }
-                    };
-                    if let Some(p) = pending.take() {
-                        finish(p); // its copy overlapped the read just done
-                    }
-                    // SAFETY: the destination lies in the caller's allocation (checked when the
-                    // request was made); the source stays untouched until the slot's event fires
-                    // (a pinned buffer) or the run drains its stream (a registered granule,
-                    // held below).
-                    unsafe {
-                        lane.stream.copy_to_device(
-                            self.target.addr + (t.buf_offset + off) as u64,
-                            from,
-                            n,
-                        )
-                    }?;
-                    lane.events[slot].record(&lane.stream)?;
-                    Ok(n)
-                })();
-                let n = match step {
-                    Ok(n) => n,
-                    Err(e) => break Err(e),
-                };
-                if span.is_some() {
-                    done.progress().fetch_add(n as u64, Ordering::Relaxed);
-                    if let Some((d, _)) = dma {
-                        d.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                }
-                slot ^= 1;
-                off += n;
-            };
-            match result {
-                Ok(()) => {
-                    pending = Some(Pending {
-                        slot: slot ^ 1,
-                        len: t.len,
-                    })
-                }
-                Err(e) => {
-                    // Copies of this task may still write into the caller's buffer: drain them
-                    // (and any pending task) before reporting.
-                    let _ = lane.stream.synchronize();
-                    if let Some(p) = pending.take() {
-                        finish(p);
-                    }
-                    done.finish_task(Err(e));
-                    break;
-                }
-            }
-            task = tasks.next(lease);
-        }
-        // Drain the stream before the last task reports, so a caller who frees the pool right
-        // after its read finds every buffer back.
-        let drained = lane.stream.synchronize();
-        if drained.is_err() {
-            // A copy may still read these registrations: never unregister them.
-            std::mem::forget(held);
-        } else {
-            drop(held);
-        }
-        if let Some(p) = pending.take() {
-            done.finish_task(drained.map(|()| p.len));
-        }
-        tasks.skip_rest(lease, done);
+        let pipeline = ReadPipeline::new(
+            run.lane,
+            [run.lent.ptr(0), run.lent.ptr(1)],
+            self.bounce,
+            self.target.addr,
+            dma,
+            self.call(run.done),
+            run.done,
+        );
+        pipeline.run(src.as_ref(), first, run.tasks, run.lease);
     }
 
-    /// Writes the run's tasks: the copy of chunk *i + 1* from the GPU overlaps the write of *i*.
+    /// Writes the run's tasks through a `WritePipeline` over the lane's stream and events.
     fn write_run(&self, first: Task, run: Run<'_, '_>) {
         let Endpoint::Write(sink) = &self.endpoint else {
             return;
         };
-        let Run {
-            tasks,
-            lease,
-            done,
-            lane,
-            lent,
-        } = run;
+        let pipeline = WritePipeline {
+            queue: run.lane,
+            slots: [run.lent.ptr(0), run.lent.ptr(1)],
+            bounce: self.bounce,
+            src: self.target.addr,
+            call: self.call(run.done),
+            done: run.done,
+        };
+        pipeline.run(sink.as_ref(), first, run.tasks, run.lease);
+    }
+}
+
+/// The double-buffer pipeline of one write run: each task's chunks alternate between two pinned
+/// slots, and the copy of chunk *i + 1* from the GPU ([`copy_chunk`](Self::copy_chunk)) runs
+/// while chunk *i* goes to the sink ([`write_chunk`](Self::write_chunk)).
+struct WritePipeline<'r, Q: CopyQueue> {
+    queue: &'r Q,
+    /// The two pinned buffers, `bounce` bytes each, lent to this run only.
+    slots: [*mut u8; 2],
+    bounce: usize,
+    /// Device address of the request's first byte.
+    src: u64,
+    call: Call<'r>,
+    done: &'r Completion,
+}
+
+impl<Q: CopyQueue> WritePipeline<'_, Q> {
+    /// Writes `first` and the run's next tasks until none is left, the request stops or a task
+    /// fails; then skips what is left.
+    fn run(&self, sink: &dyn Sink, first: Task, tasks: &Tasks, lease: &mut Lease) {
+        let done = self.done;
         let mut task = Some(first);
         while let Some(t) = task.take() {
             if done.stopped() {
                 done.finish_task(Ok(0));
                 break;
             }
-            let r = self.write_task(sink.as_ref(), t, done, lane, lent);
+            let r = self.write_task(sink, t);
             let failed = r.is_err();
             done.finish_task(r.map(|()| t.len));
             if failed {
@@ -405,47 +548,520 @@ impl BounceExec {
         tasks.skip_rest(lease, done);
     }
 
-    fn write_task(
-        &self,
-        sink: &dyn crate::source::Sink,
-        t: Task,
-        done: &Completion,
-        lane: &Lane,
-        lent: &Lent,
-    ) -> Result<()> {
+    /// Writes every chunk of `t`; on failure, drains the copies still reading the GPU into the
+    /// slots before the run lets them go.
+    fn write_task(&self, sink: &dyn Sink, t: Task) -> Result<()> {
         let chunk = chunk_size(t.len, self.bounce);
         let chunks = t.len.div_ceil(chunk);
-        let src = self.target.addr + t.buf_offset as u64;
-        let copy_out = |i: usize| -> Result<()> {
-            let off = i * chunk;
-            let n = chunk.min(t.len - off);
-            // SAFETY: the source range lies in the caller's device buffer; the pinned buffer of
-            // this slot is free (its previous chunk was written out before this call).
-            unsafe {
-                lane.stream
-                    .copy_to_host(lent.ptr(i % 2), src + off as u64, n)
-            }?;
-            lane.events[i % 2].record(&lane.stream)
-        };
         let result = (|| {
-            copy_out(0)?;
+            self.copy_chunk(t, chunk, 0)?;
             for i in 0..chunks {
                 if i + 1 < chunks {
-                    copy_out(i + 1)?; // overlaps with the write of chunk i below
+                    self.copy_chunk(t, chunk, i + 1)?; // overlaps with the write of chunk i
                 }
-                lane.events[i % 2].synchronize()?;
-                let off = i * chunk;
-                let n = chunk.min(t.len - off);
-                // SAFETY: the slot's buffer holds chunk i, complete since its event fired, and
-                // nothing writes it until the next copy into this slot.
-                let buf = unsafe { std::slice::from_raw_parts(lent.ptr(i % 2), n) };
-                sink.write_at(buf, t.file_offset + off as u64, self.call(done))?;
+                self.write_chunk(sink, t, chunk, i)?;
             }
             Ok(())
         })();
         if result.is_err() {
-            let _ = lane.stream.synchronize();
+            let _ = self.queue.drain();
         }
         result
+    }
+
+    /// Queues the copy of chunk `i` of `t` from the GPU into slot `i % 2` and marks the slot.
+    fn copy_chunk(&self, t: Task, chunk: usize, i: usize) -> Result<()> {
+        let off = i * chunk;
+        let n = chunk.min(t.len - off);
+        let from = self.src + (t.buf_offset + off) as u64;
+        // SAFETY: the source range lies in the caller's device buffer; the pinned buffer of
+        // this slot holds `bounce >= chunk >= n` bytes and is free (its previous chunk was
+        // written out before this call).
+        unsafe { self.queue.copy_to_host(self.slots[i % 2], from, n) }?;
+        self.queue.mark_slot(i % 2)
+    }
+
+    /// Waits for chunk `i`'s copy into its slot, then writes it to the sink.
+    fn write_chunk(&self, sink: &dyn Sink, t: Task, chunk: usize, i: usize) -> Result<()> {
+        self.queue.wait_slot(i % 2)?;
+        let off = i * chunk;
+        let n = chunk.min(t.len - off);
+        // SAFETY: the slot's buffer holds chunk i, complete since its event fired, and nothing
+        // writes it until the next copy into this slot.
+        let buf = unsafe { std::slice::from_raw_parts(self.slots[i % 2], n) };
+        sink.write_at(buf, t.file_offset + off as u64, self.call)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The read pipeline on CPU: a [`CopyQueue`] that behaves as a stream (copies run later, in
+    //! order, when a slot's event or the whole queue is waited for) over host memory standing in
+    //! for the GPU's, a real file as the source.
+
+    use super::*;
+    use std::cell::RefCell;
+    use std::io::Write;
+    use std::time::Duration;
+
+    use crate::future::IoFuture;
+    use crate::plan::TaskSplit;
+    use crate::source::LocalFile;
+
+    /// A call the pipeline made on its queue (copy offsets relative to the destination start).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Op {
+        Wait(usize),
+        /// To the device.
+        Copy {
+            at: usize,
+            len: usize,
+        },
+        /// From the device.
+        CopyOut {
+            at: usize,
+            len: usize,
+        },
+        Mark(usize),
+        Drain,
+    }
+
+    struct HostQueue {
+        /// The "device" memory.
+        base: u64,
+        ops: RefCell<Vec<Op>>,
+        /// Copies queued (dst, src, len); those from `ran` on have not run yet.
+        queued: RefCell<Vec<(*mut u8, *const u8, usize)>>,
+        /// Per slot: how many queued copies its last mark covers.
+        marks: RefCell<[usize; 2]>,
+        /// Copies run so far (index into the queue's history).
+        ran: RefCell<usize>,
+        /// The call (by index in `ops`) that fails, if any.
+        fail_at: Option<usize>,
+    }
+
+    impl HostQueue {
+        fn new(device: *mut u8, fail_at: Option<usize>) -> Self {
+            HostQueue {
+                base: device as u64,
+                ops: RefCell::new(Vec::new()),
+                queued: RefCell::new(Vec::new()),
+                marks: RefCell::new([0, 0]),
+                ran: RefCell::new(0),
+                fail_at,
+            }
+        }
+
+        fn log(&self, op: Op) -> Result<()> {
+            let mut ops = self.ops.borrow_mut();
+            ops.push(op);
+            match self.fail_at == Some(ops.len() - 1) {
+                true => Err(Error::InvalidArgument(format!("{op:?} failed"))),
+                false => Ok(()),
+            }
+        }
+
+        /// Runs the queued copies up to the `upto`-th, in order, as a stream would.
+        fn run_until(&self, upto: usize) {
+            let queued = self.queued.borrow();
+            let mut ran = self.ran.borrow_mut();
+            while *ran < upto.min(queued.len()) {
+                let (dst, src, len) = queued[*ran];
+                // SAFETY: a slot buffer and the test's "device" vector, both alive and at least
+                // `len` bytes long; the pipeline leaves the slot alone until this copy has run
+                // (what the byte checks test).
+                unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+                *ran += 1;
+            }
+        }
+
+        fn ops(&self) -> Vec<Op> {
+            self.ops.borrow().clone()
+        }
+    }
+
+    impl CopyQueue for HostQueue {
+        fn wait_slot(&self, slot: usize) -> Result<()> {
+            self.log(Op::Wait(slot))?;
+            self.run_until(self.marks.borrow()[slot]);
+            Ok(())
+        }
+
+        unsafe fn copy_to_device(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+            let at = (dst - self.base) as usize;
+            self.log(Op::Copy { at, len })?;
+            self.queued.borrow_mut().push((dst as *mut u8, src, len));
+            Ok(())
+        }
+
+        unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+            let at = (src - self.base) as usize;
+            self.log(Op::CopyOut { at, len })?;
+            self.queued.borrow_mut().push((dst, src as *const u8, len));
+            Ok(())
+        }
+
+        fn mark_slot(&self, slot: usize) -> Result<()> {
+            self.log(Op::Mark(slot))?;
+            self.marks.borrow_mut()[slot] = self.queued.borrow().len();
+            Ok(())
+        }
+
+        fn drain(&self) -> Result<()> {
+            let r = self.log(Op::Drain);
+            self.run_until(usize::MAX);
+            r
+        }
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    fn file_with(data: &[u8]) -> (tempfile::NamedTempFile, LocalFile) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(data).unwrap();
+        let local = LocalFile::new(
+            std::fs::File::open(f.path()).unwrap(),
+            f.path().into(),
+            true,
+            false,
+        );
+        (f, local)
+    }
+
+    struct Outcome {
+        result: Result<usize>,
+        ops: Vec<Op>,
+        device: Vec<u8>,
+    }
+
+    /// Reads `len` bytes at `offset` of `src` with tasks of `task_size` and slots of `bounce`
+    /// bytes through one pipeline run; checks every task is reported exactly once.
+    fn read(
+        src: &LocalFile,
+        offset: u64,
+        len: usize,
+        task_size: usize,
+        bounce: usize,
+        fail_at: Option<usize>,
+        cancel: bool,
+    ) -> Outcome {
+        let tasks = Tasks::new(TaskSplit::new(offset, len, task_size), 1);
+        // One task more than the request has: done only once the test counts it, so a task
+        // reported twice shows as a future done too early.
+        let done = Completion::new(tasks.count() + 1, |_| {});
+        if cancel {
+            done.cancel();
+        }
+        let mut device = vec![0u8; len];
+        let mut slots = [vec![0u8; bounce], vec![0u8; bounce]];
+        let queue = HostQueue::new(device.as_mut_ptr(), fail_at);
+        let call = Call {
+            progress: done.progress(),
+            direct: false,
+            direct_uncached: false,
+            stop: done.stop_flag(),
+        };
+        let mut lease = Lease::default();
+        if let Some(first) = tasks.next(&mut lease) {
+            let pipeline = ReadPipeline::new(
+                &queue,
+                [slots[0].as_mut_ptr(), slots[1].as_mut_ptr()],
+                bounce,
+                queue.base,
+                None,
+                call,
+                &done,
+            );
+            pipeline.run(src, first, &tasks, &mut lease);
+        }
+        let fut = IoFuture::pending(Arc::clone(&done));
+        assert!(!fut.is_done(), "a task was reported twice");
+        done.finish_task(Ok(0));
+        let result = fut
+            .wait_timeout(Duration::from_secs(10))
+            .expect("a task was never reported");
+        let ops = queue.ops();
+        drop(queue);
+        Outcome {
+            result,
+            ops,
+            device,
+        }
+    }
+
+    #[test]
+    fn bytes_arrive_whole_for_awkward_sizes() {
+        let data = pattern(50_000);
+        let (_f, src) = file_with(&data);
+        for (offset, len, task_size, bounce) in [
+            (0, 50_000, 4 << 20, 4096),
+            (0, 50_000, 199, 4096),
+            (13, 49_000, 4096, 4096),
+            (1, 1, 1, 4096),
+            (0, 50_000, 10_000, 1),
+            (4095, 20_001, 5_000, 3_000),
+            (0, 50_000, 50_000, 4097),
+        ] {
+            let out = read(&src, offset, len, task_size, bounce, None, false);
+            let at = offset as usize;
+            assert_eq!(
+                out.result.unwrap(),
+                len,
+                "{offset} {len} {task_size} {bounce}"
+            );
+            assert!(
+                out.device == data[at..at + len],
+                "bytes differ for {offset} {len} {task_size} {bounce}"
+            );
+        }
+    }
+
+    #[test]
+    fn slots_alternate_and_a_task_waits_for_its_last_copy_after_the_next_read() {
+        let data = pattern(12_288);
+        let (_f, src) = file_with(&data);
+        // Two tasks of 8 KiB and 4 KiB, chunks of 4 KiB.
+        let out = read(&src, 0, 12_288, 8192, 4096, None, false);
+        assert_eq!(out.result.unwrap(), 12_288);
+        use Op::*;
+        assert_eq!(
+            out.ops,
+            [
+                // Task 0, chunk 0 through slot 0: wait for the slot, (read), copy, mark.
+                Wait(0),
+                Copy { at: 0, len: 4096 },
+                Mark(0),
+                // Chunk 1 through slot 1.
+                Wait(1),
+                Copy {
+                    at: 4096,
+                    len: 4096
+                },
+                Mark(1),
+                // Task 1: its read into slot 0 runs while task 0's last copy may still run;
+                // then task 0 is reported once slot 1's copy is done.
+                Wait(0),
+                Wait(1),
+                Copy {
+                    at: 8192,
+                    len: 4096
+                },
+                Mark(0),
+                // The run ends: drained before task 1 is reported.
+                Drain,
+            ]
+        );
+        assert!(out.device == data);
+    }
+
+    #[test]
+    fn a_failed_read_drains_reports_the_error_and_skips_the_rest() {
+        let data = pattern(10_000);
+        let (_f, src) = file_with(&data);
+        // 16 KiB asked of a 10,000-byte file: task 2 (8192..12288) meets the end.
+        let out = read(&src, 0, 16_384, 4096, 4096, None, false);
+        match out.result.unwrap_err() {
+            Error::UnexpectedEof { offset, .. } => assert_eq!(offset, 10_000),
+            e => panic!("{e:?}"),
+        }
+        use Op::*;
+        let tail = &out.ops[out.ops.len() - 4..];
+        // Task 2's slot was waited for, its read failed: drain, report task 1, drain at the end.
+        assert_eq!(tail, [Wait(0), Drain, Wait(1), Drain], "{:?}", out.ops);
+        assert!(out.device[..8192] == data[..8192]);
+    }
+
+    #[test]
+    fn a_failed_copy_fails_the_request_after_draining() {
+        let data = pattern(16_384);
+        let (_f, src) = file_with(&data);
+        // Call 5 is the second task's copy.
+        let out = read(&src, 0, 16_384, 4096, 4096, Some(5), false);
+        let e = out.result.unwrap_err();
+        assert!(e.to_string().contains("Copy"), "{e}");
+        use Op::*;
+        assert_eq!(
+            out.ops,
+            [
+                Wait(0),
+                Copy { at: 0, len: 4096 },
+                Mark(0),
+                Wait(1),
+                Wait(0), // task 0 reported before the failing copy
+                Copy {
+                    at: 4096,
+                    len: 4096
+                },
+                Drain,
+                Drain,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_drain_at_the_end_fails_the_last_task() {
+        let data = pattern(4096);
+        let (_f, src) = file_with(&data);
+        let out = read(&src, 0, 4096, 4096, 4096, Some(3), false);
+        assert!(
+            out.result.unwrap_err().to_string().contains("Drain"),
+            "{:?}",
+            out.ops
+        );
+    }
+
+    #[test]
+    fn a_stopped_request_reads_nothing() {
+        let data = pattern(16_384);
+        let (_f, src) = file_with(&data);
+        let out = read(&src, 0, 16_384, 4096, 4096, None, true);
+        assert!(
+            matches!(out.result, Err(Error::Cancelled)),
+            "{:?}",
+            out.result
+        );
+        assert_eq!(out.ops, [Op::Drain]);
+        assert!(out.device.iter().all(|b| *b == 0));
+    }
+
+    /// Writes `data` (standing in for device memory) at `offset` of `path` with tasks of
+    /// `task_size` and slots of `bounce` bytes through one pipeline run; checks every task is
+    /// reported exactly once.
+    fn write(
+        data: &[u8],
+        sink: &LocalFile,
+        offset: u64,
+        task_size: usize,
+        bounce: usize,
+        fail_at: Option<usize>,
+    ) -> (Result<usize>, Vec<Op>) {
+        let tasks = Tasks::new(TaskSplit::new(offset, data.len(), task_size), 1);
+        let done = Completion::new(tasks.count() + 1, |_| {});
+        let mut slots = [vec![0u8; bounce], vec![0u8; bounce]];
+        let queue = HostQueue::new(data.as_ptr().cast_mut(), fail_at);
+        let pipeline = WritePipeline {
+            queue: &queue,
+            slots: [slots[0].as_mut_ptr(), slots[1].as_mut_ptr()],
+            bounce,
+            src: queue.base,
+            call: Call {
+                progress: done.progress(),
+                direct: false,
+                direct_uncached: false,
+                stop: done.stop_flag(),
+            },
+            done: &done,
+        };
+        let mut lease = Lease::default();
+        if let Some(first) = tasks.next(&mut lease) {
+            pipeline.run(sink, first, &tasks, &mut lease);
+        }
+        let fut = IoFuture::pending(Arc::clone(&done));
+        assert!(!fut.is_done(), "a task was reported twice");
+        done.finish_task(Ok(0));
+        let result = fut
+            .wait_timeout(Duration::from_secs(10))
+            .expect("a task was never reported");
+        (result, queue.ops())
+    }
+
+    fn writable(path: &std::path::Path) -> LocalFile {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        LocalFile::new(file, path.into(), true, true)
+    }
+
+    #[test]
+    fn written_bytes_arrive_whole_for_awkward_sizes() {
+        let data = pattern(50_000);
+        for (offset, task_size, bounce) in [
+            (0, 4 << 20, 4096),
+            (0, 199, 4096),
+            (13, 4096, 4096),
+            (4095, 5_000, 3_000),
+            (1, 10_000, 1),
+        ] {
+            let f = tempfile::NamedTempFile::new().unwrap();
+            let sink = writable(f.path());
+            let (r, _) = write(&data, &sink, offset, task_size, bounce, None);
+            assert_eq!(r.unwrap(), data.len());
+            let back = std::fs::read(f.path()).unwrap();
+            assert!(
+                back[offset as usize..] == data[..],
+                "bytes differ for {offset} {task_size} {bounce}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_copies_the_next_chunk_while_it_writes_one() {
+        let data = pattern(12_288);
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let (r, ops) = write(&data, &writable(f.path()), 0, 12_288, 4096, None);
+        assert_eq!(r.unwrap(), 12_288);
+        use Op::*;
+        assert_eq!(
+            ops,
+            [
+                CopyOut { at: 0, len: 4096 },
+                Mark(0),
+                CopyOut {
+                    at: 4096,
+                    len: 4096
+                },
+                Mark(1),
+                Wait(0), // then chunk 0 is written, while chunk 1 is copied
+                CopyOut {
+                    at: 8192,
+                    len: 4096
+                },
+                Mark(0),
+                Wait(1),
+                Wait(0),
+            ]
+        );
+        assert!(std::fs::read(f.path()).unwrap() == data);
+    }
+
+    #[test]
+    fn a_failed_write_drains_and_skips_the_rest() {
+        let data = pattern(16_384);
+        let f = tempfile::NamedTempFile::new().unwrap();
+        // Opened read-only: every write fails with EBADF.
+        let sink = LocalFile::new(
+            std::fs::File::open(f.path()).unwrap(),
+            f.path().into(),
+            true,
+            false,
+        );
+        let (r, ops) = write(&data, &sink, 0, 4096, 4096, None);
+        match r.unwrap_err() {
+            Error::Os { errno, .. } => assert_eq!(errno, libc::EBADF),
+            e => panic!("{e:?}"),
+        }
+        use Op::*;
+        assert_eq!(
+            ops,
+            [CopyOut { at: 0, len: 4096 }, Mark(0), Wait(0), Drain],
+            "the first task fails, the others never start"
+        );
+    }
+
+    #[test]
+    fn a_failed_copy_from_the_device_fails_the_write() {
+        let data = pattern(8192);
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let (r, ops) = write(&data, &writable(f.path()), 0, 8192, 4096, Some(2));
+        assert!(r.unwrap_err().to_string().contains("CopyOut"), "{ops:?}");
+        assert_eq!(ops.last(), Some(&Op::Drain));
+        assert!(
+            std::fs::read(f.path()).unwrap().is_empty(),
+            "nothing written"
+        );
     }
 }
