@@ -317,9 +317,8 @@ settings! {
         env ["REMOTE_IO_BACKEND"];
 }
 
-/// Most worker threads gpufile picks by itself: past about 16 threads a hot read to the GPU gains
-/// nothing, the host-to-device copy being the limit (docs/performance.md, "Why the defaults are
-/// what they are").
+/// Most worker threads gpufile picks by itself: reads stop scaling at about 16 threads
+/// (docs/performance.md, "Default thread count").
 pub const MAX_DEFAULT_THREADS: usize = 16;
 /// Upper bound on `num_threads`, so a typo cannot ask for a million OS threads.
 pub const MAX_THREADS: usize = 1024;
@@ -1019,7 +1018,7 @@ mod tests {
     }
 
     /// A value that is not UTF-8 is an error naming its variable, even where a lower-priority
-    /// variable holds a good value (it used to be skipped, and that one won).
+    /// variable holds a good value (never skipped, so that one cannot win without a word).
     #[test]
     fn non_utf8_env_value_is_an_error_naming_the_variable() {
         use std::os::unix::ffi::OsStringExt;
