@@ -137,6 +137,23 @@ def test_http_missing_file_is_404(served):
         gpufile.RemoteFile.open_http(f"{url}/missing.bin")
 
 
+def test_remote_failures_are_kvikio_s_exact_types_and_name_the_url(tmp_path, served):
+    """What the server did wrong is KvikIO's type itself (RuntimeError, OverflowError for a server
+    ignoring ranges), not one of gpufile's subclasses, its message ending with the URL."""
+    url, _ = served
+    with pytest.raises(RuntimeError) as e:
+        gpufile.RemoteFile.open_http(f"{url}/missing.bin")
+    assert type(e.value) is RuntimeError
+    assert str(e.value).endswith(f"({url}/missing.bin)"), str(e.value)
+    pattern(100, 4).tofile(tmp_path / "a")
+    with LocalHttpServer(tmp_path, range_support=False, max_lifetime=60) as server:
+        with gpufile.RemoteFile.open_http(f"{server.url}/a", nbytes=200) as f:
+            with pytest.raises(OverflowError) as e:
+                f.read(np.zeros(10, dtype=np.uint8), file_offset=150)
+    assert type(e.value) is OverflowError
+    assert str(e.value).endswith(f"({server.url}/a)"), str(e.value)
+
+
 class CountingPlainHandler(SimpleHTTPRequestHandler):
     """Python's own file server, which ignores Range (200 and the whole file), counting GETs."""
 

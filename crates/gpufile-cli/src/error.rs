@@ -90,12 +90,14 @@ impl From<gpufile::Error> for CliError {
             | E::NotWritable { path, .. }
             | E::NotSeekable { path, .. } => Some(path.clone()),
             // Redacted by gpufile-remote: no signature or key.
-            E::Remote { url, .. } => Some(url.into()),
+            E::Source { .. } => gpufile_remote::RemoteError::of(&e).map(|r| r.url.clone().into()),
             _ => None,
         };
         // The kind `read` and `bench` give every file they cannot read by offset.
         let kind = match &e {
             E::NotSeekable { .. } => "not-a-regular-file".to_owned(),
+            // The kind of source that failed: `remote` for a server or network failure.
+            E::Source { what, .. } => (*what).to_owned(),
             _ => kebab_variant(&format!("{e:?}")),
         };
         CliError {

@@ -9,7 +9,8 @@
 //! `RuntimeError`.
 
 use gpufile::error::Op;
-use gpufile::{Error, RemoteFailure};
+use gpufile::Error;
+use gpufile_remote::{RemoteError, RemoteFailure};
 use pyo3::exceptions::{
     PyIndexError, PyKeyError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
 };
@@ -247,11 +248,11 @@ fn to_py_with(e: Error, more: &str) -> PyErr {
         Error::UnknownSetting { .. } => PyKeyError::new_err(text),
         // KvikIO's types for remote failures: a server that ignores ranges is an OverflowError,
         // other server and network failures RuntimeError.
-        Error::Remote {
-            kind: RemoteFailure::NoRangeSupport,
-            ..
-        } => PyOverflowError::new_err(text),
-        Error::Remote { .. } => PyRuntimeError::new_err(text),
+        Error::Source { .. } => match RemoteError::of(&e).map(|r| r.kind) {
+            Some(RemoteFailure::NoRangeSupport) => PyOverflowError::new_err(text),
+            Some(_) => PyRuntimeError::new_err(text),
+            None => GpufileError::new_err(text),
+        },
         Error::OutOfRange(_) => PyIndexError::new_err(text),
         Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
         Error::CufileUnavailable { .. } | Error::Cufile { .. } | Error::CufileBusy { .. } => {

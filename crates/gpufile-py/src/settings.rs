@@ -1,6 +1,6 @@
 //! Settings: KvikIO's `defaults` over the process engine's default settings; the pinned pool.
 
-use gpufile::config::{self, Input, Kind, Name, Source, Value};
+use gpufile::config::{self, Input, Kind, Name, Origin, Value};
 use gpufile::Engine;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -35,7 +35,7 @@ pub(crate) fn settings_get(py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
 /// Saved settings, for `defaults.set(...)` used as a context manager.
 #[pyclass(frozen, module = "gpufile._native")]
 pub(crate) struct SettingsSnapshot {
-    saved: Vec<(Name, Value, Source)>,
+    saved: Vec<(Name, Value, Origin)>,
 }
 
 #[pymethods]

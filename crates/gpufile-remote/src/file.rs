@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use gpufile::source::{Call, Source};
-use gpufile::{Error, RemoteFailure, Result};
+use gpufile::{Error, Result};
 
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
+use crate::error::{RemoteError, RemoteFailure};
 use crate::gcs;
 use crate::http::{Client, RangeSupport, RemoteStats, Target, WHOLE_BODY_REASON};
 
@@ -99,13 +100,16 @@ impl RemoteFile {
             Access::WebHdfs { base, user } => {
                 let url = format!("{base}?{}op=GETFILESTATUS", user_param(user));
                 let body = self.client.get_small(&self.target(&url, None))?;
-                webhdfs_length(&body).ok_or_else(|| Error::Remote {
-                    url: self.shown.clone(),
-                    kind: gpufile::RemoteFailure::BadResponse,
-                    reason: format!(
-                        "Cannot extract file length from the JSON response of GETFILESTATUS: {:.200}",
-                        body
-                    ),
+                webhdfs_length(&body).ok_or_else(|| {
+                    RemoteError {
+                        url: self.shown.clone(),
+                        kind: RemoteFailure::BadResponse,
+                        reason: format!(
+                            "Cannot extract file length from the JSON response of GETFILESTATUS: {:.200}",
+                            body
+                        ),
+                    }
+                    .into()
                 })
             }
         }
@@ -117,23 +121,24 @@ impl RemoteFile {
         let Access::PublicGcs { url: sent, .. } = &self.access else {
             return e;
         };
-        match e {
-            Error::Remote {
-                url,
-                kind: RemoteFailure::Status(code),
-                reason,
-            } => {
+        match RemoteError::of(&e) {
+            Some(
+                r @ RemoteError {
+                    kind: RemoteFailure::Status(code),
+                    ..
+                },
+            ) => {
                 let hint = match code {
                     401 | 403 => format!(". {}", gcs::PUBLIC_ONLY_HINT),
                     _ => String::new(),
                 };
-                Error::Remote {
-                    url,
-                    kind: RemoteFailure::Status(code),
-                    reason: format!("{reason}, from {sent}{hint}"),
+                RemoteError {
+                    reason: format!("{}, from {sent}{hint}", r.reason),
+                    ..r.clone()
                 }
+                .into()
             }
-            other => other,
+            _ => e,
         }
     }
 
@@ -657,10 +662,13 @@ mod tests {
         let e = f.check_range(5, 6).unwrap_err().to_string();
         assert!(e.contains("(gs://bkt/a b.bin)"), "{e}");
         // A refusal names the address asked; 401 and 403 say that only public objects are read.
-        let refusal = |code: u16| Error::Remote {
-            url: f.url().to_owned(),
-            kind: RemoteFailure::Status(code),
-            reason: format!("HEAD: URL returned error: {code}"),
+        let refusal = |code: u16| -> Error {
+            RemoteError {
+                url: f.url().to_owned(),
+                kind: RemoteFailure::Status(code),
+                reason: format!("HEAD: URL returned error: {code}"),
+            }
+            .into()
         };
         let e = f.explain(refusal(403)).to_string();
         assert_eq!(

@@ -4,7 +4,7 @@
 //! the workers). Each request reads `http_max_attempts`, `http_status_codes` and `http_timeout`
 //! from the settings when it starts (as KvikIO reads its defaults per request), retries a
 //! retryable status or a timeout after 500 ms, 1 s, 2 s, 4 s (at most 4 s), and fails with an
-//! [`Error::Remote`] that names the URL, the range and the attempts made. Each retry writes one
+//! [`RemoteError`] that names the URL, the range and the attempts made. Each retry writes one
 //! line to stderr, KvikIO's record after the library's name, then the request:
 //! `gpufile: Got HTTP code 503. Retrying after 500ms (attempt 1 of 2). Request: HEAD <url>`
 //! (KvikIO prints `KvikIO: Got HTTP code 503. Retrying ...` to stdout; stdout is the program's
@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpufile::future::StopFlag;
-use gpufile::{Error, RemoteFailure, Result};
+use gpufile::{Error, Result};
 use ureq::http::Response;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
@@ -50,6 +50,7 @@ use ureq::unversioned::transport::{
 use ureq::{Agent, Body, BodyReader};
 
 use crate::endpoint::{self, S3Object};
+use crate::error::{RemoteError, RemoteFailure};
 
 /// Base and cap of the backoff between attempts (KvikIO's values).
 const BACKOFF_BASE_MS: u64 = 500;
@@ -276,11 +277,12 @@ impl Target<'_> {
     }
 
     fn error(&self, kind: RemoteFailure, reason: String) -> Error {
-        Error::Remote {
+        RemoteError {
             url: self.shown.to_owned(),
             kind,
             reason,
         }
+        .into()
     }
 
     fn stopped(&self) -> bool {
@@ -293,8 +295,8 @@ impl Target<'_> {
 /// ureq resolves the host before every request, pooled connection or not, and under a deadline
 /// (`http_timeout`) it does so on a thread spawned for the lookup, so that `getaddrinfo` cannot
 /// outlast the deadline. For an IP literal (`127.0.0.1`, `[::1]`) there is nothing to look up:
-/// without a deadline ureq parses it on the calling thread. Measured on loopback: about 0.6 ms
-/// less per request on a 2-core VM (a thread spawned and joined per range).
+/// without a deadline ureq parses it on the calling thread, which saves a thread spawned and
+/// joined per range (docs/performance.md, "Remote requests").
 #[derive(Debug, Default)]
 struct LiteralIpResolver(DefaultResolver);
 
@@ -920,8 +922,8 @@ impl Client {
             let end = offset + len as u64;
             if status == 206 || t.range.is_none() {
                 // One read past the range: ureq hands a connection back to the agent's pool only
-                // once a read has returned the body's end (without it, every range opened a new
-                // connection: about 1 ms more per request on loopback). A length-delimited body
+                // once a read has returned the body's end (without it, every range opens a new
+                // connection: docs/performance.md, "Remote requests"). A length-delimited body
                 // answers 0 at once; a longer chunked body means the range was ignored.
                 let mut extra = [0u8; 1];
                 if matches!(reader.read(&mut extra), Ok(n) if n > 0) {

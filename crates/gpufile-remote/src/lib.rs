@@ -14,10 +14,11 @@
 //!    ([`gpufile::Engine::submit_to`]) splits a request over its workers, into host memory or
 //!    through pinned bounce buffers into GPU memory, receiving one range while the previous one
 //!    is copied to the GPU; [`RemoteFile::read`] and [`read_into`] are the host-memory shortcut.
-//! 3. Every failure is a [`gpufile::Error`]: [`gpufile::Error::Remote`] (with a
-//!    [`gpufile::RemoteFailure`] kind) for what the server or the network did, with the URL
-//!    (signatures redacted), the byte range and the attempts made; `InvalidArgument` for bad
-//!    URLs, missing credentials and reads past the end.
+//! 3. Every failure is a [`gpufile::Error`]: what the server or the network did is a
+//!    [`RemoteError`] (with a [`RemoteFailure`] kind) inside [`gpufile::Error::Source`] (found
+//!    again with [`RemoteError::of`]), with the URL (signatures redacted), the byte range and
+//!    the attempts made; `InvalidArgument` for bad URLs, missing credentials and reads past the
+//!    end.
 //!
 //! Libraries: `ureq` (blocking HTTP/1.1, rustls with ring, webpki roots) and `aws-sigv4` (AWS's
 //! own SigV4 signer: each S3 GET/HEAD is signed in its headers, `Authorization`, as the AWS SDKs
@@ -25,6 +26,7 @@
 //! S3-compatible servers). Neither starts a thread or a runtime.
 
 mod endpoint;
+mod error;
 mod file;
 mod gcs;
 mod http;
@@ -32,6 +34,7 @@ mod http;
 pub use endpoint::{
     infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Options,
 };
+pub use error::{RemoteError, RemoteFailure, SOURCE_WHAT};
 pub use file::{read_into, ReadPlan, RemoteFile, RANGED_REASON};
 pub use gcs::{parse_gs_url, EMULATOR_HOST_VAR, XML_API_ENDPOINT};
 pub use http::{RangeSupport, RemoteStats, WHOLE_BODY_REASON};

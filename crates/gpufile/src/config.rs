@@ -6,7 +6,7 @@
 //!    [`Error::InvalidEnv`] naming it).
 //! 2. [`Settings::get`] / [`Engine::set`](crate::Engine::set) read and change single settings
 //!    by name, as `kvikio.defaults` does.
-//! 3. [`Engine::report`](crate::Engine::report) lists every setting with its value and source,
+//! 3. [`Engine::report`](crate::Engine::report) lists every setting with its value and origin,
 //!    for `gpufile config`.
 //!
 //! Environment: `KVIKIO_<NAME>` is honoured so that KvikIO's documented commands work as written;
@@ -133,50 +133,192 @@ impl FromStr for RemoteIoBackend {
     }
 }
 
-/// The settings, as one value.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Settings {
+/// Declares every setting once, and from that one entry makes everything a setting needs: its
+/// field of [`Settings`] (with its doc), its default, its [`Name`] and the name `defaults.get`
+/// takes, its [`Kind`], the range of an integer setting ([`Bounds`]), its environment variables
+/// and where its default comes from ([`Origin`]).
+///
+/// An entry: `field / Variant: type = default [, machine how]; kind Kind [(min, max, why)];
+/// env ["SUFFIX", ...]`. `machine how` marks a default chosen from the machine, `how` saying
+/// how; the suffixes, most preferred first, follow each of [`ENV_PREFIXES`].
+macro_rules! settings {
+    ($(
+        $(#[$doc:meta])*
+        $field:ident / $variant:ident: $ty:ty = $default:expr $(, machine $how:expr)?;
+            kind $kind:ident $(($min:expr, $max:expr, $why:expr))?;
+            env [$($suffix:literal),+];
+    )*) => {
+        /// The settings, as one value.
+        #[derive(Clone, Debug, PartialEq, serde::Serialize)]
+        pub struct Settings {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl Default for Settings {
+            /// KvikIO's documented defaults, except `num_threads` (KvikIO: 1), which gpufile
+            /// chooses from the machine.
+            fn default() -> Self {
+                Settings { $($field: $default,)* }
+            }
+        }
+
+        /// A setting's name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Name {
+            $(#[doc = concat!("`", stringify!($field), "`")] $variant,)*
+        }
+
+        const COUNT: usize = [$(stringify!($field)),*].len();
+
+        impl Name {
+            /// Every setting, in the order `gpufile config` prints them.
+            pub const ALL: [Name; COUNT] = [$(Name::$variant),*];
+
+            /// The name used by `defaults.get` / `defaults.set`.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Name::$variant => stringify!($field),)* }
+            }
+
+            /// The kind of value the setting holds.
+            pub fn kind(self) -> Kind {
+                match self { $(Name::$variant => Kind::$kind,)* }
+            }
+
+            /// The range of an integer setting (counts, sizes, seconds); `None` for other kinds.
+            pub fn bounds(self) -> Option<Bounds> {
+                match self { $(Name::$variant => bounds!($($min, $max, $why)?),)* }
+            }
+
+            /// Environment variable suffixes, most preferred first (`KVIKIO_NTHREADS` has an
+            /// alias).
+            pub fn env_suffixes(self) -> &'static [&'static str] {
+                match self { $(Name::$variant => &[$($suffix),+],)* }
+            }
+
+            /// Where the value comes from before the environment or a program sets it.
+            fn default_origin(self) -> Origin {
+                match self { $(Name::$variant => default_origin!($($how)?),)* }
+            }
+        }
+
+        impl Settings {
+            /// The current value of one setting.
+            pub fn get(&self, name: Name) -> Value {
+                match name { $(Name::$variant => self.$field.to_value(),)* }
+            }
+
+            /// Stores a value produced by [`validate`] for the same name.
+            fn put(&mut self, name: Name, value: Value) {
+                // `validate` guarantees the variant and range for each name; sizes fit usize.
+                match name {
+                    $(Name::$variant => match <$ty as Field>::from_value(value) {
+                        Ok(v) => self.$field = v,
+                        Err(value) => unreachable!("validate() gave {value:?} for {name}"),
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+/// A table entry's bounds: `(min, max, why)`, or none.
+macro_rules! bounds {
+    () => {
+        None
+    };
+    ($min:expr, $max:expr, $why:expr) => {
+        Some(Bounds {
+            min: $min,
+            max: $max,
+            why: $why,
+        })
+    };
+}
+
+/// A table entry's default origin: KvikIO's default, or chosen from the machine (`how`).
+macro_rules! default_origin {
+    () => {
+        Origin::Default
+    };
+    ($how:expr) => {
+        Origin::Machine($how)
+    };
+}
+
+/// The unit of a byte size whose largest value is [`MAX_SIZE`].
+const LARGEST_OFFSET: &str = "bytes; the largest file offset";
+
+settings! {
     /// See [`CompatMode`].
-    pub compat_mode: CompatMode,
+    compat_mode / CompatMode: CompatMode = CompatMode::Auto;
+        kind CompatMode;
+        env ["COMPAT_MODE"];
     /// Worker threads that run the tasks of a request.
-    pub num_threads: usize,
+    num_threads / NumThreads: usize = default_num_threads().0, machine default_num_threads().1;
+        kind Count(1, MAX_THREADS as u64, "threads");
+        env ["NTHREADS", "NUM_THREADS"];
     /// Largest piece of a request handed to one worker, in bytes.
-    pub task_size: usize,
+    task_size / TaskSize: usize = 4 << 20;
+        kind PositiveSize(1, MAX_SIZE, LARGEST_OFFSET);
+        env ["TASK_SIZE"];
     /// Device requests smaller than this go through gpufile's POSIX path, in bytes.
-    pub gds_threshold: usize,
+    gds_threshold / GdsThreshold: usize = 16 << 10;
+        kind Size(0, MAX_SIZE, LARGEST_OFFSET);
+        env ["GDS_THRESHOLD"];
     /// Size of each pinned bounce buffer of the POSIX device path, in bytes.
-    pub bounce_buffer_size: usize,
+    bounce_buffer_size / BounceBufferSize: usize = 16 << 20;
+        kind PositiveSize(1, MAX_BOUNCE_BUFFER_SIZE, "bytes; 1 GiB, as each run pins two");
+        env ["BOUNCE_BUFFER_SIZE"];
     /// Let the POSIX path read with O_DIRECT where the file system accepts it.
-    pub auto_direct_io_read: bool,
+    auto_direct_io_read / AutoDirectIoRead: bool = false;
+        kind Bool;
+        env ["AUTO_DIRECT_IO_READ"];
     /// Let the POSIX path write with O_DIRECT where the file system accepts it.
-    pub auto_direct_io_write: bool,
+    auto_direct_io_write / AutoDirectIoWrite: bool = true;
+        kind Bool;
+        env ["AUTO_DIRECT_IO_WRITE"];
     /// Make every device request that would not run on GPUDirect Storage's accelerated path an
     /// error (gpufile's addition; default false).
-    pub require_gds: bool,
+    require_gds / RequireGds: bool = false;
+        kind Bool;
+        env ["REQUIRE_GDS"];
     /// Read ranges that are not in the page cache with O_DIRECT (large aligned reads, no
     /// readahead), while cached ranges stay buffered, chosen per chunk with `mincore`
     /// (gpufile's addition; default false: O_DIRECT reads do not fill the page cache, so a
     /// second read of the same data is as slow as the first).
-    pub direct_io_uncached: bool,
+    direct_io_uncached / DirectIoUncached: bool = false;
+        kind Bool;
+        env ["DIRECT_IO_UNCACHED"];
     /// Most bytes of page cache gpufile keeps registered with CUDA (pinned) so that hot file data
     /// read again goes to the GPU by DMA straight from the page cache, with no CPU copy
     /// (gpufile's addition; default 0: off, because pinned page-cache pages cannot be
     /// invalidated by another process's `O_DIRECT` write to the file, which then leaves stale
     /// pages in the page cache). See [`crate::exec::dma`].
-    pub dma_cache_size: usize,
-    /// KvikIO's remote-I/O retry count (kept for API compatibility; gpufile reads local files).
-    pub http_max_attempts: usize,
-    /// KvikIO's remote-I/O retryable HTTP codes (kept for API compatibility).
-    pub http_status_codes: Vec<u16>,
-    /// KvikIO's remote-I/O timeout in seconds (kept for API compatibility).
-    pub http_timeout: u64,
+    dma_cache_size / DmaCacheSize: usize = 0;
+        kind Size(0, MAX_SIZE, LARGEST_OFFSET);
+        env ["DMA_CACHE_SIZE"];
+    /// Attempts of each remote request (HTTP(S), S3, WebHDFS: `gpufile-remote`) before it fails
+    /// with a retryable status or a timeout; KvikIO's remote retry count.
+    http_max_attempts / HttpMaxAttempts: usize = 3;
+        kind Count(1, MAX_HTTP_ATTEMPTS, "attempts");
+        env ["HTTP_MAX_ATTEMPTS"];
+    /// HTTP statuses a remote request retries (KvikIO's list); any other error status fails it.
+    http_status_codes / HttpStatusCodes: Vec<u16> = vec![429, 500, 502, 503, 504];
+        kind IntList;
+        env ["HTTP_STATUS_CODES"];
+    /// Seconds each attempt of a remote request may wait for the server (KvikIO's timeout).
+    http_timeout / HttpTimeout: u64 = 60;
+        kind Seconds(1, MAX_HTTP_TIMEOUT, "seconds; 1 day");
+        env ["HTTP_TIMEOUT"];
     /// KvikIO's remote-I/O backend (accepted for compatibility: every value reads the same way,
     /// see [`RemoteIoBackend`]).
-    pub remote_io_backend: RemoteIoBackend,
+    remote_io_backend / RemoteIoBackend: RemoteIoBackend = RemoteIoBackend::EasyThreadpool;
+        kind RemoteIoBackend;
+        env ["REMOTE_IO_BACKEND"];
 }
 
-/// Most worker threads gpufile picks by itself. Measured on the H200 machine, KvikIO's POSIX path
-/// stops scaling at about 16 threads (47.4 GB/s at 16 vs 41.5 at 8).
+/// Most worker threads gpufile picks by itself: reads stop scaling at about 16 threads
+/// (docs/performance.md, "Default thread count").
 pub const MAX_DEFAULT_THREADS: usize = 16;
 /// Upper bound on `num_threads`, so a typo cannot ask for a million OS threads.
 pub const MAX_THREADS: usize = 1024;
@@ -187,11 +329,11 @@ pub const MAX_THREADS: usize = 1024;
 pub const MAX_SIZE: u64 = i64::MAX as u64;
 /// Upper bound on `bounce_buffer_size` (1 GiB): every run of a device request on the bounce path
 /// pins two buffers of this size in host memory, taken from the whole machine, so a larger value
-/// fails at the first GPU read (`2**64-1` was accepted and failed there) or pins tens of GiB.
+/// would fail at the first GPU read or pin tens of GiB.
 pub const MAX_BOUNCE_BUFFER_SIZE: u64 = 1 << 30;
 /// Upper bound on `http_timeout`, in seconds (1 day): HTTP deadlines are `Instant::now() +
-/// timeout`, which panics when the sum overflows (`2**63-1` s did), and no single range GET
-/// needs a day; a day × `http_max_attempts` stays far inside `Instant`'s range.
+/// timeout`, which panics when the sum overflows, and no single range GET needs a day; a day ×
+/// `http_max_attempts` stays far inside `Instant`'s range.
 pub const MAX_HTTP_TIMEOUT: u64 = 86_400;
 /// Upper bound on `http_max_attempts`: past the backoff cap every attempt waits the same, so more
 /// attempts only prolong a failure; the bound keeps `http_timeout` × attempts a finite wait.
@@ -221,62 +363,6 @@ pub fn default_num_threads() -> (usize, String) {
     (n, format!("min(cores={cores}, {MAX_DEFAULT_THREADS})"))
 }
 
-impl Default for Settings {
-    /// KvikIO's documented defaults, except `num_threads` (KvikIO: 1), which gpufile chooses
-    /// from the machine.
-    fn default() -> Self {
-        Settings {
-            compat_mode: CompatMode::Auto,
-            num_threads: default_num_threads().0,
-            task_size: 4 << 20,
-            gds_threshold: 16 << 10,
-            bounce_buffer_size: 16 << 20,
-            auto_direct_io_read: false,
-            auto_direct_io_write: true,
-            require_gds: false,
-            direct_io_uncached: false,
-            dma_cache_size: 0,
-            http_max_attempts: 3,
-            http_status_codes: vec![429, 500, 502, 503, 504],
-            http_timeout: 60,
-            remote_io_backend: RemoteIoBackend::EasyThreadpool,
-        }
-    }
-}
-
-/// A setting's name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Name {
-    /// `compat_mode`
-    CompatMode,
-    /// `num_threads`
-    NumThreads,
-    /// `task_size`
-    TaskSize,
-    /// `gds_threshold`
-    GdsThreshold,
-    /// `bounce_buffer_size`
-    BounceBufferSize,
-    /// `auto_direct_io_read`
-    AutoDirectIoRead,
-    /// `auto_direct_io_write`
-    AutoDirectIoWrite,
-    /// `require_gds`
-    RequireGds,
-    /// `direct_io_uncached`
-    DirectIoUncached,
-    /// `dma_cache_size`
-    DmaCacheSize,
-    /// `http_max_attempts`
-    HttpMaxAttempts,
-    /// `http_status_codes`
-    HttpStatusCodes,
-    /// `http_timeout`
-    HttpTimeout,
-    /// `remote_io_backend`
-    RemoteIoBackend,
-}
-
 /// What kind of value a setting holds, which decides how text and numbers are parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -298,101 +384,86 @@ pub enum Kind {
     RemoteIoBackend,
 }
 
+/// How a field of [`Settings`] is held as a [`Value`] (the table's `get` and `put`).
+trait Field: Sized {
+    fn to_value(&self) -> Value;
+    /// The field's value, or `value` back where it is of another variant.
+    fn from_value(value: Value) -> std::result::Result<Self, Value>;
+}
+
+impl Field for usize {
+    fn to_value(&self) -> Value {
+        Value::Int(*self as u64)
+    }
+    fn from_value(value: Value) -> std::result::Result<Self, Value> {
+        match value {
+            Value::Int(n) => Ok(n as usize),
+            other => Err(other),
+        }
+    }
+}
+
+impl Field for u64 {
+    fn to_value(&self) -> Value {
+        Value::Int(*self)
+    }
+    fn from_value(value: Value) -> std::result::Result<Self, Value> {
+        match value {
+            Value::Int(n) => Ok(n),
+            other => Err(other),
+        }
+    }
+}
+
+impl Field for bool {
+    fn to_value(&self) -> Value {
+        Value::Bool(*self)
+    }
+    fn from_value(value: Value) -> std::result::Result<Self, Value> {
+        match value {
+            Value::Bool(b) => Ok(b),
+            other => Err(other),
+        }
+    }
+}
+
+impl Field for Vec<u16> {
+    fn to_value(&self) -> Value {
+        Value::IntList(self.iter().map(|c| u64::from(*c)).collect())
+    }
+    fn from_value(value: Value) -> std::result::Result<Self, Value> {
+        match value {
+            Value::IntList(v) => Ok(v.into_iter().map(|c| c as u16).collect()),
+            other => Err(other),
+        }
+    }
+}
+
+impl Field for CompatMode {
+    fn to_value(&self) -> Value {
+        Value::CompatMode(*self)
+    }
+    fn from_value(value: Value) -> std::result::Result<Self, Value> {
+        match value {
+            Value::CompatMode(m) => Ok(m),
+            other => Err(other),
+        }
+    }
+}
+
+impl Field for RemoteIoBackend {
+    fn to_value(&self) -> Value {
+        Value::RemoteIoBackend(*self)
+    }
+    fn from_value(value: Value) -> std::result::Result<Self, Value> {
+        match value {
+            Value::RemoteIoBackend(b) => Ok(b),
+            other => Err(other),
+        }
+    }
+}
+
 impl Name {
-    /// Every setting, in the order `gpufile config` prints them.
-    pub const ALL: [Name; 14] = [
-        Name::CompatMode,
-        Name::NumThreads,
-        Name::TaskSize,
-        Name::GdsThreshold,
-        Name::BounceBufferSize,
-        Name::AutoDirectIoRead,
-        Name::AutoDirectIoWrite,
-        Name::RequireGds,
-        Name::DirectIoUncached,
-        Name::DmaCacheSize,
-        Name::HttpMaxAttempts,
-        Name::HttpStatusCodes,
-        Name::HttpTimeout,
-        Name::RemoteIoBackend,
-    ];
-
-    /// The name used by `defaults.get` / `defaults.set`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Name::CompatMode => "compat_mode",
-            Name::NumThreads => "num_threads",
-            Name::TaskSize => "task_size",
-            Name::GdsThreshold => "gds_threshold",
-            Name::BounceBufferSize => "bounce_buffer_size",
-            Name::AutoDirectIoRead => "auto_direct_io_read",
-            Name::AutoDirectIoWrite => "auto_direct_io_write",
-            Name::RequireGds => "require_gds",
-            Name::DirectIoUncached => "direct_io_uncached",
-            Name::DmaCacheSize => "dma_cache_size",
-            Name::HttpMaxAttempts => "http_max_attempts",
-            Name::HttpStatusCodes => "http_status_codes",
-            Name::HttpTimeout => "http_timeout",
-            Name::RemoteIoBackend => "remote_io_backend",
-        }
-    }
-
-    /// The kind of value the setting holds.
-    pub fn kind(self) -> Kind {
-        match self {
-            Name::CompatMode => Kind::CompatMode,
-            Name::NumThreads | Name::HttpMaxAttempts => Kind::Count,
-            Name::TaskSize | Name::BounceBufferSize => Kind::PositiveSize,
-            Name::GdsThreshold | Name::DmaCacheSize => Kind::Size,
-            Name::AutoDirectIoRead
-            | Name::AutoDirectIoWrite
-            | Name::RequireGds
-            | Name::DirectIoUncached => Kind::Bool,
-            Name::HttpStatusCodes => Kind::IntList,
-            Name::HttpTimeout => Kind::Seconds,
-            Name::RemoteIoBackend => Kind::RemoteIoBackend,
-        }
-    }
-
-    /// The range of an integer setting (counts, sizes, seconds); `None` for other kinds.
-    pub fn bounds(self) -> Option<Bounds> {
-        const LARGEST_OFFSET: &str = "bytes; the largest file offset";
-        let b = |min, max, why| Some(Bounds { min, max, why });
-        match self {
-            Name::NumThreads => b(1, MAX_THREADS as u64, "threads"),
-            Name::HttpMaxAttempts => b(1, MAX_HTTP_ATTEMPTS, "attempts"),
-            Name::TaskSize => b(1, MAX_SIZE, LARGEST_OFFSET),
-            Name::GdsThreshold | Name::DmaCacheSize => b(0, MAX_SIZE, LARGEST_OFFSET),
-            Name::BounceBufferSize => b(
-                1,
-                MAX_BOUNCE_BUFFER_SIZE,
-                "bytes; 1 GiB, as each run pins two",
-            ),
-            Name::HttpTimeout => b(1, MAX_HTTP_TIMEOUT, "seconds; 1 day"),
-            _ => None,
-        }
-    }
-
-    /// Environment variable suffixes, most preferred first (`KVIKIO_NTHREADS` has an alias).
-    pub fn env_suffixes(self) -> &'static [&'static str] {
-        match self {
-            Name::CompatMode => &["COMPAT_MODE"],
-            Name::NumThreads => &["NTHREADS", "NUM_THREADS"],
-            Name::TaskSize => &["TASK_SIZE"],
-            Name::GdsThreshold => &["GDS_THRESHOLD"],
-            Name::BounceBufferSize => &["BOUNCE_BUFFER_SIZE"],
-            Name::AutoDirectIoRead => &["AUTO_DIRECT_IO_READ"],
-            Name::AutoDirectIoWrite => &["AUTO_DIRECT_IO_WRITE"],
-            Name::RequireGds => &["REQUIRE_GDS"],
-            Name::DirectIoUncached => &["DIRECT_IO_UNCACHED"],
-            Name::DmaCacheSize => &["DMA_CACHE_SIZE"],
-            Name::HttpMaxAttempts => &["HTTP_MAX_ATTEMPTS"],
-            Name::HttpStatusCodes => &["HTTP_STATUS_CODES"],
-            Name::HttpTimeout => &["HTTP_TIMEOUT"],
-            Name::RemoteIoBackend => &["REMOTE_IO_BACKEND"],
-        }
-    }
-
     /// Every environment variable that sets this setting, in precedence order.
     pub fn env_vars(self) -> Vec<String> {
         ENV_PREFIXES
@@ -402,7 +473,7 @@ impl Name {
     }
 
     fn index(self) -> usize {
-        Name::ALL.iter().position(|n| *n == self).unwrap_or(0)
+        self as usize
     }
 }
 
@@ -592,116 +663,76 @@ fn parse_bool(text: &str) -> std::result::Result<bool, String> {
 /// integer setting it names the accepted range, [`Name::bounds`]).
 pub fn validate(name: Name, input: &Input<'_>) -> std::result::Result<Value, String> {
     match name.kind() {
-        Kind::CompatMode => match input {
-            Input::Text(t) => t.parse().map(Value::CompatMode),
-            Input::Int(n) => CompatMode::from_value(*n)
-                .map(Value::CompatMode)
-                .ok_or_else(|| format!("expected OFF=0, ON=1 or AUTO=2, or {COMPAT_MODE_WORDS}")),
-            Input::Bool(b) => Ok(Value::CompatMode(if *b {
-                CompatMode::On
-            } else {
-                CompatMode::Off
-            })),
-            Input::IntList(_) => Err("expected a CompatMode, not a list".into()),
-        },
-        Kind::RemoteIoBackend => match input {
-            Input::Text(t) => t.parse().map(Value::RemoteIoBackend),
-            Input::Int(n) => RemoteIoBackend::from_value(*n)
-                .map(Value::RemoteIoBackend)
-                .ok_or_else(|| format!("expected {REMOTE_IO_BACKEND_WORDS}")),
-            Input::Bool(_) | Input::IntList(_) => Err(format!(
-                "expected a RemoteIOBackend: {REMOTE_IO_BACKEND_WORDS}"
-            )),
-        },
+        Kind::CompatMode => compat_mode_from(input).map(Value::CompatMode),
+        Kind::RemoteIoBackend => remote_io_backend_from(input).map(Value::RemoteIoBackend),
         Kind::Count | Kind::PositiveSize | Kind::Size | Kind::Seconds => {
             let bounds = name.bounds().ok_or("a setting without bounds")?;
             bounded_int(name.kind(), input, bounds).map(Value::Int)
         }
-        Kind::Bool => match input {
-            Input::Bool(b) => Ok(Value::Bool(*b)),
-            Input::Int(0) => Ok(Value::Bool(false)),
-            Input::Int(1) => Ok(Value::Bool(true)),
-            Input::Int(_) => Err("expected true/false or 1/0".into()),
-            Input::Text(t) => parse_bool(t).map(Value::Bool),
-            Input::IntList(_) => Err("expected a bool, not a list".into()),
-        },
-        Kind::IntList => {
-            let items: Vec<i128> = match input {
-                Input::IntList(v) => v.clone(),
-                Input::Text(t) => t
-                    .split(',')
-                    .map(|s| s.trim().parse::<i128>())
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(|_| "expected comma-separated integers such as 429,500,503")?,
-                Input::Int(_) | Input::Bool(_) => return Err("expected a list of integers".into()),
-            };
-            items
-                .into_iter()
-                .map(|n| match u16::try_from(n) {
-                    Ok(c) if (100..=599).contains(&c) => Ok(u64::from(c)),
-                    _ => Err(format!("{n} is not an HTTP status code (100-599)")),
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map(Value::IntList)
-        }
+        Kind::Bool => bool_from(input).map(Value::Bool),
+        Kind::IntList => status_codes_from(input).map(Value::IntList),
     }
 }
 
-impl Settings {
-    /// The current value of one setting.
-    pub fn get(&self, name: Name) -> Value {
-        match name {
-            Name::CompatMode => Value::CompatMode(self.compat_mode),
-            Name::NumThreads => Value::Int(self.num_threads as u64),
-            Name::TaskSize => Value::Int(self.task_size as u64),
-            Name::GdsThreshold => Value::Int(self.gds_threshold as u64),
-            Name::BounceBufferSize => Value::Int(self.bounce_buffer_size as u64),
-            Name::AutoDirectIoRead => Value::Bool(self.auto_direct_io_read),
-            Name::AutoDirectIoWrite => Value::Bool(self.auto_direct_io_write),
-            Name::RequireGds => Value::Bool(self.require_gds),
-            Name::DirectIoUncached => Value::Bool(self.direct_io_uncached),
-            Name::DmaCacheSize => Value::Int(self.dma_cache_size as u64),
-            Name::HttpMaxAttempts => Value::Int(self.http_max_attempts as u64),
-            Name::HttpStatusCodes => Value::IntList(
-                self.http_status_codes
-                    .iter()
-                    .map(|c| u64::from(*c))
-                    .collect(),
-            ),
-            Name::HttpTimeout => Value::Int(self.http_timeout),
-            Name::RemoteIoBackend => Value::RemoteIoBackend(self.remote_io_backend),
-        }
+/// A [`CompatMode`]: KvikIO's words, its enum values, or a bool (true is ON).
+fn compat_mode_from(input: &Input<'_>) -> std::result::Result<CompatMode, String> {
+    match input {
+        Input::Text(t) => t.parse(),
+        Input::Int(n) => CompatMode::from_value(*n)
+            .ok_or_else(|| format!("expected OFF=0, ON=1 or AUTO=2, or {COMPAT_MODE_WORDS}")),
+        Input::Bool(b) => Ok(if *b { CompatMode::On } else { CompatMode::Off }),
+        Input::IntList(_) => Err("expected a CompatMode, not a list".into()),
     }
+}
 
-    /// Stores a value produced by [`validate`] for the same name.
-    fn put(&mut self, name: Name, value: Value) {
-        // `validate` guarantees the variant and range for each name; sizes fit usize.
-        match (name, value) {
-            (Name::CompatMode, Value::CompatMode(m)) => self.compat_mode = m,
-            (Name::NumThreads, Value::Int(n)) => self.num_threads = n as usize,
-            (Name::TaskSize, Value::Int(n)) => self.task_size = n as usize,
-            (Name::GdsThreshold, Value::Int(n)) => self.gds_threshold = n as usize,
-            (Name::BounceBufferSize, Value::Int(n)) => self.bounce_buffer_size = n as usize,
-            (Name::AutoDirectIoRead, Value::Bool(b)) => self.auto_direct_io_read = b,
-            (Name::AutoDirectIoWrite, Value::Bool(b)) => self.auto_direct_io_write = b,
-            (Name::RequireGds, Value::Bool(b)) => self.require_gds = b,
-            (Name::DirectIoUncached, Value::Bool(b)) => self.direct_io_uncached = b,
-            (Name::DmaCacheSize, Value::Int(n)) => self.dma_cache_size = n as usize,
-            (Name::HttpMaxAttempts, Value::Int(n)) => self.http_max_attempts = n as usize,
-            (Name::HttpStatusCodes, Value::IntList(v)) => {
-                self.http_status_codes = v.into_iter().map(|c| c as u16).collect()
-            }
-            (Name::HttpTimeout, Value::Int(n)) => self.http_timeout = n,
-            (Name::RemoteIoBackend, Value::RemoteIoBackend(b)) => self.remote_io_backend = b,
-            (name, value) => unreachable!("validate() gave {value:?} for {name}"),
-        }
+/// A [`RemoteIoBackend`]: KvikIO's names or enum values.
+fn remote_io_backend_from(input: &Input<'_>) -> std::result::Result<RemoteIoBackend, String> {
+    match input {
+        Input::Text(t) => t.parse(),
+        Input::Int(n) => RemoteIoBackend::from_value(*n)
+            .ok_or_else(|| format!("expected {REMOTE_IO_BACKEND_WORDS}")),
+        Input::Bool(_) | Input::IntList(_) => Err(format!(
+            "expected a RemoteIOBackend: {REMOTE_IO_BACKEND_WORDS}"
+        )),
     }
+}
+
+/// A flag: a bool, 0 or 1, or its words.
+fn bool_from(input: &Input<'_>) -> std::result::Result<bool, String> {
+    match input {
+        Input::Bool(b) => Ok(*b),
+        Input::Int(0) => Ok(false),
+        Input::Int(1) => Ok(true),
+        Input::Int(_) => Err("expected true/false or 1/0".into()),
+        Input::Text(t) => parse_bool(t),
+        Input::IntList(_) => Err("expected a bool, not a list".into()),
+    }
+}
+
+/// HTTP status codes (100-599): a list, or comma-separated text.
+fn status_codes_from(input: &Input<'_>) -> std::result::Result<Vec<u64>, String> {
+    let items: Vec<i128> = match input {
+        Input::IntList(v) => v.clone(),
+        Input::Text(t) => t
+            .split(',')
+            .map(|s| s.trim().parse::<i128>())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| "expected comma-separated integers such as 429,500,503")?,
+        Input::Int(_) | Input::Bool(_) => return Err("expected a list of integers".into()),
+    };
+    items
+        .into_iter()
+        .map(|n| match u16::try_from(n) {
+            Ok(c) if (100..=599).contains(&c) => Ok(u64::from(c)),
+            _ => Err(format!("{n} is not an HTTP status code (100-599)")),
+        })
+        .collect()
 }
 
 /// Where a setting's value came from.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", content = "detail", rename_all = "lowercase")]
-pub enum Source {
+pub enum Origin {
     /// KvikIO's default.
     Default,
     /// Chosen from this machine; the text says how.
@@ -712,23 +743,23 @@ pub enum Source {
     Set,
 }
 
-impl fmt::Display for Source {
+impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::Default => f.write_str("default"),
-            Source::Machine(how) => write!(f, "default: {how}"),
-            Source::Env(var) => write!(f, "env {var}"),
-            Source::Set => f.write_str("set"),
+            Origin::Default => f.write_str("default"),
+            Origin::Machine(how) => write!(f, "default: {how}"),
+            Origin::Env(var) => write!(f, "env {var}"),
+            Origin::Set => f.write_str("set"),
         }
     }
 }
 
-/// Settings with the source of each value.
+/// Settings with the origin of each value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct State {
     /// The values.
     pub settings: Settings,
-    sources: Vec<Source>,
+    origins: Vec<Origin>,
 }
 
 impl State {
@@ -743,13 +774,7 @@ impl State {
     /// the default, would then win without a word).
     pub fn from_env_os(lookup: impl Fn(&str) -> Option<OsString>) -> Result<State> {
         let mut settings = Settings::default();
-        let mut sources: Vec<Source> = Name::ALL
-            .iter()
-            .map(|n| match n {
-                Name::NumThreads => Source::Machine(default_num_threads().1),
-                _ => Source::Default,
-            })
-            .collect();
+        let mut origins: Vec<Origin> = Name::ALL.iter().map(|n| n.default_origin()).collect();
         for name in Name::ALL {
             let Some((var, raw)) = name
                 .env_vars()
@@ -773,14 +798,14 @@ impl State {
                     reason,
                 })?;
             settings.put(name, value);
-            sources[name.index()] = Source::Env(var);
+            origins[name.index()] = Origin::Env(var);
         }
-        Ok(State { settings, sources })
+        Ok(State { settings, origins })
     }
 
     /// Where `name`'s value came from.
-    pub fn source(&self, name: Name) -> &Source {
-        &self.sources[name.index()]
+    pub fn origin(&self, name: Name) -> &Origin {
+        &self.origins[name.index()]
     }
 
     /// Validates every update first, then applies all of them (all or nothing).
@@ -796,24 +821,24 @@ impl State {
         }
         for (name, value) in checked {
             self.settings.put(name, value);
-            self.sources[name.index()] = Source::Set;
+            self.origins[name.index()] = Origin::Set;
         }
         Ok(())
     }
 
-    /// Puts back values (and sources) captured earlier with [`State::snapshot`].
-    pub fn restore(&mut self, saved: &[(Name, Value, Source)]) {
-        for (name, value, source) in saved {
+    /// Puts back values (and origins) captured earlier with [`State::snapshot`].
+    pub fn restore(&mut self, saved: &[(Name, Value, Origin)]) {
+        for (name, value, origin) in saved {
             self.settings.put(*name, value.clone());
-            self.sources[name.index()] = source.clone();
+            self.origins[name.index()] = origin.clone();
         }
     }
 
-    /// The value and source of each named setting, for a later [`State::restore`].
-    pub fn snapshot(&self, names: &[Name]) -> Vec<(Name, Value, Source)> {
+    /// The value and origin of each named setting, for a later [`State::restore`].
+    pub fn snapshot(&self, names: &[Name]) -> Vec<(Name, Value, Origin)> {
         names
             .iter()
-            .map(|n| (*n, self.settings.get(*n), self.source(*n).clone()))
+            .map(|n| (*n, self.settings.get(*n), self.origin(*n).clone()))
             .collect()
     }
 }
@@ -885,8 +910,8 @@ mod tests {
         let s = State::from_env(env(&[("KVIKIO_REMOTE_IO_BACKEND", "  Multi_Poll ")])).unwrap();
         assert_eq!(s.settings.remote_io_backend, RemoteIoBackend::MultiPoll);
         assert_eq!(
-            s.source(Name::RemoteIoBackend),
-            &Source::Env("KVIKIO_REMOTE_IO_BACKEND".into())
+            s.origin(Name::RemoteIoBackend),
+            &Origin::Env("KVIKIO_REMOTE_IO_BACKEND".into())
         );
         assert_eq!(
             validate(Name::RemoteIoBackend, &Input::Int(0)),
@@ -938,8 +963,8 @@ mod tests {
         assert_eq!(s.settings.task_size, 4 << 20);
         assert_eq!(s.settings.bounce_buffer_size, 16 << 20);
         assert!(s.settings.num_threads >= 1 && s.settings.num_threads <= MAX_DEFAULT_THREADS);
-        assert!(matches!(s.source(Name::NumThreads), Source::Machine(_)));
-        assert_eq!(s.source(Name::TaskSize), &Source::Default);
+        assert!(matches!(s.origin(Name::NumThreads), Origin::Machine(_)));
+        assert_eq!(s.origin(Name::TaskSize), &Origin::Default);
     }
 
     #[test]
@@ -955,13 +980,13 @@ mod tests {
         assert_eq!(s.settings.compat_mode, CompatMode::Off);
         assert_eq!(s.settings.task_size, 2 << 20);
         assert_eq!(
-            s.source(Name::TaskSize),
-            &Source::Env("GPUFILE_TASK_SIZE".into())
+            s.origin(Name::TaskSize),
+            &Origin::Env("GPUFILE_TASK_SIZE".into())
         );
         assert_eq!(s.settings.num_threads, 3);
         assert_eq!(
-            s.source(Name::NumThreads),
-            &Source::Env("KVIKIO_NUM_THREADS".into())
+            s.origin(Name::NumThreads),
+            &Origin::Env("KVIKIO_NUM_THREADS".into())
         );
         assert_eq!(s.settings.gds_threshold, 0);
     }
@@ -993,7 +1018,7 @@ mod tests {
     }
 
     /// A value that is not UTF-8 is an error naming its variable, even where a lower-priority
-    /// variable holds a good value (it used to be skipped, and that one won).
+    /// variable holds a good value (never skipped, so that one cannot win without a word).
     #[test]
     fn non_utf8_env_value_is_an_error_naming_the_variable() {
         use std::os::unix::ffi::OsStringExt;
@@ -1064,10 +1089,77 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((s.settings.task_size, s.settings.num_threads), (1024, 8));
-        assert_eq!(s.source(Name::TaskSize), &Source::Set);
+        assert_eq!(s.origin(Name::TaskSize), &Origin::Set);
         s.restore(&saved);
         assert_eq!(s.settings.task_size, 4 << 20);
-        assert_eq!(s.source(Name::TaskSize), &Source::Default);
+        assert_eq!(s.origin(Name::TaskSize), &Origin::Default);
+    }
+
+    /// The table gives each setting the name, variables, kind, range, default and origin it
+    /// had when each was spelled out by hand (what `gpufile config` and `defaults.get` show).
+    #[test]
+    fn table_gives_every_setting_its_names_kind_range_and_default() {
+        let s = State::from_env(env(&[])).unwrap();
+        let rows: Vec<String> = Name::ALL
+            .iter()
+            .map(|n| {
+                let origin = match s.origin(*n) {
+                    Origin::Machine(_) => "machine".to_owned(),
+                    o => o.to_string(),
+                };
+                let value = match n {
+                    Name::NumThreads => "-".to_owned(),
+                    _ => s.settings.get(*n).to_string(),
+                };
+                let bounds = n.bounds().map_or("-".to_owned(), |b| b.to_string());
+                let vars = n.env_vars().join(" ");
+                format!("{n} [{vars}] {:?} {bounds} = {value} ({origin})", n.kind())
+            })
+            .collect();
+        let expected = [
+            "compat_mode [GPUFILE_COMPAT_MODE KVIKIO_COMPAT_MODE] CompatMode - = AUTO (default)",
+            "num_threads [GPUFILE_NTHREADS GPUFILE_NUM_THREADS KVIKIO_NTHREADS KVIKIO_NUM_THREADS] \
+             Count 1 to 1024 (threads) = - (machine)",
+            "task_size [GPUFILE_TASK_SIZE KVIKIO_TASK_SIZE] PositiveSize 1 to 9223372036854775807 \
+             (bytes; the largest file offset) = 4194304 (default)",
+            "gds_threshold [GPUFILE_GDS_THRESHOLD KVIKIO_GDS_THRESHOLD] Size 0 to \
+             9223372036854775807 (bytes; the largest file offset) = 16384 (default)",
+            "bounce_buffer_size [GPUFILE_BOUNCE_BUFFER_SIZE KVIKIO_BOUNCE_BUFFER_SIZE] \
+             PositiveSize 1 to 1073741824 (bytes; 1 GiB, as each run pins two) = 16777216 \
+             (default)",
+            "auto_direct_io_read [GPUFILE_AUTO_DIRECT_IO_READ KVIKIO_AUTO_DIRECT_IO_READ] Bool - \
+             = false (default)",
+            "auto_direct_io_write [GPUFILE_AUTO_DIRECT_IO_WRITE KVIKIO_AUTO_DIRECT_IO_WRITE] Bool \
+             - = true (default)",
+            "require_gds [GPUFILE_REQUIRE_GDS KVIKIO_REQUIRE_GDS] Bool - = false (default)",
+            "direct_io_uncached [GPUFILE_DIRECT_IO_UNCACHED KVIKIO_DIRECT_IO_UNCACHED] Bool - = \
+             false (default)",
+            "dma_cache_size [GPUFILE_DMA_CACHE_SIZE KVIKIO_DMA_CACHE_SIZE] Size 0 to \
+             9223372036854775807 (bytes; the largest file offset) = 0 (default)",
+            "http_max_attempts [GPUFILE_HTTP_MAX_ATTEMPTS KVIKIO_HTTP_MAX_ATTEMPTS] Count 1 to \
+             1000 (attempts) = 3 (default)",
+            "http_status_codes [GPUFILE_HTTP_STATUS_CODES KVIKIO_HTTP_STATUS_CODES] IntList - = \
+             429,500,502,503,504 (default)",
+            "http_timeout [GPUFILE_HTTP_TIMEOUT KVIKIO_HTTP_TIMEOUT] Seconds 1 to 86400 (seconds; \
+             1 day) = 60 (default)",
+            "remote_io_backend [GPUFILE_REMOTE_IO_BACKEND KVIKIO_REMOTE_IO_BACKEND] \
+             RemoteIoBackend - = EASY_THREADPOOL (default)",
+        ];
+        assert_eq!(rows, expected);
+        // Integer kinds have a range, the others none; every name parses back to itself.
+        for n in Name::ALL {
+            let integer = matches!(
+                n.kind(),
+                Kind::Count | Kind::PositiveSize | Kind::Size | Kind::Seconds
+            );
+            assert_eq!(n.bounds().is_some(), integer, "{n}");
+            assert_eq!(n.as_str().parse::<Name>().unwrap(), n);
+            assert_eq!(n.index(), Name::ALL.iter().position(|m| *m == n).unwrap());
+            // get and put agree for every field.
+            let mut t = s.clone();
+            t.settings.put(n, s.settings.get(n));
+            assert_eq!(t, s, "{n}");
+        }
     }
 
     #[test]
@@ -1184,7 +1276,7 @@ mod tests {
             let name = Name::ALL[which];
             let var = name.env_vars()[0].clone();
             match State::from_env(env(&[(&var, &value)])) {
-                Ok(s) => prop_assert_eq!(s.source(name), &Source::Env(var)),
+                Ok(s) => prop_assert_eq!(s.origin(name), &Origin::Env(var)),
                 Err(e) => prop_assert!(e.to_string().contains(&var)),
             }
         }

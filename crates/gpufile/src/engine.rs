@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::config::{self, Input, Name, Settings, Source as SettingSource, Value};
+use crate::config::{self, Input, Name, Origin, Settings, Value};
 use crate::cuda::{self, MemoryKind};
 use crate::cufile::{self, RegisteredFile};
 use crate::error::{Error, Result};
@@ -191,12 +191,12 @@ impl Engine {
     }
 
     /// The value and source of each named setting, for a later [`Engine::restore`].
-    pub fn snapshot(&self, names: &[Name]) -> Vec<(Name, Value, SettingSource)> {
+    pub fn snapshot(&self, names: &[Name]) -> Vec<(Name, Value, Origin)> {
         self.read_defaults().snapshot(names)
     }
 
     /// Puts back what [`Engine::snapshot`] saved.
-    pub fn restore(&self, saved: &[(Name, Value, SettingSource)]) {
+    pub fn restore(&self, saved: &[(Name, Value, Origin)]) {
         let limit = {
             let mut state = self.write_defaults();
             state.restore(saved);
@@ -209,7 +209,7 @@ impl Engine {
     }
 
     /// Every setting with its value and source.
-    pub fn report(&self) -> Vec<(Name, Value, SettingSource)> {
+    pub fn report(&self) -> Vec<(Name, Value, Origin)> {
         self.snapshot(&Name::ALL)
     }
 

@@ -208,15 +208,16 @@ pub enum Error {
         /// Bytes moved by the tasks that succeeded.
         bytes_done: usize,
     },
-    /// A remote object (HTTP(S), S3, WebHDFS) could not be opened or read.
-    #[error("{reason} ({url})")]
-    Remote {
-        /// The object's URL (signatures and tokens redacted).
-        url: String,
-        /// What went wrong, for callers that branch on it.
-        kind: RemoteFailure,
-        /// What happened, in words: the request, the server's answer, the attempts made.
-        reason: String,
+    /// A source or sink outside the core failed (a remote object, ...): its crate's own error,
+    /// shown as it is, with `what` naming the kind of source in kebab case (`"remote"`, the
+    /// CLI's error type). Callers that know that crate downcast it ([`Error::source_error`]).
+    #[error("{source}")]
+    Source {
+        /// The kind of source, in kebab case: `"remote"` for `gpufile-remote`'s objects.
+        what: &'static str,
+        /// The source's own error (`gpufile_remote::RemoteError`, ...); shared, so that the
+        /// error stays `Clone`.
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
     },
     /// A file that has no offsets to read or write at (a FIFO, a socket): refused when it is
     /// opened, before `open(2)` can wait for the other end. Regular files and block and
@@ -234,25 +235,26 @@ pub enum Error {
     },
 }
 
-/// The kinds of [`Error::Remote`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RemoteFailure {
-    /// The server answered with an HTTP error status that is not retried (403, 404, ...).
-    Status(u16),
-    /// Every attempt allowed by `http_max_attempts` got a retryable status or timed out.
-    AttemptsExhausted,
-    /// The connection failed (refused, reset, TLS, DNS).
-    Transport,
-    /// The server ignored the byte range and sent the whole object.
-    NoRangeSupport,
-    /// The body ended before the bytes the response announced or the request asked for.
-    ShortBody,
-    /// The answer cannot be used (no size, malformed headers or JSON).
-    BadResponse,
-}
-
 impl Error {
+    /// An [`Error::Source`] of kind `what` carrying `source`.
+    pub fn from_source(
+        what: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Source {
+            what,
+            source: std::sync::Arc::new(source),
+        }
+    }
+
+    /// The source's own error, where this is an [`Error::Source`] holding an `E`.
+    pub fn source_error<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Source { source, .. } => source.downcast_ref::<E>(),
+            _ => None,
+        }
+    }
+
     /// The OS error number, where the kernel reported one (of the first task's error, where
     /// several failed).
     pub fn errno(&self) -> Option<i32> {

@@ -113,7 +113,8 @@ impl FromStr for OpenMode {
     }
 }
 
-struct Inner {
+/// What the clones of a [`FileHandle`] share: the open file and what is known of it.
+struct OpenFile {
     /// The cuFile registration, made on first need. First field: dropped (deregistered) before
     /// the descriptors close.
     cufile: OnceLock<Result<Arc<RegisteredFile>>>,
@@ -127,7 +128,7 @@ struct Inner {
 /// An open file. Cheap to clone; clones share the descriptor.
 #[derive(Clone)]
 pub struct FileHandle {
-    inner: Arc<Inner>,
+    inner: Arc<OpenFile>,
 }
 
 impl FileHandle {
@@ -186,7 +187,7 @@ impl FileHandle {
         let size_seen = if meta.is_file() { meta.len() } else { u64::MAX };
         let local = LocalFile::new(file, path.to_owned(), mode.readable(), mode.writable());
         FileHandle {
-            inner: Arc::new(Inner {
+            inner: Arc::new(OpenFile {
                 cufile: OnceLock::new(),
                 local: Arc::new(local),
                 mode,

@@ -184,10 +184,12 @@ impl Completion {
 /// The result of a request that may still be running. Dropping it does not cancel the request.
 #[must_use = "an IoFuture must be waited on to learn whether the I/O succeeded"]
 pub struct IoFuture {
-    inner: Inner,
+    inner: Awaited,
 }
 
-enum Inner {
+/// What an [`IoFuture`] waits on.
+enum Awaited {
+    /// Nothing: the result is known.
     Ready(Result<usize>),
     Pending(Arc<Completion>),
     /// Several requests as one (a batch): done when all are.
@@ -198,14 +200,14 @@ impl IoFuture {
     /// A future that is already done.
     pub fn ready(result: Result<usize>) -> Self {
         IoFuture {
-            inner: Inner::Ready(result),
+            inner: Awaited::Ready(result),
         }
     }
 
     /// A future of a running request.
     pub fn pending(c: Arc<Completion>) -> Self {
         IoFuture {
-            inner: Inner::Pending(c),
+            inner: Awaited::Pending(c),
         }
     }
 
@@ -213,16 +215,16 @@ impl IoFuture {
     /// error (after every request has ended, so no worker still uses a buffer).
     pub fn all(futures: Vec<IoFuture>) -> Self {
         IoFuture {
-            inner: Inner::All(futures),
+            inner: Awaited::All(futures),
         }
     }
 
     /// Waits for every task; the bytes transferred, or the first error.
     pub fn wait(&self) -> Result<usize> {
         match &self.inner {
-            Inner::Ready(r) => r.clone(),
-            Inner::All(fs) => Self::sum(fs.iter().map(IoFuture::wait)),
-            Inner::Pending(c) => {
+            Awaited::Ready(r) => r.clone(),
+            Awaited::All(fs) => Self::sum(fs.iter().map(IoFuture::wait)),
+            Awaited::Pending(c) => {
                 let mut st = lock(&c.state);
                 while st.remaining > 0 {
                     st = c.cv.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -248,8 +250,8 @@ impl IoFuture {
     /// Like [`IoFuture::wait`], but gives up after `timeout` (returns `None`).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<Result<usize>> {
         match &self.inner {
-            Inner::Ready(r) => Some(r.clone()),
-            Inner::All(fs) => {
+            Awaited::Ready(r) => Some(r.clone()),
+            Awaited::All(fs) => {
                 let deadline = std::time::Instant::now() + timeout;
                 for f in fs {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -257,7 +259,7 @@ impl IoFuture {
                 }
                 Some(self.wait())
             }
-            Inner::Pending(c) => {
+            Awaited::Pending(c) => {
                 let st = lock(&c.state);
                 let (st, _) =
                     c.cv.wait_timeout_while(st, timeout, |s| s.remaining > 0)
@@ -270,9 +272,9 @@ impl IoFuture {
     /// Whether every task has finished.
     pub fn is_done(&self) -> bool {
         match &self.inner {
-            Inner::Ready(_) => true,
-            Inner::Pending(c) => lock(&c.state).remaining == 0,
-            Inner::All(fs) => fs.iter().all(IoFuture::is_done),
+            Awaited::Ready(_) => true,
+            Awaited::Pending(c) => lock(&c.state).remaining == 0,
+            Awaited::All(fs) => fs.iter().all(IoFuture::is_done),
         }
     }
 
@@ -280,18 +282,18 @@ impl IoFuture {
     /// afterwards to know that no worker still uses the buffer.
     pub fn cancel(&self) {
         match &self.inner {
-            Inner::Ready(_) => {}
-            Inner::Pending(c) => c.cancel(),
-            Inner::All(fs) => fs.iter().for_each(IoFuture::cancel),
+            Awaited::Ready(_) => {}
+            Awaited::Pending(c) => c.cancel(),
+            Awaited::All(fs) => fs.iter().for_each(IoFuture::cancel),
         }
     }
 
     /// Bytes moved so far (for progress bars).
     pub fn bytes_transferred(&self) -> u64 {
         match &self.inner {
-            Inner::Ready(r) => r.as_ref().map_or(0, |n| *n as u64),
-            Inner::Pending(c) => c.progress.load(Ordering::Relaxed),
-            Inner::All(fs) => fs.iter().map(IoFuture::bytes_transferred).sum(),
+            Awaited::Ready(r) => r.as_ref().map_or(0, |n| *n as u64),
+            Awaited::Pending(c) => c.progress.load(Ordering::Relaxed),
+            Awaited::All(fs) => fs.iter().map(IoFuture::bytes_transferred).sum(),
         }
     }
 }

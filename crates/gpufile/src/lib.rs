@@ -42,7 +42,7 @@ pub mod streamed;
 
 pub use config::{CompatMode, RemoteIoBackend, Settings};
 pub use engine::Engine;
-pub use error::{Error, RemoteFailure, Result};
+pub use error::{Error, Result};
 pub use file::{FileHandle, OpenMode};
 pub use future::IoFuture;
 pub use plan::{Backend, IoPath, Reason};

@@ -2,23 +2,19 @@
 //!
 //! Why: `pread` into a pinned bounce buffer leaves every copied line dirty in the copying core's
 //! caches (the kernel copies with ordinary stores); a chunk that fits in the core's L2 cache is
-//! then read by the GPU line by line out of that cache, which made a 1 MiB read to the GPU cost
-//! three times a 1 MiB read into host memory (`benches/copy_probe.py`). So a chunk from
-//! [`STREAMED_MIN`] to [`STREAMED_MAX`] bytes is read with `pread` into a small buffer of the
-//! reading thread ([`SCRATCH`] bytes, which stay in the core's L2 cache) and stored from there
+//! then read by the GPU line by line out of that cache, which makes a 1 MiB read to the GPU cost
+//! several times a 1 MiB read into host memory (`benches/copy_probe.py` shows it). So a chunk
+//! from [`STREAMED_MIN`] to [`STREAMED_MAX`] bytes is read with `pread` into a small buffer of
+//! the reading thread ([`SCRATCH`] bytes, which stay in the core's L2 cache) and stored from there
 //! into the bounce buffer with non-temporal stores: the bytes go to memory, and the GPU reads them
 //! from there.
 //!
-//! Measured on one H200 (16 threads, hot files, KvikIO 26.10 beside it; `benches/gpu_bench.py`
-//! and an open/read/close loop of 256 × 4 MiB files): random 1 MiB reads 27.4k IOPS with plain
-//! `pread` into the bounce buffer, 36.7k copied out of a mapping of the file with the same stores
-//! (gpufile's earlier way), 38.8–39.0k this way; 64 KiB 87.8k / 100.7k / 108–120k; the loop
-//! 12.2–12.5 GB/s (mapping) → 14.6 (this way), and its `close` 13 → 2 µs (no mapping to unmap).
-//! The mapping also cost a page fault per few pages of every newly opened file, a `SIGBUS`
-//! handler against files shrinking under it, and a mapping per open file. Larger chunks gain
-//! nothing (hot 2 GiB reads with 4 MiB chunks fell from 49–51 to 41–45 GB/s when every chunk went
-//! this way: a second copy of every byte), and 4 KiB reads lost with the mapping, so only chunks
-//! from [`STREAMED_MIN`] to [`STREAMED_MAX`] do.
+//! The file is read with `pread`, not copied out of a mapping of it: a mapping costs a page fault
+//! per few pages of every newly opened file, a `SIGBUS` handler against files shrinking under it,
+//! and an unmap at every close. Chunks outside the range are read straight into the bounce buffer:
+//! a larger chunk's lines have mostly left the L2 cache by the time the GPU reads them, so the
+//! second copy of every byte costs more than it saves, and only the range measures faster
+//! (docs/performance.md, "Streamed copies").
 
 use std::cell::RefCell;
 use std::ptr;
@@ -33,7 +29,8 @@ pub const STREAMED_MIN: usize = 64 << 10;
 pub const STREAMED_MAX: usize = 1 << 20;
 
 /// Bytes of each thread's buffer: within the L2 cache of every current server core (1–2 MiB),
-/// and a `pread` per 256 KiB costs little. 64 KiB and 256 KiB measured the same.
+/// and a `pread` per 256 KiB costs little (a smaller buffer is no faster: docs/performance.md,
+/// "Streamed copies").
 pub const SCRATCH: usize = 256 << 10;
 
 /// Copies `len` bytes with stores that bypass the CPU's caches (x86-64: SSE2 streaming stores,
