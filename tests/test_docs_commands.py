@@ -63,9 +63,12 @@ def _in_this_venv(command):
     """The page's `.venv/bin/` programs as this interpreter's: its `gpufile` entry point where it
     has one, else `python -m gpufile` (a wheel installed with pip's `--target` has no script
     beside the interpreter)."""
-    if not os.path.exists(os.path.join(BIN, "gpufile")):
-        command = command.replace(".venv/bin/gpufile", f"{sys.executable} -m gpufile")
-    return command.replace(".venv/bin/python", sys.executable).replace(".venv/bin/", BIN + "/")
+    def program(m):
+        name = m.group(1)
+        if name == "gpufile" and not os.path.exists(os.path.join(BIN, "gpufile")):
+            return f"{sys.executable} -m gpufile"
+        return os.path.join(BIN, name)
+    return re.sub(r"\.venv/bin/([\w.-]+)", program, command)
 
 
 @pytest.mark.parametrize("page", PAGES)

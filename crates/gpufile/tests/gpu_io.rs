@@ -62,7 +62,7 @@ fn device_read_write_round_trip_with_offsets() {
     assert!(back[100..data.len() - 100] == data[50..data.len() - 150]);
 
     dev.copy_from_host(0, &data).unwrap();
-    let out = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let out = tempfile::NamedTempFile::new_in(scratch_dir()).unwrap();
     let w = FileHandle::open(out.path(), "w").unwrap();
     let buffer = Buffer::Device {
         addr: dev.addr(),
@@ -208,6 +208,14 @@ fn bounce_writes_awkward_sizes_and_offsets() {
     }
 }
 
+/// A folder on a disk (cuFile refuses tmpfs, where `/tmp` may be): the build's scratch folder,
+/// made where the test binary runs on another machine than the one that built it.
+fn scratch_dir() -> &'static std::path::Path {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(dir).unwrap();
+    dir
+}
+
 /// A file holding `data` on the build's disk (cuFile refuses tmpfs, where `/tmp` may be),
 /// or `None` where cuFile cannot be used for it here (says why): no GPU, no cuFile, or a disk
 /// cuFile does not register (it needs udev's entry for the disk; see DEVICE.md).
@@ -219,7 +227,7 @@ fn cufile_file(data: &[u8]) -> Option<tempfile::NamedTempFile> {
         eprintln!("skipped: cuFile cannot be used: {why}");
         return None;
     }
-    let mut f = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut f = tempfile::NamedTempFile::new_in(scratch_dir()).unwrap();
     f.write_all(data).unwrap();
     f.flush().unwrap();
     let file = std::fs::File::open(f.path()).unwrap();
@@ -257,7 +265,7 @@ fn cufile_executor_reads_and_writes_with_offsets() {
 
     let dev = DeviceBuffer::new(data.len(), 0).unwrap();
     dev.copy_from_host(0, &data).unwrap();
-    let out = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let out = tempfile::NamedTempFile::new_in(scratch_dir()).unwrap();
     let w = FileHandle::open(out.path(), "w").unwrap();
     let buffer = Buffer::Device {
         addr: dev.addr(),
