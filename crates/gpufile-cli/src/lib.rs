@@ -23,7 +23,7 @@ mod load;
 use destination::{default_memory, Destination};
 use error::CliError;
 use gpufile::config::{self, Input, Kind, Name};
-use gpufile::source::{Call, Source};
+use gpufile::source::{IoContext, Source};
 use gpufile::{Engine, FileHandle, IoPath, Memory, Request};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
@@ -573,7 +573,7 @@ impl ReadSource {
             }
             ReadSource::Remote(remote) => {
                 let progress = AtomicU64::new(0);
-                let call = Call {
+                let call = IoContext {
                     progress: &progress,
                     direct: false,
                     direct_uncached: false,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpufile::source::{Call, Source};
+use gpufile::source::{IoContext, Source};
 use gpufile::{Error, RemoteFailure, Result};
 
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
@@ -438,7 +438,7 @@ impl RemoteFile {
     }
 
     /// One request for `dst.len()` bytes at `offset` (no splitting).
-    fn get(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn get(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         let len = dst.len();
         let webhdfs;
         let t = match &self.access {
@@ -511,7 +511,7 @@ impl Source for RemoteFile {
         Ok(self.nbytes)
     }
 
-    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
@@ -578,7 +578,7 @@ mod tests {
         fn size(&self) -> Result<u64> {
             Ok(self.0.len() as u64)
         }
-        fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+        fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
             let o = offset as usize;
             if o + dst.len() > self.0.len() {
                 return Err(Error::InvalidArgument(format!("past the end at {o}")));

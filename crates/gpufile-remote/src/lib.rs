@@ -28,6 +28,7 @@ mod endpoint;
 mod file;
 mod gcs;
 mod http;
+mod keys;
 
 pub use endpoint::{
     infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Options,

@@ -20,7 +20,7 @@ use crate::exec::dma::{DmaRead, Granule};
 use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::{lock, Completion};
 use crate::plan::{chunk_size, Task};
-use crate::source::Call;
+use crate::source::IoContext;
 
 /// Pinned bounce buffers, allocated on first use and reused (never on the hot path once warm).
 #[derive(Default)]
@@ -238,8 +238,8 @@ struct Pending {
 }
 
 impl BounceExec {
-    fn call<'c>(&self, done: &'c Completion) -> Call<'c> {
-        Call {
+    fn call<'c>(&self, done: &'c Completion) -> IoContext<'c> {
+        IoContext {
             progress: done.progress(),
             direct: self.direct,
             direct_uncached: self.direct_uncached,

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use crate::error::{Error, Op, Result};
 use crate::pagecache::{self, FileMapping};
 use crate::posix;
-use crate::source::{Call, Sink, Source};
+use crate::source::{IoContext, Sink, Source};
 use crate::streamed::{self, STREAMED_MAX, STREAMED_MIN};
 
 /// O_DIRECT needs file offsets, lengths and memory aligned to the logical block; 4 KiB covers
@@ -115,7 +115,7 @@ impl LocalFile {
     /// The descriptor for `len` bytes at `offset` from/to memory at `ptr`: the O_DIRECT one when
     /// everything is aligned and the call asks for direct I/O (always, or where no page of the
     /// range is cached), else the buffered one.
-    fn pick(&self, call: &Call<'_>, ptr: *const u8, len: usize, offset: u64) -> RawFd {
+    fn pick(&self, call: &IoContext<'_>, ptr: *const u8, len: usize, offset: u64) -> RawFd {
         let aligned = (offset as usize | len | ptr as usize) % DIRECT_ALIGN == 0;
         let direct =
             aligned && (call.direct || (call.direct_uncached && self.uncached(offset, len)));
@@ -163,7 +163,7 @@ impl Source for LocalFile {
         self.current_size()
     }
 
-    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         let fd = self.pick(&call, dst.as_ptr(), dst.len(), offset);
         // SAFETY: `dst` is an exclusively borrowed slice of `dst.len()` bytes.
         unsafe {
@@ -179,7 +179,7 @@ impl Source for LocalFile {
         .map(drop)
     }
 
-    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         // Small chunks (not tiny ones) read through the cache: stored past the CPU's caches on
         // their way to the GPU ([`crate::streamed`]). Not where the chunk goes direct.
         let fd = self.pick(&call, dst.as_ptr(), dst.len(), offset);
@@ -208,7 +208,7 @@ impl Sink for LocalFile {
         self.path.display().to_string()
     }
 
-    fn write_at(&self, src: &[u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn write_at(&self, src: &[u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         let fd = self.pick(&call, src.as_ptr(), src.len(), offset);
         // SAFETY: `src` is a borrowed slice of `src.len()` bytes, only read.
         unsafe {
@@ -245,7 +245,7 @@ mod tests {
 
     fn read_for_device(f: &LocalFile, len: usize, offset: u64) -> Result<Vec<u8>> {
         let progress = AtomicU64::new(0);
-        let call = Call {
+        let call = IoContext {
             progress: &progress,
             direct: false,
             direct_uncached: false,
@@ -341,7 +341,7 @@ mod tests {
         let local = LocalFile::new(file, p.clone(), true, true);
         std::fs::rename(&other, &p).unwrap(); // the atomic-replace pattern
         let (progress, stop) = (AtomicU64::new(0), StopFlag::default());
-        let call = || Call {
+        let call = || IoContext {
             progress: &progress,
             stop: &stop,
             direct: true,
@@ -383,7 +383,7 @@ mod tests {
         let local = LocalFile::new(file, PathBuf::from("Cargo.toml"), true, false);
         assert!(Path::new("Cargo.toml").is_file());
         let progress = AtomicU64::new(0);
-        let call = Call {
+        let call = IoContext {
             progress: &progress,
             stop: &StopFlag::default(),
             direct: true,

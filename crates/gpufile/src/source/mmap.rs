@@ -33,7 +33,7 @@ use std::path::Path;
 use std::ptr::NonNull;
 
 use crate::error::{Error, Op, Result};
-use crate::source::{Call, LocalFile, Source};
+use crate::source::{IoContext, LocalFile, Source};
 
 /// What to map, and how (KvikIO's `MmapHandle` arguments after the path and flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,13 +323,13 @@ impl Source for MmapSource {
         self.current_size()
     }
 
-    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         self.copy_out(dst, offset, call, false)
     }
 
     /// Chunks on their way to a GPU are stored past the CPU's caches (see [`crate::streamed`]):
     /// the mapping is there either way, so no chunk size pays more for it.
-    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         self.copy_out(dst, offset, call, true)
     }
 }
@@ -338,7 +338,13 @@ impl MmapSource {
     /// Reads `dst.len()` bytes at `offset` of the mapped region with `pread` (`streaming`: stored
     /// past the CPU's caches), after KvikIO's range checks. A file now shorter than the range is
     /// [`Error::UnexpectedEof`], from the short read (see the module's header).
-    fn copy_out(&self, dst: &mut [u8], offset: u64, call: Call<'_>, streaming: bool) -> Result<()> {
+    fn copy_out(
+        &self,
+        dst: &mut [u8],
+        offset: u64,
+        call: IoContext<'_>,
+        streaming: bool,
+    ) -> Result<()> {
         let len = dst.len();
         let in_region = offset
             .checked_sub(self.region_offset)
@@ -353,7 +359,7 @@ impl MmapSource {
                 self.region_offset, self.region_size
             )));
         }
-        let call = Call {
+        let call = IoContext {
             progress: call.progress,
             stop: call.stop,
             direct: false,
@@ -404,7 +410,7 @@ mod tests {
         let read = |device: bool| -> Result<Vec<u8>> {
             let progress = AtomicU64::new(0);
             let mut out = vec![0u8; len];
-            let call = Call {
+            let call = IoContext {
                 progress: &progress,
                 direct: false,
                 direct_uncached: false,

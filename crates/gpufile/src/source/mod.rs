@@ -18,7 +18,7 @@ use crate::future::StopFlag;
 
 /// What one call of a source or sink may use beyond the range itself.
 #[derive(Clone, Copy, Debug)]
-pub struct Call<'a> {
+pub struct IoContext<'a> {
     /// Bytes moved so far by the request; a source adds what it moves as it goes (progress bars).
     pub progress: &'a AtomicU64,
     /// The request asked for direct I/O (`auto_direct_io_read`/`_write`): a source that can
@@ -43,12 +43,12 @@ pub trait Source: Send + Sync {
 
     /// Reads exactly `dst.len()` bytes at `offset` into `dst`, or fails; a source that ends early
     /// returns `Error::UnexpectedEof` naming the offset where it ended.
-    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()>;
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()>;
 
     /// Reads like [`Source::read_at`] into a buffer that a device reads next (a pinned bounce
     /// buffer): a source may store with instructions that bypass the CPU's caches, so that the
     /// device's reads find the bytes in memory instead of snooping them out of the caches.
-    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         self.read_at(dst, offset, call)
     }
 }
@@ -59,7 +59,7 @@ pub trait Sink: Send + Sync {
     fn describe(&self) -> String;
 
     /// Writes all of `src` at `offset`, or fails.
-    fn write_at(&self, src: &[u8], offset: u64, call: Call<'_>) -> Result<()>;
+    fn write_at(&self, src: &[u8], offset: u64, call: IoContext<'_>) -> Result<()>;
 }
 
 mod local;
