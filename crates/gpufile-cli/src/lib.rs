@@ -546,6 +546,16 @@ impl ReadSource {
         Ok(ReadSource::Remote(Arc::new(remote)))
     }
 
+    /// The file side of a read from it.
+    fn endpoint(&self) -> gpufile::source::Endpoint {
+        match self {
+            ReadSource::Local(file) => file.endpoint(gpufile::Direction::Read),
+            ReadSource::Remote(remote) => {
+                gpufile::source::Endpoint::Read(Arc::clone(remote) as Arc<dyn Source>)
+            }
+        }
+    }
+
     /// The name reports and errors show: the path, or the URL with signatures redacted.
     fn shown(&self, file: &Path) -> String {
         match self {
@@ -691,19 +701,9 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     for _ in 0..args.repeat {
         let start = Instant::now();
         let req = Request::read(dest.buffer(0, size), offset).task_size(run_task_size);
-        let fut = match &source {
-            // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
-            // again or dropped.
-            ReadSource::Local(file) => unsafe { file.submit(req, Some(&settings)) }?,
-            // SAFETY: as above; the range was checked against the object's size.
-            ReadSource::Remote(remote) => unsafe {
-                Engine::global()?.submit_to(
-                    gpufile::exec::Endpoint::Read(Arc::clone(remote) as Arc<dyn Source>),
-                    req,
-                    &settings,
-                )
-            }?,
-        };
+        // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
+        // again or dropped.
+        let fut = unsafe { Engine::global()?.submit(&source.endpoint(), req, &settings) }?;
         let n = wait_with_progress(&fut, size as u64, !args.json, units)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {

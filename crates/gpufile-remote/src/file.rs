@@ -499,12 +499,19 @@ fn read_with(
     let req = gpufile::Request::read(gpufile::Buffer::host(dst), offset).task_size(task_size);
     let engine = gpufile::Engine::global()?;
     // SAFETY: `dst` is exclusively borrowed until the wait returns.
-    unsafe { engine.submit_to(gpufile::exec::Endpoint::Read(source), req, settings) }?.wait()
+    unsafe { engine.submit(&gpufile::source::Endpoint::Read(source), req, settings) }?.wait()
 }
 
 impl Source for RemoteFile {
     fn describe(&self) -> String {
         self.shown.clone()
+    }
+
+    /// KvikIO's range check ([`RemoteFile::check_range`]), against the size known at open.
+    fn check(&self, ranges: &[gpufile::request::Range]) -> Result<()> {
+        ranges
+            .iter()
+            .try_for_each(|r| self.check_range(r.file_offset, r.len))
     }
 
     fn size(&self) -> Result<u64> {

@@ -1,12 +1,14 @@
 //! The planner: pure functions from a request to its tasks and to the data path each one takes.
 //!
-//! Execution and `gpufile explain` share these functions, so what explain predicts is what runs.
+//! [`plan_request`] is the whole plan of one request (its path and why, its tasks, what the
+//! waiting caller does); the engine runs what it returns and `gpufile explain` prints it, so
+//! what explain predicts is what runs. Every task-size rule is applied there.
 
 use std::fmt;
 
-use crate::config::CompatMode;
+use crate::config::{CompatMode, Settings};
 use crate::error::Error;
-pub use crate::request::Memory;
+pub use crate::request::{Direction, Memory};
 
 /// What cuFile can do on this machine: the input of compat_mode AUTO and OFF.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,6 +219,9 @@ pub enum Reason {
     NotAccelerated(String),
     /// AUTO chose gpufile's path: cuFile cannot be used (the text says why).
     CufileUnavailable(String),
+    /// The source or sink is not a local file (a mapping, a remote object): only gpufile's path
+    /// moves its bytes, whatever compat_mode says.
+    NotALocalFile,
 }
 
 impl fmt::Display for Reason {
@@ -228,6 +233,7 @@ impl fmt::Display for Reason {
             Reason::CompatModeOff(what) => write!(f, "compat_mode is OFF ({what})"),
             Reason::Accelerated(why) | Reason::NotAccelerated(why) => f.write_str(why),
             Reason::CufileUnavailable(why) => write!(f, "cuFile unavailable: {why}"),
+            Reason::NotALocalFile => f.write_str("not a local file: cuFile reads only those"),
         }
     }
 }
@@ -336,6 +342,129 @@ pub fn after_registration(
             reason: format!("compat_mode is {} but {why}", policy.compat_mode),
         }),
     }
+}
+
+/// What the planner needs to know of one request.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Read or write.
+    pub direction: Direction,
+    /// The caller's memory.
+    pub memory: Memory,
+    /// Offset in the file.
+    pub file_offset: u64,
+    /// Bytes to move.
+    pub len: usize,
+    /// The request's own task size (`None`: the settings' one, cut for idle workers).
+    pub task_size: Option<usize>,
+    /// The caller waits for the request at once (see [`CallerPart`]).
+    pub caller_waits: bool,
+    /// No other request is in flight (see [`alone_task_size`]).
+    pub alone: bool,
+    /// The endpoint is a local file: cuFile can read and write it, and the split of a device
+    /// read alone applies (a remote source pays one request per task, so it keeps its tasks).
+    pub local_file: bool,
+}
+
+/// How one request runs.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The path and why, or why the settings cannot be honoured (compat_mode OFF or
+    /// `require_gds` without cuFile).
+    pub path: Result<IoPath, Error>,
+    /// The task size the request runs with.
+    pub task_size: usize,
+    /// The task size it would run with were other requests in flight (equal to `task_size`
+    /// unless the split of a request alone applies).
+    pub task_size_busy: usize,
+    /// The tasks.
+    pub tasks: TaskSplit,
+    /// What the waiting caller does.
+    pub caller: CallerPart,
+}
+
+/// Plans `shape` under `settings`. `cufile` says what cuFile can do and `registration` whether
+/// cuFile registers the file (or why not); each is asked only where the answer matters, so host
+/// work never loads cuFile and a file is registered only for a request that takes cuFile's path.
+pub fn plan_request(
+    shape: &Shape,
+    settings: &Settings,
+    cufile: impl FnOnce() -> Availability,
+    registration: impl FnOnce() -> Result<(), String>,
+) -> Plan {
+    let policy = Policy::from(settings);
+    let path = match (shape.memory, shape.local_file) {
+        (Memory::Device, false) => Ok(IoPath {
+            backend: Backend::GpufilePosix,
+            reason: Reason::NotALocalFile,
+        }),
+        _ => choose_path(shape.memory, shape.len, policy, cufile).and_then(|p| match p.backend {
+            Backend::Cufile => after_registration(p, policy, registration()),
+            Backend::GpufilePosix => Ok(p),
+        }),
+    };
+    let task_size_busy = effective_task_size(
+        shape.len,
+        shape.task_size.unwrap_or(settings.task_size),
+        settings.num_threads,
+        shape.task_size.is_some(),
+    );
+    let bounce = matches!(&path, Ok(p) if p.backend == Backend::GpufilePosix);
+    let device = shape.memory == Memory::Device;
+    let read = shape.direction == Direction::Read;
+    let alone_split = bounce && device && read && shape.local_file && shape.task_size.is_none();
+    let task_size = match alone_split && shape.alone {
+        true => alone_task_size(shape.len, task_size_busy, settings.num_threads),
+        false => task_size_busy,
+    };
+    let task_size_busy = match alone_split {
+        true => task_size_busy,
+        false => task_size,
+    };
+    let tasks = TaskSplit::new(shape.file_offset, shape.len, task_size);
+    let caller = caller_part(
+        shape.caller_waits,
+        device,
+        bounce,
+        read,
+        tasks.count(),
+        shape.len,
+    );
+    Plan {
+        path,
+        task_size,
+        task_size_busy,
+        tasks,
+        caller,
+    }
+}
+
+/// Whether a batch's requests run as `task_size` tasks, none split further: a request is cut
+/// below `task_size` only so that all workers help with it, and a batch that holds at least a
+/// worker's worth of `task_size` per worker already keeps them all busy (one run per file
+/// instead of several: fewer runs' set-up and stream waits; docs/performance.md, "Batches").
+/// Counted in bytes, so that small requests do not pass for whole tasks (15 one-byte reads and
+/// a 4 MiB one: the 4 MiB one is still cut for the idle workers). `requests`: each request's
+/// length and own task size.
+pub fn batch_keeps_tasks_whole(
+    requests: impl Iterator<Item = (usize, Option<usize>)>,
+    settings: &Settings,
+) -> bool {
+    let task_size = settings.task_size.max(1);
+    let want = (settings.num_threads as u128) * task_size as u128;
+    let mut bytes = 0u128;
+    for (len, own) in requests {
+        // A request with its own task size is never cut: it counts as its whole tasks.
+        let len = len as u128;
+        bytes += match own {
+            Some(t) => len.div_ceil(t.max(1) as u128) * task_size as u128,
+            None => len,
+        };
+        if bytes >= want {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -518,6 +647,119 @@ mod tests {
         let s = TaskSplit::new(0, 1 << 30, 1);
         assert_eq!(s.count(), 1 << 30);
         assert_eq!(s.task((1 << 30) - 1).file_offset, (1 << 30) - 1);
+    }
+
+    #[test]
+    fn a_batch_with_a_task_per_worker_keeps_its_tasks_whole() {
+        let s = crate::Settings {
+            num_threads: 16,
+            task_size: 4 << 20,
+            ..crate::Settings::default()
+        };
+        let whole = |sizes: &[usize]| batch_keeps_tasks_whole(sizes.iter().map(|&l| (l, None)), &s);
+        assert!(whole(&[4 << 20; 16]));
+        assert!(whole(&[64 << 20]));
+        // Fewer tasks than workers: each request is still cut so that all workers help.
+        assert!(!whole(&[4 << 20; 15]));
+        assert!(!whole(&[]));
+        // Small requests do not pass for whole tasks.
+        let mut mixed = vec![1; 15];
+        mixed.push(4 << 20);
+        assert!(!whole(&mixed));
+        assert!(whole(&[3 << 20; 22]));
+        // A request with its own task size counts as its whole tasks.
+        let own = [(1, Some(1)); 16];
+        assert!(batch_keeps_tasks_whole(own.into_iter(), &s));
+    }
+
+    fn shape(memory: Memory, len: usize, local_file: bool) -> Shape {
+        Shape {
+            direction: Direction::Read,
+            memory,
+            file_offset: 0,
+            len,
+            task_size: None,
+            caller_waits: true,
+            alone: true,
+            local_file,
+        }
+    }
+
+    #[test]
+    fn one_plan_gives_the_path_the_tasks_and_the_callers_part() {
+        let s = crate::Settings {
+            num_threads: 16,
+            task_size: 4 << 20,
+            compat_mode: CompatMode::Auto,
+            ..crate::Settings::default()
+        };
+        let accel = || Availability::Accelerated("nvidia-fs loaded".into());
+        let no_registration = || -> Result<(), String> { panic!("registration must not be asked") };
+        // Host memory: neither cuFile nor the registration is asked; one task runs here.
+        let p = plan_request(&shape(Memory::Host, 4096, true), &s, never, no_registration);
+        assert_eq!(p.path.unwrap().reason, Reason::HostBuffer);
+        assert_eq!((p.tasks.count(), p.caller), (1, CallerPart::Whole));
+        // A device read alone on the bounce path: cut to ALONE_SPLIT, shared with the caller.
+        let compat = || Availability::CompatOnly("nvidia-fs not loaded".into());
+        let p = plan_request(
+            &shape(Memory::Device, 4 << 20, true),
+            &s,
+            compat,
+            no_registration,
+        );
+        assert_eq!(p.path.unwrap().backend, Backend::GpufilePosix);
+        assert_eq!((p.task_size, p.task_size_busy), (ALONE_SPLIT, MIN_SPLIT));
+        assert_eq!((p.tasks.count(), p.caller), (16, CallerPart::Share));
+        // Not alone: the busy split.
+        let busy = Shape {
+            alone: false,
+            ..shape(Memory::Device, 4 << 20, true)
+        };
+        let p = plan_request(&busy, &s, compat, no_registration);
+        assert_eq!((p.task_size, p.tasks.count()), (MIN_SPLIT, 4));
+        // cuFile chosen: the file is registered, or AUTO falls back with the reason.
+        let p = plan_request(&shape(Memory::Device, 4 << 20, true), &s, accel, || Ok(()));
+        let path = p.path.unwrap();
+        assert_eq!(path.backend, Backend::Cufile);
+        assert_eq!((p.task_size, p.caller), (MIN_SPLIT, CallerPart::Wait));
+        let refused = || Err("cuFileHandleRegister failed".to_owned());
+        let p = plan_request(&shape(Memory::Device, 4 << 20, true), &s, accel, refused);
+        let path = p.path.unwrap();
+        assert_eq!(path.backend, Backend::GpufilePosix);
+        assert!(path.reason.to_string().contains("cuFileHandleRegister"));
+        // Not a local file: gpufile's path whatever compat_mode says, cuFile never asked, and
+        // no alone split (a remote source pays a request per task).
+        let off = crate::Settings {
+            compat_mode: CompatMode::Off,
+            require_gds: true,
+            ..s.clone()
+        };
+        let p = plan_request(
+            &shape(Memory::Device, 4 << 20, false),
+            &off,
+            never,
+            no_registration,
+        );
+        assert_eq!(p.path.unwrap().reason, Reason::NotALocalFile);
+        assert_eq!((p.task_size, p.tasks.count()), (MIN_SPLIT, 4));
+        // A path that cannot be honoured is an error; the tasks are still planned (explain
+        // shows them).
+        let gone = || Availability::Unavailable("libcufile.so.0 not found".into());
+        let p = plan_request(
+            &shape(Memory::Device, 64 << 20, true),
+            &off,
+            gone,
+            no_registration,
+        );
+        assert!(p.path.unwrap_err().to_string().contains("require_gds"));
+        assert_eq!((p.task_size, p.tasks.count()), (4 << 20, 16));
+        // The caller's own task size is kept, alone or not.
+        let own = Shape {
+            task_size: Some(1 << 20),
+            ..shape(Memory::Device, 4 << 20, true)
+        };
+        let p = plan_request(&own, &s, compat, no_registration);
+        assert_eq!((p.task_size, p.task_size_busy), (1 << 20, 1 << 20));
     }
 
     proptest! {

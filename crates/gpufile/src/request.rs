@@ -99,6 +99,26 @@ impl Buffer {
     }
 }
 
+/// One range of a request: `len` bytes at `file_offset` in the file and at `buf_offset` in the
+/// caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    /// Offset in the file.
+    pub file_offset: u64,
+    /// Bytes.
+    pub len: usize,
+    /// Offset in the caller's buffer.
+    pub buf_offset: usize,
+}
+
+impl Range {
+    /// The file offset just past the range (saturating: an offset past the largest file is
+    /// refused before any range is checked against a file).
+    pub fn end(&self) -> u64 {
+        self.file_offset.saturating_add(self.len as u64)
+    }
+}
+
 /// One read or write.
 #[derive(Clone, Copy, Debug)]
 pub struct Request {
@@ -122,6 +142,10 @@ pub struct Request {
     /// must be live until the submit returns, not after. `None`: nothing to wait for (or the
     /// caller waited).
     pub after: Option<StreamWait>,
+    /// The caller waits for the future at once (a blocking read or write): the plan may run a
+    /// small request on the calling thread, or give it a share of the tasks
+    /// ([`crate::plan::CallerPart`]).
+    pub caller_waits: bool,
 }
 
 impl Request {
@@ -134,6 +158,7 @@ impl Request {
             task_size: None,
             pointer_info: None,
             after: None,
+            caller_waits: false,
         }
     }
 
@@ -146,7 +171,23 @@ impl Request {
             task_size: None,
             pointer_info: None,
             after: None,
+            caller_waits: false,
         }
+    }
+
+    /// The request's ranges.
+    pub fn ranges(&self) -> [Range; 1] {
+        [Range {
+            file_offset: self.file_offset,
+            len: self.buffer.len(),
+            buf_offset: 0,
+        }]
+    }
+
+    /// The same request, its caller waiting for it at once (or not).
+    pub fn caller_waits(mut self, waits: bool) -> Self {
+        self.caller_waits = waits;
+        self
     }
 
     /// The same request with its own task size.

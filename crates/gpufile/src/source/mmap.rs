@@ -7,7 +7,7 @@
 //! 2. [`MmapSource::read_len`] checks a read (KvikIO's rules: `size` `None` reads to the end of
 //!    the file; the range must lie in the mapped region) and returns its length.
 //! 3. Hand the source to the engine as `Endpoint::Read(Arc<MmapSource>)`
-//!    ([`crate::Engine::submit_to`]): host buffers are filled by the workers, GPU buffers
+//!    ([`crate::Engine::submit`]): host buffers are filled by the workers, GPU buffers
 //!    through the pinned bounce pipeline, overlapped (their chunks stored past the CPU's caches,
 //!    as [`crate::streamed`] explains). The `Arc`
 //!    keeps the mapping alive until the last request on it ends, so closing a handle with reads
@@ -323,6 +323,15 @@ impl Source for MmapSource {
         self.current_size()
     }
 
+    /// Refuses ranges outside the mapped region ([`Error::OutOfRange`], KvikIO's message), with
+    /// no `fstat`: [`MmapSource::read_len`] looked at the file's size already, and a file that
+    /// shrank since fails in the read with [`Error::UnexpectedEof`].
+    fn check(&self, ranges: &[crate::request::Range]) -> Result<()> {
+        ranges
+            .iter()
+            .try_for_each(|r| self.in_region(r.file_offset, r.len))
+    }
+
     fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         self.copy_out(dst, offset, call, false)
     }
@@ -335,6 +344,21 @@ impl Source for MmapSource {
 }
 
 impl MmapSource {
+    /// Refuses `len` bytes at `offset` outside the mapped region (none of an empty one).
+    fn in_region(&self, offset: u64, len: usize) -> Result<()> {
+        let in_region = offset
+            .checked_sub(self.region_offset)
+            .filter(|rel| rel.saturating_add(len as u64) <= self.region_size);
+        if len > 0 && (in_region.is_none() || self.mapping.is_none()) {
+            return Err(Error::OutOfRange(format!(
+                "Read is out of bound. offset: {offset}, actual size to read: {len}, \
+                 initial map offset: {}, initial map size: {}",
+                self.region_offset, self.region_size
+            )));
+        }
+        Ok(())
+    }
+
     /// Reads `dst.len()` bytes at `offset` of the mapped region with `pread` (`streaming`: stored
     /// past the CPU's caches), after KvikIO's range checks. A file now shorter than the range is
     /// [`Error::UnexpectedEof`], from the short read (see the module's header).
@@ -597,7 +621,7 @@ mod tests {
         let endpoint = Endpoint::Read(Arc::clone(&src) as Arc<dyn Source>);
         drop(src); // the request holds the mapping
                    // SAFETY: `out` lives past the wait and nothing else touches it meanwhile.
-        let fut = unsafe { engine.submit_to(endpoint, req, &settings) }.unwrap();
+        let fut = unsafe { engine.submit(&endpoint, req, &settings) }.unwrap();
         assert_eq!(fut.wait().unwrap(), len);
         assert_eq!(out, &bytes[3..]);
     }
