@@ -264,10 +264,15 @@ pub fn explain_with(
     };
     // The engine's own plan of this request (a read alone, as predicted): its path, with the
     // registration of `file` where cuFile is chosen and probed, and its tasks.
+    let ranges = gpufile::Ranges::One(gpufile::Range {
+        file_offset: req.file_offset,
+        len: req.size,
+        buf_offset: 0,
+    });
     let shape = plan::Shape {
         direction: gpufile::Direction::Read,
         memory: req.memory,
-        file_offset: req.file_offset,
+        ranges: &ranges,
         len: req.size,
         task_size: req.task_size,
         caller_waits: false,

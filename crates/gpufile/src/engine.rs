@@ -28,7 +28,7 @@ use crate::future::{lock, Completion, IoFuture};
 use crate::observe;
 use crate::plan::{self, Backend, CallerPart, IoPath, Plan, Reason, Shape, TaskSplit};
 use crate::pool::ThreadPool;
-use crate::request::{Buffer, Direction, Memory, Request};
+use crate::request::{Buffer, Direction, Memory, Ranges, Request};
 use crate::source::{Endpoint, LocalFile};
 
 /// Requests started and not yet finished, with a condvar for [`Engine::shutdown`].
@@ -269,10 +269,15 @@ impl Engine {
         len: usize,
         settings: &Settings,
     ) -> Result<IoPath> {
+        let ranges = Ranges::One(crate::request::Range {
+            file_offset: 0,
+            len,
+            buf_offset: 0,
+        });
         let shape = Shape {
             direction: endpoint.direction(),
             memory,
-            file_offset: 0,
+            ranges: &ranges,
             len,
             task_size: None,
             caller_waits: false,
@@ -361,15 +366,15 @@ impl Engine {
     ) -> Result<IoFuture> {
         self.accept(endpoint, &req, settings)?;
         let target = resolve(req.buffer, req.pointer_info)?;
-        let len = req.buffer.len();
-        endpoint.check(&req.ranges())?;
+        let len = req.len();
+        endpoint.check(req.ranges.as_slice())?;
         let device_read = matches!(target, Target::Device { .. })
             && req.direction == Direction::Read
             && req.task_size.is_none();
         let shape = Shape {
             direction: req.direction,
             memory: target.memory(),
-            file_offset: req.file_offset,
+            ranges: &req.ranges,
             len,
             task_size: req.task_size,
             caller_waits: req.caller_waits,
@@ -435,12 +440,12 @@ impl Engine {
         settings: &Settings,
     ) -> Result<IoFuture> {
         let mut futures = Vec::with_capacity(batch.len());
-        let sizes = batch.iter().map(|(_, r)| (r.buffer.len(), r.task_size));
+        let sizes = batch.iter().map(|(_, r)| (r.len(), r.task_size));
         let whole = plan::batch_keeps_tasks_whole(sizes, settings);
         for (endpoint, req) in batch {
             let req = match whole && req.task_size.is_none() {
-                true => req.task_size(Some(settings.task_size)),
-                false => *req,
+                true => req.clone().task_size(Some(settings.task_size)),
+                false => req.clone(),
             };
             // SAFETY: the caller's contract, per request.
             match unsafe { self.submit(endpoint, req, settings) } {
@@ -474,15 +479,7 @@ impl Engine {
                 endpoint.direction()
             )));
         }
-        let end = req.file_offset.checked_add(req.buffer.len() as u64);
-        if end.is_none_or(|e| e > i64::MAX as u64) {
-            return Err(Error::InvalidArgument(format!(
-                "file_offset {} + size {} is past the largest file offset",
-                req.file_offset,
-                req.buffer.len()
-            )));
-        }
-        Ok(())
+        req.ranges.check(req.direction, req.buffer.len())
     }
 
     /// The page-cache DMA part of a device read of a local file on the POSIX path, where the
@@ -1007,6 +1004,97 @@ mod endpoint_tests {
             .wait();
         assert_eq!(n.unwrap(), 4 << 20);
         assert!(buf.iter().all(|b| *b == 7));
+    }
+
+    /// Many ranges of one buffer are one request: a gather of pieces of a file into a buffer,
+    /// and a scatter of a buffer's pieces into a file, byte for byte, over several workers.
+    #[test]
+    fn a_request_of_many_ranges_gathers_and_scatters_the_right_bytes() {
+        use crate::request::{Range, Ranges};
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let settings = Settings {
+            num_threads: 4,
+            task_size: 64 << 10,
+            ..engine.settings()
+        };
+        let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let h = crate::FileHandle::open(file.path(), "r+").unwrap();
+        // Out of order in the file, back to back in the buffer, one empty, one of many tasks.
+        let pieces = [
+            (3 << 20, 1000),
+            (17, 4096),
+            (0, 0),
+            (1 << 20, 300_001),
+            (5, 12),
+        ];
+        let mut at = 0;
+        let ranges: Vec<Range> = pieces
+            .iter()
+            .map(|&(file_offset, len)| {
+                let r = Range {
+                    file_offset,
+                    len,
+                    buf_offset: at,
+                };
+                at += len;
+                r
+            })
+            .collect();
+        let mut buf = vec![0u8; at];
+        let req = Request::read_ranges(Buffer::host(&mut buf), Ranges::Many(ranges.clone().into()));
+        // SAFETY: `buf` outlives the wait.
+        let fut = unsafe { engine.submit(&h.endpoint(Direction::Read), req, &settings) }.unwrap();
+        assert_eq!(fut.wait().unwrap(), at);
+        let want: Vec<u8> = pieces
+            .iter()
+            .flat_map(|&(o, l)| data[o as usize..o as usize + l].iter().copied())
+            .collect();
+        assert_eq!(buf, want);
+        // The same ranges written back, from a buffer of other bytes.
+        let back: Vec<u8> = buf.iter().map(|b| b ^ 0xff).collect();
+        let buffer = Buffer::Host {
+            ptr: back.as_ptr().cast_mut(),
+            len: back.len(),
+        };
+        let req = Request::write_ranges(buffer, Ranges::Many(ranges.into()));
+        // SAFETY: `back` outlives the wait; a write only reads it.
+        let fut = unsafe { engine.submit(&h.endpoint(Direction::Write), req, &settings) }.unwrap();
+        assert_eq!(fut.wait().unwrap(), at);
+        let mut expect = data.clone();
+        for &(o, l) in &pieces {
+            for b in &mut expect[o as usize..o as usize + l] {
+                *b ^= 0xff;
+            }
+        }
+        assert!(std::fs::read(file.path()).unwrap() == expect);
+        // Ranges past the file's end are refused before any byte moves.
+        let mut buf = vec![0u8; 8];
+        let past = Ranges::Many(
+            vec![
+                Range {
+                    file_offset: 0,
+                    len: 4,
+                    buf_offset: 0,
+                },
+                Range {
+                    file_offset: data.len() as u64 - 2,
+                    len: 4,
+                    buf_offset: 4,
+                },
+            ]
+            .into(),
+        );
+        let req = Request::read_ranges(Buffer::host(&mut buf), past);
+        // SAFETY: as above.
+        let r = unsafe { engine.submit(&h.endpoint(Direction::Read), req, &settings) };
+        assert!(
+            matches!(r, Err(Error::UnexpectedEof { .. })),
+            "{:?}",
+            r.err()
+        );
+        assert_eq!(buf, [0u8; 8]);
     }
 
     /// A request the other way from its endpoint is an argument error naming both.

@@ -46,7 +46,7 @@ pub use error::{Error, RemoteFailure, Result};
 pub use file::{FileHandle, OpenMode};
 pub use future::IoFuture;
 pub use plan::{Backend, IoPath, Reason};
-pub use request::{Buffer, Direction, Memory, Request};
+pub use request::{Buffer, Direction, Memory, Range, Ranges, Request};
 
 /// gpufile's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

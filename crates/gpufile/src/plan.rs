@@ -8,7 +8,8 @@ use std::fmt;
 
 use crate::config::{CompatMode, Settings};
 use crate::error::Error;
-pub use crate::request::{Direction, Memory};
+pub use crate::request::{Direction, Memory, Range, Ranges};
+use std::sync::Arc;
 
 /// What cuFile can do on this machine: the input of compat_mode AUTO and OFF.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,43 +33,83 @@ pub struct Task {
     pub len: usize,
 }
 
-/// A request cut into tasks of at most `task_size` bytes (KvikIO's split: every task is
-/// `task_size` long except possibly the last). Tasks are made on demand, so a request of a billion
-/// tasks costs no memory up front.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A request cut into tasks of at most `task_size` bytes (KvikIO's split: every task of a range
+/// is `task_size` long except possibly its last), range after range. Tasks are made on demand,
+/// so a request of a billion tasks costs no memory up front.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskSplit {
-    file_offset: u64,
-    size: usize,
+    ranges: Ranges,
     task_size: usize,
+    /// For several ranges: the index of each range's first task (`None` for one range).
+    starts: Option<Arc<[usize]>>,
+    count: usize,
 }
 
 impl TaskSplit {
-    /// `size` bytes at `file_offset`. `task_size` must be positive (settings and argument checks
-    /// refuse 0 before any plan is made; 0 is treated as 1 here rather than dividing by zero).
+    /// `size` bytes at `file_offset` (at the buffer's start). `task_size` must be positive
+    /// (settings and argument checks refuse 0 before any plan is made; 0 is treated as 1 here
+    /// rather than dividing by zero).
     pub fn new(file_offset: u64, size: usize, task_size: usize) -> Self {
-        TaskSplit {
+        let range = Range {
             file_offset,
-            size,
-            task_size: task_size.max(1),
+            len: size,
+            buf_offset: 0,
+        };
+        Self::over(Ranges::One(range), task_size)
+    }
+
+    /// Every range of `ranges`, each cut into tasks of at most `task_size` bytes.
+    pub fn over(ranges: Ranges, task_size: usize) -> Self {
+        let task_size = task_size.max(1);
+        let (starts, count) = match &ranges {
+            Ranges::One(r) => (None, r.len.div_ceil(task_size)),
+            Ranges::Many(v) => {
+                let mut next = 0usize;
+                let starts: Arc<[usize]> = v
+                    .iter()
+                    .map(|r| {
+                        let first = next;
+                        next += r.len.div_ceil(task_size);
+                        first
+                    })
+                    .collect();
+                (Some(starts), next)
+            }
+        };
+        TaskSplit {
+            ranges,
+            task_size,
+            starts,
+            count,
         }
     }
 
     /// Number of tasks (0 for an empty request).
     pub fn count(&self) -> usize {
-        self.size.div_ceil(self.task_size)
+        self.count
     }
 
     /// Task `i` (`i < count()`).
     pub fn task(&self, i: usize) -> Task {
-        let buf_offset = i * self.task_size;
+        let (range, j) = match (&self.ranges, &self.starts) {
+            (Ranges::Many(v), Some(starts)) => {
+                // The last range starting at or before `i` (ranges of no task start where the
+                // next one does, and are passed over).
+                let k = starts.partition_point(|&s| s <= i) - 1;
+                (v[k], i - starts[k])
+            }
+            (Ranges::One(r), _) => (*r, i),
+            (Ranges::Many(v), None) => (v[0], i),
+        };
+        let at = j * self.task_size;
         Task {
-            file_offset: self.file_offset + buf_offset as u64,
-            buf_offset,
-            len: self.task_size.min(self.size - buf_offset),
+            file_offset: range.file_offset + at as u64,
+            buf_offset: range.buf_offset + at,
+            len: self.task_size.min(range.len - at),
         }
     }
 
-    /// The size of the tasks but the last.
+    /// The size of the tasks but the last of each range.
     pub fn task_size(&self) -> usize {
         self.task_size
     }
@@ -346,14 +387,14 @@ pub fn after_registration(
 
 /// What the planner needs to know of one request.
 #[derive(Clone, Copy, Debug)]
-pub struct Shape {
+pub struct Shape<'a> {
     /// Read or write.
     pub direction: Direction,
     /// The caller's memory.
     pub memory: Memory,
-    /// Offset in the file.
-    pub file_offset: u64,
-    /// Bytes to move.
+    /// What moves.
+    pub ranges: &'a Ranges,
+    /// Bytes in all the ranges.
     pub len: usize,
     /// The request's own task size (`None`: the settings' one, cut for idle workers).
     pub task_size: Option<usize>,
@@ -387,7 +428,7 @@ pub struct Plan {
 /// cuFile registers the file (or why not); each is asked only where the answer matters, so host
 /// work never loads cuFile and a file is registered only for a request that takes cuFile's path.
 pub fn plan_request(
-    shape: &Shape,
+    shape: &Shape<'_>,
     settings: &Settings,
     cufile: impl FnOnce() -> Availability,
     registration: impl FnOnce() -> Result<(), String>,
@@ -421,7 +462,7 @@ pub fn plan_request(
         true => task_size_busy,
         false => task_size,
     };
-    let tasks = TaskSplit::new(shape.file_offset, shape.len, task_size);
+    let tasks = TaskSplit::over(shape.ranges.clone(), task_size);
     let caller = caller_part(
         shape.caller_waits,
         device,
@@ -672,11 +713,36 @@ mod tests {
         assert!(batch_keeps_tasks_whole(own.into_iter(), &s));
     }
 
-    fn shape(memory: Memory, len: usize, local_file: bool) -> Shape {
+    static ONE_64M: Ranges = Ranges::One(Range {
+        file_offset: 0,
+        len: 64 << 20,
+        buf_offset: 0,
+    });
+
+    /// Plain ranges of every length the tests plan (a shape borrows its ranges).
+    static ONE: [Ranges; 2] = [
+        Ranges::One(Range {
+            file_offset: 0,
+            len: 4096,
+            buf_offset: 0,
+        }),
+        Ranges::One(Range {
+            file_offset: 0,
+            len: 4 << 20,
+            buf_offset: 0,
+        }),
+    ];
+
+    fn shape(memory: Memory, len: usize, local_file: bool) -> Shape<'static> {
+        let ranges = match len {
+            4096 => &ONE[0],
+            4194304 => &ONE[1],
+            _ => &ONE_64M,
+        };
         Shape {
             direction: Direction::Read,
             memory,
-            file_offset: 0,
+            ranges,
             len,
             task_size: None,
             caller_waits: true,
@@ -762,7 +828,61 @@ mod tests {
         assert_eq!((p.task_size, p.task_size_busy), (1 << 20, 1 << 20));
     }
 
+    #[test]
+    fn many_ranges_are_cut_range_after_range_and_empty_ones_make_no_task() {
+        let r = |file_offset, len, buf_offset| Range {
+            file_offset,
+            len,
+            buf_offset,
+        };
+        let ranges =
+            Ranges::Many(vec![r(1000, 10, 50), r(0, 0, 0), r(7, 25, 0), r(500, 3, 40)].into());
+        let split = TaskSplit::over(ranges, 10);
+        let tasks: Vec<_> = (0..split.count()).map(|i| split.task(i)).collect();
+        let t = |file_offset, buf_offset, len| Task {
+            file_offset,
+            buf_offset,
+            len,
+        };
+        assert_eq!(
+            tasks,
+            [
+                t(1000, 50, 10),
+                t(7, 0, 10),
+                t(17, 10, 10),
+                t(27, 20, 5),
+                t(500, 40, 3)
+            ]
+        );
+        // One range is the same split as before.
+        let one = TaskSplit::over(Ranges::One(r(10, 1000, 0)), 199);
+        assert_eq!(one, TaskSplit::new(10, 1000, 199));
+        assert_eq!(one.task(5), t(10 + 995, 995, 5));
+    }
+
     proptest! {
+        #[test]
+        fn many_ranges_give_every_byte_once(
+            lens in proptest::collection::vec(0usize..5000, 0..20), task in 1usize..3000
+        ) {
+            let mut at = 0;
+            let ranges: Vec<Range> = lens.iter().map(|&len| {
+                let r = Range { file_offset: at as u64 + 1000, len, buf_offset: at };
+                at += len;
+                r
+            }).collect();
+            let split = TaskSplit::over(Ranges::Many(ranges.into()), task);
+            let mut next = 0usize;
+            for i in 0..split.count() {
+                let t = split.task(i);
+                prop_assert_eq!(t.buf_offset, next);
+                prop_assert_eq!(t.file_offset, t.buf_offset as u64 + 1000);
+                prop_assert!(t.len > 0 && t.len <= task);
+                next += t.len;
+            }
+            prop_assert_eq!(next, at);
+        }
+
         #[test]
         fn chunks_are_o_direct_aligned(task in 1usize..(1 << 30), bounce_pages in 1usize..8192) {
             let bounce = bounce_pages * 4096;
