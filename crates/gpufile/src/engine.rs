@@ -26,7 +26,7 @@ use crate::exec::host::HostExec;
 use crate::exec::{AfterStream, Executor, SendPtr, Tasks};
 use crate::future::{lock, Completion, IoFuture};
 use crate::observe;
-use crate::plan::{self, Backend, CallerPart, IoPath, Plan, Reason, Shape, TaskSplit};
+use crate::plan::{self, Backend, CallerPart, IoPath, Reason, Shape, TaskSplit};
 use crate::pool::ThreadPool;
 use crate::request::{Buffer, Direction, Memory, Ranges, Request};
 use crate::source::{Endpoint, LocalFile};
@@ -50,6 +50,14 @@ impl InFlight {
             self.idle.notify_all();
         }
     }
+}
+
+/// A request's plan with its path decided, and the registered file where cuFile runs it.
+struct Planned {
+    path: IoPath,
+    tasks: TaskSplit,
+    caller: CallerPart,
+    registered: Option<Arc<RegisteredFile>>,
 }
 
 /// The caller's memory, resolved: host memory, or GPU memory with its allocation and context.
@@ -269,6 +277,7 @@ impl Engine {
         len: usize,
         settings: &Settings,
     ) -> Result<IoPath> {
+        let local = endpoint.local_file();
         let ranges = Ranges::One(crate::request::Range {
             file_offset: 0,
             len,
@@ -282,47 +291,45 @@ impl Engine {
             task_size: None,
             caller_waits: false,
             alone: false,
-            local_file: endpoint.local_file().is_some(),
+            local_file: local.is_some(),
         };
-        Self::plan(endpoint, &shape, settings).map(|(plan, _)| plan.path.expect("planned"))
+        Self::plan(endpoint, local.as_ref(), &shape, settings).map(|planned| planned.path)
     }
 
     /// Plans `shape` on `endpoint` (see [`plan::plan_request`]), with cuFile's real
     /// availability and the endpoint's registration; says once why device I/O does not take
-    /// cuFile's path where AUTO falls back. The plan's path is `Ok` here; with the registered
-    /// file where cuFile runs the request.
+    /// cuFile's path where AUTO falls back.
     fn plan(
         endpoint: &Endpoint,
-        shape: &Shape,
+        local: Option<&Arc<LocalFile>>,
+        shape: &Shape<'_>,
         settings: &Settings,
-    ) -> Result<(Plan, Option<Arc<RegisteredFile>>)> {
-        let local = endpoint.local_file();
-        let mut registered = None;
-        let mut plan = plan::plan_request(shape, settings, cufile::availability, || {
-            let r = local.as_ref().map(|l| l.registered());
+    ) -> Result<Planned> {
+        // Set where the plan asked for the registration: `Some(None)` where it was refused.
+        let mut registration = None;
+        let plan = plan::plan_request(shape, settings, cufile::availability, || {
+            let r = local.map(|l| l.registered());
             let outcome = match &r {
                 Some(Ok(_)) => Ok(()),
                 Some(Err(e)) => Err(e.to_string()),
                 None => Err("not a local file".to_owned()),
             };
-            registered = Some(r.and_then(Result::ok));
+            registration = Some(r.and_then(Result::ok));
             outcome
         });
-        let path = std::mem::replace(&mut plan.path, Err(Error::ShuttingDown))?;
-        match (path.backend, registered) {
-            (Backend::Cufile, Some(registered)) => {
-                plan.path = Ok(path);
-                return Ok((plan, registered));
-            }
+        let path = plan.path?;
+        let registered = match (path.backend, registration) {
+            (Backend::Cufile, Some(registered)) => registered,
             // cuFile was chosen and the file refused: said for the file.
-            (Backend::GpufilePosix, Some(_)) => observe::notice(
-                "registration-fallback",
-                format!(
+            (Backend::GpufilePosix, Some(_)) => {
+                let why = format!(
                     "compat_mode AUTO: {} uses gpufile's POSIX path ({})",
                     endpoint.describe(),
                     path.reason
-                ),
-            ),
+                );
+                observe::notice("registration-fallback", why);
+                None
+            }
             _ => {
                 if let Reason::NotAccelerated(_) | Reason::CufileUnavailable(_) = path.reason {
                     // Said once per process: this runs for every device request.
@@ -337,10 +344,15 @@ impl Engine {
                         );
                     }
                 }
+                None
             }
-        }
-        plan.path = Ok(path);
-        Ok((plan, None))
+        };
+        Ok(Planned {
+            path,
+            tasks: plan.tasks,
+            caller: plan.caller,
+            registered,
+        })
     }
 
     /// Starts `req` on `endpoint` (a local file, a mapping, a remote object, any source or
@@ -368,6 +380,7 @@ impl Engine {
         let target = resolve(req.buffer, req.pointer_info)?;
         let len = req.len();
         endpoint.check(req.ranges.as_slice())?;
+        let local = endpoint.local_file();
         let device_read = matches!(target, Target::Device { .. })
             && req.direction == Direction::Read
             && req.task_size.is_none();
@@ -380,21 +393,17 @@ impl Engine {
             caller_waits: req.caller_waits,
             // Asked only where it matters (the in-flight count takes a lock).
             alone: device_read && self.in_flight() == 0,
-            local_file: endpoint.local_file().is_some(),
+            local_file: local.is_some(),
         };
-        let (plan, registered) = Self::plan(endpoint, &shape, settings)?;
+        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
         if len == 0 {
             return Ok(IoFuture::ready(Ok(0)));
         }
-        let backend = plan
-            .path
-            .as_ref()
-            .map_or(Backend::GpufilePosix, |p| p.backend);
-        let local = endpoint.local_file();
+        let backend = plan.path.backend;
         if let (Direction::Write, Some(local)) = (req.direction, &local) {
             self.dma.forget(local); // its pages must be unpinned for the write
         }
-        let exec: Arc<dyn Executor> = match (target, registered) {
+        let exec: Arc<dyn Executor> = match (target, plan.registered) {
             (Target::Device { device, base }, Some(registered)) => Arc::new(CufileExec {
                 registered,
                 direction: req.direction,
