@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use gpufile::exec::Endpoint;
+use gpufile::source::Endpoint;
 use gpufile::source::{MapOptions, MmapSource};
 use gpufile::{Direction, Error, IoFuture};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use gpufile::exec::Endpoint;
+use gpufile::source::Endpoint;
 use gpufile::{Direction, Error};
 use gpufile_remote::{RemoteEndpointType, RemoteFile, S3Options};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};

@@ -115,6 +115,10 @@ impl TaskSplit {
     }
 }
 
+/// O_DIRECT needs file offsets, lengths and memory aligned to the logical block; 4 KiB covers
+/// every common device.
+pub const DIRECT_ALIGN: usize = 4096;
+
 /// Smallest task gpufile cuts a request into when it splits below `task_size` so that every
 /// worker helps with a request that would otherwise leave most of them idle (a 4 MiB read is
 /// four tasks, not one).
@@ -129,9 +133,7 @@ pub fn effective_task_size(len: usize, task_size: usize, threads: usize, explici
     if explicit || len.div_ceil(task_size) >= threads {
         return task_size;
     }
-    let even = len
-        .div_ceil(threads.max(1))
-        .next_multiple_of(crate::source::DIRECT_ALIGN);
+    let even = len.div_ceil(threads.max(1)).next_multiple_of(DIRECT_ALIGN);
     even.max(MIN_SPLIT).min(task_size)
 }
 
@@ -152,13 +154,13 @@ pub fn alone_task_size(len: usize, task_size: usize, threads: usize) -> usize {
         return task_size;
     }
     len.div_ceil(threads.max(1))
-        .next_multiple_of(crate::source::DIRECT_ALIGN)
+        .next_multiple_of(DIRECT_ALIGN)
         .clamp(ALONE_SPLIT, MIN_SPLIT)
 }
 
 /// The largest device read whose waiting caller takes a share of the work itself (on the bounce
-/// path, through [`crate::Engine::submit_blocking`]). The caller is awake already, so its share
-/// starts with no wake-up, and one worker fewer is woken; the workers it waits for otherwise
+/// path, a request whose caller waits: [`crate::Request::caller_waits`]). The caller is awake
+/// already, so its share starts with no wake-up, and one worker fewer is woken; the workers it waits for otherwise
 /// start one by one over tens of microseconds (measured on one H200: the last of 16 began 40–115
 /// µs after the request). Measured there with 256 files × 4 MiB read one by one (hot): 14.6 →
 /// 16.1–16.7 GB/s. Bounded so a caller's share stays short (its Ctrl-C is checked after it):
@@ -167,7 +169,7 @@ pub fn alone_task_size(len: usize, task_size: usize, threads: usize) -> usize {
 pub const CALLER_SHARE_MAX: usize = 64 << 20;
 
 /// What the thread that submits a request and waits for it at once does besides waiting
-/// ([`crate::Engine::submit_blocking`]).
+/// ([`crate::Request::caller_waits`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallerPart {
     /// Nothing: the workers run every task (a request nobody waits for at once, a device request
@@ -212,9 +214,9 @@ pub const MIN_CHUNK: usize = 4 << 20;
 
 /// Chunk size of a task in the bounce pipeline: about a quarter of the task so reads and copies
 /// overlap (small tasks overlap with the run's next task instead), at least [`MIN_CHUNK`], at most
-/// the bounce buffer, a multiple of [`crate::source::DIRECT_ALIGN`] (so O_DIRECT can take it).
+/// the bounce buffer, a multiple of [`DIRECT_ALIGN`] (so O_DIRECT can take it).
 pub fn chunk_size(task_len: usize, bounce: usize) -> usize {
-    let align = crate::source::DIRECT_ALIGN;
+    let align = DIRECT_ALIGN;
     let quarter = task_len.div_ceil(4).next_multiple_of(align);
     quarter.max(MIN_CHUNK).min(bounce).max(1)
 }

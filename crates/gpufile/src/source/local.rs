@@ -22,9 +22,7 @@ use crate::request::Range;
 use crate::source::{IoContext, Sink, Source};
 use crate::streamed::{self, STREAMED_MAX, STREAMED_MIN};
 
-/// O_DIRECT needs file offsets, lengths and memory aligned to the logical block; 4 KiB covers
-/// every common device.
-pub const DIRECT_ALIGN: usize = 4096;
+pub use crate::plan::DIRECT_ALIGN;
 
 /// Where the process's open descriptors appear as links that open the file itself.
 const PROC_FD: &str = "/proc/self/fd";

@@ -404,7 +404,7 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
-    use crate::exec::Endpoint;
+    use crate::source::Endpoint;
     use crate::{Buffer, Engine, Request};
 
     fn data(n: usize) -> Vec<u8> {
