@@ -546,6 +546,25 @@ impl ReadSource {
         Ok(ReadSource::Remote(Arc::new(remote)))
     }
 
+    /// The path a read of `size` bytes into `memory` takes and why; for a remote object whose
+    /// server may ignore Range, asked first (one small GET) as a read would.
+    fn plan(
+        &self,
+        memory: gpufile::Memory,
+        size: usize,
+        settings: &gpufile::Settings,
+    ) -> gpufile::Result<ReadPath> {
+        Ok(match self {
+            ReadSource::Local(file) => ReadPath::Local(file.io_path(memory, size, settings)?),
+            ReadSource::Remote(remote) => {
+                if remote.wants_range_probe(size, settings.task_size) {
+                    remote.probe_ranges(settings)?;
+                }
+                ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read(size))
+            }
+        })
+    }
+
     /// The file side of a read from it.
     fn endpoint(&self) -> gpufile::source::Endpoint {
         match self {
@@ -604,6 +623,15 @@ enum ReadPath {
 }
 
 impl ReadPath {
+    /// The task size the runs take: a server that ignores Range serves each run from one
+    /// whole-body GET; otherwise the settings'.
+    fn task_size(&self) -> Option<usize> {
+        match self {
+            ReadPath::Remote(_, plan) => plan.task_size,
+            ReadPath::Local(_) => None,
+        }
+    }
+
     fn backend(&self) -> String {
         match self {
             ReadPath::Local(p) => p.backend.to_string(),
@@ -680,20 +708,8 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     )?;
     let size = usize::try_from(size).map_err(|_| "--size is too large for this machine")?;
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
-    let path = match &source {
-        ReadSource::Local(file) => ReadPath::Local(file.io_path(dest.memory(), size, &settings)?),
-        ReadSource::Remote(remote) => {
-            if remote.wants_range_probe(size, settings.task_size) {
-                remote.probe_ranges(&settings)?;
-            }
-            ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read(size))
-        }
-    };
-    // A server that ignores Range: each run is one whole-body GET.
-    let run_task_size = match &path {
-        ReadPath::Remote(_, plan) => plan.task_size,
-        ReadPath::Local(_) => None,
-    };
+    let path = source.plan(dest.memory(), size, &settings)?;
+    let run_task_size = path.task_size();
 
     let remote_before = source.remote_stats();
     let observation = gpufile::observe::begin();
