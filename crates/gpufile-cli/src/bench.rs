@@ -311,7 +311,7 @@ impl Buf {
         };
         // SAFETY: the buffer is borrowed until the future is waited on, within this call
         // (an interrupted one too).
-        let fut = unsafe { f.submit(req, Some(s)) }?;
+        let fut = unsafe { Engine::global()?.submit(&f.endpoint(req.direction), req, s) }?;
         loop {
             if let Some(r) = fut.wait_timeout(Duration::from_millis(50)) {
                 return r.map(Some);

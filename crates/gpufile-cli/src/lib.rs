@@ -23,7 +23,7 @@ mod load;
 use destination::{default_memory, Destination};
 use error::CliError;
 use gpufile::config::{self, Input, Kind, Name};
-use gpufile::source::{Call, Source};
+use gpufile::source::{IoContext, Source};
 use gpufile::{Engine, FileHandle, IoPath, Memory, Request};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
@@ -546,6 +546,35 @@ impl ReadSource {
         Ok(ReadSource::Remote(Arc::new(remote)))
     }
 
+    /// The path a read of `size` bytes into `memory` takes and why; for a remote object whose
+    /// server may ignore Range, asked first (one small GET) as a read would.
+    fn plan(
+        &self,
+        memory: gpufile::Memory,
+        size: usize,
+        settings: &gpufile::Settings,
+    ) -> gpufile::Result<ReadPath> {
+        Ok(match self {
+            ReadSource::Local(file) => ReadPath::Local(file.io_path(memory, size, settings)?),
+            ReadSource::Remote(remote) => {
+                if remote.wants_range_probe(size, settings.task_size) {
+                    remote.probe_ranges(settings)?;
+                }
+                ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read(size))
+            }
+        })
+    }
+
+    /// The file side of a read from it.
+    fn endpoint(&self) -> gpufile::source::Endpoint {
+        match self {
+            ReadSource::Local(file) => file.endpoint(gpufile::Direction::Read),
+            ReadSource::Remote(remote) => {
+                gpufile::source::Endpoint::Read(Arc::clone(remote) as Arc<dyn Source>)
+            }
+        }
+    }
+
     /// The name reports and errors show: the path, or the URL with signatures redacted.
     fn shown(&self, file: &Path) -> String {
         match self {
@@ -573,7 +602,7 @@ impl ReadSource {
             }
             ReadSource::Remote(remote) => {
                 let progress = AtomicU64::new(0);
-                let call = Call {
+                let call = IoContext {
                     progress: &progress,
                     direct: false,
                     direct_uncached: false,
@@ -594,6 +623,15 @@ enum ReadPath {
 }
 
 impl ReadPath {
+    /// The task size the runs take: a server that ignores Range serves each run from one
+    /// whole-body GET; otherwise the settings'.
+    fn task_size(&self) -> Option<usize> {
+        match self {
+            ReadPath::Remote(_, plan) => plan.task_size,
+            ReadPath::Local(_) => None,
+        }
+    }
+
     fn backend(&self) -> String {
         match self {
             ReadPath::Local(p) => p.backend.to_string(),
@@ -670,20 +708,8 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     )?;
     let size = usize::try_from(size).map_err(|_| "--size is too large for this machine")?;
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
-    let path = match &source {
-        ReadSource::Local(file) => ReadPath::Local(file.io_path(dest.memory(), size, &settings)?),
-        ReadSource::Remote(remote) => {
-            if remote.wants_range_probe(size, settings.task_size) {
-                remote.probe_ranges(&settings)?;
-            }
-            ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read(size))
-        }
-    };
-    // A server that ignores Range: each run is one whole-body GET.
-    let run_task_size = match &path {
-        ReadPath::Remote(_, plan) => plan.task_size,
-        ReadPath::Local(_) => None,
-    };
+    let path = source.plan(dest.memory(), size, &settings)?;
+    let run_task_size = path.task_size();
 
     let remote_before = source.remote_stats();
     let observation = gpufile::observe::begin();
@@ -691,19 +717,9 @@ fn cmd_read(args: &ReadArgs, units: Units) -> CliResult {
     for _ in 0..args.repeat {
         let start = Instant::now();
         let req = Request::read(dest.buffer(0, size), offset).task_size(run_task_size);
-        let fut = match &source {
-            // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
-            // again or dropped.
-            ReadSource::Local(file) => unsafe { file.submit(req, Some(&settings)) }?,
-            // SAFETY: as above; the range was checked against the object's size.
-            ReadSource::Remote(remote) => unsafe {
-                Engine::global()?.submit_to(
-                    gpufile::exec::Endpoint::Read(Arc::clone(remote) as Arc<dyn Source>),
-                    req,
-                    &settings,
-                )
-            }?,
-        };
+        // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
+        // again or dropped.
+        let fut = unsafe { Engine::global()?.submit(&source.endpoint(), req, &settings) }?;
         let n = wait_with_progress(&fut, size as u64, !args.json, units)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {

@@ -368,7 +368,10 @@ fn read_all(
             }
         };
         let buffer = dest.buffer(r.dest as usize, r.len as usize);
-        batch.push((file, Request::read(buffer, r.offset)));
+        batch.push((
+            file.endpoint(gpufile::Direction::Read),
+            Request::read(buffer, r.offset),
+        ));
     }
     // SAFETY: every buffer is a range of `dest` (inside it: the plan's ranges end within
     // `plan.total`, its size), ranges do not overlap, and `dest` is neither used nor dropped

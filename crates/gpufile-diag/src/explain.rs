@@ -14,7 +14,7 @@ use gpufile::config::{CompatMode, Settings};
 use gpufile::cufile;
 use gpufile::error::{Error, Result};
 use gpufile::observe::{self, Report};
-use gpufile::plan::{self, Availability, Backend, IoPath, Memory, Policy, TaskSplit};
+use gpufile::plan::{self, Availability, Backend, IoPath, Memory};
 use gpufile::{Buffer, Engine, FileHandle};
 use serde_json::{json, Value};
 
@@ -251,7 +251,6 @@ pub fn explain_with(
 ) -> Result<Explanation> {
     let s = req.settings(defaults)?;
     let (num_threads, compat_mode, gds_threshold) = (s.num_threads, s.compat_mode, s.gds_threshold);
-    let policy = Policy::from(&s);
     let mut notes = Vec::new();
     let availability = || match req.cufile {
         CufileAssumption::Probe => cufile::availability(),
@@ -263,42 +262,38 @@ pub fn explain_with(
             Availability::Unavailable("assumed: cuFile cannot be used".into())
         }
     };
-    let path = plan::choose_path(req.memory, req.size, policy, availability).and_then(|p| {
-        match (file, p.backend, req.cufile) {
-            (Some(f), Backend::Cufile, CufileAssumption::Probe) => {
-                let registration = f.cufile_registration().map_err(|e| e.to_string());
-                plan::after_registration(p, policy, registration)
-            }
-            _ => Ok(p),
-        }
+    // The engine's own plan of this request (a read alone, as predicted): its path, with the
+    // registration of `file` where cuFile is chosen and probed, and its tasks.
+    let ranges = gpufile::Ranges::One(gpufile::Range {
+        file_offset: req.file_offset,
+        len: req.size,
+        buf_offset: 0,
     });
-    let path = path.map_err(|e| e.to_string());
-    // The same task size the engine uses: an explicit one as given, the setting's smaller for a
-    // request that would leave workers idle, and smaller still for a device read on gpufile's
-    // bounce path with no other request in flight (as this one is predicted).
-    let task_size = plan::effective_task_size(
-        req.size,
-        s.task_size,
-        s.num_threads,
-        req.task_size.is_some(),
-    );
-    let bounce = matches!(&path, Ok(p) if p.backend == Backend::GpufilePosix);
-    let task_size = match (bounce, req.memory, req.task_size) {
-        (true, Memory::Device, None) => {
-            let alone = plan::alone_task_size(req.size, task_size, s.num_threads);
-            if alone != task_size {
-                notes.push(format!(
-                    "a read alone is cut into {} pieces so every worker helps ({} pieces \
-                     with other requests in flight)",
-                    units::size(alone as u64),
-                    units::size(task_size as u64)
-                ));
-            }
-            alone
-        }
-        _ => task_size,
+    let shape = plan::Shape {
+        direction: gpufile::Direction::Read,
+        memory: req.memory,
+        ranges: &ranges,
+        len: req.size,
+        task_size: req.task_size,
+        caller_waits: false,
+        alone: true,
+        local_file: true,
     };
-    let split = TaskSplit::new(req.file_offset, req.size, task_size);
+    let planned = plan::plan_request(&shape, &s, availability, || match (file, req.cufile) {
+        (Some(f), CufileAssumption::Probe) => f.cufile_registration().map_err(|e| e.to_string()),
+        _ => Ok(()),
+    });
+    let path = planned.path.map_err(|e| e.to_string());
+    let task_size = planned.task_size;
+    if task_size != planned.task_size_busy {
+        notes.push(format!(
+            "a read alone is cut into {} pieces so every worker helps ({} pieces with other \
+             requests in flight)",
+            units::size(task_size as u64),
+            units::size(planned.task_size_busy as u64)
+        ));
+    }
+    let split = planned.tasks;
     let task_count = split.count();
     // Runs of equal tasks, counted without listing them (a billion tasks cost nothing here).
     let task_runs = match task_count {
@@ -564,8 +559,7 @@ fn run_with(req: &Request, defaults: &Settings, h: &FileHandle) -> Result<Report
         Memory::Host => {
             let mut buf = vec![0u8; req.size];
             // SAFETY: `buf` outlives the wait.
-            unsafe { h.submit(req_at(Buffer::host(&mut buf)), Some(&settings)) }
-                .and_then(|f| f.wait())
+            unsafe { submit(h, req_at(Buffer::host(&mut buf)), &settings) }.and_then(|f| f.wait())
         }
         Memory::Device => {
             let buf = gpufile::cuda::DeviceBuffer::new(req.size, req.device)?;
@@ -574,11 +568,24 @@ fn run_with(req: &Request, defaults: &Settings, h: &FileHandle) -> Result<Report
                 len: req.size,
             };
             // SAFETY: `buf` outlives the wait.
-            unsafe { h.submit(req_at(buffer), Some(&settings)) }.and_then(|f| f.wait())
+            unsafe { submit(h, req_at(buffer), &settings) }.and_then(|f| f.wait())
         }
     };
     let report = observe::end(obs);
     r.map(|_| report)
+}
+
+/// Starts `req` on `h` on the process engine under `settings`.
+///
+/// # Safety
+/// As for [`Engine::submit`].
+unsafe fn submit(
+    h: &FileHandle,
+    req: gpufile::Request,
+    settings: &Settings,
+) -> Result<gpufile::IoFuture> {
+    // SAFETY: the caller's contract.
+    unsafe { Engine::global()?.submit(&h.endpoint(req.direction), req, settings) }
 }
 
 /// A prediction and, where a run was asked for, what was observed.

@@ -3,12 +3,14 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use gpufile::source::Endpoint;
 use gpufile::{Direction, Engine, Error, FileHandle, IoFuture, Memory, Request};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg, PathArg};
+use crate::request::{self, Args};
 
 /// An open file (the engine under `gpufile.CuFile`).
 #[pyclass(frozen, module = "gpufile._native")]
@@ -37,21 +39,19 @@ impl NativeFile {
     ) -> PyResult<(IoFuture, BufferView)> {
         let handle = self.handle()?;
         let view = BufferView::for_request(buf, dir == Direction::Read)?;
-        let len = view.request_len(size)?;
-        let offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
-        let task_size = uint_arg("task_size", task_size, None)?
-            .map(|t| usize::try_from(t).unwrap_or(usize::MAX));
-        let req = view.request(dir, 0, len, offset).task_size(task_size);
-        let req = SendRequest(req);
+        let args = Args {
+            dir,
+            len: view.request_len(size)?,
+            buf_offset: 0,
+            file_offset: ("file_offset", file_offset),
+            task_size,
+            caller_waits: blocking,
+        };
+        let req = request::build(&view, args)?;
         // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
         // memory stays valid until the view is dropped; every caller keeps the view until the
         // future is done.
-        let fut = py.detach(move || unsafe {
-            match blocking {
-                true => handle.submit_blocking(req.into_inner(), None),
-                false => handle.submit(req.into_inner(), None),
-            }
-        });
+        let fut = unsafe { request::submit(py, handle.endpoint(dir), req) };
         Ok((fut.map_err(to_py)?, view))
     }
 
@@ -97,13 +97,17 @@ impl NativeFile {
             )));
         }
         let len = len as usize;
-        let file_offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
-        let req = view
-            .request(dir, dev_offset as usize, len, file_offset)
-            .task_size(Some(len.max(1)));
-        let req = SendRequest(req);
+        let args = Args {
+            dir,
+            len,
+            buf_offset: dev_offset as usize,
+            file_offset: ("file_offset", file_offset),
+            task_size: None,
+            caller_waits: true,
+        };
+        let req = request::build(&view, args)?.task_size(Some(len.max(1)));
         // SAFETY: `view` holds the export or the array object until after the wait.
-        let fut = py.detach(move || unsafe { handle.submit_blocking(req.into_inner(), None) });
+        let fut = unsafe { request::submit(py, handle.endpoint(dir), req) };
         let result = wait_interruptibly(py, &fut.map_err(to_py)?);
         drop(view);
         result
@@ -405,10 +409,15 @@ pub(crate) fn submit_batch(
             }
         };
         let view = BufferView::for_request(buf, dir == Direction::Read)?;
-        let len = view.request_len(Some(size))?;
-        let file_offset = uint_arg("file_offset", Some(offset), Some(0))?.unwrap_or(0);
-        let req = view.request(dir, 0, len, file_offset);
-        batch.push((handle, req));
+        let args = Args {
+            dir,
+            len: view.request_len(Some(size))?,
+            buf_offset: 0,
+            file_offset: ("file_offset", Some(offset)),
+            task_size: None,
+            caller_waits: false,
+        };
+        batch.push((handle.endpoint(dir), request::build(&view, args)?));
         views.push(view);
         owners.push(buf.clone().unbind());
         owners.push(file.clone().unbind());
@@ -428,13 +437,13 @@ pub(crate) fn submit_batch(
     })
 }
 
-/// The batch moved into a GIL-free closure (see [`SendRequest`]).
-struct SendBatch(Vec<(FileHandle, Request)>);
+/// The batch moved into a GIL-free closure (see [`request::SendRequest`]).
+struct SendBatch(Vec<(Endpoint, Request)>);
 // SAFETY: as for SendRequest: the raw addresses stay valid while the views are held.
 unsafe impl Send for SendBatch {}
 impl SendBatch {
     // A method (not `.0`) so that closures capture the whole `SendBatch`.
-    fn requests(&self) -> &[(FileHandle, Request)] {
+    fn requests(&self) -> &[(Endpoint, Request)] {
         &self.0
     }
 }
@@ -470,26 +479,6 @@ impl Drop for NativeBatchFuture {
     }
 }
 
-/// Starts a read of `req` from `endpoint` (a mapping, a remote object) on the process engine
-/// under its default settings, GIL released.
-///
-/// # Safety
-/// The request's buffer must stay valid and unshared until the returned future is done: the
-/// caller holds the buffer's view that long.
-pub(crate) unsafe fn submit_source(
-    py: Python<'_>,
-    endpoint: gpufile::exec::Endpoint,
-    req: Request,
-) -> gpufile::Result<IoFuture> {
-    let req = SendRequest(req);
-    py.detach(move || {
-        let engine = Engine::global()?;
-        let settings = engine.shared_settings();
-        // SAFETY: the caller's contract.
-        unsafe { engine.submit_to(endpoint, req.into_inner(), &settings) }
-    })
-}
-
 /// How often a blocking wait looks for signals (Ctrl-C): a KeyboardInterrupt arrives within
 /// about this long.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -511,16 +500,5 @@ pub(crate) fn wait_interruptibly(py: Python<'_>, fut: &IoFuture) -> PyResult<usi
             let _ = py.detach(|| fut.wait());
             return Err(interrupt);
         }
-    }
-}
-
-/// A request moved into a GIL-free closure: the raw addresses in it stay valid because the
-/// caller holds the buffer view until the request is done.
-struct SendRequest(Request);
-// SAFETY: see above; the request is only submitted, never dereferenced, by the closure.
-unsafe impl Send for SendRequest {}
-impl SendRequest {
-    fn into_inner(self) -> Request {
-        self.0
     }
 }

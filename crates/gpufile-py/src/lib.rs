@@ -11,6 +11,7 @@ mod errors;
 mod file;
 mod mmap;
 mod remote;
+mod request;
 mod safetensors;
 mod settings;
 mod tools;

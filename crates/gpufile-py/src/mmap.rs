@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use gpufile::exec::Endpoint;
+use gpufile::source::Endpoint;
 use gpufile::source::{MapOptions, MmapSource};
 use gpufile::{Direction, Error, IoFuture};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -13,7 +13,8 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, type_name, uint_arg, PathArg};
-use crate::file::{submit_source, wait_interruptibly, NativeFuture};
+use crate::file::{wait_interruptibly, NativeFuture};
+use crate::request::{self, Args};
 
 /// KvikIO raises `RuntimeError` where gpufile raises a more precise type (a file that does not
 /// open, a closed handle): these errors are instances of both, a subclass of `base` and of
@@ -130,9 +131,9 @@ impl NativeMmap {
         let view = BufferView::for_request(buf, true)?;
         let source = self.source().ok_or_else(|| closed_error(py))?;
         let size = uint_arg("size", size, None)?;
+        let offset_arg = offset;
         let offset = uint_arg("offset", offset, Some(0))?.unwrap_or(0);
-        let task_size = uint_arg("task_size", task_size, None)?
-            .map(|t| usize::try_from(t).unwrap_or(usize::MAX));
+        request::task_size_arg(task_size)?;
         let len = source.read_len(size, offset).map_err(to_py)?;
         if len > view.len() {
             let what = match size {
@@ -146,13 +147,19 @@ impl NativeMmap {
                 view.len()
             )));
         }
-        let req = view
-            .request(Direction::Read, 0, len, offset)
-            .task_size(task_size);
+        let args = Args {
+            dir: Direction::Read,
+            len,
+            buf_offset: 0,
+            file_offset: ("offset", offset_arg),
+            task_size,
+            caller_waits: false,
+        };
+        let req = request::build(&view, args)?;
         // SAFETY: `view` holds the buffer export (host) or the array object (device), so the
         // memory stays valid until the view is dropped; every caller keeps the view until the
         // future is done. The endpoint holds the mapping until the request ends.
-        let fut = unsafe { submit_source(py, Endpoint::Read(source), req) };
+        let fut = unsafe { request::submit(py, Endpoint::Read(source), req) };
         Ok((fut.map_err(to_py)?, view))
     }
 }

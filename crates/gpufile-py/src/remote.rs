@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use gpufile::exec::Endpoint;
+use gpufile::source::Endpoint;
 use gpufile::{Direction, Error};
 use gpufile_remote::{RemoteEndpointType, RemoteFile, S3Options};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -11,7 +11,8 @@ use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg};
-use crate::file::{submit_source, wait_interruptibly, NativeFuture};
+use crate::file::{wait_interruptibly, NativeFuture};
+use crate::request::{self, Args};
 
 /// Errors of opening and inferring: KvikIO raises RuntimeError for bad or unsupported URLs,
 /// missing credentials and failed requests.
@@ -279,19 +280,25 @@ impl NativeRemoteFile {
             let mut byte = [0u8; 1];
             let probe = gpufile::Request::read(gpufile::Buffer::host(&mut byte), 0);
             // SAFETY: `byte` outlives the wait, which returns once no task uses it.
-            let fut = unsafe { submit_source(py, Endpoint::Read(source.clone()), probe) }
+            let fut = unsafe { request::submit(py, Endpoint::Read(source.clone()), probe) }
                 .map_err(read_err)?;
             wait_interruptibly(py, &fut)?;
         }
         // A server that ignores Range serves the whole read from one GET.
         let plan = file.plan_read(len);
         let task_size = plan.task_size.or(task_size);
-        let req = view
-            .request(Direction::Read, 0, len, offset)
-            .task_size(task_size);
+        let args = Args {
+            dir: Direction::Read,
+            len,
+            buf_offset: 0,
+            file_offset: ("file_offset", file_offset),
+            task_size: None,
+            caller_waits: false,
+        };
+        let req = request::build(&view, args)?.task_size(task_size);
         // SAFETY: the returned future holds `view` (the buffer export or the device array)
         // until the request is done.
-        let fut = unsafe { submit_source(py, Endpoint::Read(source), req) }.map_err(read_err)?;
+        let fut = unsafe { request::submit(py, Endpoint::Read(source), req) }.map_err(read_err)?;
         let owners = vec![buf.clone().unbind(), slf.clone().into_any().unbind()];
         Ok(NativeFuture::new(fut, view, owners))
     }

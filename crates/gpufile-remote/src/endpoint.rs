@@ -13,10 +13,11 @@ use aws_sigv4::http_request::{
 use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
 use gpufile::{Error, Result};
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::utf8_percent_encode;
 use url::Url;
 
 use crate::gcs;
+use crate::keys::KEY_ENCODE;
 
 /// The kinds of remote endpoint (KvikIO's `RemoteEndpointType`, same values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -272,15 +273,6 @@ enum UrlStyle {
     /// `<bucket>.<endpoint host>/<key>`: AWS's own hosts.
     VirtualHost,
 }
-
-/// Characters kept as they are in an S3 key's URL path: RFC 3986 unreserved ones and `/`
-/// (the URI encoding that SigV4 canonicalises, so that the URL sent is the one signed).
-pub(crate) const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~')
-    .remove(b'/');
 
 /// A signed S3 object: where it is and who asks. Requests are signed one by one, in their
 /// headers (SigV4 `Authorization`), as the AWS SDKs and KvikIO (libcurl) sign them.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpufile::source::{Call, Source};
+use gpufile::source::{IoContext, Source};
 use gpufile::{Error, Result};
 
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
@@ -443,7 +443,7 @@ impl RemoteFile {
     }
 
     /// One request for `dst.len()` bytes at `offset` (no splitting).
-    fn get(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn get(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         let len = dst.len();
         let webhdfs;
         let t = match &self.access {
@@ -504,7 +504,7 @@ fn read_with(
     let req = gpufile::Request::read(gpufile::Buffer::host(dst), offset).task_size(task_size);
     let engine = gpufile::Engine::global()?;
     // SAFETY: `dst` is exclusively borrowed until the wait returns.
-    unsafe { engine.submit_to(gpufile::exec::Endpoint::Read(source), req, settings) }?.wait()
+    unsafe { engine.submit(&gpufile::source::Endpoint::Read(source), req, settings) }?.wait()
 }
 
 impl Source for RemoteFile {
@@ -512,11 +512,18 @@ impl Source for RemoteFile {
         self.shown.clone()
     }
 
+    /// KvikIO's range check ([`RemoteFile::check_range`]), against the size known at open.
+    fn check(&self, ranges: &[gpufile::request::Range]) -> Result<()> {
+        ranges
+            .iter()
+            .try_for_each(|r| self.check_range(r.file_offset, r.len))
+    }
+
     fn size(&self) -> Result<u64> {
         Ok(self.nbytes)
     }
 
-    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
@@ -583,7 +590,7 @@ mod tests {
         fn size(&self) -> Result<u64> {
             Ok(self.0.len() as u64)
         }
-        fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+        fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
             let o = offset as usize;
             if o + dst.len() > self.0.len() {
                 return Err(Error::InvalidArgument(format!("past the end at {o}")));

@@ -18,7 +18,7 @@ use gpufile::{Error, Result};
 use percent_encoding::utf8_percent_encode;
 use url::Url;
 
-use crate::endpoint::KEY_ENCODE;
+use crate::keys::KEY_ENCODE;
 
 /// GCS's XML API, where objects are plain ranged GETs of `<endpoint>/<bucket>/<object>`.
 pub const XML_API_ENDPOINT: &str = "https://storage.googleapis.com";

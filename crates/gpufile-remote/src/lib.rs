@@ -11,7 +11,7 @@
 //!    `open_http` reads them, the query sent with every request and its signature redacted.
 //! 2. [`RemoteFile`] is a [`gpufile::source::Source`]: each `read_at` is one ranged GET read
 //!    straight into the caller's slice (no intermediate buffer). The engine
-//!    ([`gpufile::Engine::submit_to`]) splits a request over its workers, into host memory or
+//!    ([`gpufile::Engine::submit`]) splits a request over its workers, into host memory or
 //!    through pinned bounce buffers into GPU memory, receiving one range while the previous one
 //!    is copied to the GPU; [`RemoteFile::read`] and [`read_into`] are the host-memory shortcut.
 //! 3. Every failure is a [`gpufile::Error`]: what the server or the network did is a
@@ -30,6 +30,7 @@ mod error;
 mod file;
 mod gcs;
 mod http;
+mod keys;
 
 pub use endpoint::{
     infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Options,

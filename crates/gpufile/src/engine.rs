@@ -10,7 +10,8 @@
 //! 3. [`Engine::shutdown`] stops new requests and waits, for a bounded time, for those in flight
 //!    (interpreter exit).
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -22,13 +23,13 @@ use crate::exec::bounce::{BounceExec, BouncePool, DeviceTarget};
 use crate::exec::cufile::CufileExec;
 use crate::exec::dma::{self, DmaCache, DmaRead};
 use crate::exec::host::HostExec;
-use crate::exec::{AfterStream, Endpoint, Executor, SendPtr, Tasks};
-use crate::file::FileHandle;
+use crate::exec::{AfterStream, Executor, SendPtr, Tasks};
 use crate::future::{lock, Completion, IoFuture};
 use crate::observe;
-use crate::plan::{self, Backend, CallerPart, IoPath, Policy, Reason, TaskSplit};
+use crate::plan::{self, Backend, CallerPart, IoPath, Reason, Shape, TaskSplit};
 use crate::pool::ThreadPool;
-use crate::request::{Buffer, Direction, Memory, Request};
+use crate::request::{Buffer, Direction, Memory, Ranges, Request};
+use crate::source::{Endpoint, LocalFile};
 
 /// Requests started and not yet finished, with a condvar for [`Engine::shutdown`].
 #[derive(Default)]
@@ -49,6 +50,14 @@ impl InFlight {
             self.idle.notify_all();
         }
     }
+}
+
+/// A request's plan with its path decided, and the registered file where cuFile runs it.
+struct Planned {
+    path: IoPath,
+    tasks: TaskSplit,
+    caller: CallerPart,
+    registered: Option<Arc<RegisteredFile>>,
 }
 
 /// The caller's memory, resolved: host memory, or GPU memory with its allocation and context.
@@ -85,10 +94,16 @@ pub struct Engine {
     pid: u32,
 }
 
+/// The process engine. It never lets an engine go: it is replaced only in a forked child, where
+/// the parent's one is forgotten.
 static GLOBAL: Mutex<Option<Arc<Engine>>> = Mutex::new(None);
-/// The engine `GLOBAL` holds, for [`Engine::global`]'s path without the lock. `GLOBAL` never
-/// lets an engine go: it is replaced only in a forked child, where the parent's one is forgotten.
-static CURRENT: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
+
+thread_local! {
+    /// This thread's share of the engine `GLOBAL` holds, so that [`Engine::global`] takes no
+    /// lock once a thread has one (it runs for every request). A forked child's thread finds
+    /// its parent's engine here, with the parent's pid, and asks `GLOBAL` again.
+    static LOCAL: RefCell<Option<Arc<Engine>>> = const { RefCell::new(None) };
+}
 
 impl Engine {
     /// An engine with these default settings; its workers start on its first request.
@@ -110,19 +125,22 @@ impl Engine {
     /// engine with the parent's settings: the parent's one is forgotten, never dropped (its
     /// workers do not exist in the child, and its pinned memory belongs to the parent's CUDA).
     pub fn global() -> Result<Arc<Engine>> {
-        let p = CURRENT.load(Ordering::Acquire);
-        // SAFETY: a non-null `CURRENT` points to an engine `GLOBAL` holds a strong count of and
-        // never drops (see `CURRENT`), so it is alive, and one more count may be taken from it.
-        if !p.is_null() && unsafe { (*p).pid } == crate::posix::pid() {
-            // SAFETY: as above; the count taken here is the returned Arc's own.
-            return Ok(unsafe {
-                Arc::increment_strong_count(p);
-                Arc::from_raw(p)
-            });
+        let pid = crate::posix::pid();
+        // `try_with`: a thread's own locals may be gone already (a destructor that reads).
+        let mine = LOCAL.try_with(|l| l.borrow().as_ref().filter(|e| e.pid == pid).cloned());
+        if let Ok(Some(engine)) = mine {
+            return Ok(engine);
         }
+        let engine = Self::global_shared(pid)?;
+        let _ = LOCAL.try_with(|l| *l.borrow_mut() = Some(Arc::clone(&engine)));
+        Ok(engine)
+    }
+
+    /// The engine `GLOBAL` holds for process `pid`, made (or made anew in a forked child) here.
+    fn global_shared(pid: u32) -> Result<Arc<Engine>> {
         let mut slot = lock(&GLOBAL);
         if let Some(e) = &*slot {
-            if e.pid == crate::posix::pid() {
+            if e.pid == pid {
                 return Ok(Arc::clone(e));
             }
         }
@@ -140,7 +158,6 @@ impl Engine {
         };
         let engine = Arc::new(Engine::new(defaults));
         *slot = Some(Arc::clone(&engine));
-        CURRENT.store(Arc::as_ptr(&engine).cast_mut(), Ordering::Release);
         Ok(engine)
     }
 
@@ -251,51 +268,98 @@ impl Engine {
         *n == 0
     }
 
-    /// The path a request of `len` bytes into or out of `memory` on `file` takes under
-    /// `settings`, and why, with the registered file where cuFile runs it. The registration
-    /// fallback is part of the decision ([`plan::after_registration`]).
-    pub fn decide(
-        file: &FileHandle,
+    /// The path a request of `len` bytes into or out of `memory` on `endpoint` takes under
+    /// `settings`, and why (an error where compat_mode OFF cannot be honoured); registers a
+    /// local file with cuFile where the decision depends on it, as the request would.
+    pub fn io_path(
+        endpoint: &Endpoint,
         memory: Memory,
         len: usize,
         settings: &Settings,
-    ) -> Result<(IoPath, Option<Arc<RegisteredFile>>)> {
-        let policy = Policy::from(settings);
-        let path = plan::choose_path(memory, len, policy, cufile::availability)?;
-        if path.backend != Backend::Cufile {
-            if let Reason::NotAccelerated(_) | Reason::CufileUnavailable(_) = path.reason {
-                // Said once per process: this runs for every device request.
-                static SAID: AtomicBool = AtomicBool::new(false);
-                if !SAID.swap(true, Ordering::Relaxed) {
-                    observe::notice(
-                        "auto-posix",
-                        format!(
-                            "compat_mode AUTO: device I/O uses gpufile's POSIX path ({})",
-                            path.reason
-                        ),
-                    );
-                }
-            }
-            return Ok((path, None));
-        }
-        let registered = file.registered();
-        let outcome = registered.as_ref().map(drop).map_err(ToString::to_string);
-        let path = plan::after_registration(path, policy, outcome)?;
-        if path.backend != Backend::Cufile {
-            observe::notice(
-                "registration-fallback",
-                format!(
-                    "compat_mode AUTO: {} uses gpufile's POSIX path ({})",
-                    file.path().display(),
-                    path.reason
-                ),
-            );
-            return Ok((path, None));
-        }
-        Ok((path, registered.ok()))
+    ) -> Result<IoPath> {
+        let local = endpoint.local_file();
+        let ranges = Ranges::One(crate::request::Range {
+            file_offset: 0,
+            len,
+            buf_offset: 0,
+        });
+        let shape = Shape {
+            direction: endpoint.direction(),
+            memory,
+            ranges: &ranges,
+            len,
+            task_size: None,
+            caller_waits: false,
+            alone: false,
+            local_file: local.is_some(),
+        };
+        Self::plan(endpoint, local.as_ref(), &shape, settings).map(|planned| planned.path)
     }
 
-    /// Starts a request on `file` under `settings`.
+    /// Plans `shape` on `endpoint` (see [`plan::plan_request`]), with cuFile's real
+    /// availability and the endpoint's registration; says once why device I/O does not take
+    /// cuFile's path where AUTO falls back.
+    fn plan(
+        endpoint: &Endpoint,
+        local: Option<&Arc<LocalFile>>,
+        shape: &Shape<'_>,
+        settings: &Settings,
+    ) -> Result<Planned> {
+        // Set where the plan asked for the registration: `Some(None)` where it was refused.
+        let mut registration = None;
+        let plan = plan::plan_request(shape, settings, cufile::availability, || {
+            let r = local.map(|l| l.registered());
+            let outcome = match &r {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err("not a local file".to_owned()),
+            };
+            registration = Some(r.and_then(Result::ok));
+            outcome
+        });
+        let path = plan.path?;
+        let registered = match (path.backend, registration) {
+            (Backend::Cufile, Some(registered)) => registered,
+            // cuFile was chosen and the file refused: said for the file.
+            (Backend::GpufilePosix, Some(_)) => {
+                let why = format!(
+                    "compat_mode AUTO: {} uses gpufile's POSIX path ({})",
+                    endpoint.describe(),
+                    path.reason
+                );
+                observe::notice("registration-fallback", why);
+                None
+            }
+            _ => {
+                if let Reason::NotAccelerated(_) | Reason::CufileUnavailable(_) = path.reason {
+                    // Said once per process: this runs for every device request.
+                    static SAID: AtomicBool = AtomicBool::new(false);
+                    if !SAID.swap(true, Ordering::Relaxed) {
+                        observe::notice(
+                            "auto-posix",
+                            format!(
+                                "compat_mode AUTO: device I/O uses gpufile's POSIX path ({})",
+                                path.reason
+                            ),
+                        );
+                    }
+                }
+                None
+            }
+        };
+        Ok(Planned {
+            path,
+            tasks: plan.tasks,
+            caller: plan.caller,
+            registered,
+        })
+    }
+
+    /// Starts `req` on `endpoint` (a local file, a mapping, a remote object, any source or
+    /// sink) under `settings`: checked, planned ([`plan::plan_request`]), then run by the
+    /// executor of its path. A request whose caller waits at once
+    /// ([`Request::caller_waits`]) may run on the calling thread, or take a share of its tasks
+    /// (see [`plan::CallerPart`]); its future then comes back done, or sooner done.
     ///
     /// Argument errors (reading past the end of the file, a write-only handle, a device range
     /// past its allocation, compat_mode OFF without cuFile) come back before any byte moves.
@@ -308,102 +372,59 @@ impl Engine {
     /// and an `after` stream must be live until this returns.
     pub unsafe fn submit(
         &self,
-        file: &FileHandle,
+        endpoint: &Endpoint,
         req: Request,
         settings: &Settings,
     ) -> Result<IoFuture> {
-        // SAFETY: the caller's contract.
-        unsafe { self.start(file, req, settings, false) }
-    }
-
-    /// [`Engine::submit`] for a caller that waits for the future at once: a request that is one
-    /// task, into or out of host memory (or device memory on the bounce path, up to
-    /// [`plan::CALLER_SHARE_MAX`] bytes), runs on the calling thread, and the future comes back
-    /// done. That saves the hand-off to a worker and back (two thread wake-ups, most of the cost
-    /// of a small read). A device read on the bounce path of several tasks, up to
-    /// [`plan::CALLER_SHARE_MAX`] bytes, is run by the workers and the calling thread together:
-    /// the caller takes tasks beside them until none is left, then returns the future. Nothing
-    /// else changes: the request is recorded and counted in flight as any other, and a worker's
-    /// task could not be cancelled once started either.
-    ///
-    /// # Safety
-    /// As for [`Engine::submit`].
-    pub unsafe fn submit_blocking(
-        &self,
-        file: &FileHandle,
-        req: Request,
-        settings: &Settings,
-    ) -> Result<IoFuture> {
-        // SAFETY: the caller's contract.
-        unsafe { self.start(file, req, settings, true) }
-    }
-
-    /// Both submits; `blocking`: the caller waits at once (see [`Engine::submit_blocking`]).
-    ///
-    /// # Safety
-    /// As for [`Engine::submit`].
-    unsafe fn start(
-        &self,
-        file: &FileHandle,
-        req: Request,
-        settings: &Settings,
-        blocking: bool,
-    ) -> Result<IoFuture> {
-        let task_size = self.accept(&req, settings)?;
+        self.accept(endpoint, &req, settings)?;
         let target = resolve(req.buffer, req.pointer_info)?;
-        let len = req.buffer.len();
-        file.check(req.direction, len, req.file_offset)?;
-        let (path, registered) = Self::decide(file, target.memory(), len, settings)?;
+        let len = req.len();
+        endpoint.check(req.ranges.as_slice())?;
+        let local = endpoint.local_file();
+        let device_read = matches!(target, Target::Device { .. })
+            && req.direction == Direction::Read
+            && req.task_size.is_none();
+        let shape = Shape {
+            direction: req.direction,
+            memory: target.memory(),
+            ranges: &req.ranges,
+            len,
+            task_size: req.task_size,
+            caller_waits: req.caller_waits,
+            // Asked only where it matters (the in-flight count takes a lock).
+            alone: device_read && self.in_flight() == 0,
+            local_file: local.is_some(),
+        };
+        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
         if len == 0 {
             return Ok(IoFuture::ready(Ok(0)));
         }
-        let endpoint = match req.direction {
-            Direction::Read => Endpoint::Read(file.local()),
-            Direction::Write => {
-                self.dma.forget(&file.local()); // its pages must be unpinned for the write
-                Endpoint::Write(file.local())
-            }
-        };
-        let exec: Arc<dyn Executor> = match (target, registered) {
+        let backend = plan.path.backend;
+        if let (Direction::Write, Some(local)) = (req.direction, &local) {
+            self.dma.forget(local); // its pages must be unpinned for the write
+        }
+        let exec: Arc<dyn Executor> = match (target, plan.registered) {
             (Target::Device { device, base }, Some(registered)) => Arc::new(CufileExec {
                 registered,
                 direction: req.direction,
                 ctx: device.ctx,
                 base,
                 offset_in_allocation: device.addr - base,
-                path: file.path().to_owned(),
+                path: endpoint.describe().into(),
             }),
             (target, _) => {
-                let dma = self.dma_read(file, target, req.direction, len, settings);
-                self.posix_executor(endpoint, target, req.direction, settings, dma)
+                let dma =
+                    local.and_then(|l| self.dma_read(&l, target, req.direction, len, settings));
+                self.posix_executor(endpoint.clone(), target, req.direction, settings, dma)
             }
         };
         let exec = after_stream(exec, req.after)?;
-        // A device read alone on the bounce path: smaller pieces, so every worker helps.
-        let bounce = path.backend == Backend::GpufilePosix;
-        let task_size = match (target, bounce, req.task_size) {
-            (Target::Device { .. }, true, None)
-                if req.direction == Direction::Read && self.in_flight() == 0 =>
-            {
-                plan::alone_task_size(len, task_size, settings.num_threads)
-            }
-            _ => task_size,
-        };
-        let split = TaskSplit::new(req.file_offset, len, task_size);
-        let part = plan::caller_part(
-            blocking,
-            matches!(target, Target::Device { .. }),
-            bounce,
-            req.direction == Direction::Read,
-            split.count(),
-            len,
-        );
-        match part {
-            CallerPart::Whole => Ok(self.run_here(exec, split, path.backend)),
+        match plan.caller {
+            CallerPart::Whole => Ok(self.run_here(exec, plan.tasks, backend)),
             part => self.run(
                 exec,
-                split,
-                path.backend,
+                plan.tasks,
+                backend,
                 settings.num_threads,
                 part == CallerPart::Share,
             ),
@@ -412,7 +433,9 @@ impl Engine {
 
     /// Reads or writes many files as one stream of requests: every request is planned and queued
     /// before any is waited for, so the workers go from one file to the next with no gap; the
-    /// future ends when all have, with the total bytes (or the first error).
+    /// future ends when all have, with the total bytes (or the first error). Where the batch
+    /// keeps every worker busy its requests run as whole `task_size` tasks
+    /// ([`plan::batch_keeps_tasks_whole`]).
     ///
     /// A request refused at submission (past the end of its file, ...) refuses the batch: the
     /// requests already started are cancelled and waited for before the error returns, so no
@@ -422,18 +445,19 @@ impl Engine {
     /// As for [`Engine::submit`], for every request's buffer.
     pub unsafe fn submit_batch(
         &self,
-        batch: &[(FileHandle, Request)],
+        batch: &[(Endpoint, Request)],
         settings: &Settings,
     ) -> Result<IoFuture> {
         let mut futures = Vec::with_capacity(batch.len());
-        let whole = batch_keeps_tasks_whole(batch.iter().map(|(_, r)| r), settings);
-        for (file, req) in batch {
+        let sizes = batch.iter().map(|(_, r)| (r.len(), r.task_size));
+        let whole = plan::batch_keeps_tasks_whole(sizes, settings);
+        for (endpoint, req) in batch {
             let req = match whole && req.task_size.is_none() {
-                true => req.task_size(Some(settings.task_size)),
-                false => *req,
+                true => req.clone().task_size(Some(settings.task_size)),
+                false => req.clone(),
             };
             // SAFETY: the caller's contract, per request.
-            match unsafe { self.submit(file, req, settings) } {
+            match unsafe { self.submit(endpoint, req, settings) } {
                 Ok(f) => futures.push(f),
                 Err(e) => {
                     let started = IoFuture::all(futures);
@@ -446,69 +470,32 @@ impl Engine {
         Ok(IoFuture::all(futures))
     }
 
-    /// Starts a request on any source or sink (a remote object, a mapping) through gpufile's own
-    /// path: host memory directly, GPU memory through the pinned bounce pipeline. The caller has
-    /// checked the range against the source's size.
-    ///
-    /// # Safety
-    /// As for [`Engine::submit`].
-    pub unsafe fn submit_to(
-        &self,
-        endpoint: Endpoint,
-        req: Request,
-        settings: &Settings,
-    ) -> Result<IoFuture> {
-        let task_size = self.accept(&req, settings)?;
-        let target = resolve(req.buffer, req.pointer_info)?;
-        let len = req.buffer.len();
-        if len == 0 {
-            return Ok(IoFuture::ready(Ok(0)));
-        }
-        let exec = self.posix_executor(endpoint, target, req.direction, settings, None);
-        let exec = after_stream(exec, req.after)?;
-        let split = TaskSplit::new(req.file_offset, len, task_size);
-        self.run(
-            exec,
-            split,
-            Backend::GpufilePosix,
-            settings.num_threads,
-            false,
-        )
-    }
-
-    /// Checks what every request needs; the task size it runs with
-    /// ([`plan::effective_task_size`]).
-    fn accept(&self, req: &Request, settings: &Settings) -> Result<usize> {
+    /// Checks what every request needs before its endpoint is asked.
+    fn accept(&self, endpoint: &Endpoint, req: &Request, settings: &Settings) -> Result<()> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(Error::ShuttingDown);
         }
-        let task_size = plan::effective_task_size(
-            req.buffer.len(),
-            req.task_size.unwrap_or(settings.task_size),
-            settings.num_threads,
-            req.task_size.is_some(),
-        );
         if req.task_size == Some(0) || settings.task_size == 0 {
             return Err(Error::InvalidArgument(
                 "task_size must be at least 1 byte".into(),
             ));
         }
-        let end = req.file_offset.checked_add(req.buffer.len() as u64);
-        if end.is_none_or(|e| e > i64::MAX as u64) {
+        if endpoint.direction() != req.direction {
             return Err(Error::InvalidArgument(format!(
-                "file_offset {} + size {} is past the largest file offset",
-                req.file_offset,
-                req.buffer.len()
+                "a {} request on {}, which is open for {}s only",
+                req.direction,
+                endpoint.describe(),
+                endpoint.direction()
             )));
         }
-        Ok(task_size)
+        req.ranges.check(req.direction, req.buffer.len())
     }
 
     /// The page-cache DMA part of a device read of a local file on the POSIX path, where the
     /// settings allow it ([`crate::exec::dma`]).
     fn dma_read(
         &self,
-        file: &FileHandle,
+        local: &Arc<LocalFile>,
         target: Target,
         direction: Direction,
         len: usize,
@@ -526,7 +513,7 @@ impl Engine {
             observe::notice("dma-disabled", why.to_owned());
             return None;
         }
-        self.dma.read(&file.local(), settings.dma_cache_size)
+        self.dma.read(local, settings.dma_cache_size)
     }
 
     fn posix_executor(
@@ -763,34 +750,6 @@ fn resolve(buffer: Buffer, known: Option<cuda::PointerInfo>) -> Result<Target> {
     }
 }
 
-/// Whether a batch's requests run as `task_size` tasks, none split further: a request is cut
-/// below `task_size` only so that all workers help with it, and a batch that holds at least a
-/// worker's worth of `task_size` per worker already keeps them all busy. Counted in bytes, so
-/// that small requests do not pass for whole tasks (15 one-byte reads and a 4 MiB one: the
-/// 4 MiB one is still cut for the idle workers). Measured on the H200 (256 × 4 MiB hot files →
-/// GPU, 16 threads): 28.0–29.5 GB/s with each request cut in four, 40.1–42.2 kept whole (one
-/// run per file instead of four: a quarter of the runs' set-up and stream waits).
-fn batch_keeps_tasks_whole<'a>(
-    reqs: impl Iterator<Item = &'a Request>,
-    settings: &Settings,
-) -> bool {
-    let task_size = settings.task_size.max(1);
-    let want = (settings.num_threads as u128) * task_size as u128;
-    let mut bytes = 0u128;
-    for r in reqs {
-        // A request with its own task size is never cut: it counts as its whole tasks.
-        let len = r.buffer.len() as u128;
-        bytes += match r.task_size {
-            Some(t) => len.div_ceil(t.max(1) as u128) * task_size as u128,
-            None => len,
-        };
-        if bytes >= want {
-            return true;
-        }
-    }
-    false
-}
-
 /// `exec`, made to wait first for the work queued on `after` (where the request names a
 /// stream) until now: the stream is marked here, on the submitting thread, so that the runs
 /// wait for that work only, and never use the producer's stream handle, which may be gone by
@@ -852,45 +811,6 @@ mod resolve_tests {
 }
 
 #[cfg(test)]
-mod batch_split_tests {
-    use super::batch_keeps_tasks_whole;
-    use crate::{Buffer, Request, Settings};
-
-    fn reqs(sizes: &[usize]) -> Vec<Request> {
-        // Never submitted: only their lengths are read.
-        sizes
-            .iter()
-            .map(|&len| {
-                let buffer = Buffer::Host {
-                    ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(),
-                    len,
-                };
-                Request::read(buffer, 0)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_batch_with_a_task_per_worker_keeps_its_tasks_whole() {
-        let s = Settings {
-            num_threads: 16,
-            task_size: 4 << 20,
-            ..Settings::default()
-        };
-        assert!(batch_keeps_tasks_whole(reqs(&[4 << 20; 16]).iter(), &s));
-        assert!(batch_keeps_tasks_whole(reqs(&[64 << 20]).iter(), &s));
-        // Fewer tasks than workers: each request is still cut so that all workers help.
-        assert!(!batch_keeps_tasks_whole(reqs(&[4 << 20; 15]).iter(), &s));
-        assert!(!batch_keeps_tasks_whole(reqs(&[]).iter(), &s));
-        // Small requests do not pass for whole tasks.
-        let mut mixed = vec![1; 15];
-        mixed.push(4 << 20);
-        assert!(!batch_keeps_tasks_whole(reqs(&mixed).iter(), &s));
-        assert!(batch_keeps_tasks_whole(reqs(&[3 << 20; 22]).iter(), &s));
-    }
-}
-
-#[cfg(test)]
 mod range_tests {
     use super::within_allocation;
 
@@ -918,6 +838,7 @@ mod range_tests {
 #[cfg(test)]
 mod batch_tests {
     use super::*;
+    use crate::FileHandle;
 
     #[test]
     fn a_refused_request_waits_for_the_batch_already_started() {
@@ -928,9 +849,15 @@ mod batch_tests {
         let h = FileHandle::open(file.path(), "r").unwrap();
         let (mut big, mut small) = (vec![0u8; len], vec![0u8; 16]);
         let batch = [
-            (h.clone(), Request::read(Buffer::host(&mut big), 0)),
+            (
+                h.endpoint(Direction::Read),
+                Request::read(Buffer::host(&mut big), 0),
+            ),
             // Past the end of the file: refused at submission.
-            (h, Request::read(Buffer::host(&mut small), len as u64)),
+            (
+                h.endpoint(Direction::Read),
+                Request::read(Buffer::host(&mut small), len as u64),
+            ),
         ];
         let settings = engine.settings();
         // SAFETY: both buffers outlive the call; on error no request may still run.
@@ -959,9 +886,10 @@ mod batch_tests {
         };
         for (len, offset) in [(4096, 8192u64), (1 << 20, 1), (3 << 20, 0)] {
             let mut buf = vec![0u8; len];
-            let req = Request::read(Buffer::host(&mut buf), offset);
+            let req = Request::read(Buffer::host(&mut buf), offset).caller_waits(true);
+            let at = h.endpoint(Direction::Read);
             // SAFETY: `buf` outlives the wait below.
-            let fut = unsafe { engine.submit_blocking(&h, req, &settings) }.unwrap();
+            let fut = unsafe { engine.submit(&at, req, &settings) }.unwrap();
             // One task (up to MIN_SPLIT) ran here; 3 MiB is three tasks, on the workers.
             if len <= plan::MIN_SPLIT {
                 assert!(fut.is_done(), "{len}");
@@ -971,9 +899,9 @@ mod batch_tests {
             assert_eq!(engine.in_flight(), 0);
         }
         let mut buf = vec![0u8; 16];
-        let req = Request::read(Buffer::host(&mut buf), data.len() as u64 - 8);
+        let req = Request::read(Buffer::host(&mut buf), data.len() as u64 - 8).caller_waits(true);
         // SAFETY: as above.
-        let r = unsafe { engine.submit_blocking(&h, req, &settings) };
+        let r = unsafe { engine.submit(&h.endpoint(Direction::Read), req, &settings) };
         assert!(matches!(r, Err(Error::UnexpectedEof { .. })));
     }
 
@@ -1028,9 +956,177 @@ mod batch_tests {
 }
 
 #[cfg(test)]
+mod endpoint_tests {
+    use super::*;
+    use crate::source::{IoContext, Source};
+
+    /// `size` bytes of 7s, written into the caller's buffer one task at a time.
+    struct Sevens(u64);
+
+    impl Source for Sevens {
+        fn describe(&self) -> String {
+            "sevens".into()
+        }
+
+        fn size(&self) -> Result<u64> {
+            Ok(self.0)
+        }
+
+        fn read_at(&self, dst: &mut [u8], offset: u64, _: IoContext<'_>) -> Result<()> {
+            dst.fill(7);
+            match offset + dst.len() as u64 > self.0 {
+                true => Err(Error::InvalidArgument("read past the end".into())),
+                false => Ok(()),
+            }
+        }
+    }
+
+    /// A source other than a local file is checked as a local file is: a read past its end is
+    /// refused before any byte moves (the buffer untouched), one within it reads.
+    #[test]
+    fn every_endpoint_refuses_a_read_past_its_end_before_any_byte_moves() {
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let settings = Settings {
+            num_threads: 4,
+            ..engine.settings()
+        };
+        let at = Endpoint::Read(Arc::new(Sevens(8 << 20)));
+        let mut buf = vec![0u8; 4 << 20];
+        let req = Request::read(Buffer::host(&mut buf), 5 << 20).task_size(Some(1 << 20));
+        // SAFETY: `buf` outlives the call; a refused request runs nothing.
+        let r = unsafe { engine.submit(&at, req, &settings) };
+        match r {
+            Err(Error::UnexpectedEof {
+                offset, file_size, ..
+            }) => assert_eq!((offset, file_size), (5 << 20, 8 << 20)),
+            Err(e) => panic!("{e:?}"),
+            Ok(f) => panic!("submitted: {:?}", f.wait()),
+        }
+        assert!(
+            buf.iter().all(|b| *b == 0),
+            "bytes moved before the refusal"
+        );
+        let req = Request::read(Buffer::host(&mut buf), 4 << 20);
+        // SAFETY: as above; waited for below.
+        let n = unsafe { engine.submit(&at, req, &settings) }
+            .unwrap()
+            .wait();
+        assert_eq!(n.unwrap(), 4 << 20);
+        assert!(buf.iter().all(|b| *b == 7));
+    }
+
+    /// Many ranges of one buffer are one request: a gather of pieces of a file into a buffer,
+    /// and a scatter of a buffer's pieces into a file, byte for byte, over several workers.
+    #[test]
+    fn a_request_of_many_ranges_gathers_and_scatters_the_right_bytes() {
+        use crate::request::{Range, Ranges};
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let settings = Settings {
+            num_threads: 4,
+            task_size: 64 << 10,
+            ..engine.settings()
+        };
+        let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let h = crate::FileHandle::open(file.path(), "r+").unwrap();
+        // Out of order in the file, back to back in the buffer, one empty, one of many tasks.
+        let pieces = [
+            (3 << 20, 1000),
+            (17, 4096),
+            (0, 0),
+            (1 << 20, 300_001),
+            (5, 12),
+        ];
+        let mut at = 0;
+        let ranges: Vec<Range> = pieces
+            .iter()
+            .map(|&(file_offset, len)| {
+                let r = Range {
+                    file_offset,
+                    len,
+                    buf_offset: at,
+                };
+                at += len;
+                r
+            })
+            .collect();
+        let mut buf = vec![0u8; at];
+        let req = Request::read_ranges(Buffer::host(&mut buf), Ranges::Many(ranges.clone().into()));
+        // SAFETY: `buf` outlives the wait.
+        let fut = unsafe { engine.submit(&h.endpoint(Direction::Read), req, &settings) }.unwrap();
+        assert_eq!(fut.wait().unwrap(), at);
+        let want: Vec<u8> = pieces
+            .iter()
+            .flat_map(|&(o, l)| data[o as usize..o as usize + l].iter().copied())
+            .collect();
+        assert_eq!(buf, want);
+        // The same ranges written back, from a buffer of other bytes.
+        let back: Vec<u8> = buf.iter().map(|b| b ^ 0xff).collect();
+        let buffer = Buffer::Host {
+            ptr: back.as_ptr().cast_mut(),
+            len: back.len(),
+        };
+        let req = Request::write_ranges(buffer, Ranges::Many(ranges.into()));
+        // SAFETY: `back` outlives the wait; a write only reads it.
+        let fut = unsafe { engine.submit(&h.endpoint(Direction::Write), req, &settings) }.unwrap();
+        assert_eq!(fut.wait().unwrap(), at);
+        let mut expect = data.clone();
+        for &(o, l) in &pieces {
+            for b in &mut expect[o as usize..o as usize + l] {
+                *b ^= 0xff;
+            }
+        }
+        assert!(std::fs::read(file.path()).unwrap() == expect);
+        // Ranges past the file's end are refused before any byte moves.
+        let mut buf = vec![0u8; 8];
+        let past = Ranges::Many(
+            vec![
+                Range {
+                    file_offset: 0,
+                    len: 4,
+                    buf_offset: 0,
+                },
+                Range {
+                    file_offset: data.len() as u64 - 2,
+                    len: 4,
+                    buf_offset: 4,
+                },
+            ]
+            .into(),
+        );
+        let req = Request::read_ranges(Buffer::host(&mut buf), past);
+        // SAFETY: as above.
+        let r = unsafe { engine.submit(&h.endpoint(Direction::Read), req, &settings) };
+        assert!(
+            matches!(r, Err(Error::UnexpectedEof { .. })),
+            "{:?}",
+            r.err()
+        );
+        assert_eq!(buf, [0u8; 8]);
+    }
+
+    /// A request the other way from its endpoint is an argument error naming both.
+    #[test]
+    fn a_request_against_its_endpoints_direction_is_refused() {
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let at = Endpoint::Read(Arc::new(Sevens(100)));
+        let mut buf = vec![0u8; 10];
+        let req = Request::write(Buffer::host(&mut buf), 0);
+        // SAFETY: `buf` outlives the call; a refused request runs nothing.
+        let r = unsafe { engine.submit(&at, req, &engine.settings()) };
+        let Err(Error::InvalidArgument(m)) = r else {
+            panic!("not refused");
+        };
+        assert!(m.contains("a write request on sevens"), "{m}");
+    }
+}
+
+#[cfg(test)]
 mod panic_tests {
     use super::*;
     use crate::plan::TaskSplit;
+    use crate::FileHandle;
 
     /// A run that finishes every task and panics on the one at `at` (what a bug in an
     /// executor does).
@@ -1104,7 +1200,7 @@ mod panic_tests {
         let mut buf = vec![0u8; data.len()];
         let req = Request::read(Buffer::host(&mut buf), 0);
         // SAFETY: `buf` outlives the wait below.
-        let fut = unsafe { engine.submit(&h, req, &settings) }.unwrap();
+        let fut = unsafe { engine.submit(&h.endpoint(Direction::Read), req, &settings) }.unwrap();
         let n = fut.wait_timeout(Duration::from_secs(20));
         assert_eq!(
             n.expect("a read after the panics hung").unwrap(),

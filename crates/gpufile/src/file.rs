@@ -2,9 +2,10 @@
 //!
 //! How to use:
 //! 1. [`FileHandle::open`] with KvikIO's flags (`"r"`, `"r+"`, `"w"`, `"w+"`).
-//! 2. [`FileHandle::read`] / [`FileHandle::write`] for slices (blocking), or the `unsafe`
-//!    [`FileHandle::submit`] for any [`Request`] (host or GPU memory, raw addresses), which
-//!    returns an [`IoFuture`]; both run on the process [`Engine`].
+//! 2. [`FileHandle::read`] / [`FileHandle::write`] for slices (blocking), on the process
+//!    [`Engine`]; for any [`Request`] (host or GPU memory, raw addresses), the `unsafe`
+//!    [`Engine::submit`] on the handle's [`FileHandle::endpoint`], which returns an
+//!    [`crate::IoFuture`].
 //! 3. Tasks hold the file open: closing (dropping) a handle with requests in flight is safe, the
 //!    descriptor closes when the last task ends.
 
@@ -13,18 +14,15 @@ use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::config::Settings;
-use crate::cufile::RegisteredFile;
 use crate::engine::Engine;
 use crate::error::{Error, Op, Result};
-use crate::future::IoFuture;
 use crate::plan::IoPath;
 use crate::request::{Buffer, Direction, Memory, Request};
 use crate::source::reopen;
-use crate::source::LocalFile;
+use crate::source::{Endpoint, LocalFile};
 
 /// How a file is opened (KvikIO's flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,16 +111,11 @@ impl FromStr for OpenMode {
     }
 }
 
-/// What the clones of a [`FileHandle`] share: the open file and what is known of it.
+/// What the clones of a [`FileHandle`] share: the open file and its mode.
 struct OpenFile {
-    /// The cuFile registration, made on first need. First field: dropped (deregistered) before
-    /// the descriptors close.
-    cufile: OnceLock<Result<Arc<RegisteredFile>>>,
+    /// The file, its size as last seen and its cuFile registration (see [`LocalFile`]).
     local: Arc<LocalFile>,
     mode: OpenMode,
-    /// The largest size the file was seen to have (`u64::MAX`: not a regular file, no size to
-    /// check against). A read that ends within it needs no `fstat`; one past it looks again.
-    size_seen: AtomicU64,
 }
 
 /// An open file. Cheap to clone; clones share the descriptor.
@@ -184,14 +177,11 @@ impl FileHandle {
     }
 
     fn with_file(file: File, meta: std::fs::Metadata, path: &Path, mode: OpenMode) -> Self {
-        let size_seen = if meta.is_file() { meta.len() } else { u64::MAX };
         let local = LocalFile::new(file, path.to_owned(), mode.readable(), mode.writable());
         FileHandle {
             inner: Arc::new(OpenFile {
-                cufile: OnceLock::new(),
-                local: Arc::new(local),
+                local: Arc::new(local.opened(&meta)),
                 mode,
-                size_seen: AtomicU64::new(size_seen),
             }),
         }
     }
@@ -238,60 +228,19 @@ impl FileHandle {
         self.inner.local.direct_fd().is_some()
     }
 
+    /// The file side of a request in direction `dir` (what [`Engine::submit`] takes).
+    pub fn endpoint(&self, dir: Direction) -> Endpoint {
+        match dir {
+            Direction::Read => Endpoint::Read(self.local()),
+            Direction::Write => Endpoint::Write(self.local()),
+        }
+    }
+
     /// The path a request of `len` bytes into or out of `memory` takes under `settings`, and
     /// why (an error where compat_mode OFF cannot be honoured); registers the file with cuFile
     /// where the decision depends on it, as the request would.
     pub fn io_path(&self, memory: Memory, len: usize, settings: &Settings) -> Result<IoPath> {
-        Engine::decide(self, memory, len, settings).map(|(path, _)| path)
-    }
-
-    /// Starts `req` on the process engine, under `settings` (`None`: the process defaults).
-    ///
-    /// # Safety
-    /// As for [`Engine::submit`]: the buffer stays valid, and unshared, until the future is done.
-    pub unsafe fn submit(&self, req: Request, settings: Option<&Settings>) -> Result<IoFuture> {
-        // SAFETY: the caller's contract.
-        unsafe { self.start(req, settings, false) }
-    }
-
-    /// [`FileHandle::submit`] for a caller that waits for the future at once (see
-    /// [`Engine::submit_blocking`]: a small host request runs on the calling thread).
-    ///
-    /// # Safety
-    /// As for [`Engine::submit`].
-    pub unsafe fn submit_blocking(
-        &self,
-        req: Request,
-        settings: Option<&Settings>,
-    ) -> Result<IoFuture> {
-        // SAFETY: the caller's contract.
-        unsafe { self.start(req, settings, true) }
-    }
-
-    /// # Safety
-    /// As for [`Engine::submit`].
-    unsafe fn start(
-        &self,
-        req: Request,
-        settings: Option<&Settings>,
-        blocking: bool,
-    ) -> Result<IoFuture> {
-        let engine = Engine::global()?;
-        let defaults;
-        let settings = match settings {
-            Some(s) => s,
-            None => {
-                defaults = engine.shared_settings();
-                &*defaults
-            }
-        };
-        // SAFETY: the caller's contract.
-        unsafe {
-            match blocking {
-                true => engine.submit_blocking(self, req, settings),
-                false => engine.submit(self, req, settings),
-            }
-        }
+        Engine::io_path(&self.endpoint(Direction::Read), memory, len, settings)
     }
 
     /// Reads `buf.len()` bytes at `file_offset`; blocks until done.
@@ -303,7 +252,7 @@ impl FileHandle {
     ) -> Result<usize> {
         let req = Request::read(Buffer::host(buf), file_offset).task_size(task_size);
         // SAFETY: the slice is valid and exclusively borrowed until `wait` returns.
-        unsafe { self.submit_blocking(req, None) }?.wait()
+        unsafe { self.run(req) }
     }
 
     /// Writes `buf` at `file_offset`; blocks until done.
@@ -314,71 +263,25 @@ impl FileHandle {
         };
         let req = Request::write(buffer, file_offset).task_size(task_size);
         // SAFETY: the slice is valid and borrowed until `wait` returns; a write only reads it.
-        unsafe { self.submit_blocking(req, None) }?.wait()
+        unsafe { self.run(req) }
     }
 
-    /// Checks a request against the handle's mode and, for reads, the file's size.
+    /// Runs `req` on the process engine under its default settings and waits for it.
     ///
-    /// A read that ends within the largest size seen so far needs no `fstat` (the common case:
-    /// one per request was measurable on small random reads); one that ends past it looks at the
-    /// file again, so a file that grew is read and one that is too short is refused before any
-    /// byte moves. A file that shrank after it was seen fails in the read itself, with the same
-    /// [`Error::UnexpectedEof`] (as it would if it shrank between an `fstat` and the read).
-    pub(crate) fn check(&self, dir: Direction, len: usize, file_offset: u64) -> Result<()> {
-        let mode = self.mode();
-        match dir {
-            Direction::Read if !mode.readable() => Err(Error::NotReadable {
-                path: self.path().to_owned(),
-                flags: mode.as_str().to_owned(),
-            }),
-            Direction::Write if !mode.writable() => Err(Error::NotWritable {
-                path: self.path().to_owned(),
-                flags: mode.as_str().to_owned(),
-            }),
-            Direction::Read => {
-                let end = file_offset.saturating_add(len as u64);
-                if len == 0 || end <= self.inner.size_seen.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                let meta = self.inner.local.file().metadata();
-                let meta = meta.map_err(|e| Error::os(Op::Stat, self.path(), 0, 0, e))?;
-                if !meta.is_file() {
-                    return Ok(());
-                }
-                self.inner
-                    .size_seen
-                    .fetch_max(meta.len(), Ordering::Relaxed);
-                if end > meta.len() {
-                    return Err(Error::UnexpectedEof {
-                        path: self.path().to_owned(),
-                        offset: file_offset,
-                        len,
-                        file_size: meta.len(),
-                    });
-                }
-                Ok(())
-            }
-            Direction::Write => Ok(()),
-        }
+    /// # Safety
+    /// As for [`Engine::submit`].
+    unsafe fn run(&self, req: Request) -> Result<usize> {
+        let engine = Engine::global()?;
+        let settings = engine.shared_settings();
+        let endpoint = self.endpoint(req.direction);
+        // SAFETY: the caller's contract; the future is waited for here.
+        unsafe { engine.submit(&endpoint, req.caller_waits(true), &settings) }?.wait()
     }
 
     /// Registers the file with cuFile now (as the first cuFile request would), or says why
     /// cuFile refuses it.
     pub fn cufile_registration(&self) -> Result<()> {
-        self.registered().map(|_| ())
-    }
-
-    /// The file registered with cuFile (O_DIRECT descriptor where the file system takes one),
-    /// once per handle.
-    pub(crate) fn registered(&self) -> Result<Arc<RegisteredFile>> {
-        self.inner
-            .cufile
-            .get_or_init(|| {
-                let local = &self.inner.local;
-                let fd = local.direct_fd().unwrap_or_else(|| local.fd());
-                RegisteredFile::register(fd).map(Arc::new)
-            })
-            .clone()
+        self.inner.local.registered().map(|_| ())
     }
 }
 

@@ -6,13 +6,15 @@
 //!    `KVIKIO_*` / `GPUFILE_*` variables), or pass settings per request.
 //! 2. Open a file with [`FileHandle::open`] and KvikIO's flags.
 //! 3. [`FileHandle::read`] / [`FileHandle::write`] split the request into `task_size` tasks over
-//!    `num_threads` workers; [`FileHandle::submit`] takes any [`Request`] (host or GPU memory);
+//!    `num_threads` workers; [`Engine::submit`] takes any [`Request`] (host or GPU memory, one
+//!    range or many) on any [`source::Endpoint`] (a file's: [`FileHandle::endpoint`]);
 //!    [`FileHandle::io_path`] tells the path and the reason.
 //!
 //! Layers, one direction (a module uses only those above it in this list): `request`, `error`,
 //! `config` → `plan` (pure decisions) → `cuda`, `cufile` (result layer and RAII wrappers over
 //! `gpufile-sys`) → `source` (where bytes come from and go to) → `future`, `pool` (generic) →
-//! `exec` (one executor per backend) → `observe` → `file`, `engine` (the one request path).
+//! `exec` (one executor per backend) → `observe` → `engine` (the one request path) → `file`
+//! (a local file's handle).
 //!
 //! ```no_run
 //! let f = gpufile::FileHandle::open("data.bin", "r")?;
@@ -46,7 +48,7 @@ pub use error::{Error, Result};
 pub use file::{FileHandle, OpenMode};
 pub use future::IoFuture;
 pub use plan::{Backend, IoPath, Reason};
-pub use request::{Buffer, Direction, Memory, Request};
+pub use request::{Buffer, Direction, Memory, Range, Ranges, Request};
 
 /// gpufile's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,12 +1,15 @@
 //! The planner: pure functions from a request to its tasks and to the data path each one takes.
 //!
-//! Execution and `gpufile explain` share these functions, so what explain predicts is what runs.
+//! [`plan_request`] is the whole plan of one request (its path and why, its tasks, what the
+//! waiting caller does); the engine runs what it returns and `gpufile explain` prints it, so
+//! what explain predicts is what runs. Every task-size rule is applied there.
 
 use std::fmt;
 
-use crate::config::CompatMode;
+use crate::config::{CompatMode, Settings};
 use crate::error::Error;
-pub use crate::request::Memory;
+pub use crate::request::{Direction, Memory, Range, Ranges};
+use std::sync::Arc;
 
 /// What cuFile can do on this machine: the input of compat_mode AUTO and OFF.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,47 +33,91 @@ pub struct Task {
     pub len: usize,
 }
 
-/// A request cut into tasks of at most `task_size` bytes (KvikIO's split: every task is
-/// `task_size` long except possibly the last). Tasks are made on demand, so a request of a billion
-/// tasks costs no memory up front.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A request cut into tasks of at most `task_size` bytes (KvikIO's split: every task of a range
+/// is `task_size` long except possibly its last), range after range. Tasks are made on demand,
+/// so a request of a billion tasks costs no memory up front.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskSplit {
-    file_offset: u64,
-    size: usize,
+    ranges: Ranges,
     task_size: usize,
+    /// For several ranges: the index of each range's first task (`None` for one range).
+    starts: Option<Arc<[usize]>>,
+    count: usize,
 }
 
 impl TaskSplit {
-    /// `size` bytes at `file_offset`. `task_size` must be positive (settings and argument checks
-    /// refuse 0 before any plan is made; 0 is treated as 1 here rather than dividing by zero).
+    /// `size` bytes at `file_offset` (at the buffer's start). `task_size` must be positive
+    /// (settings and argument checks refuse 0 before any plan is made; 0 is treated as 1 here
+    /// rather than dividing by zero).
     pub fn new(file_offset: u64, size: usize, task_size: usize) -> Self {
-        TaskSplit {
+        let range = Range {
             file_offset,
-            size,
-            task_size: task_size.max(1),
+            len: size,
+            buf_offset: 0,
+        };
+        Self::over(Ranges::One(range), task_size)
+    }
+
+    /// Every range of `ranges`, each cut into tasks of at most `task_size` bytes.
+    pub fn over(ranges: Ranges, task_size: usize) -> Self {
+        let task_size = task_size.max(1);
+        let (starts, count) = match &ranges {
+            Ranges::One(r) => (None, r.len.div_ceil(task_size)),
+            Ranges::Many(v) => {
+                let mut next = 0usize;
+                let starts: Arc<[usize]> = v
+                    .iter()
+                    .map(|r| {
+                        let first = next;
+                        next += r.len.div_ceil(task_size);
+                        first
+                    })
+                    .collect();
+                (Some(starts), next)
+            }
+        };
+        TaskSplit {
+            ranges,
+            task_size,
+            starts,
+            count,
         }
     }
 
     /// Number of tasks (0 for an empty request).
     pub fn count(&self) -> usize {
-        self.size.div_ceil(self.task_size)
+        self.count
     }
 
     /// Task `i` (`i < count()`).
     pub fn task(&self, i: usize) -> Task {
-        let buf_offset = i * self.task_size;
+        let (range, j) = match (&self.ranges, &self.starts) {
+            (Ranges::Many(v), Some(starts)) => {
+                // The last range starting at or before `i` (ranges of no task start where the
+                // next one does, and are passed over).
+                let k = starts.partition_point(|&s| s <= i) - 1;
+                (v[k], i - starts[k])
+            }
+            (Ranges::One(r), _) => (*r, i),
+            (Ranges::Many(v), None) => (v[0], i),
+        };
+        let at = j * self.task_size;
         Task {
-            file_offset: self.file_offset + buf_offset as u64,
-            buf_offset,
-            len: self.task_size.min(self.size - buf_offset),
+            file_offset: range.file_offset + at as u64,
+            buf_offset: range.buf_offset + at,
+            len: self.task_size.min(range.len - at),
         }
     }
 
-    /// The size of the tasks but the last.
+    /// The size of the tasks but the last of each range.
     pub fn task_size(&self) -> usize {
         self.task_size
     }
 }
+
+/// O_DIRECT needs file offsets, lengths and memory aligned to the logical block; 4 KiB covers
+/// every common device.
+pub const DIRECT_ALIGN: usize = 4096;
 
 /// Smallest task gpufile cuts a request into when it splits below `task_size` so that every
 /// worker helps with a request that would otherwise leave most of them idle (a 4 MiB read is
@@ -86,9 +133,7 @@ pub fn effective_task_size(len: usize, task_size: usize, threads: usize, explici
     if explicit || len.div_ceil(task_size) >= threads {
         return task_size;
     }
-    let even = len
-        .div_ceil(threads.max(1))
-        .next_multiple_of(crate::source::DIRECT_ALIGN);
+    let even = len.div_ceil(threads.max(1)).next_multiple_of(DIRECT_ALIGN);
     even.max(MIN_SPLIT).min(task_size)
 }
 
@@ -109,13 +154,13 @@ pub fn alone_task_size(len: usize, task_size: usize, threads: usize) -> usize {
         return task_size;
     }
     len.div_ceil(threads.max(1))
-        .next_multiple_of(crate::source::DIRECT_ALIGN)
+        .next_multiple_of(DIRECT_ALIGN)
         .clamp(ALONE_SPLIT, MIN_SPLIT)
 }
 
 /// The largest device read whose waiting caller takes a share of the work itself (on the bounce
-/// path, through [`crate::Engine::submit_blocking`]). The caller is awake already, so its share
-/// starts with no wake-up, and one worker fewer is woken; the workers it waits for otherwise
+/// path, a request whose caller waits: [`crate::Request::caller_waits`]). The caller is awake
+/// already, so its share starts with no wake-up, and one worker fewer is woken; the workers it waits for otherwise
 /// start one by one over tens of microseconds (measured on one H200: the last of 16 began 40–115
 /// µs after the request). Measured there with 256 files × 4 MiB read one by one (hot): 14.6 →
 /// 16.1–16.7 GB/s. Bounded so a caller's share stays short (its Ctrl-C is checked after it):
@@ -124,7 +169,7 @@ pub fn alone_task_size(len: usize, task_size: usize, threads: usize) -> usize {
 pub const CALLER_SHARE_MAX: usize = 64 << 20;
 
 /// What the thread that submits a request and waits for it at once does besides waiting
-/// ([`crate::Engine::submit_blocking`]).
+/// ([`crate::Request::caller_waits`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallerPart {
     /// Nothing: the workers run every task (a request nobody waits for at once, a device request
@@ -169,9 +214,9 @@ pub const MIN_CHUNK: usize = 4 << 20;
 
 /// Chunk size of a task in the bounce pipeline: about a quarter of the task so reads and copies
 /// overlap (small tasks overlap with the run's next task instead), at least [`MIN_CHUNK`], at most
-/// the bounce buffer, a multiple of [`crate::source::DIRECT_ALIGN`] (so O_DIRECT can take it).
+/// the bounce buffer, a multiple of [`DIRECT_ALIGN`] (so O_DIRECT can take it).
 pub fn chunk_size(task_len: usize, bounce: usize) -> usize {
-    let align = crate::source::DIRECT_ALIGN;
+    let align = DIRECT_ALIGN;
     let quarter = task_len.div_ceil(4).next_multiple_of(align);
     quarter.max(MIN_CHUNK).min(bounce).max(1)
 }
@@ -217,6 +262,9 @@ pub enum Reason {
     NotAccelerated(String),
     /// AUTO chose gpufile's path: cuFile cannot be used (the text says why).
     CufileUnavailable(String),
+    /// The source or sink is not a local file (a mapping, a remote object): only gpufile's path
+    /// moves its bytes, whatever compat_mode says.
+    NotALocalFile,
 }
 
 impl fmt::Display for Reason {
@@ -228,6 +276,7 @@ impl fmt::Display for Reason {
             Reason::CompatModeOff(what) => write!(f, "compat_mode is OFF ({what})"),
             Reason::Accelerated(why) | Reason::NotAccelerated(why) => f.write_str(why),
             Reason::CufileUnavailable(why) => write!(f, "cuFile unavailable: {why}"),
+            Reason::NotALocalFile => f.write_str("not a local file: cuFile reads only those"),
         }
     }
 }
@@ -336,6 +385,129 @@ pub fn after_registration(
             reason: format!("compat_mode is {} but {why}", policy.compat_mode),
         }),
     }
+}
+
+/// What the planner needs to know of one request.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape<'a> {
+    /// Read or write.
+    pub direction: Direction,
+    /// The caller's memory.
+    pub memory: Memory,
+    /// What moves.
+    pub ranges: &'a Ranges,
+    /// Bytes in all the ranges.
+    pub len: usize,
+    /// The request's own task size (`None`: the settings' one, cut for idle workers).
+    pub task_size: Option<usize>,
+    /// The caller waits for the request at once (see [`CallerPart`]).
+    pub caller_waits: bool,
+    /// No other request is in flight (see [`alone_task_size`]).
+    pub alone: bool,
+    /// The endpoint is a local file: cuFile can read and write it, and the split of a device
+    /// read alone applies (a remote source pays one request per task, so it keeps its tasks).
+    pub local_file: bool,
+}
+
+/// How one request runs.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The path and why, or why the settings cannot be honoured (compat_mode OFF or
+    /// `require_gds` without cuFile).
+    pub path: Result<IoPath, Error>,
+    /// The task size the request runs with.
+    pub task_size: usize,
+    /// The task size it would run with were other requests in flight (equal to `task_size`
+    /// unless the split of a request alone applies).
+    pub task_size_busy: usize,
+    /// The tasks.
+    pub tasks: TaskSplit,
+    /// What the waiting caller does.
+    pub caller: CallerPart,
+}
+
+/// Plans `shape` under `settings`. `cufile` says what cuFile can do and `registration` whether
+/// cuFile registers the file (or why not); each is asked only where the answer matters, so host
+/// work never loads cuFile and a file is registered only for a request that takes cuFile's path.
+pub fn plan_request(
+    shape: &Shape<'_>,
+    settings: &Settings,
+    cufile: impl FnOnce() -> Availability,
+    registration: impl FnOnce() -> Result<(), String>,
+) -> Plan {
+    let policy = Policy::from(settings);
+    let path = match (shape.memory, shape.local_file) {
+        (Memory::Device, false) => Ok(IoPath {
+            backend: Backend::GpufilePosix,
+            reason: Reason::NotALocalFile,
+        }),
+        _ => choose_path(shape.memory, shape.len, policy, cufile).and_then(|p| match p.backend {
+            Backend::Cufile => after_registration(p, policy, registration()),
+            Backend::GpufilePosix => Ok(p),
+        }),
+    };
+    let task_size_busy = effective_task_size(
+        shape.len,
+        shape.task_size.unwrap_or(settings.task_size),
+        settings.num_threads,
+        shape.task_size.is_some(),
+    );
+    let bounce = matches!(&path, Ok(p) if p.backend == Backend::GpufilePosix);
+    let device = shape.memory == Memory::Device;
+    let read = shape.direction == Direction::Read;
+    let alone_split = bounce && device && read && shape.local_file && shape.task_size.is_none();
+    let task_size = match alone_split && shape.alone {
+        true => alone_task_size(shape.len, task_size_busy, settings.num_threads),
+        false => task_size_busy,
+    };
+    let task_size_busy = match alone_split {
+        true => task_size_busy,
+        false => task_size,
+    };
+    let tasks = TaskSplit::over(shape.ranges.clone(), task_size);
+    let caller = caller_part(
+        shape.caller_waits,
+        device,
+        bounce,
+        read,
+        tasks.count(),
+        shape.len,
+    );
+    Plan {
+        path,
+        task_size,
+        task_size_busy,
+        tasks,
+        caller,
+    }
+}
+
+/// Whether a batch's requests run as `task_size` tasks, none split further: a request is cut
+/// below `task_size` only so that all workers help with it, and a batch that holds at least a
+/// worker's worth of `task_size` per worker already keeps them all busy (one run per file
+/// instead of several: fewer runs' set-up and stream waits; docs/performance.md, "Batches").
+/// Counted in bytes, so that small requests do not pass for whole tasks (15 one-byte reads and
+/// a 4 MiB one: the 4 MiB one is still cut for the idle workers). `requests`: each request's
+/// length and own task size.
+pub fn batch_keeps_tasks_whole(
+    requests: impl Iterator<Item = (usize, Option<usize>)>,
+    settings: &Settings,
+) -> bool {
+    let task_size = settings.task_size.max(1);
+    let want = (settings.num_threads as u128) * task_size as u128;
+    let mut bytes = 0u128;
+    for (len, own) in requests {
+        // A request with its own task size is never cut: it counts as its whole tasks.
+        let len = len as u128;
+        bytes += match own {
+            Some(t) => len.div_ceil(t.max(1) as u128) * task_size as u128,
+            None => len,
+        };
+        if bytes >= want {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -520,7 +692,199 @@ mod tests {
         assert_eq!(s.task((1 << 30) - 1).file_offset, (1 << 30) - 1);
     }
 
+    #[test]
+    fn a_batch_with_a_task_per_worker_keeps_its_tasks_whole() {
+        let s = crate::Settings {
+            num_threads: 16,
+            task_size: 4 << 20,
+            ..crate::Settings::default()
+        };
+        let whole = |sizes: &[usize]| batch_keeps_tasks_whole(sizes.iter().map(|&l| (l, None)), &s);
+        assert!(whole(&[4 << 20; 16]));
+        assert!(whole(&[64 << 20]));
+        // Fewer tasks than workers: each request is still cut so that all workers help.
+        assert!(!whole(&[4 << 20; 15]));
+        assert!(!whole(&[]));
+        // Small requests do not pass for whole tasks.
+        let mut mixed = vec![1; 15];
+        mixed.push(4 << 20);
+        assert!(!whole(&mixed));
+        assert!(whole(&[3 << 20; 22]));
+        // A request with its own task size counts as its whole tasks.
+        let own = [(1, Some(1)); 16];
+        assert!(batch_keeps_tasks_whole(own.into_iter(), &s));
+    }
+
+    static ONE_64M: Ranges = Ranges::One(Range {
+        file_offset: 0,
+        len: 64 << 20,
+        buf_offset: 0,
+    });
+
+    /// Plain ranges of every length the tests plan (a shape borrows its ranges).
+    static ONE: [Ranges; 2] = [
+        Ranges::One(Range {
+            file_offset: 0,
+            len: 4096,
+            buf_offset: 0,
+        }),
+        Ranges::One(Range {
+            file_offset: 0,
+            len: 4 << 20,
+            buf_offset: 0,
+        }),
+    ];
+
+    fn shape(memory: Memory, len: usize, local_file: bool) -> Shape<'static> {
+        let ranges = match len {
+            4096 => &ONE[0],
+            4194304 => &ONE[1],
+            _ => &ONE_64M,
+        };
+        Shape {
+            direction: Direction::Read,
+            memory,
+            ranges,
+            len,
+            task_size: None,
+            caller_waits: true,
+            alone: true,
+            local_file,
+        }
+    }
+
+    #[test]
+    fn one_plan_gives_the_path_the_tasks_and_the_callers_part() {
+        let s = crate::Settings {
+            num_threads: 16,
+            task_size: 4 << 20,
+            compat_mode: CompatMode::Auto,
+            ..crate::Settings::default()
+        };
+        let accel = || Availability::Accelerated("nvidia-fs loaded".into());
+        let no_registration = || -> Result<(), String> { panic!("registration must not be asked") };
+        // Host memory: neither cuFile nor the registration is asked; one task runs here.
+        let p = plan_request(&shape(Memory::Host, 4096, true), &s, never, no_registration);
+        assert_eq!(p.path.unwrap().reason, Reason::HostBuffer);
+        assert_eq!((p.tasks.count(), p.caller), (1, CallerPart::Whole));
+        // A device read alone on the bounce path: cut to ALONE_SPLIT, shared with the caller.
+        let compat = || Availability::CompatOnly("nvidia-fs not loaded".into());
+        let p = plan_request(
+            &shape(Memory::Device, 4 << 20, true),
+            &s,
+            compat,
+            no_registration,
+        );
+        assert_eq!(p.path.unwrap().backend, Backend::GpufilePosix);
+        assert_eq!((p.task_size, p.task_size_busy), (ALONE_SPLIT, MIN_SPLIT));
+        assert_eq!((p.tasks.count(), p.caller), (16, CallerPart::Share));
+        // Not alone: the busy split.
+        let busy = Shape {
+            alone: false,
+            ..shape(Memory::Device, 4 << 20, true)
+        };
+        let p = plan_request(&busy, &s, compat, no_registration);
+        assert_eq!((p.task_size, p.tasks.count()), (MIN_SPLIT, 4));
+        // cuFile chosen: the file is registered, or AUTO falls back with the reason.
+        let p = plan_request(&shape(Memory::Device, 4 << 20, true), &s, accel, || Ok(()));
+        let path = p.path.unwrap();
+        assert_eq!(path.backend, Backend::Cufile);
+        assert_eq!((p.task_size, p.caller), (MIN_SPLIT, CallerPart::Wait));
+        let refused = || Err("cuFileHandleRegister failed".to_owned());
+        let p = plan_request(&shape(Memory::Device, 4 << 20, true), &s, accel, refused);
+        let path = p.path.unwrap();
+        assert_eq!(path.backend, Backend::GpufilePosix);
+        assert!(path.reason.to_string().contains("cuFileHandleRegister"));
+        // Not a local file: gpufile's path whatever compat_mode says, cuFile never asked, and
+        // no alone split (a remote source pays a request per task).
+        let off = crate::Settings {
+            compat_mode: CompatMode::Off,
+            require_gds: true,
+            ..s.clone()
+        };
+        let p = plan_request(
+            &shape(Memory::Device, 4 << 20, false),
+            &off,
+            never,
+            no_registration,
+        );
+        assert_eq!(p.path.unwrap().reason, Reason::NotALocalFile);
+        assert_eq!((p.task_size, p.tasks.count()), (MIN_SPLIT, 4));
+        // A path that cannot be honoured is an error; the tasks are still planned (explain
+        // shows them).
+        let gone = || Availability::Unavailable("libcufile.so.0 not found".into());
+        let p = plan_request(
+            &shape(Memory::Device, 64 << 20, true),
+            &off,
+            gone,
+            no_registration,
+        );
+        assert!(p.path.unwrap_err().to_string().contains("require_gds"));
+        assert_eq!((p.task_size, p.tasks.count()), (4 << 20, 16));
+        // The caller's own task size is kept, alone or not.
+        let own = Shape {
+            task_size: Some(1 << 20),
+            ..shape(Memory::Device, 4 << 20, true)
+        };
+        let p = plan_request(&own, &s, compat, no_registration);
+        assert_eq!((p.task_size, p.task_size_busy), (1 << 20, 1 << 20));
+    }
+
+    #[test]
+    fn many_ranges_are_cut_range_after_range_and_empty_ones_make_no_task() {
+        let r = |file_offset, len, buf_offset| Range {
+            file_offset,
+            len,
+            buf_offset,
+        };
+        let ranges =
+            Ranges::Many(vec![r(1000, 10, 50), r(0, 0, 0), r(7, 25, 0), r(500, 3, 40)].into());
+        let split = TaskSplit::over(ranges, 10);
+        let tasks: Vec<_> = (0..split.count()).map(|i| split.task(i)).collect();
+        let t = |file_offset, buf_offset, len| Task {
+            file_offset,
+            buf_offset,
+            len,
+        };
+        assert_eq!(
+            tasks,
+            [
+                t(1000, 50, 10),
+                t(7, 0, 10),
+                t(17, 10, 10),
+                t(27, 20, 5),
+                t(500, 40, 3)
+            ]
+        );
+        // One range is the same split as before.
+        let one = TaskSplit::over(Ranges::One(r(10, 1000, 0)), 199);
+        assert_eq!(one, TaskSplit::new(10, 1000, 199));
+        assert_eq!(one.task(5), t(10 + 995, 995, 5));
+    }
+
     proptest! {
+        #[test]
+        fn many_ranges_give_every_byte_once(
+            lens in proptest::collection::vec(0usize..5000, 0..20), task in 1usize..3000
+        ) {
+            let mut at = 0;
+            let ranges: Vec<Range> = lens.iter().map(|&len| {
+                let r = Range { file_offset: at as u64 + 1000, len, buf_offset: at };
+                at += len;
+                r
+            }).collect();
+            let split = TaskSplit::over(Ranges::Many(ranges.into()), task);
+            let mut next = 0usize;
+            for i in 0..split.count() {
+                let t = split.task(i);
+                prop_assert_eq!(t.buf_offset, next);
+                prop_assert_eq!(t.file_offset, t.buf_offset as u64 + 1000);
+                prop_assert!(t.len > 0 && t.len <= task);
+                next += t.len;
+            }
+            prop_assert_eq!(next, at);
+        }
+
         #[test]
         fn chunks_are_o_direct_aligned(task in 1usize..(1 << 30), bounce_pages in 1usize..8192) {
             let bounce = bounce_pages * 4096;

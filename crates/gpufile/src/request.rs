@@ -4,12 +4,16 @@
 //! 1. Describe the caller's memory as a [`Buffer`]: [`Buffer::Host`] for ordinary or pinned host
 //!    memory, [`Buffer::Device`] for a GPU address (device or managed memory; a pinned host
 //!    address given here takes the host path).
-//! 2. Build a [`Request`] with its [`Direction`] and file offset, and hand it to
-//!    [`crate::Engine::submit`] (or [`crate::FileHandle::submit`], which uses the process engine)
-//!    with the settings it should run under.
+//! 2. Build a [`Request`] with its [`Direction`] and file offset ([`Request::read`]), or with a
+//!    list of [`Range`]s of one buffer ([`Request::read_ranges`]: a gather of many pieces of a
+//!    file into one buffer is one request), and hand it to [`crate::Engine::submit`] with the
+//!    endpoint it reads or writes and the settings it should run under.
+
+use std::fmt;
+use std::sync::Arc;
 
 use crate::cuda::{PointerInfo, StreamWait};
-use std::fmt;
+use crate::error::{Error, Result};
 
 /// Which way the bytes move: the one name for it across gpufile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -99,15 +103,111 @@ impl Buffer {
     }
 }
 
+/// One range of a request: `len` bytes at `file_offset` in the file and at `buf_offset` in the
+/// caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    /// Offset in the file.
+    pub file_offset: u64,
+    /// Bytes.
+    pub len: usize,
+    /// Offset in the caller's buffer.
+    pub buf_offset: usize,
+}
+
+impl Range {
+    /// The file offset just past the range (saturating: an offset past the largest file is
+    /// refused before any range is checked against a file).
+    pub fn end(&self) -> u64 {
+        self.file_offset.saturating_add(self.len as u64)
+    }
+}
+
+/// The ranges of a request: one (the common case, kept without an allocation) or many.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ranges {
+    /// One range.
+    One(Range),
+    /// Several ranges of one buffer, in the order given.
+    Many(Arc<[Range]>),
+}
+
+impl Ranges {
+    /// The ranges, in order.
+    pub fn as_slice(&self) -> &[Range] {
+        match self {
+            Ranges::One(r) => std::slice::from_ref(r),
+            Ranges::Many(v) => v,
+        }
+    }
+
+    /// Bytes in all of them.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Ranges::One(r) => r.len,
+            Ranges::Many(v) => v.iter().map(|r| r.len).sum(),
+        }
+    }
+
+    /// Refuses ranges that run past a buffer of `buffer_len` bytes or past the largest file
+    /// offset, and ranges that overlap where tasks would race: in the buffer for a read (two
+    /// tasks writing the same bytes), in the file for a write (which one lands last is not
+    /// defined).
+    pub fn check(&self, direction: Direction, buffer_len: usize) -> Result<()> {
+        for r in self.as_slice() {
+            let file_end = r.file_offset.checked_add(r.len as u64);
+            if file_end.is_none_or(|e| e > i64::MAX as u64) {
+                return Err(Error::InvalidArgument(format!(
+                    "file_offset {} + size {} is past the largest file offset",
+                    r.file_offset, r.len
+                )));
+            }
+            if r.buf_offset
+                .checked_add(r.len)
+                .is_none_or(|e| e > buffer_len)
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "a range of {} bytes at buffer offset {} runs past the buffer ({buffer_len} \
+                     bytes)",
+                    r.len, r.buf_offset
+                )));
+            }
+        }
+        let Ranges::Many(v) = self else {
+            return Ok(());
+        };
+        let mut spans: Vec<(u64, u64)> = v
+            .iter()
+            .filter(|r| r.len > 0)
+            .map(|r| match direction {
+                Direction::Read => (r.buf_offset as u64, (r.buf_offset + r.len) as u64),
+                Direction::Write => (r.file_offset, r.end()),
+            })
+            .collect();
+        spans.sort_unstable();
+        if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
+            let what = match direction {
+                Direction::Read => "buffer",
+                Direction::Write => "file",
+            };
+            return Err(Error::InvalidArgument(format!(
+                "ranges overlap in the {what} (bytes {}..{} and {}..{})",
+                w[0].0, w[0].1, w[1].0, w[1].1
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// One read or write.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Request {
     /// Read or write.
     pub direction: Direction,
-    /// The caller's memory; its length is the request's length.
+    /// The caller's memory.
     pub buffer: Buffer,
-    /// Offset in the file.
-    pub file_offset: u64,
+    /// What moves: by default one range, the whole buffer at a file offset.
+    pub ranges: Ranges,
     /// Largest piece handed to one worker; `None` takes the settings' `task_size`. `raw_read`
     /// and `raw_write` pass the whole length (one task).
     pub task_size: Option<usize>,
@@ -122,31 +222,71 @@ pub struct Request {
     /// must be live until the submit returns, not after. `None`: nothing to wait for (or the
     /// caller waited).
     pub after: Option<StreamWait>,
+    /// The caller waits for the future at once (a blocking read or write): the plan may run a
+    /// small request on the calling thread, or give it a share of the tasks
+    /// ([`crate::plan::CallerPart`]).
+    pub caller_waits: bool,
 }
 
 impl Request {
     /// A read of `buffer.len()` bytes at `file_offset`.
     pub fn read(buffer: Buffer, file_offset: u64) -> Self {
-        Request {
-            direction: Direction::Read,
-            buffer,
-            file_offset,
-            task_size: None,
-            pointer_info: None,
-            after: None,
-        }
+        Self::read_ranges(buffer, Ranges::One(Self::whole(buffer, file_offset)))
     }
 
     /// A write of `buffer` at `file_offset`.
     pub fn write(buffer: Buffer, file_offset: u64) -> Self {
-        Request {
-            direction: Direction::Write,
-            buffer,
+        Self::write_ranges(buffer, Ranges::One(Self::whole(buffer, file_offset)))
+    }
+
+    fn whole(buffer: Buffer, file_offset: u64) -> Range {
+        Range {
             file_offset,
+            len: buffer.len(),
+            buf_offset: 0,
+        }
+    }
+
+    /// A read of `ranges` into `buffer` (each range's bytes land at its buffer offset).
+    pub fn read_ranges(buffer: Buffer, ranges: Ranges) -> Self {
+        Request {
+            direction: Direction::Read,
+            buffer,
+            ranges,
             task_size: None,
             pointer_info: None,
             after: None,
+            caller_waits: false,
         }
+    }
+
+    /// A write of `ranges` of `buffer` (each range's bytes from its buffer offset).
+    pub fn write_ranges(buffer: Buffer, ranges: Ranges) -> Self {
+        Request {
+            direction: Direction::Write,
+            buffer,
+            ranges,
+            task_size: None,
+            pointer_info: None,
+            after: None,
+            caller_waits: false,
+        }
+    }
+
+    /// Bytes the request moves.
+    pub fn len(&self) -> usize {
+        self.ranges.bytes()
+    }
+
+    /// Whether it moves no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The same request, its caller waiting for it at once (or not).
+    pub fn caller_waits(mut self, waits: bool) -> Self {
+        self.caller_waits = waits;
+        self
     }
 
     /// The same request with its own task size.
@@ -168,5 +308,46 @@ impl Request {
     pub fn after(mut self, stream: Option<StreamWait>) -> Self {
         self.after = stream;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges(list: &[(u64, usize, usize)]) -> Ranges {
+        let v: Vec<Range> = list
+            .iter()
+            .map(|&(file_offset, len, buf_offset)| Range {
+                file_offset,
+                len,
+                buf_offset,
+            })
+            .collect();
+        Ranges::Many(v.into())
+    }
+
+    #[test]
+    fn ranges_inside_the_buffer_that_do_not_race_pass_and_others_are_refused() {
+        let read = Direction::Read;
+        let ok = ranges(&[(100, 10, 0), (0, 10, 10), (100, 0, 5), (5000, 80, 20)]);
+        assert!(ok.check(read, 100).is_ok());
+        // Reads of the same file bytes into different places are fine; writes of them are not.
+        let same_file = ranges(&[(0, 10, 0), (5, 10, 10)]);
+        assert!(same_file.check(read, 20).is_ok());
+        let e = same_file.check(Direction::Write, 20).unwrap_err();
+        assert!(e.to_string().contains("overlap in the file"), "{e}");
+        // Two reads into the same bytes race.
+        let e = ranges(&[(0, 10, 0), (50, 10, 9)])
+            .check(read, 20)
+            .unwrap_err();
+        assert!(e.to_string().contains("overlap in the buffer"), "{e}");
+        let e = ranges(&[(0, 10, 95)]).check(read, 100).unwrap_err();
+        assert!(e.to_string().contains("runs past the buffer"), "{e}");
+        let e = ranges(&[(u64::MAX - 1, 10, 0)])
+            .check(read, 100)
+            .unwrap_err();
+        assert!(e.to_string().contains("largest file offset"), "{e}");
+        assert_eq!(ok.bytes(), 100);
     }
 }

@@ -12,6 +12,22 @@ use gpufile::{Buffer, CompatMode, Engine, Error, FileHandle, Request, Settings};
 mod common;
 use common::pattern;
 
+/// `req` on `h`, on the process engine, under `settings` (`None`: the defaults).
+///
+/// # Safety
+/// As for [`Engine::submit`].
+unsafe fn submit(
+    h: &FileHandle,
+    req: Request,
+    settings: Option<&gpufile::Settings>,
+) -> gpufile::Result<gpufile::IoFuture> {
+    let engine = Engine::global()?;
+    let defaults = engine.shared_settings();
+    let settings = settings.unwrap_or(&defaults);
+    // SAFETY: the caller's contract.
+    unsafe { engine.submit(&h.endpoint(req.direction), req, settings) }
+}
+
 fn gpu() -> bool {
     match cuda::device_count() {
         Ok(n) if n > 0 => true,
@@ -51,7 +67,7 @@ fn device_read_write_round_trip_with_offsets() {
     };
     let req = Request::read(buffer, 50).task_size(Some(1 << 20));
     // SAFETY: `dev` outlives the wait.
-    let n = unsafe { h.submit(req, Some(&settings)) }
+    let n = unsafe { submit(&h, req, Some(&settings)) }
         .unwrap()
         .wait()
         .unwrap();
@@ -70,7 +86,7 @@ fn device_read_write_round_trip_with_offsets() {
     };
     let req = Request::write(buffer, 0).task_size(Some(3 << 20));
     // SAFETY: `dev` outlives the wait.
-    unsafe { w.submit(req, Some(&settings)) }
+    unsafe { submit(&w, req, Some(&settings)) }
         .unwrap()
         .wait()
         .unwrap();
@@ -114,7 +130,7 @@ fn read_to_device(
     };
     let req = Request::read(buffer, offset).task_size(Some(task_size));
     // SAFETY: `dev` outlives the wait.
-    let n = unsafe { h.submit(req, Some(settings)) }
+    let n = unsafe { submit(&h, req, Some(settings)) }
         .unwrap()
         .wait()
         .unwrap();
@@ -193,7 +209,7 @@ fn bounce_writes_awkward_sizes_and_offsets() {
         };
         let req = Request::write(buffer, file_offset).task_size(Some(task_size));
         // SAFETY: `dev` outlives the wait.
-        let n = unsafe { w.submit(req, Some(&settings)) }
+        let n = unsafe { submit(&w, req, Some(&settings)) }
             .unwrap()
             .wait()
             .unwrap();
@@ -273,7 +289,7 @@ fn cufile_executor_reads_and_writes_with_offsets() {
     };
     let req = Request::write(buffer, 0).task_size(Some(3 << 20));
     // SAFETY: `dev` outlives the wait.
-    let n = unsafe { w.submit(req, Some(&settings)) }
+    let n = unsafe { submit(&w, req, Some(&settings)) }
         .unwrap()
         .wait()
         .unwrap();

@@ -7,6 +7,22 @@ use gpufile::{Buffer, Engine, Error, FileHandle, Request};
 mod common;
 use common::pattern;
 
+/// `req` on `h`, on the process engine, under `settings` (`None`: the defaults).
+///
+/// # Safety
+/// As for [`Engine::submit`].
+unsafe fn submit(
+    h: &FileHandle,
+    req: Request,
+    settings: Option<&gpufile::Settings>,
+) -> gpufile::Result<gpufile::IoFuture> {
+    let engine = Engine::global()?;
+    let defaults = engine.shared_settings();
+    let settings = settings.unwrap_or(&defaults);
+    // SAFETY: the caller's contract.
+    unsafe { engine.submit(&h.endpoint(req.direction), req, settings) }
+}
+
 fn file_with(data: &[u8]) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(data).unwrap();
@@ -55,7 +71,7 @@ fn thread_counts_all_give_the_same_bytes() {
         let mut back = vec![0u8; data.len()];
         let req = Request::read(Buffer::host(&mut back), 0).task_size(Some(64 << 10));
         // SAFETY: `back` outlives the wait.
-        unsafe { h.submit(req, Some(&settings)) }
+        unsafe { submit(&h, req, Some(&settings)) }
             .unwrap()
             .wait()
             .unwrap();
@@ -169,7 +185,7 @@ fn concurrent_preads_on_one_handle() {
         .map(|(i, b)| {
             let req = Request::read(Buffer::host(b), (i * chunk) as u64).task_size(Some(100_003));
             // SAFETY: each buffer is borrowed until its future is waited on below.
-            unsafe { h.submit(req, None) }.unwrap()
+            unsafe { submit(&h, req, None) }.unwrap()
         })
         .collect();
     for f in &futures {
@@ -189,7 +205,7 @@ fn closing_the_handle_while_a_request_runs_is_safe() {
     let mut back = vec![0u8; data.len()];
     let req = Request::read(Buffer::host(&mut back), 0).task_size(Some(4096));
     // SAFETY: `back` outlives the wait below.
-    let fut = unsafe { h.submit(req, None) }.unwrap();
+    let fut = unsafe { submit(&h, req, None) }.unwrap();
     drop(h);
     assert_eq!(fut.wait().unwrap(), data.len());
     assert!(back == data);
@@ -212,7 +228,7 @@ fn a_billion_tiny_tasks_stream_lazily_and_cancel_promptly() {
     let mut back = vec![0u8; 1 << 20];
     let req = Request::read(Buffer::host(&mut back), 0).task_size(Some(1));
     // SAFETY: `back` outlives the wait.
-    let fut = unsafe { h.submit(req, None) }.unwrap();
+    let fut = unsafe { submit(&h, req, None) }.unwrap();
     fut.cancel();
     let started = std::time::Instant::now();
     assert!(matches!(fut.wait(), Err(Error::Cancelled)));
@@ -228,13 +244,24 @@ fn a_private_engine_runs_requests_and_shuts_down() {
     let mut back = vec![0u8; data.len()];
     let settings = engine.settings();
     // SAFETY: `back` outlives the wait.
-    let fut = unsafe { engine.submit(&h, Request::read(Buffer::host(&mut back), 0), &settings) };
+    let fut = unsafe {
+        engine.submit(
+            &h.endpoint(gpufile::Direction::Read),
+            Request::read(Buffer::host(&mut back), 0),
+            &settings,
+        )
+    };
     assert_eq!(fut.unwrap().wait().unwrap(), data.len());
     assert!(back == data);
     assert!(engine.shutdown(std::time::Duration::from_secs(1)));
     // SAFETY: as above.
-    let refused =
-        unsafe { engine.submit(&h, Request::read(Buffer::host(&mut back), 0), &settings) };
+    let refused = unsafe {
+        engine.submit(
+            &h.endpoint(gpufile::Direction::Read),
+            Request::read(Buffer::host(&mut back), 0),
+            &settings,
+        )
+    };
     assert!(matches!(refused, Err(Error::ShuttingDown)));
 }
 
@@ -264,7 +291,7 @@ fn uncached_ranges_read_directly_and_cached_ones_through_the_cache() {
         len: data.len(),
     };
     // SAFETY: `ptr` holds `data.len()` bytes until freed after the wait.
-    let n = unsafe { h.submit(Request::read(buffer, 0), Some(&settings)) };
+    let n = unsafe { submit(&h, Request::read(buffer, 0), Some(&settings)) };
     assert_eq!(n.unwrap().wait().unwrap(), data.len());
     // SAFETY: the read is done; the memory is initialised.
     let back = unsafe { std::slice::from_raw_parts(ptr, data.len()) };

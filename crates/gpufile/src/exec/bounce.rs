@@ -22,7 +22,7 @@ use crate::exec::dma::{DmaRead, Granule};
 use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::{lock, Completion};
 use crate::plan::{chunk_size, Task};
-use crate::source::{Call, Sink, Source};
+use crate::source::{IoContext, Sink, Source};
 
 /// Pinned bounce buffers, allocated on first use and reused (never on the hot path once warm).
 #[derive(Default)]
@@ -309,7 +309,7 @@ struct ReadPipeline<'r, Q: CopyQueue> {
     dst: u64,
     /// Registered page cache to copy from, with the context its registrations live in.
     dma: Option<(&'r DmaRead, Context)>,
-    call: Call<'r>,
+    call: IoContext<'r>,
     done: &'r Completion,
     /// The slot the next chunk goes through.
     slot: usize,
@@ -325,7 +325,7 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
         bounce: usize,
         dst: u64,
         dma: Option<(&'r DmaRead, Context)>,
-        call: Call<'r>,
+        call: IoContext<'r>,
         done: &'r Completion,
     ) -> Self {
         ReadPipeline {
@@ -463,8 +463,8 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
 }
 
 impl BounceExec {
-    fn call<'c>(&self, done: &'c Completion) -> Call<'c> {
-        Call {
+    fn call<'c>(&self, done: &'c Completion) -> IoContext<'c> {
+        IoContext {
             progress: done.progress(),
             direct: self.direct,
             direct_uncached: self.direct_uncached,
@@ -522,7 +522,7 @@ struct WritePipeline<'r, Q: CopyQueue> {
     bounce: usize,
     /// Device address of the request's first byte.
     src: u64,
-    call: Call<'r>,
+    call: IoContext<'r>,
     done: &'r Completion,
 }
 
@@ -757,7 +757,7 @@ mod tests {
         let mut device = vec![0u8; len];
         let mut slots = [vec![0u8; bounce], vec![0u8; bounce]];
         let queue = HostQueue::new(device.as_mut_ptr(), fail_at);
-        let call = Call {
+        let call = IoContext {
             progress: done.progress(),
             direct: false,
             direct_uncached: false,
@@ -946,7 +946,7 @@ mod tests {
             slots: [slots[0].as_mut_ptr(), slots[1].as_mut_ptr()],
             bounce,
             src: queue.base,
-            call: Call {
+            call: IoContext {
                 progress: done.progress(),
                 direct: false,
                 direct_uncached: false,

@@ -3,7 +3,7 @@
 
 use crate::exec::{Endpoint, Executor, Lease, SendPtr, Tasks};
 use crate::future::Completion;
-use crate::source::Call;
+use crate::source::IoContext;
 
 /// The host executor of one request.
 pub struct HostExec {
@@ -26,7 +26,7 @@ impl Executor for HostExec {
                 tasks.skip_rest(&mut lease, done);
                 return;
             }
-            let call = Call {
+            let call = IoContext {
                 progress: done.progress(),
                 direct: self.direct,
                 direct_uncached: self.direct_uncached,

@@ -1,7 +1,7 @@
 //! One executor per backend, each behind [`Executor`]: it takes tasks from a request's shared
 //! cursor until none is left and finishes each in the request's [`Completion`].
 //!
-//! - [`host`]: host memory ⇄ a [`Source`] / [`Sink`].
+//! - [`host`]: host memory ⇄ a [`crate::source::Source`] / [`crate::source::Sink`].
 //! - [`bounce`]: GPU memory ⇄ a source or sink through pinned bounce buffers, overlapped.
 //! - [`cufile`]: GPU memory ⇄ a file registered with cuFile.
 //!
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::cuda::StreamMark;
 use crate::future::Completion;
 use crate::plan::{Task, TaskSplit};
-use crate::source::{Sink, Source};
+pub use crate::source::Endpoint;
 
 pub mod bounce;
 pub mod cufile;
@@ -64,15 +64,6 @@ fn fail_run(tasks: &Tasks, done: &Completion, e: crate::Error) {
         done.finish_task(Err(e));
     }
     tasks.skip_rest(&mut lease, done);
-}
-
-/// The file side of a request.
-#[derive(Clone)]
-pub enum Endpoint {
-    /// A read from this source.
-    Read(Arc<dyn Source>),
-    /// A write to this sink.
-    Write(Arc<dyn Sink>),
 }
 
 /// The tasks of one request, handed out to the runs in blocks of consecutive tasks: each run

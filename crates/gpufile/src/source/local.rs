@@ -11,17 +11,18 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use crate::cufile::RegisteredFile;
 use crate::error::{Error, Op, Result};
 use crate::pagecache::{self, FileMapping};
 use crate::posix;
-use crate::source::{Call, Sink, Source};
+use crate::request::Range;
+use crate::source::{IoContext, Sink, Source};
 use crate::streamed::{self, STREAMED_MAX, STREAMED_MIN};
 
-/// O_DIRECT needs file offsets, lengths and memory aligned to the logical block; 4 KiB covers
-/// every common device.
-pub const DIRECT_ALIGN: usize = 4096;
+pub use crate::plan::DIRECT_ALIGN;
 
 /// Where the process's open descriptors appear as links that open the file itself.
 const PROC_FD: &str = "/proc/self/fd";
@@ -38,8 +39,10 @@ pub(crate) fn reopen(fd: RawFd, read: bool, write: bool, flags: i32) -> std::io:
 }
 
 /// An open local file.
-#[derive(Debug)]
 pub struct LocalFile {
+    /// The cuFile registration, made on first need. First field: dropped (deregistered) before
+    /// the descriptors close.
+    cufile: OnceLock<Result<Arc<RegisteredFile>>>,
     file: File,
     path: PathBuf,
     readable: bool,
@@ -49,19 +52,63 @@ pub struct LocalFile {
     /// A read-only mapping of the file, never touched, only asked by `mincore` which pages are
     /// in the page cache (made on first need; None where the file cannot be mapped).
     residency: OnceLock<Option<FileMapping>>,
+    /// The largest size the file was seen to have (`u64::MAX`: not a regular file, no size to
+    /// check against). A read that ends within it needs no `fstat`; one past it looks again.
+    size_seen: AtomicU64,
+}
+
+impl std::fmt::Debug for LocalFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalFile")
+            .field("path", &self.path)
+            .field("fd", &self.fd())
+            .field("readable", &self.readable)
+            .field("writable", &self.writable)
+            .finish()
+    }
 }
 
 impl LocalFile {
     /// Wraps an open file; `readable`/`writable` are the modes the direct descriptor gets.
     pub fn new(file: File, path: PathBuf, readable: bool, writable: bool) -> Self {
         LocalFile {
+            cufile: OnceLock::new(),
             file,
             path,
             readable,
             writable,
             direct: OnceLock::new(),
             residency: OnceLock::new(),
+            size_seen: AtomicU64::new(0),
         }
+    }
+
+    /// Records the file's status as it was opened (a regular file's size; another kind has
+    /// none to check reads against), so that the first reads need no `fstat`.
+    pub fn opened(self, meta: &std::fs::Metadata) -> Self {
+        let seen = if meta.is_file() { meta.len() } else { u64::MAX };
+        self.size_seen.store(seen, Ordering::Relaxed);
+        self
+    }
+
+    /// KvikIO's flags the access modes correspond to, as errors name them.
+    fn flags(&self) -> &'static str {
+        match (self.readable, self.writable) {
+            (true, true) => "r+",
+            (true, false) => "r",
+            _ => "w",
+        }
+    }
+
+    /// The file registered with cuFile (its O_DIRECT descriptor where the file system takes
+    /// one), once per open file; or why cuFile refuses it.
+    pub fn registered(&self) -> Result<Arc<RegisteredFile>> {
+        self.cufile
+            .get_or_init(|| {
+                let fd = self.direct_fd().unwrap_or_else(|| self.fd());
+                RegisteredFile::register(fd).map(Arc::new)
+            })
+            .clone()
     }
 
     /// The path it was opened with.
@@ -115,7 +162,7 @@ impl LocalFile {
     /// The descriptor for `len` bytes at `offset` from/to memory at `ptr`: the O_DIRECT one when
     /// everything is aligned and the call asks for direct I/O (always, or where no page of the
     /// range is cached), else the buffered one.
-    fn pick(&self, call: &Call<'_>, ptr: *const u8, len: usize, offset: u64) -> RawFd {
+    fn pick(&self, call: &IoContext<'_>, ptr: *const u8, len: usize, offset: u64) -> RawFd {
         let aligned = (offset as usize | len | ptr as usize) % DIRECT_ALIGN == 0;
         let direct =
             aligned && (call.direct || (call.direct_uncached && self.uncached(offset, len)));
@@ -163,7 +210,48 @@ impl Source for LocalFile {
         self.current_size()
     }
 
-    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    /// Refuses a file not open for reading, and ranges past its end.
+    ///
+    /// A read that ends within the largest size seen so far needs no `fstat` (the common case:
+    /// one per request is measurable on small random reads); one that ends past it looks at the
+    /// file again, so a file that grew is read and one that is too short is refused before any
+    /// byte moves. A file that shrank after it was seen fails in the read itself, with the same
+    /// [`Error::UnexpectedEof`] (as it would if it shrank between an `fstat` and the read).
+    fn check(&self, ranges: &[Range]) -> Result<()> {
+        if !self.readable {
+            return Err(Error::NotReadable {
+                path: self.path.clone(),
+                flags: self.flags().to_owned(),
+            });
+        }
+        let Some(last) = ranges.iter().filter(|r| r.len > 0).max_by_key(|r| r.end()) else {
+            return Ok(());
+        };
+        if last.end() <= self.size_seen.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let meta = self.file.metadata();
+        let meta = meta.map_err(|e| Error::os(Op::Stat, &self.path, 0, 0, e))?;
+        if !meta.is_file() {
+            return Ok(());
+        }
+        self.size_seen.fetch_max(meta.len(), Ordering::Relaxed);
+        if last.end() > meta.len() {
+            return Err(Error::UnexpectedEof {
+                path: self.path.clone(),
+                offset: last.file_offset,
+                len: last.len,
+                file_size: meta.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn local_file(self: Arc<Self>) -> Option<Arc<LocalFile>> {
+        Some(self)
+    }
+
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         let fd = self.pick(&call, dst.as_ptr(), dst.len(), offset);
         // SAFETY: `dst` is an exclusively borrowed slice of `dst.len()` bytes.
         unsafe {
@@ -179,7 +267,7 @@ impl Source for LocalFile {
         .map(drop)
     }
 
-    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         // Small chunks (not tiny ones) read through the cache: stored past the CPU's caches on
         // their way to the GPU ([`crate::streamed`]). Not where the chunk goes direct.
         let fd = self.pick(&call, dst.as_ptr(), dst.len(), offset);
@@ -208,7 +296,22 @@ impl Sink for LocalFile {
         self.path.display().to_string()
     }
 
-    fn write_at(&self, src: &[u8], offset: u64, call: Call<'_>) -> Result<()> {
+    /// Refuses a file not open for writing.
+    fn check(&self, _ranges: &[Range]) -> Result<()> {
+        match self.writable {
+            true => Ok(()),
+            false => Err(Error::NotWritable {
+                path: self.path.clone(),
+                flags: self.flags().to_owned(),
+            }),
+        }
+    }
+
+    fn local_file(self: Arc<Self>) -> Option<Arc<LocalFile>> {
+        Some(self)
+    }
+
+    fn write_at(&self, src: &[u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         let fd = self.pick(&call, src.as_ptr(), src.len(), offset);
         // SAFETY: `src` is a borrowed slice of `src.len()` bytes, only read.
         unsafe {
@@ -245,7 +348,7 @@ mod tests {
 
     fn read_for_device(f: &LocalFile, len: usize, offset: u64) -> Result<Vec<u8>> {
         let progress = AtomicU64::new(0);
-        let call = Call {
+        let call = IoContext {
             progress: &progress,
             direct: false,
             direct_uncached: false,
@@ -341,7 +444,7 @@ mod tests {
         let local = LocalFile::new(file, p.clone(), true, true);
         std::fs::rename(&other, &p).unwrap(); // the atomic-replace pattern
         let (progress, stop) = (AtomicU64::new(0), StopFlag::default());
-        let call = || Call {
+        let call = || IoContext {
             progress: &progress,
             stop: &stop,
             direct: true,
@@ -383,7 +486,7 @@ mod tests {
         let local = LocalFile::new(file, PathBuf::from("Cargo.toml"), true, false);
         assert!(Path::new("Cargo.toml").is_file());
         let progress = AtomicU64::new(0);
-        let call = Call {
+        let call = IoContext {
             progress: &progress,
             stop: &StopFlag::default(),
             direct: true,

@@ -7,7 +7,7 @@
 //! 2. [`MmapSource::read_len`] checks a read (KvikIO's rules: `size` `None` reads to the end of
 //!    the file; the range must lie in the mapped region) and returns its length.
 //! 3. Hand the source to the engine as `Endpoint::Read(Arc<MmapSource>)`
-//!    ([`crate::Engine::submit_to`]): host buffers are filled by the workers, GPU buffers
+//!    ([`crate::Engine::submit`]): host buffers are filled by the workers, GPU buffers
 //!    through the pinned bounce pipeline, overlapped (their chunks stored past the CPU's caches,
 //!    as [`crate::streamed`] explains). The `Arc`
 //!    keeps the mapping alive until the last request on it ends, so closing a handle with reads
@@ -33,7 +33,7 @@ use std::path::Path;
 use std::ptr::NonNull;
 
 use crate::error::{Error, Op, Result};
-use crate::source::{Call, LocalFile, Source};
+use crate::source::{IoContext, LocalFile, Source};
 
 /// What to map, and how (KvikIO's `MmapHandle` arguments after the path and flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,22 +323,52 @@ impl Source for MmapSource {
         self.current_size()
     }
 
-    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    /// Refuses ranges outside the mapped region ([`Error::OutOfRange`], KvikIO's message), with
+    /// no `fstat`: [`MmapSource::read_len`] looked at the file's size already, and a file that
+    /// shrank since fails in the read with [`Error::UnexpectedEof`].
+    fn check(&self, ranges: &[crate::request::Range]) -> Result<()> {
+        ranges
+            .iter()
+            .try_for_each(|r| self.in_region(r.file_offset, r.len))
+    }
+
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         self.copy_out(dst, offset, call, false)
     }
 
     /// Chunks on their way to a GPU are stored past the CPU's caches (see [`crate::streamed`]):
     /// the mapping is there either way, so no chunk size pays more for it.
-    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         self.copy_out(dst, offset, call, true)
     }
 }
 
 impl MmapSource {
+    /// Refuses `len` bytes at `offset` outside the mapped region (none of an empty one).
+    fn in_region(&self, offset: u64, len: usize) -> Result<()> {
+        let in_region = offset
+            .checked_sub(self.region_offset)
+            .filter(|rel| rel.saturating_add(len as u64) <= self.region_size);
+        if len > 0 && (in_region.is_none() || self.mapping.is_none()) {
+            return Err(Error::OutOfRange(format!(
+                "Read is out of bound. offset: {offset}, actual size to read: {len}, \
+                 initial map offset: {}, initial map size: {}",
+                self.region_offset, self.region_size
+            )));
+        }
+        Ok(())
+    }
+
     /// Reads `dst.len()` bytes at `offset` of the mapped region with `pread` (`streaming`: stored
     /// past the CPU's caches), after KvikIO's range checks. A file now shorter than the range is
     /// [`Error::UnexpectedEof`], from the short read (see the module's header).
-    fn copy_out(&self, dst: &mut [u8], offset: u64, call: Call<'_>, streaming: bool) -> Result<()> {
+    fn copy_out(
+        &self,
+        dst: &mut [u8],
+        offset: u64,
+        call: IoContext<'_>,
+        streaming: bool,
+    ) -> Result<()> {
         let len = dst.len();
         let in_region = offset
             .checked_sub(self.region_offset)
@@ -353,7 +383,7 @@ impl MmapSource {
                 self.region_offset, self.region_size
             )));
         }
-        let call = Call {
+        let call = IoContext {
             progress: call.progress,
             stop: call.stop,
             direct: false,
@@ -374,7 +404,7 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
-    use crate::exec::Endpoint;
+    use crate::source::Endpoint;
     use crate::{Buffer, Engine, Request};
 
     fn data(n: usize) -> Vec<u8> {
@@ -404,7 +434,7 @@ mod tests {
         let read = |device: bool| -> Result<Vec<u8>> {
             let progress = AtomicU64::new(0);
             let mut out = vec![0u8; len];
-            let call = Call {
+            let call = IoContext {
                 progress: &progress,
                 direct: false,
                 direct_uncached: false,
@@ -591,7 +621,7 @@ mod tests {
         let endpoint = Endpoint::Read(Arc::clone(&src) as Arc<dyn Source>);
         drop(src); // the request holds the mapping
                    // SAFETY: `out` lives past the wait and nothing else touches it meanwhile.
-        let fut = unsafe { engine.submit_to(endpoint, req, &settings) }.unwrap();
+        let fut = unsafe { engine.submit(&endpoint, req, &settings) }.unwrap();
         assert_eq!(fut.wait().unwrap(), len);
         assert_eq!(out, &bytes[3..]);
     }

@@ -10,15 +10,20 @@
 //!    HTTP ranges, an object store) is one implementation of this trait, and gets the overlapped
 //!    copy to the GPU with nothing else to write.
 //! 3. Errors name what was read ([`Source::describe`]: a path or a URL) and the failing range.
+//! 4. An [`Endpoint`] is the file side of one request (a source to read or a sink to write),
+//!    what [`crate::Engine::submit`] takes: it checks the request's ranges before any byte
+//!    moves, and says whether it is a local file (which cuFile and page-cache DMA can serve).
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::future::StopFlag;
+use crate::request::{Direction, Range};
 
 /// What one call of a source or sink may use beyond the range itself.
 #[derive(Clone, Copy, Debug)]
-pub struct Call<'a> {
+pub struct IoContext<'a> {
     /// Bytes moved so far by the request; a source adds what it moves as it goes (progress bars).
     pub progress: &'a AtomicU64,
     /// The request asked for direct I/O (`auto_direct_io_read`/`_write`): a source that can
@@ -41,14 +46,37 @@ pub trait Source: Send + Sync {
     /// Size in bytes, as known now (a request past it is refused before any byte moves).
     fn size(&self) -> Result<u64>;
 
+    /// Refuses, before any byte moves, a read of `ranges` that cannot be served: by default,
+    /// one that ends past [`Source::size`] ([`Error::UnexpectedEof`]).
+    fn check(&self, ranges: &[Range]) -> Result<()> {
+        let Some(last) = ranges.iter().filter(|r| r.len > 0).max_by_key(|r| r.end()) else {
+            return Ok(());
+        };
+        let file_size = self.size()?;
+        if last.end() > file_size {
+            return Err(Error::UnexpectedEof {
+                path: self.describe().into(),
+                offset: last.file_offset,
+                len: last.len,
+                file_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// The local file this source is, where it is one: cuFile and page-cache DMA read it.
+    fn local_file(self: Arc<Self>) -> Option<Arc<LocalFile>> {
+        None
+    }
+
     /// Reads exactly `dst.len()` bytes at `offset` into `dst`, or fails; a source that ends early
     /// returns `Error::UnexpectedEof` naming the offset where it ended.
-    fn read_at(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()>;
+    fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()>;
 
     /// Reads like [`Source::read_at`] into a buffer that a device reads next (a pinned bounce
     /// buffer): a source may store with instructions that bypass the CPU's caches, so that the
     /// device's reads find the bytes in memory instead of snooping them out of the caches.
-    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: Call<'_>) -> Result<()> {
+    fn read_for_device(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         self.read_at(dst, offset, call)
     }
 }
@@ -59,7 +87,62 @@ pub trait Sink: Send + Sync {
     fn describe(&self) -> String;
 
     /// Writes all of `src` at `offset`, or fails.
-    fn write_at(&self, src: &[u8], offset: u64, call: Call<'_>) -> Result<()>;
+    fn write_at(&self, src: &[u8], offset: u64, call: IoContext<'_>) -> Result<()>;
+
+    /// Refuses, before any byte moves, a write of `ranges` that cannot be made (by default,
+    /// none is refused).
+    fn check(&self, _ranges: &[Range]) -> Result<()> {
+        Ok(())
+    }
+
+    /// The local file this sink is, where it is one: cuFile writes it.
+    fn local_file(self: Arc<Self>) -> Option<Arc<LocalFile>> {
+        None
+    }
+}
+
+/// The file side of a request.
+#[derive(Clone)]
+pub enum Endpoint {
+    /// A read from this source.
+    Read(Arc<dyn Source>),
+    /// A write to this sink.
+    Write(Arc<dyn Sink>),
+}
+
+impl Endpoint {
+    /// Which way a request on it moves bytes.
+    pub fn direction(&self) -> Direction {
+        match self {
+            Endpoint::Read(_) => Direction::Read,
+            Endpoint::Write(_) => Direction::Write,
+        }
+    }
+
+    /// What is read or written, for errors and reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Endpoint::Read(s) => s.describe(),
+            Endpoint::Write(s) => s.describe(),
+        }
+    }
+
+    /// Refuses `ranges` where the source or sink cannot serve them ([`Source::check`],
+    /// [`Sink::check`]).
+    pub fn check(&self, ranges: &[Range]) -> Result<()> {
+        match self {
+            Endpoint::Read(s) => s.check(ranges),
+            Endpoint::Write(s) => s.check(ranges),
+        }
+    }
+
+    /// The local file on this side, where it is one.
+    pub fn local_file(&self) -> Option<Arc<LocalFile>> {
+        match self {
+            Endpoint::Read(s) => Arc::clone(s).local_file(),
+            Endpoint::Write(s) => Arc::clone(s).local_file(),
+        }
+    }
 }
 
 mod local;

@@ -1,0 +1,74 @@
+//! The one way a Python call becomes a request: its arguments read into a [`Request`] on the
+//! caller's buffer view ([`build`]), then started on an endpoint (a file, a mapping, a remote
+//! object) on the process engine with the GIL released ([`submit`]). The ranges are checked by
+//! the engine, against the endpoint, before any byte moves.
+
+use gpufile::source::Endpoint;
+use gpufile::{Direction, Engine, IoFuture, Request};
+use pyo3::prelude::*;
+
+use crate::buffer::BufferView;
+use crate::errors::uint_arg;
+
+/// What a call asks for, beyond its buffer.
+pub(crate) struct Args<'a, 'py> {
+    /// Read or write.
+    pub dir: Direction,
+    /// Bytes to move (already checked against the buffer).
+    pub len: usize,
+    /// Where in the buffer they start.
+    pub buf_offset: usize,
+    /// The file offset argument: its name in errors and its value.
+    pub file_offset: (&'static str, Option<&'a Bound<'py, PyAny>>),
+    /// The `task_size` argument.
+    pub task_size: Option<&'a Bound<'py, PyAny>>,
+    /// The caller waits for the request at once (a blocking read or write).
+    pub caller_waits: bool,
+}
+
+/// The request `args` make on `view` (the view must outlive it).
+pub(crate) fn build(view: &BufferView, args: Args<'_, '_>) -> PyResult<Request> {
+    let (name, offset) = args.file_offset;
+    let file_offset = uint_arg(name, offset, Some(0))?.unwrap_or(0);
+    let task_size = task_size_arg(args.task_size)?;
+    Ok(view
+        .request(args.dir, args.buf_offset, args.len, file_offset)
+        .task_size(task_size)
+        .caller_waits(args.caller_waits))
+}
+
+/// A `task_size` argument: `None` (the settings' task size) or the bytes given (saturated).
+pub(crate) fn task_size_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
+    Ok(uint_arg("task_size", obj, None)?.map(|t| usize::try_from(t).unwrap_or(usize::MAX)))
+}
+
+/// Starts `req` on `endpoint` on the process engine under its default settings, GIL released.
+///
+/// # Safety
+/// The request's buffer must stay valid and unshared until the returned future is done: the
+/// caller holds the buffer's view that long.
+pub(crate) unsafe fn submit(
+    py: Python<'_>,
+    endpoint: Endpoint,
+    req: Request,
+) -> gpufile::Result<IoFuture> {
+    let req = SendRequest(req);
+    py.detach(move || {
+        let engine = Engine::global()?;
+        let settings = engine.shared_settings();
+        // SAFETY: the caller's contract.
+        unsafe { engine.submit(&endpoint, req.into_inner(), &settings) }
+    })
+}
+
+/// A request moved into a GIL-free closure: the raw addresses in it stay valid because the
+/// caller holds the buffer view until the request is done.
+pub(crate) struct SendRequest(pub(crate) Request);
+// SAFETY: see above; the request is only submitted, never dereferenced, by the closure.
+unsafe impl Send for SendRequest {}
+impl SendRequest {
+    // A method (not `.0`) so that closures capture the whole `SendRequest`.
+    fn into_inner(self) -> Request {
+        self.0
+    }
+}
