@@ -144,11 +144,9 @@ pub const ALONE_SPLIT: usize = 256 << 10;
 /// The task size of a device read on gpufile's bounce path when it is the only request in
 /// flight: a request already cut to [`MIN_SPLIT`] pieces is cut further, down to
 /// [`ALONE_SPLIT`], so that every worker copies a part (a 4 MiB read: 16 pieces of 256 KiB, not
-/// 4 of 1 MiB). Measured on one H200 (256 files × 4 MiB, hot, an open/read/close loop): 9.6–10.0
-/// GB/s with 1 MiB pieces, 11.4–12.8 with 512 KiB, 14.2 with 256 KiB. With other requests in
-/// flight the workers are busy already and the smaller pieces only cost (1 MiB pieces for
-/// everything: random 1 MiB reads 20–35 % slower, `read_batch` 18–23 GB/s against 41), so the
-/// rule is for a request alone.
+/// 4 of 1 MiB): a read alone is faster the more workers share it. With other requests in flight
+/// the workers are busy already and the smaller pieces only cost, so the rule is for a request
+/// alone (measurements: docs/performance.md, "Pieces of a device read alone").
 pub fn alone_task_size(len: usize, task_size: usize, threads: usize) -> usize {
     if task_size != MIN_SPLIT {
         return task_size;
@@ -160,10 +158,9 @@ pub fn alone_task_size(len: usize, task_size: usize, threads: usize) -> usize {
 
 /// The largest device read whose waiting caller takes a share of the work itself (on the bounce
 /// path, a request whose caller waits: [`crate::Request::caller_waits`]). The caller is awake
-/// already, so its share starts with no wake-up, and one worker fewer is woken; the workers it waits for otherwise
-/// start one by one over tens of microseconds (measured on one H200: the last of 16 began 40–115
-/// µs after the request). Measured there with 256 files × 4 MiB read one by one (hot): 14.6 →
-/// 16.1–16.7 GB/s. Bounded so a caller's share stays short (its Ctrl-C is checked after it):
+/// already, so its share starts with no wake-up, and one worker fewer is woken; the workers it
+/// waits for otherwise start one by one over tens of microseconds (docs/performance.md, "The
+/// waiting caller's share"). Bounded so a caller's share stays short (its Ctrl-C is checked after it):
 /// usually a 1/16 share; even if no worker comes (all busy with other requests), one thread
 /// copies 64 MiB in about 10–20 ms.
 pub const CALLER_SHARE_MAX: usize = 64 << 20;
@@ -207,9 +204,8 @@ pub fn split(file_offset: u64, size: usize, task_size: usize) -> impl Iterator<I
     (0..s.count()).map(move |i| s.task(i))
 }
 
-/// Smallest chunk of the bounce pipeline. Measured on the H200 (16 threads, hot 4 GiB file):
-/// 1 MiB chunks gave 38.5 GB/s, 4 MiB chunks 49.2 GB/s; per-chunk read, copy and event costs
-/// dominate below.
+/// Smallest chunk of the bounce pipeline: below it, per-chunk read, copy and event costs dominate
+/// (docs/performance.md, "Bounce pipeline chunks").
 pub const MIN_CHUNK: usize = 4 << 20;
 
 /// Chunk size of a task in the bounce pipeline: about a quarter of the task so reads and copies
