@@ -10,23 +10,7 @@ use gpufile::plan::Availability;
 use gpufile::{Buffer, CompatMode, Engine, Error, FileHandle, Request, Settings};
 
 mod common;
-use common::pattern;
-
-/// `req` on `h`, on the process engine, under `settings` (`None`: the defaults).
-///
-/// # Safety
-/// As for [`Engine::submit`].
-unsafe fn submit(
-    h: &FileHandle,
-    req: Request,
-    settings: Option<&gpufile::Settings>,
-) -> gpufile::Result<gpufile::IoFuture> {
-    let engine = Engine::global()?;
-    let defaults = engine.shared_settings();
-    let settings = settings.unwrap_or(&defaults);
-    // SAFETY: the caller's contract.
-    unsafe { engine.submit(&h.endpoint(req.direction), req, settings) }
-}
+use common::{pattern, submit};
 
 fn gpu() -> bool {
     match cuda::device_count() {

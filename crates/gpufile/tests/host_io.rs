@@ -5,23 +5,7 @@ use std::io::Write;
 use gpufile::{Buffer, Engine, Error, FileHandle, Request};
 
 mod common;
-use common::pattern;
-
-/// `req` on `h`, on the process engine, under `settings` (`None`: the defaults).
-///
-/// # Safety
-/// As for [`Engine::submit`].
-unsafe fn submit(
-    h: &FileHandle,
-    req: Request,
-    settings: Option<&gpufile::Settings>,
-) -> gpufile::Result<gpufile::IoFuture> {
-    let engine = Engine::global()?;
-    let defaults = engine.shared_settings();
-    let settings = settings.unwrap_or(&defaults);
-    // SAFETY: the caller's contract.
-    unsafe { engine.submit(&h.endpoint(req.direction), req, settings) }
-}
+use common::{pattern, submit};
 
 fn file_with(data: &[u8]) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
