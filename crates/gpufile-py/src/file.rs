@@ -479,6 +479,17 @@ impl Drop for NativeBatchFuture {
     }
 }
 
+/// The exception of a failed request, with `bytes_done`: the bytes its succeeding tasks moved,
+/// which a caller can trust landed (tasks skipped once a task failed moved nothing).
+fn failed(py: Python<'_>, e: Error, fut: &IoFuture) -> PyErr {
+    let err = to_py(e);
+    let value = err.value(py);
+    if !value.hasattr("bytes_done").unwrap_or(true) {
+        let _ = value.setattr("bytes_done", fut.bytes_moved());
+    }
+    err
+}
+
 /// How often a blocking wait looks for signals (Ctrl-C): a KeyboardInterrupt arrives within
 /// about this long.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -489,11 +500,11 @@ const SIGNAL_POLL: Duration = Duration::from_millis(50);
 pub(crate) fn wait_interruptibly(py: Python<'_>, fut: &IoFuture) -> PyResult<usize> {
     if fut.is_done() {
         // Ran on this thread, or ended meanwhile: no need to let the GIL go.
-        return fut.wait().map_err(to_py);
+        return fut.wait().map_err(|e| failed(py, e, fut));
     }
     loop {
         if let Some(r) = py.detach(|| fut.wait_timeout(SIGNAL_POLL)) {
-            return r.map_err(to_py);
+            return r.map_err(|e| failed(py, e, fut));
         }
         if let Err(interrupt) = py.check_signals() {
             fut.cancel();

@@ -269,6 +269,17 @@ impl IoFuture {
         }
     }
 
+    /// Bytes moved so far by the request's tasks that succeeded (a failed task's partial bytes
+    /// are not counted); once the future is done, what a caller can trust landed. A ready future
+    /// counts its result.
+    pub fn bytes_moved(&self) -> usize {
+        match &self.inner {
+            Awaited::Ready(r) => *r.as_ref().unwrap_or(&0),
+            Awaited::Pending(c) => lock(&c.state).bytes,
+            Awaited::All(fs) => fs.iter().map(IoFuture::bytes_moved).sum(),
+        }
+    }
+
     /// Whether every task has finished.
     pub fn is_done(&self) -> bool {
         match &self.inner {
