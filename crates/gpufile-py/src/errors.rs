@@ -221,7 +221,7 @@ fn to_py_with(e: Error, more: &str) -> PyErr {
                 errno,
                 format!(
                     "Unable to open file: is {what} (gpufile reads and writes at file offsets, \
-                     which {what} does not have)"
+                     which {what} does not have){more}"
                 ),
                 path.to_string_lossy().into_owned(),
             );

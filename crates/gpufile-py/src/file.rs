@@ -155,8 +155,11 @@ impl NativeFile {
                 "fd must not be negative, got {fd}"
             )));
         }
-        // SAFETY: `fd` is not -1; the caller's file object keeps it open for this call, and
-        // `from_fd` only uses it during the call (fcntl, then a new descriptor of the file).
+        // SAFETY: `fd` is not negative, and `from_fd` uses it only during this call (fcntl,
+        // then a new descriptor of the file), never closing it. The wrapper passes the
+        // descriptor of a file object it holds (a closed object's `fileno()` raises first); a
+        // number closed behind the object's back is EBADF from fcntl, or names whatever file
+        // now holds it, as it would for Python's own `os` calls on it.
         let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
         let handle = FileHandle::from_fd(borrowed, name).map_err(to_py)?;
         Ok(NativeFile {

@@ -42,6 +42,8 @@ impl State {
         match &self.error {
             None => self.error = Some(e),
             Some(_) if matches!(e, Error::Cancelled) => {}
+            // A task that failed while a cancel ran says more than the cancel: its error leads.
+            Some(Error::Cancelled) => self.error = Some(e),
             Some(first) if said(first) || self.others.iter().any(said) => {}
             Some(_) if self.others.len() < MAX_TASK_ERRORS => self.others.push(e),
             Some(_) => self.not_shown += 1,
@@ -370,6 +372,20 @@ mod tests {
     /// Every failed task is reported, not only the first: its error stays the request's
     /// (errno and all), the others are listed with their ranges, and the bytes of the tasks
     /// that succeeded are counted; one failure alone stays that failure.
+    #[test]
+    fn a_task_failing_while_a_cancel_runs_names_its_error_not_the_cancel() {
+        let c = Completion::new(3, |_| {});
+        c.cancel();
+        c.finish_task(Err(os(2 << 20)));
+        c.finish_task(Ok(0));
+        c.finish_task(Ok(1 << 20));
+        let fut = IoFuture::pending(c);
+        let e = fut.wait().unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOSPC), "{e}");
+        assert_eq!(e.failed_ranges(), vec![(2 << 20, 1 << 20)]);
+        assert_eq!(fut.bytes_moved(), 1 << 20);
+    }
+
     #[test]
     fn every_failed_task_is_named_beside_the_first() {
         let c = Completion::new(5, |_| {});

@@ -62,8 +62,22 @@ pub fn pid() -> u32 {
 /// `options` must carry no custom flags of its own (they are replaced).
 pub(crate) fn open_file(options: &mut OpenOptions, path: &Path) -> Result<(File, Metadata)> {
     use std::os::unix::fs::OpenOptionsExt;
+    // A FIFO known by its path is refused without opening it: even a short open and close
+    // would release a writer blocked on it or hand a reader an end of file.
+    if let Some(refused) = std::fs::metadata(path)
+        .ok()
+        .and_then(|m| not_seekable(&m, path))
+    {
+        return Err(refused);
+    }
     let file = match options.custom_flags(libc::O_NONBLOCK).open(path) {
         Ok(f) => f,
+        // A regular file under a conflicting lease answers EWOULDBLOCK to a non-blocking open:
+        // open it as usual, waiting for the lease as any other program would.
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => options
+            .custom_flags(0)
+            .open(path)
+            .map_err(|e| Error::os(Op::Open, path, 0, 0, e))?,
         Err(e) => {
             // ENXIO: a FIFO opened for writing while no one reads it, or a socket.
             if e.raw_os_error() == Some(libc::ENXIO) {
