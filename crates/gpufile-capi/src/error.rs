@@ -249,3 +249,42 @@ pub unsafe extern "C" fn gpufile_last_error_path(buf: *mut c_char, len: usize) -
     }))
     .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> String {
+        let mut buf = vec![0 as c_char; 256];
+        // SAFETY: `buf` holds 256 writable bytes.
+        let needed = unsafe { gpufile_last_error_message(buf.as_mut_ptr(), buf.len()) };
+        assert!(needed <= buf.len());
+        // SAFETY: the copy-out NUL-terminates within `buf`.
+        unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_is_a_status_and_a_message_never_an_unwind() {
+        let status = guard(|| panic!("boom {}", 7));
+        assert_eq!(status, GPUFILE_OTHER);
+        assert_eq!(gpufile_last_error_type(), GPUFILE_OTHER);
+        let text = message();
+        assert!(
+            text.contains("internal error") && text.contains("boom 7"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn copy_out_cuts_at_a_character_boundary_and_terminates() {
+        let mut buf = [b'#' as c_char; 8];
+        // "é" is 2 bytes: 4 bytes of room hold "aé" and the NUL, not half of the next "é".
+        // SAFETY: `buf` holds 8 writable bytes.
+        let needed = unsafe { copy_out("aéé", buf.as_mut_ptr(), 5) };
+        assert_eq!(needed, 6);
+        let got: Vec<u8> = buf.iter().map(|c| *c as u8).collect();
+        assert_eq!(&got[..5], b"a\xc3\xa9\0#");
+    }
+}
