@@ -54,11 +54,13 @@ typedef enum {
   GPUFILE_BACKEND_CUFILE = 1,
 } gpufile_backend;
 
-// An open local file (opaque; from `gpufile_file_open`, freed by `gpufile_file_close`).
+// An open local file (opaque; from `gpufile_file_open`, freed by `gpufile_file_close`). A
+// handle closed already is refused with `GPUFILE_BAD_ARGUMENT`.
 typedef struct gpufile_file gpufile_file;
 
 // A request that may still be running (opaque; from `gpufile_file_pread` /
-// `gpufile_file_pwrite`, freed by `gpufile_future_free`).
+// `gpufile_file_pwrite`, freed by `gpufile_future_free`). A future freed already is refused
+// with `GPUFILE_BAD_ARGUMENT`.
 typedef struct gpufile_future gpufile_future;
 
 #ifdef __cplusplus
@@ -78,16 +80,13 @@ uint32_t gpufile_abi_version(void);
 gpufile_status gpufile_file_open(const char *path, const char *flags, gpufile_file **out);
 
 // Closes `file` and frees its handle. Requests still running keep the file open until they
-// end (their futures stay valid).
-//
-// # Safety
-// `file` is null or a handle from `gpufile_file_open` not closed yet; it is not used after.
+// end (their futures stay valid). A handle closed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
 gpufile_status gpufile_file_close(gpufile_file *file);
 
 // Stores the file's current size in bytes in `*out`.
 //
 // # Safety
-// `file` is null or a live handle; `out` is null or valid for a write of a `uint64_t`.
+// `out` is null or valid for a write of a `uint64_t`.
 gpufile_status gpufile_file_nbytes(const gpufile_file *file, uint64_t *out);
 
 // Reads `size` bytes at `file_offset` of `file` into `buf` (host or device memory); blocks
@@ -96,7 +95,7 @@ gpufile_status gpufile_file_nbytes(const gpufile_file *file, uint64_t *out);
 // moves.
 //
 // # Safety
-// `file` is null or a live handle; `buf` is null or valid for writes of `size` bytes;
+// `buf` is null or valid for writes of `size` bytes;
 // `out_bytes` is null or valid for a write of a `size_t`.
 gpufile_status gpufile_file_read(const gpufile_file *file,
                                  void *buf,
@@ -108,7 +107,7 @@ gpufile_status gpufile_file_read(const gpufile_file *file,
 // until done and stores the bytes written in `*out_bytes` (if not null).
 //
 // # Safety
-// `file` is null or a live handle; `buf` is null or valid for reads of `size` bytes;
+// `buf` is null or valid for reads of `size` bytes;
 // `out_bytes` is null or valid for a write of a `size_t`.
 gpufile_status gpufile_file_write(const gpufile_file *file,
                                   const void *buf,
@@ -121,7 +120,7 @@ gpufile_status gpufile_file_write(const gpufile_file *file,
 // for reading) come back here, before any byte moves.
 //
 // # Safety
-// `file` is null or a live handle; `buf` is null or valid for writes of `size` bytes until
+// `buf` is null or valid for writes of `size` bytes until
 // the future is done (waited on, seen done or freed), and not used otherwise meanwhile;
 // `out` is null or valid for a write of a pointer.
 gpufile_status gpufile_file_pread(const gpufile_file *file,
@@ -134,7 +133,7 @@ gpufile_status gpufile_file_pread(const gpufile_file *file,
 // and stores a future of it in `*out`.
 //
 // # Safety
-// `file` is null or a live handle; `buf` is null or valid for reads of `size` bytes and not
+// `buf` is null or valid for reads of `size` bytes and not
 // written until the future is done (waited on, seen done or freed); `out` is null or valid
 // for a write of a pointer.
 gpufile_status gpufile_file_pwrite(const gpufile_file *file,
@@ -147,14 +146,14 @@ gpufile_status gpufile_file_pwrite(const gpufile_file *file,
 // null), or returns its error. May be called again: it gives the same answer.
 //
 // # Safety
-// `fut` is null or a live future; `out_bytes` is null or valid for a write of a `size_t`.
+// `out_bytes` is null or valid for a write of a `size_t`.
 gpufile_status gpufile_future_wait(const gpufile_future *fut, size_t *out_bytes);
 
 // As `gpufile_future_wait`, but gives up after `timeout_ns` nanoseconds with
 // `GPUFILE_TIMEOUT` (the request goes on; wait again later).
 //
 // # Safety
-// `fut` is null or a live future; `out_bytes` is null or valid for a write of a `size_t`.
+// `out_bytes` is null or valid for a write of a `size_t`.
 gpufile_status gpufile_future_wait_for(const gpufile_future *fut,
                                        uint64_t timeout_ns,
                                        size_t *out_bytes);
@@ -162,16 +161,13 @@ gpufile_status gpufile_future_wait_for(const gpufile_future *fut,
 // Stores in `*out_done` whether the request of `fut` has ended (1) or not (0).
 //
 // # Safety
-// `fut` is null or a live future; `out_done` is null or valid for a write of an `int`.
+// `out_done` is null or valid for a write of an `int`.
 gpufile_status gpufile_future_done(const gpufile_future *fut, int *out_done);
 
 // Frees `fut`. A request still running is waited for first (as the destructor of the
 // `std::future` of `std::async` does), so that no byte of its buffer is touched after this
-// returns; its result is dropped (call `gpufile_future_wait` first to learn it).
-//
-// # Safety
-// `fut` is null or a future from `gpufile_file_pread` / `gpufile_file_pwrite` not freed yet;
-// it is not used after.
+// returns; its result is dropped (call `gpufile_future_wait` first to learn it). A future
+// freed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
 gpufile_status gpufile_future_free(gpufile_future *fut);
 
 // Sets the setting `name` to the integer `value`, checked as Python's `defaults.set` checks
@@ -214,7 +210,7 @@ gpufile_status gpufile_settings_get_str(const char *name, char *buf, size_t len,
 // compat_mode OFF cannot be honoured, the error says why (`GPUFILE_CUFILE`).
 //
 // # Safety
-// `file` is null or a live handle; `out_backend` is null or valid for a write of a
+// `out_backend` is null or valid for a write of a
 // `gpufile_backend`; `reason` is null or valid for writes of `len` bytes; `needed` is null or
 // valid for a write of a `size_t`.
 gpufile_status gpufile_file_io_path(const gpufile_file *file,

@@ -11,6 +11,7 @@
 #![allow(non_camel_case_types)]
 
 mod error;
+mod handles;
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::time::Duration;
@@ -26,6 +27,7 @@ pub use error::{
     gpufile_last_error_errno, gpufile_last_error_message, gpufile_last_error_path,
     gpufile_last_error_type, gpufile_status,
 };
+use handles::Table;
 
 /// The ABI version this header describes; `gpufile_abi_version()` gives the library's. It
 /// changes when a function's signature or a type's layout changes.
@@ -46,30 +48,38 @@ pub enum gpufile_backend {
     GPUFILE_BACKEND_CUFILE = 1,
 }
 
-/// An open local file (opaque; from `gpufile_file_open`, freed by `gpufile_file_close`).
+/// An open local file (opaque; from `gpufile_file_open`, freed by `gpufile_file_close`). A
+/// handle closed already is refused with `GPUFILE_BAD_ARGUMENT`.
 pub struct gpufile_file {
-    handle: FileHandle,
+    _opaque: (),
 }
 
 /// A request that may still be running (opaque; from `gpufile_file_pread` /
-/// `gpufile_file_pwrite`, freed by `gpufile_future_free`).
+/// `gpufile_file_pwrite`, freed by `gpufile_future_free`). A future freed already is refused
+/// with `GPUFILE_BAD_ARGUMENT`.
 pub struct gpufile_future {
-    future: IoFuture,
+    _opaque: (),
+}
+
+/// The open files, by the number their `gpufile_file*` is.
+static FILES: Table<FileHandle> = Table::new("file");
+/// The futures, by the number their `gpufile_future*` is.
+static FUTURES: Table<IoFuture> = Table::new("future");
+
+/// The open file `file` names.
+fn file_of(file: *const gpufile_file) -> Result<std::sync::Arc<FileHandle>, CallError> {
+    FILES.get(file as usize)
+}
+
+/// The future `fut` names.
+fn future_of(fut: *const gpufile_future) -> Result<std::sync::Arc<IoFuture>, CallError> {
+    FUTURES.get(fut as usize)
 }
 
 /// The ABI version of the library (compare with `GPUFILE_ABI_VERSION`).
 #[no_mangle]
 pub extern "C" fn gpufile_abi_version() -> u32 {
     GPUFILE_ABI_VERSION
-}
-
-/// `ptr` as a shared reference, or a bad-argument error naming `what`.
-///
-/// # Safety
-/// `ptr` is null or points to a live `T`.
-unsafe fn arg<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, CallError> {
-    // SAFETY: the caller's contract.
-    unsafe { ptr.as_ref() }.ok_or_else(|| CallError::bad(format!("{what} is NULL")))
 }
 
 /// `ptr` as text, or a bad-argument error naming `what`.
@@ -122,24 +132,19 @@ pub unsafe extern "C" fn gpufile_file_open(
         let (path, flags) = unsafe { (text(path, "path")?, text(flags, "flags")?) };
         let handle = FileHandle::open(path, flags)?;
         // SAFETY: checked non-null above; valid by the caller's contract.
-        unsafe { put(out, Box::into_raw(Box::new(gpufile_file { handle }))) };
+        let id = FILES.insert(handle);
+        // SAFETY: checked non-null; valid by the caller's contract.
+        unsafe { put(out, id as *mut gpufile_file) };
         Ok(())
     })
 }
 
 /// Closes `file` and frees its handle. Requests still running keep the file open until they
-/// end (their futures stay valid).
-///
-/// # Safety
-/// `file` is null or a handle from `gpufile_file_open` not closed yet; it is not used after.
+/// end (their futures stay valid). A handle closed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
 #[no_mangle]
-pub unsafe extern "C" fn gpufile_file_close(file: *mut gpufile_file) -> gpufile_status {
+pub extern "C" fn gpufile_file_close(file: *mut gpufile_file) -> gpufile_status {
     guard(|| {
-        if file.is_null() {
-            return Err(CallError::bad("file is NULL"));
-        }
-        // SAFETY: a handle from `gpufile_file_open` (a `Box`), given back once.
-        drop(unsafe { Box::from_raw(file) });
+        FILES.remove(file as usize)?;
         Ok(())
     })
 }
@@ -147,7 +152,7 @@ pub unsafe extern "C" fn gpufile_file_close(file: *mut gpufile_file) -> gpufile_
 /// Stores the file's current size in bytes in `*out`.
 ///
 /// # Safety
-/// `file` is null or a live handle; `out` is null or valid for a write of a `uint64_t`.
+/// `out` is null or valid for a write of a `uint64_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_file_nbytes(
     file: *const gpufile_file,
@@ -155,9 +160,8 @@ pub unsafe extern "C" fn gpufile_file_nbytes(
 ) -> gpufile_status {
     guard(|| {
         out_arg(out, "out")?;
-        // SAFETY: the caller's contract.
-        let file = unsafe { arg(file, "file")? };
-        let size = file.handle.size()?;
+        let file = file_of(file)?;
+        let size = file.size()?;
         // SAFETY: checked non-null; the caller's contract.
         unsafe { put(out, size) };
         Ok(())
@@ -191,7 +195,7 @@ fn buffer(ptr: *mut c_void, size: usize) -> Result<(Buffer, Option<PointerInfo>)
 /// engine under the process settings.
 ///
 /// # Safety
-/// `file` is null or a live handle; `buf` is null or valid for `size` bytes (writable for a
+/// `buf` is null or valid for `size` bytes (writable for a
 /// read) until the returned future is done, and not used otherwise meanwhile.
 unsafe fn start(
     file: *const gpufile_file,
@@ -201,8 +205,7 @@ unsafe fn start(
     file_offset: u64,
     caller_waits: bool,
 ) -> Result<IoFuture, CallError> {
-    // SAFETY: the caller's contract.
-    let file = unsafe { arg(file, "file")? };
+    let file = file_of(file)?;
     let (buffer, info) = buffer(buf, size)?;
     let req = match dir {
         Direction::Read => Request::read(buffer, file_offset),
@@ -214,7 +217,7 @@ unsafe fn start(
     let settings = engine.shared_settings();
     // SAFETY: the buffer's validity is the caller's contract; `info` is what `cuda::classify`
     // said of its first address.
-    Ok(unsafe { engine.submit(&file.handle.endpoint(dir), req, &settings) }?)
+    Ok(unsafe { engine.submit(&file.endpoint(dir), req, &settings) }?)
 }
 
 /// A blocking request; stores the bytes moved in `*out_bytes` (if not null).
@@ -246,7 +249,7 @@ unsafe fn blocking(
 /// moves.
 ///
 /// # Safety
-/// `file` is null or a live handle; `buf` is null or valid for writes of `size` bytes;
+/// `buf` is null or valid for writes of `size` bytes;
 /// `out_bytes` is null or valid for a write of a `size_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_file_read(
@@ -264,7 +267,7 @@ pub unsafe extern "C" fn gpufile_file_read(
 /// until done and stores the bytes written in `*out_bytes` (if not null).
 ///
 /// # Safety
-/// `file` is null or a live handle; `buf` is null or valid for reads of `size` bytes;
+/// `buf` is null or valid for reads of `size` bytes;
 /// `out_bytes` is null or valid for a write of a `size_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_file_write(
@@ -296,7 +299,9 @@ unsafe fn nonblocking(
         // SAFETY: the caller's contract.
         let future = unsafe { start(file, dir, buf, size, file_offset, false)? };
         // SAFETY: checked non-null; the caller's contract.
-        unsafe { put(out, Box::into_raw(Box::new(gpufile_future { future }))) };
+        let id = FUTURES.insert(future);
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { put(out, id as *mut gpufile_future) };
         Ok(())
     })
 }
@@ -306,7 +311,7 @@ unsafe fn nonblocking(
 /// for reading) come back here, before any byte moves.
 ///
 /// # Safety
-/// `file` is null or a live handle; `buf` is null or valid for writes of `size` bytes until
+/// `buf` is null or valid for writes of `size` bytes until
 /// the future is done (waited on, seen done or freed), and not used otherwise meanwhile;
 /// `out` is null or valid for a write of a pointer.
 #[no_mangle]
@@ -325,7 +330,7 @@ pub unsafe extern "C" fn gpufile_file_pread(
 /// and stores a future of it in `*out`.
 ///
 /// # Safety
-/// `file` is null or a live handle; `buf` is null or valid for reads of `size` bytes and not
+/// `buf` is null or valid for reads of `size` bytes and not
 /// written until the future is done (waited on, seen done or freed); `out` is null or valid
 /// for a write of a pointer.
 #[no_mangle]
@@ -361,17 +366,16 @@ unsafe fn ended(
 /// null), or returns its error. May be called again: it gives the same answer.
 ///
 /// # Safety
-/// `fut` is null or a live future; `out_bytes` is null or valid for a write of a `size_t`.
+/// `out_bytes` is null or valid for a write of a `size_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_future_wait(
     fut: *const gpufile_future,
     out_bytes: *mut usize,
 ) -> gpufile_status {
     guard(|| {
+        let fut = future_of(fut)?;
         // SAFETY: the caller's contract.
-        let fut = unsafe { arg(fut, "fut")? };
-        // SAFETY: the caller's contract.
-        unsafe { ended(fut.future.wait(), out_bytes) }
+        unsafe { ended(fut.wait(), out_bytes) }
     })
 }
 
@@ -379,7 +383,7 @@ pub unsafe extern "C" fn gpufile_future_wait(
 /// `GPUFILE_TIMEOUT` (the request goes on; wait again later).
 ///
 /// # Safety
-/// `fut` is null or a live future; `out_bytes` is null or valid for a write of a `size_t`.
+/// `out_bytes` is null or valid for a write of a `size_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_future_wait_for(
     fut: *const gpufile_future,
@@ -387,9 +391,8 @@ pub unsafe extern "C" fn gpufile_future_wait_for(
     out_bytes: *mut usize,
 ) -> gpufile_status {
     guard(|| {
-        // SAFETY: the caller's contract.
-        let fut = unsafe { arg(fut, "fut")? };
-        match fut.future.wait_timeout(Duration::from_nanos(timeout_ns)) {
+        let fut = future_of(fut)?;
+        match fut.wait_timeout(Duration::from_nanos(timeout_ns)) {
             // SAFETY: the caller's contract.
             Some(result) => unsafe { ended(result, out_bytes) },
             None => Err(CallError::timeout(format!(
@@ -402,7 +405,7 @@ pub unsafe extern "C" fn gpufile_future_wait_for(
 /// Stores in `*out_done` whether the request of `fut` has ended (1) or not (0).
 ///
 /// # Safety
-/// `fut` is null or a live future; `out_done` is null or valid for a write of an `int`.
+/// `out_done` is null or valid for a write of an `int`.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_future_done(
     fut: *const gpufile_future,
@@ -410,30 +413,22 @@ pub unsafe extern "C" fn gpufile_future_done(
 ) -> gpufile_status {
     guard(|| {
         out_arg(out_done, "out_done")?;
-        // SAFETY: the caller's contract.
-        let fut = unsafe { arg(fut, "fut")? };
+        let fut = future_of(fut)?;
         // SAFETY: checked non-null; the caller's contract.
-        unsafe { put(out_done, c_int::from(fut.future.is_done())) };
+        unsafe { put(out_done, c_int::from(fut.is_done())) };
         Ok(())
     })
 }
 
 /// Frees `fut`. A request still running is waited for first (as the destructor of the
 /// `std::future` of `std::async` does), so that no byte of its buffer is touched after this
-/// returns; its result is dropped (call `gpufile_future_wait` first to learn it).
-///
-/// # Safety
-/// `fut` is null or a future from `gpufile_file_pread` / `gpufile_file_pwrite` not freed yet;
-/// it is not used after.
+/// returns; its result is dropped (call `gpufile_future_wait` first to learn it). A future
+/// freed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
 #[no_mangle]
-pub unsafe extern "C" fn gpufile_future_free(fut: *mut gpufile_future) -> gpufile_status {
+pub extern "C" fn gpufile_future_free(fut: *mut gpufile_future) -> gpufile_status {
     guard(|| {
-        if fut.is_null() {
-            return Err(CallError::bad("fut is NULL"));
-        }
-        // SAFETY: a future from `nonblocking` (a `Box`), given back once.
-        let fut = unsafe { Box::from_raw(fut) };
-        let _ended = fut.future.wait();
+        let fut = FUTURES.remove(fut as usize)?;
+        let _ended = fut.wait();
         Ok(())
     })
 }
@@ -561,7 +556,7 @@ pub unsafe extern "C" fn gpufile_settings_get_str(
 /// compat_mode OFF cannot be honoured, the error says why (`GPUFILE_CUFILE`).
 ///
 /// # Safety
-/// `file` is null or a live handle; `out_backend` is null or valid for a write of a
+/// `out_backend` is null or valid for a write of a
 /// `gpufile_backend`; `reason` is null or valid for writes of `len` bytes; `needed` is null or
 /// valid for a write of a `size_t`.
 #[no_mangle]
@@ -576,8 +571,7 @@ pub unsafe extern "C" fn gpufile_file_io_path(
 ) -> gpufile_status {
     guard(|| {
         out_arg(out_backend, "out_backend")?;
-        // SAFETY: the caller's contract.
-        let file = unsafe { arg(file, "file")? };
+        let file = file_of(file)?;
         let memory = match memory {
             GPUFILE_MEMORY_HOST => Memory::Host,
             GPUFILE_MEMORY_DEVICE => Memory::Device,
@@ -589,7 +583,7 @@ pub unsafe extern "C" fn gpufile_file_io_path(
             }
         };
         let settings = Engine::global()?.settings();
-        let path = file.handle.io_path(memory, size, &settings)?;
+        let path = file.io_path(memory, size, &settings)?;
         let backend = match path.backend {
             Backend::GpufilePosix => gpufile_backend::GPUFILE_BACKEND_POSIX,
             Backend::Cufile => gpufile_backend::GPUFILE_BACKEND_CUFILE,

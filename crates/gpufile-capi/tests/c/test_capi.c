@@ -281,6 +281,35 @@ static void test_io_path(void) {
     assert(gpufile_file_close(f) == GPUFILE_OK);
 }
 
+/* Handles closed or freed already, and pointers gpufile never gave out, are refused. */
+static void test_stale_handles(void) {
+    char path[4200], buf[4] = {0};
+    in_dir(path, sizeof path, "stale.bin");
+    gpufile_file *f = NULL;
+    assert(gpufile_file_open(path, "w+", &f) == GPUFILE_OK);
+    assert(gpufile_file_write(f, "abcd", 4, 0, NULL) == GPUFILE_OK);
+    gpufile_future *fut = NULL;
+    assert(gpufile_file_pread(f, buf, 4, 0, &fut) == GPUFILE_OK);
+    assert(gpufile_future_free(fut) == GPUFILE_OK);
+    assert(memcmp(buf, "abcd", 4) == 0);
+    size_t n = 0;
+    assert(gpufile_future_wait(fut, &n) == GPUFILE_BAD_ARGUMENT);
+    assert(strstr(last_message(), "not an open gpufile_future") != NULL);
+    assert(gpufile_future_free(fut) == GPUFILE_BAD_ARGUMENT);
+    assert(gpufile_file_close(f) == GPUFILE_OK);
+    assert(gpufile_file_close(f) == GPUFILE_BAD_ARGUMENT);
+    assert(strstr(last_message(), "closed or freed already") != NULL);
+    assert(gpufile_file_read(f, buf, 4, 0, &n) == GPUFILE_BAD_ARGUMENT);
+    uint64_t size;
+    assert(gpufile_file_nbytes(f, &size) == GPUFILE_BAD_ARGUMENT);
+    /* Not a handle at all: a file's number is no future, nor is an arbitrary pointer a file. */
+    assert(gpufile_file_open(path, "r", &f) == GPUFILE_OK);
+    assert(gpufile_future_wait((gpufile_future *)(void *)f, &n) == GPUFILE_BAD_ARGUMENT);
+    assert(gpufile_file_nbytes((gpufile_file *)(void *)buf, &size) == GPUFILE_BAD_ARGUMENT);
+    assert(gpufile_file_nbytes(f, &size) == GPUFILE_OK && size == 4);
+    assert(gpufile_file_close(f) == GPUFILE_OK);
+}
+
 int main(int argc, char **argv) {
     assert(argc == 2);
     assert(strlen(argv[1]) < sizeof dir);
@@ -294,6 +323,7 @@ int main(int argc, char **argv) {
     test_error_copy_out();
     test_last_error_is_per_thread();
     test_io_path();
+    test_stale_handles();
     puts("test_capi: all passed");
     return 0;
 }
