@@ -175,6 +175,11 @@ fn buffer(ptr: *mut c_void, size: usize) -> Result<(Buffer, Option<PointerInfo>)
     if ptr.is_null() {
         return Err(CallError::bad("buf is NULL"));
     }
+    if size > isize::MAX as usize || (ptr as usize).checked_add(size).is_none() {
+        return Err(CallError::bad(format!(
+            "size {size} at buf {ptr:p} goes past the end of the address space"
+        )));
+    }
     let host = Buffer::Host {
         ptr: ptr.cast(),
         len: size,

@@ -52,10 +52,13 @@ fn compile(cc: &str, source: &Path, exe: &Path, lib: &[String]) {
     );
 }
 
-/// Runs `exe` with `args`; its output, asserting it succeeded.
-fn run(exe: &Path, args: &[&Path]) -> String {
+/// Runs `exe` with `args` and `env`; its output, asserting it succeeded.
+fn run_with(exe: &Path, args: &[&Path], env: &[(&str, &str)]) -> String {
     let out = Command::new(exe)
         .args(args)
+        .env_remove("KVIKIO_NTHREADS")
+        .env_remove("GPUFILE_NTHREADS")
+        .envs(env.iter().copied())
         .output()
         .expect("run the C program");
     let text = format!(
@@ -70,6 +73,11 @@ fn run(exe: &Path, args: &[&Path]) -> String {
         out.status
     );
     text
+}
+
+/// Runs `exe` with `args`; its output, asserting it succeeded.
+fn run(exe: &Path, args: &[&Path]) -> String {
+    run_with(exe, args, &[])
 }
 
 /// How to link the static library, and the shared one (found at run time through an rpath).
@@ -104,7 +112,9 @@ fn c_test_program_passes_against_the_static_and_the_shared_library() {
         compile(&cc, &source, &exe, &lib);
         let files = tmp.path().join("files");
         std::fs::create_dir(&files).expect("a folder for the files");
-        let out = run(&exe, &[&files]);
+        // KvikIO's name for the thread count, read by the library at its first call.
+        let env = [("KVIKIO_NTHREADS", "3"), ("EXPECT_NUM_THREADS", "3")];
+        let out = run_with(&exe, &[&files], &env);
         assert!(out.contains("test_capi: all passed"), "{kind}: {out}");
     }
 }

@@ -310,10 +310,41 @@ static void test_stale_handles(void) {
     assert(gpufile_file_close(f) == GPUFILE_OK);
 }
 
+/* Sizes no buffer can have, and offsets no file reaches, are refused before any byte moves. */
+static void test_bad_sizes(void) {
+    char path[4200], buf[8] = {0};
+    in_dir(path, sizeof path, "sizes.bin");
+    gpufile_file *f = NULL;
+    assert(gpufile_file_open(path, "w+", &f) == GPUFILE_OK);
+    assert(gpufile_file_write(f, "abcdefgh", 8, 0, NULL) == GPUFILE_OK);
+    size_t n = 0;
+    assert(gpufile_file_read(f, buf, SIZE_MAX, 0, &n) == GPUFILE_BAD_ARGUMENT);
+    assert(strstr(last_message(), "address space") != NULL);
+    assert(gpufile_file_write(f, buf, SIZE_MAX / 2 + 1, 0, &n) == GPUFILE_BAD_ARGUMENT);
+    assert(gpufile_file_read(f, buf, 8, UINT64_MAX, &n) == GPUFILE_BAD_ARGUMENT);
+    assert(strstr(last_message(), "past the largest file offset") != NULL);
+    assert(gpufile_file_write(f, buf, 8, UINT64_MAX - 2, &n) == GPUFILE_BAD_ARGUMENT);
+    assert(strcmp(buf, "") == 0); /* nothing was read into it */
+    uint64_t size = 0;
+    assert(gpufile_file_nbytes(f, &size) == GPUFILE_OK && size == 8);
+    assert(gpufile_file_read(f, buf, 0, 8, &n) == GPUFILE_OK && n == 0);
+    assert(gpufile_file_close(f) == GPUFILE_OK);
+}
+
+/* KvikIO's and gpufile's environment variables are read at the first call. */
+static void test_environment(void) {
+    const char *want = getenv("EXPECT_NUM_THREADS");
+    if (want == NULL) return;
+    int64_t v = 0;
+    assert(gpufile_settings_get_int("num_threads", &v) == GPUFILE_OK);
+    assert(v == atoll(want));
+}
+
 int main(int argc, char **argv) {
     assert(argc == 2);
     assert(strlen(argv[1]) < sizeof dir);
     strcpy(dir, argv[1]);
+    test_environment(); /* first: before any setting changes */
     test_abi_version();
     test_round_trip();
     test_end_of_file();
@@ -324,6 +355,7 @@ int main(int argc, char **argv) {
     test_last_error_is_per_thread();
     test_io_path();
     test_stale_handles();
+    test_bad_sizes();
     puts("test_capi: all passed");
     return 0;
 }
