@@ -96,8 +96,8 @@ gpufile_status gpufile_file_nbytes(const gpufile_file *file, uint64_t *out);
 // moves.
 //
 // # Safety
-// `buf` is null or valid for writes of `size` bytes;
-// `out_bytes` is null or valid for a write of a `size_t`.
+// `buf` is null or valid for writes of `size` bytes; `out_bytes` is null or valid for a write
+// of a `size_t`.
 gpufile_status gpufile_file_read(const gpufile_file *file,
                                  void *buf,
                                  size_t size,
@@ -108,8 +108,8 @@ gpufile_status gpufile_file_read(const gpufile_file *file,
 // until done and stores the bytes written in `*out_bytes` (if not null).
 //
 // # Safety
-// `buf` is null or valid for reads of `size` bytes;
-// `out_bytes` is null or valid for a write of a `size_t`.
+// `buf` is null or valid for reads of `size` bytes; `out_bytes` is null or valid for a write
+// of a `size_t`.
 gpufile_status gpufile_file_write(const gpufile_file *file,
                                   const void *buf,
                                   size_t size,
@@ -121,9 +121,9 @@ gpufile_status gpufile_file_write(const gpufile_file *file,
 // for reading) come back here, before any byte moves.
 //
 // # Safety
-// `buf` is null or valid for writes of `size` bytes until
-// the future is done (waited on, seen done or freed), and not used otherwise meanwhile;
-// `out` is null or valid for a write of a pointer.
+// `buf` is null or valid for writes of `size` bytes until the future is done (waited on,
+// seen done or freed), and not used otherwise meanwhile; `out` is null or valid for a write
+// of a pointer.
 gpufile_status gpufile_file_pread(const gpufile_file *file,
                                   void *buf,
                                   size_t size,
@@ -134,9 +134,8 @@ gpufile_status gpufile_file_pread(const gpufile_file *file,
 // and stores a future of it in `*out`.
 //
 // # Safety
-// `buf` is null or valid for reads of `size` bytes and not
-// written until the future is done (waited on, seen done or freed); `out` is null or valid
-// for a write of a pointer.
+// `buf` is null or valid for reads of `size` bytes and not written until the future is done
+// (waited on, seen done or freed); `out` is null or valid for a write of a pointer.
 gpufile_status gpufile_file_pwrite(const gpufile_file *file,
                                    const void *buf,
                                    size_t size,

@@ -13,7 +13,9 @@
 mod error;
 mod handles;
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::time::Duration;
 
 use gpufile_core::config::{Input, Name, Value};
@@ -128,11 +130,17 @@ pub unsafe extern "C" fn gpufile_file_open(
 ) -> gpufile_status {
     guard(|| {
         out_arg(out, "out")?;
+        if path.is_null() {
+            return Err(CallError::bad("path is NULL"));
+        }
+        // SAFETY: non-null, NUL-terminated by the caller's contract. A path is bytes, which
+        // need not be UTF-8.
+        let path = Path::new(OsStr::from_bytes(
+            unsafe { CStr::from_ptr(path) }.to_bytes(),
+        ));
         // SAFETY: the caller's contract.
-        let (path, flags) = unsafe { (text(path, "path")?, text(flags, "flags")?) };
-        let handle = FileHandle::open(path, flags)?;
-        // SAFETY: checked non-null above; valid by the caller's contract.
-        let id = FILES.insert(handle);
+        let flags = unsafe { text(flags, "flags")? };
+        let id = FILES.insert(FileHandle::open(path, flags)?);
         // SAFETY: checked non-null; valid by the caller's contract.
         unsafe { put(out, id as *mut gpufile_file) };
         Ok(())
@@ -200,8 +208,8 @@ fn buffer(ptr: *mut c_void, size: usize) -> Result<(Buffer, Option<PointerInfo>)
 /// engine under the process settings.
 ///
 /// # Safety
-/// `buf` is null or valid for `size` bytes (writable for a
-/// read) until the returned future is done, and not used otherwise meanwhile.
+/// `buf` is null or valid for `size` bytes (writable for a read) until the returned future is
+/// done, and not used otherwise meanwhile.
 unsafe fn start(
     file: *const gpufile_file,
     dir: Direction,
@@ -254,8 +262,8 @@ unsafe fn blocking(
 /// moves.
 ///
 /// # Safety
-/// `buf` is null or valid for writes of `size` bytes;
-/// `out_bytes` is null or valid for a write of a `size_t`.
+/// `buf` is null or valid for writes of `size` bytes; `out_bytes` is null or valid for a write
+/// of a `size_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_file_read(
     file: *const gpufile_file,
@@ -272,8 +280,8 @@ pub unsafe extern "C" fn gpufile_file_read(
 /// until done and stores the bytes written in `*out_bytes` (if not null).
 ///
 /// # Safety
-/// `buf` is null or valid for reads of `size` bytes;
-/// `out_bytes` is null or valid for a write of a `size_t`.
+/// `buf` is null or valid for reads of `size` bytes; `out_bytes` is null or valid for a write
+/// of a `size_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_file_write(
     file: *const gpufile_file,
@@ -282,8 +290,9 @@ pub unsafe extern "C" fn gpufile_file_write(
     file_offset: u64,
     out_bytes: *mut usize,
 ) -> gpufile_status {
-    let buf = buf.cast_mut(); // a write only reads it
-                              // SAFETY: the caller's contract.
+    // A write only reads the buffer.
+    let buf = buf.cast_mut();
+    // SAFETY: the caller's contract.
     unsafe { blocking(file, Direction::Write, buf, size, file_offset, out_bytes) }
 }
 
@@ -303,7 +312,6 @@ unsafe fn nonblocking(
         out_arg(out, "out")?;
         // SAFETY: the caller's contract.
         let future = unsafe { start(file, dir, buf, size, file_offset, false)? };
-        // SAFETY: checked non-null; the caller's contract.
         let id = FUTURES.insert(future);
         // SAFETY: checked non-null; the caller's contract.
         unsafe { put(out, id as *mut gpufile_future) };
@@ -316,9 +324,9 @@ unsafe fn nonblocking(
 /// for reading) come back here, before any byte moves.
 ///
 /// # Safety
-/// `buf` is null or valid for writes of `size` bytes until
-/// the future is done (waited on, seen done or freed), and not used otherwise meanwhile;
-/// `out` is null or valid for a write of a pointer.
+/// `buf` is null or valid for writes of `size` bytes until the future is done (waited on,
+/// seen done or freed), and not used otherwise meanwhile; `out` is null or valid for a write
+/// of a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_file_pread(
     file: *const gpufile_file,
@@ -335,9 +343,8 @@ pub unsafe extern "C" fn gpufile_file_pread(
 /// and stores a future of it in `*out`.
 ///
 /// # Safety
-/// `buf` is null or valid for reads of `size` bytes and not
-/// written until the future is done (waited on, seen done or freed); `out` is null or valid
-/// for a write of a pointer.
+/// `buf` is null or valid for reads of `size` bytes and not written until the future is done
+/// (waited on, seen done or freed); `out` is null or valid for a write of a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gpufile_file_pwrite(
     file: *const gpufile_file,
@@ -346,8 +353,9 @@ pub unsafe extern "C" fn gpufile_file_pwrite(
     file_offset: u64,
     out: *mut *mut gpufile_future,
 ) -> gpufile_status {
-    let buf = buf.cast_mut(); // a write only reads it
-                              // SAFETY: the caller's contract.
+    // A write only reads the buffer.
+    let buf = buf.cast_mut();
+    // SAFETY: the caller's contract.
     unsafe { nonblocking(file, Direction::Write, buf, size, file_offset, out) }
 }
 
@@ -448,7 +456,7 @@ unsafe fn setting(name: *const c_char) -> Result<Name, CallError> {
     Ok(name.parse::<Name>()?)
 }
 
-/// Sets `updates` on the process settings, checked as Python's `defaults.set` checks them.
+/// Sets `name` to `input` in the process settings, checked as Python's `defaults.set` does.
 fn set(name: Name, input: Input<'_>) -> Result<(), CallError> {
     Ok(Engine::global()?.set(&[(name, input)])?)
 }

@@ -143,7 +143,15 @@ static void test_open_errors(void) {
     assert(gpufile_file_open(path, "a", &f) == GPUFILE_BAD_ARGUMENT);
     assert(f == NULL);
 
+    /* A path is bytes: one that is not UTF-8 is a path like another. */
+    in_dir(path, sizeof path, "latin1-\xe9.bin");
+    assert(gpufile_file_open(path, "w+", &f) == GPUFILE_OK);
+    assert(gpufile_file_close(f) == GPUFILE_OK);
+    struct stat st;
+    assert(stat(path, &st) == 0);
+
     /* A file open for reading only refuses writes, and says which file. */
+    in_dir(path, sizeof path, "flags.bin");
     assert(gpufile_file_open(path, "w", &f) == GPUFILE_OK);
     assert(gpufile_file_close(f) == GPUFILE_OK);
     assert(gpufile_file_open(path, "r", &f) == GPUFILE_OK);
