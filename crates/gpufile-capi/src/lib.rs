@@ -1,0 +1,614 @@
+//! The C ABI of gpufile: `libgpufile.so` / `libgpufile.a` and `include/gpufile/gpufile.h`
+//! (generated from this crate by cbindgen; `tests/header.rs` fails when it is stale).
+//!
+//! A thin layer over the core: a call checks its pointers, builds the core's [`Request`] and
+//! hands it to [`Engine::submit`] on the file's endpoint under the process settings, as the
+//! Python binding does; the core checks the ranges, plans the path and moves the bytes. Every
+//! function returns a [`gpufile_status`] (the last error of the calling thread says more) and
+//! runs its body under `catch_unwind`: a Rust panic never unwinds into C.
+
+// The exported types keep their C names (`gpufile_file`), which the header shows.
+#![allow(non_camel_case_types)]
+
+mod error;
+mod handles;
+
+use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Duration;
+
+use gpufile_core::config::{Input, Name, Value};
+use gpufile_core::cuda::{self, MemoryKind, PointerInfo};
+use gpufile_core::{
+    Backend, Buffer, Direction, Engine, Error, FileHandle, IoFuture, Memory, Request,
+};
+
+use error::{copy_out, guard, CallError};
+pub use error::{
+    gpufile_last_error_errno, gpufile_last_error_message, gpufile_last_error_path,
+    gpufile_last_error_type, gpufile_status,
+};
+use handles::Table;
+
+/// The ABI version this header describes; `gpufile_abi_version()` gives the library's. It
+/// changes when a function's signature or a type's layout changes.
+pub const GPUFILE_ABI_VERSION: u32 = 1;
+
+/// `memory` argument of `gpufile_file_io_path`: host memory.
+pub const GPUFILE_MEMORY_HOST: c_int = 0;
+/// `memory` argument of `gpufile_file_io_path`: device (GPU) memory.
+pub const GPUFILE_MEMORY_DEVICE: c_int = 1;
+
+/// What moves the bytes of a request (`gpufile_file_io_path`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum gpufile_backend {
+    /// gpufile's own POSIX path (host memory, or device memory through bounce buffers).
+    GPUFILE_BACKEND_POSIX = 0,
+    /// cuFile (GPUDirect Storage, or cuFile's own compatibility mode).
+    GPUFILE_BACKEND_CUFILE = 1,
+}
+
+/// An open local file (opaque; from `gpufile_file_open`, freed by `gpufile_file_close`). A
+/// handle closed already is refused with `GPUFILE_BAD_ARGUMENT`.
+pub struct gpufile_file {
+    _opaque: (),
+}
+
+/// A request that may still be running (opaque; from `gpufile_file_pread` /
+/// `gpufile_file_pwrite`, freed by `gpufile_future_free`). A future freed already is refused
+/// with `GPUFILE_BAD_ARGUMENT`.
+pub struct gpufile_future {
+    _opaque: (),
+}
+
+/// The open files, by the number their `gpufile_file*` is.
+static FILES: Table<FileHandle> = Table::new("file");
+/// The futures, by the number their `gpufile_future*` is.
+static FUTURES: Table<IoFuture> = Table::new("future");
+
+/// The open file `file` names.
+fn file_of(file: *const gpufile_file) -> Result<std::sync::Arc<FileHandle>, CallError> {
+    FILES.get(file as usize)
+}
+
+/// The future `fut` names.
+fn future_of(fut: *const gpufile_future) -> Result<std::sync::Arc<IoFuture>, CallError> {
+    FUTURES.get(fut as usize)
+}
+
+/// The ABI version of the library (compare with `GPUFILE_ABI_VERSION`).
+#[no_mangle]
+pub extern "C" fn gpufile_abi_version() -> u32 {
+    GPUFILE_ABI_VERSION
+}
+
+/// `ptr` as text, or a bad-argument error naming `what`.
+///
+/// # Safety
+/// `ptr` is null or a NUL-terminated string.
+unsafe fn text<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, CallError> {
+    if ptr.is_null() {
+        return Err(CallError::bad(format!("{what} is NULL")));
+    }
+    // SAFETY: the caller's contract.
+    let s = unsafe { CStr::from_ptr(ptr) };
+    s.to_str()
+        .map_err(|_| CallError::bad(format!("{what} is not UTF-8: {:?}", s.to_string_lossy())))
+}
+
+/// Stores `value` through `out` (which the caller checked is not null).
+///
+/// # Safety
+/// `out` is valid for a write of `T`.
+unsafe fn put<T>(out: *mut T, value: T) {
+    // SAFETY: the caller's contract.
+    unsafe { out.write(value) }
+}
+
+/// A null check for an out-parameter.
+fn out_arg<T>(out: *mut T, what: &str) -> Result<(), CallError> {
+    match out.is_null() {
+        true => Err(CallError::bad(format!("{what} is NULL"))),
+        false => Ok(()),
+    }
+}
+
+/// Opens the local file `path` with KvikIO's `flags` ("r", "r+", "w", "w+", each optionally
+/// with "b"); stores the handle in `*out`. A missing file is `GPUFILE_NOT_FOUND` (errno 2), a
+/// directory `GPUFILE_IS_A_DIRECTORY`, other flags `GPUFILE_BAD_ARGUMENT`.
+///
+/// # Safety
+/// `path` and `flags` are null or NUL-terminated strings; `out` is null or valid for a write
+/// of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_open(
+    path: *const c_char,
+    flags: *const c_char,
+    out: *mut *mut gpufile_file,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out, "out")?;
+        if path.is_null() {
+            return Err(CallError::bad("path is NULL"));
+        }
+        // SAFETY: non-null, NUL-terminated by the caller's contract. A path is bytes, which
+        // need not be UTF-8.
+        let path = Path::new(OsStr::from_bytes(
+            unsafe { CStr::from_ptr(path) }.to_bytes(),
+        ));
+        // SAFETY: the caller's contract.
+        let flags = unsafe { text(flags, "flags")? };
+        let id = FILES.insert(FileHandle::open(path, flags)?);
+        // SAFETY: checked non-null; valid by the caller's contract.
+        unsafe { put(out, id as *mut gpufile_file) };
+        Ok(())
+    })
+}
+
+/// Closes `file` and frees its handle. Requests still running keep the file open until they
+/// end (their futures stay valid). A handle closed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
+#[no_mangle]
+pub extern "C" fn gpufile_file_close(file: *mut gpufile_file) -> gpufile_status {
+    guard(|| {
+        FILES.remove(file as usize)?;
+        Ok(())
+    })
+}
+
+/// Stores the file's current size in bytes in `*out`.
+///
+/// # Safety
+/// `out` is null or valid for a write of a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_nbytes(
+    file: *const gpufile_file,
+    out: *mut u64,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out, "out")?;
+        let file = file_of(file)?;
+        let size = file.size()?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { put(out, size) };
+        Ok(())
+    })
+}
+
+/// The core's description of `size` bytes at `ptr`: device memory where the CUDA driver says
+/// the address is device or managed memory, else host memory (also wherever there is no
+/// driver or no device: then no address is device memory).
+fn buffer(ptr: *mut c_void, size: usize) -> Result<(Buffer, Option<PointerInfo>), CallError> {
+    if ptr.is_null() {
+        return Err(CallError::bad("buf is NULL"));
+    }
+    if size > isize::MAX as usize || (ptr as usize).checked_add(size).is_none() {
+        return Err(CallError::bad(format!(
+            "size {size} at buf {ptr:p} goes past the end of the address space"
+        )));
+    }
+    let host = Buffer::Host {
+        ptr: ptr.cast(),
+        len: size,
+    };
+    let addr = ptr as usize as u64;
+    match cuda::classify(addr) {
+        Ok(info) if matches!(info.kind, MemoryKind::Device | MemoryKind::Managed) => {
+            Ok((Buffer::Device { addr, len: size }, Some(info)))
+        }
+        Ok(_) | Err(Error::CudaUnavailable { .. }) => Ok((host, None)),
+        // cuInit fails where the driver has no device.
+        Err(Error::Cuda { call: "cuInit", .. }) => Ok((host, None)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Starts a request of `size` bytes between `buf` and `file` at `file_offset` on the process
+/// engine under the process settings.
+///
+/// # Safety
+/// `buf` is null or valid for `size` bytes (writable for a read) until the returned future is
+/// done, and not used otherwise meanwhile.
+unsafe fn start(
+    file: *const gpufile_file,
+    dir: Direction,
+    buf: *mut c_void,
+    size: usize,
+    file_offset: u64,
+    caller_waits: bool,
+) -> Result<IoFuture, CallError> {
+    let file = file_of(file)?;
+    let (buffer, info) = buffer(buf, size)?;
+    let req = match dir {
+        Direction::Read => Request::read(buffer, file_offset),
+        Direction::Write => Request::write(buffer, file_offset),
+    }
+    .pointer_info(info)
+    .caller_waits(caller_waits);
+    let engine = Engine::global()?;
+    let settings = engine.shared_settings();
+    // SAFETY: the buffer's validity is the caller's contract; `info` is what `cuda::classify`
+    // said of its first address.
+    Ok(unsafe { engine.submit(&file.endpoint(dir), req, &settings) }?)
+}
+
+/// A blocking request; stores the bytes moved in `*out_bytes` (if not null).
+///
+/// # Safety
+/// As [`start`]; `out_bytes` is null or valid for a write of a `size_t`.
+unsafe fn blocking(
+    file: *const gpufile_file,
+    dir: Direction,
+    buf: *mut c_void,
+    size: usize,
+    file_offset: u64,
+    out_bytes: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        // SAFETY: the caller's contract; the buffer is used until `wait` returns only.
+        let n = unsafe { start(file, dir, buf, size, file_offset, true)? }.wait()?;
+        if !out_bytes.is_null() {
+            // SAFETY: non-null; the caller's contract.
+            unsafe { put(out_bytes, n) };
+        }
+        Ok(())
+    })
+}
+
+/// Reads `size` bytes at `file_offset` of `file` into `buf` (host or device memory); blocks
+/// until done and stores the bytes read in `*out_bytes` (if not null). A read past the end
+/// of the file is `GPUFILE_END_OF_FILE` (the last error names the file), before any byte
+/// moves.
+///
+/// # Safety
+/// `buf` is null or valid for writes of `size` bytes; `out_bytes` is null or valid for a write
+/// of a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_read(
+    file: *const gpufile_file,
+    buf: *mut c_void,
+    size: usize,
+    file_offset: u64,
+    out_bytes: *mut usize,
+) -> gpufile_status {
+    // SAFETY: the caller's contract.
+    unsafe { blocking(file, Direction::Read, buf, size, file_offset, out_bytes) }
+}
+
+/// Writes `size` bytes of `buf` (host or device memory) at `file_offset` of `file`; blocks
+/// until done and stores the bytes written in `*out_bytes` (if not null).
+///
+/// # Safety
+/// `buf` is null or valid for reads of `size` bytes; `out_bytes` is null or valid for a write
+/// of a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_write(
+    file: *const gpufile_file,
+    buf: *const c_void,
+    size: usize,
+    file_offset: u64,
+    out_bytes: *mut usize,
+) -> gpufile_status {
+    // A write only reads the buffer.
+    let buf = buf.cast_mut();
+    // SAFETY: the caller's contract.
+    unsafe { blocking(file, Direction::Write, buf, size, file_offset, out_bytes) }
+}
+
+/// A started request as a future handle in `*out`.
+///
+/// # Safety
+/// As [`start`]; `out` is null or valid for a write of a pointer.
+unsafe fn nonblocking(
+    file: *const gpufile_file,
+    dir: Direction,
+    buf: *mut c_void,
+    size: usize,
+    file_offset: u64,
+    out: *mut *mut gpufile_future,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out, "out")?;
+        // SAFETY: the caller's contract.
+        let future = unsafe { start(file, dir, buf, size, file_offset, false)? };
+        let id = FUTURES.insert(future);
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { put(out, id as *mut gpufile_future) };
+        Ok(())
+    })
+}
+
+/// Starts reading `size` bytes at `file_offset` of `file` into `buf` (host or device memory)
+/// and stores a future of it in `*out`. Argument errors (a read past the end, a file not open
+/// for reading) come back here, before any byte moves.
+///
+/// # Safety
+/// `buf` is null or valid for writes of `size` bytes until the future is done (waited on,
+/// seen done or freed), and not used otherwise meanwhile; `out` is null or valid for a write
+/// of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_pread(
+    file: *const gpufile_file,
+    buf: *mut c_void,
+    size: usize,
+    file_offset: u64,
+    out: *mut *mut gpufile_future,
+) -> gpufile_status {
+    // SAFETY: the caller's contract.
+    unsafe { nonblocking(file, Direction::Read, buf, size, file_offset, out) }
+}
+
+/// Starts writing `size` bytes of `buf` (host or device memory) at `file_offset` of `file`
+/// and stores a future of it in `*out`.
+///
+/// # Safety
+/// `buf` is null or valid for reads of `size` bytes and not written until the future is done
+/// (waited on, seen done or freed); `out` is null or valid for a write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_pwrite(
+    file: *const gpufile_file,
+    buf: *const c_void,
+    size: usize,
+    file_offset: u64,
+    out: *mut *mut gpufile_future,
+) -> gpufile_status {
+    // A write only reads the buffer.
+    let buf = buf.cast_mut();
+    // SAFETY: the caller's contract.
+    unsafe { nonblocking(file, Direction::Write, buf, size, file_offset, out) }
+}
+
+/// Stores the bytes of an ended request in `*out_bytes` (if not null), or its error.
+///
+/// # Safety
+/// `out_bytes` is null or valid for a write of a `size_t`.
+unsafe fn ended(
+    result: gpufile_core::Result<usize>,
+    out_bytes: *mut usize,
+) -> Result<(), CallError> {
+    let n = result?;
+    if !out_bytes.is_null() {
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out_bytes, n) };
+    }
+    Ok(())
+}
+
+/// Waits until the request of `fut` ends; stores the bytes it moved in `*out_bytes` (if not
+/// null), or returns its error. May be called again: it gives the same answer.
+///
+/// # Safety
+/// `out_bytes` is null or valid for a write of a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_future_wait(
+    fut: *const gpufile_future,
+    out_bytes: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        let fut = future_of(fut)?;
+        // SAFETY: the caller's contract.
+        unsafe { ended(fut.wait(), out_bytes) }
+    })
+}
+
+/// As `gpufile_future_wait`, but gives up after `timeout_ns` nanoseconds with
+/// `GPUFILE_TIMEOUT` (the request goes on; wait again later).
+///
+/// # Safety
+/// `out_bytes` is null or valid for a write of a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_future_wait_for(
+    fut: *const gpufile_future,
+    timeout_ns: u64,
+    out_bytes: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        let fut = future_of(fut)?;
+        match fut.wait_timeout(Duration::from_nanos(timeout_ns)) {
+            // SAFETY: the caller's contract.
+            Some(result) => unsafe { ended(result, out_bytes) },
+            None => Err(CallError::timeout(format!(
+                "the request is not done after {timeout_ns} ns"
+            ))),
+        }
+    })
+}
+
+/// Stores in `*out_done` whether the request of `fut` has ended (1) or not (0).
+///
+/// # Safety
+/// `out_done` is null or valid for a write of an `int`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_future_done(
+    fut: *const gpufile_future,
+    out_done: *mut c_int,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out_done, "out_done")?;
+        let fut = future_of(fut)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { put(out_done, c_int::from(fut.is_done())) };
+        Ok(())
+    })
+}
+
+/// Frees `fut`. A request still running is waited for first (as the destructor of the
+/// `std::future` of `std::async` does), so that no byte of its buffer is touched after this
+/// returns; its result is dropped (call `gpufile_future_wait` first to learn it). A future
+/// freed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
+#[no_mangle]
+pub extern "C" fn gpufile_future_free(fut: *mut gpufile_future) -> gpufile_status {
+    guard(|| {
+        let fut = FUTURES.remove(fut as usize)?;
+        let _ended = fut.wait();
+        Ok(())
+    })
+}
+
+/// The setting `name` (the names of Python's `gpufile.defaults` / KvikIO's `defaults`).
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+unsafe fn setting(name: *const c_char) -> Result<Name, CallError> {
+    // SAFETY: the caller's contract.
+    let name = unsafe { text(name, "name")? };
+    Ok(name.parse::<Name>()?)
+}
+
+/// Sets `name` to `input` in the process settings, checked as Python's `defaults.set` does.
+fn set(name: Name, input: Input<'_>) -> Result<(), CallError> {
+    Ok(Engine::global()?.set(&[(name, input)])?)
+}
+
+/// The current value of the setting `name`.
+fn get(name: Name) -> Result<Value, CallError> {
+    Ok(Engine::global()?.settings().get(name))
+}
+
+/// Sets the setting `name` to the integer `value`, checked as Python's `defaults.set` checks
+/// it: counts and sizes in their ranges, compat_mode OFF=0 / ON=1 / AUTO=2, a flag 0 or 1.
+/// An unknown name or a value out of range is `GPUFILE_BAD_ARGUMENT`; nothing changes then.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_settings_set_int(
+    name: *const c_char,
+    value: i64,
+) -> gpufile_status {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let name = unsafe { setting(name)? };
+        set(name, Input::Int(i128::from(value)))
+    })
+}
+
+/// Sets the setting `name` from text, as the environment variables are read: "AUTO" or "off"
+/// for compat_mode, "4MiB" for a size, "true" for a flag, "429,503" for a list.
+///
+/// # Safety
+/// `name` and `value` are null or NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_settings_set_str(
+    name: *const c_char,
+    value: *const c_char,
+) -> gpufile_status {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let (name, value) = unsafe { (setting(name)?, text(value, "value")?) };
+        set(name, Input::Text(value))
+    })
+}
+
+/// Stores the setting `name` as an integer in `*out`: a count or size, compat_mode's number
+/// (OFF=0, ON=1, AUTO=2), remote_io_backend's, a flag's 0 or 1. A list setting
+/// (http_status_codes) is `GPUFILE_BAD_ARGUMENT`: read it with `gpufile_settings_get_str`.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string; `out` is null or valid for a write of an
+/// `int64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_settings_get_int(
+    name: *const c_char,
+    out: *mut i64,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out, "out")?;
+        // SAFETY: the caller's contract.
+        let name = unsafe { setting(name)? };
+        let n = match get(name)? {
+            Value::Int(n) => i64::try_from(n).unwrap_or(i64::MAX),
+            Value::Bool(b) => i64::from(b),
+            Value::CompatMode(m) => i64::from(m as u8),
+            Value::RemoteIoBackend(b) => i64::from(b as u8),
+            Value::IntList(_) => {
+                return Err(CallError::bad(format!(
+                    "setting {name:?} is a list, not an integer: read it with \
+                     gpufile_settings_get_str"
+                )))
+            }
+        };
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { put(out, n) };
+        Ok(())
+    })
+}
+
+/// Copies the setting `name` as text into `buf` (at most `len` bytes, NUL-terminated where
+/// `len > 0`): "AUTO" for compat_mode, "4194304" for a size, "true", "429,500". Stores the
+/// bytes the whole text and its NUL need in `*needed` (if not null); `buf` may be null to ask.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string; `buf` is null or valid for writes of `len`
+/// bytes; `needed` is null or valid for a write of a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_settings_get_str(
+    name: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let value = get(unsafe { setting(name)? })?.to_string();
+        // SAFETY: the caller's contract.
+        let n = unsafe { copy_out(&value, buf, len) };
+        if !needed.is_null() {
+            // SAFETY: non-null; the caller's contract.
+            unsafe { put(needed, n) };
+        }
+        Ok(())
+    })
+}
+
+/// The path report of `file`: what would move the bytes of a read of `size` bytes into
+/// `memory` (`GPUFILE_MEMORY_HOST` or `GPUFILE_MEMORY_DEVICE`) under the current settings
+/// (`*out_backend`), and why (copied into `reason`, at most `len` bytes, NUL-terminated where
+/// `len > 0`; the bytes the whole text and its NUL need in `*needed`, if not null). Where
+/// compat_mode OFF cannot be honoured, the error says why (`GPUFILE_CUFILE`).
+///
+/// # Safety
+/// `out_backend` is null or valid for a write of a
+/// `gpufile_backend`; `reason` is null or valid for writes of `len` bytes; `needed` is null or
+/// valid for a write of a `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_io_path(
+    file: *const gpufile_file,
+    memory: c_int,
+    size: usize,
+    out_backend: *mut gpufile_backend,
+    reason: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out_backend, "out_backend")?;
+        let file = file_of(file)?;
+        let memory = match memory {
+            GPUFILE_MEMORY_HOST => Memory::Host,
+            GPUFILE_MEMORY_DEVICE => Memory::Device,
+            other => {
+                return Err(CallError::bad(format!(
+                    "memory {other} is neither GPUFILE_MEMORY_HOST (0) nor \
+                     GPUFILE_MEMORY_DEVICE (1)"
+                )))
+            }
+        };
+        let settings = Engine::global()?.settings();
+        let path = file.io_path(memory, size, &settings)?;
+        let backend = match path.backend {
+            Backend::GpufilePosix => gpufile_backend::GPUFILE_BACKEND_POSIX,
+            Backend::Cufile => gpufile_backend::GPUFILE_BACKEND_CUFILE,
+        };
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { put(out_backend, backend) };
+        // SAFETY: the caller's contract.
+        let n = unsafe { copy_out(&path.reason.to_string(), reason, len) };
+        if !needed.is_null() {
+            // SAFETY: non-null; the caller's contract.
+            unsafe { put(needed, n) };
+        }
+        Ok(())
+    })
+}
