@@ -14,7 +14,10 @@ venv=${GPUFILE_TEST_VENV:-.venv-test}
 echo "== lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet  # intra-doc links stay valid
+# Intra-doc links stay valid (rustdoc's warnings are errors), and cargo's own warnings about the
+# docs (two targets writing the same page) fail too: --quiet would hide them.
+doc_log=$(RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps 2>&1) || { echo "$doc_log"; exit 1; }
+if grep -q "^warning" <<<"$doc_log"; then echo "$doc_log"; echo "cargo doc warned: fix it"; exit 1; fi
 
 echo "== cargo test"
 # Cargo names each test binary ("Running tests/cli.rs (.../cli-...)", "Doc-tests gpufile") before
