@@ -141,10 +141,13 @@ impl Completion {
         st.remaining -= n.min(st.remaining);
         if st.remaining == 0 {
             if let Some(hook) = st.hook.take() {
-                hook(Outcome {
+                let outcome = Outcome {
                     bytes: st.bytes,
                     ok: st.error.is_none(),
-                });
+                };
+                // A hook that panics (a bug) must not keep the waiters asleep for ever: they
+                // are woken below whatever the hook did.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(outcome)));
             }
             self.cv.notify_all();
         }
@@ -372,6 +375,18 @@ mod tests {
     /// Every failed task is reported, not only the first: its error stays the request's
     /// (errno and all), the others are listed with their ranges, and the bytes of the tasks
     /// that succeeded are counted; one failure alone stays that failure.
+    #[test]
+    fn a_completion_hook_that_panics_still_wakes_the_waiters() {
+        let c = Completion::new(1, |_| panic!("a hook's bug"));
+        let fut = IoFuture::pending(Arc::clone(&c));
+        let finisher = std::thread::spawn(move || c.finish_task(Ok(7)));
+        let r = fut.wait_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(r.expect("the waiter was never woken").unwrap(), 7);
+        finisher
+            .join()
+            .expect("the task's thread survives the hook");
+    }
+
     #[test]
     fn a_task_failing_while_a_cancel_runs_names_its_error_not_the_cancel() {
         let c = Completion::new(3, |_| {});
