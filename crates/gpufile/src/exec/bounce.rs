@@ -447,17 +447,33 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
 
     /// Drains the queue before the last task reports, so a caller who frees the pool right
     /// after its read finds every buffer back.
-    fn end(self) {
-        let drained = self.queue.drain();
-        if drained.is_err() {
-            // A copy may still read these registrations, and unregistering them under it would
-            // let the copy read unmapped memory: leak them instead.
-            std::mem::forget(self.held);
-        } else {
-            drop(self.held);
-        }
-        if let Some(p) = self.pending {
+    fn end(mut self) {
+        let drained = self.release_held();
+        if let Some(p) = self.pending.take() {
             self.done.finish_task(drained.map(|()| p.len));
+        }
+    }
+
+    /// Drains the queue, then lets the held granules go. Where the drain fails a copy may still
+    /// read them, and unregistering them under it would let it read unmapped memory: they are
+    /// leaked instead.
+    fn release_held(&mut self) -> Result<()> {
+        let drained = self.queue.drain();
+        let held = std::mem::take(&mut self.held);
+        match drained {
+            Ok(()) => drop(held),
+            Err(_) => std::mem::forget(held),
+        }
+        drained
+    }
+}
+
+/// A run that unwinds (a panic in a task, caught by the engine) still drains its copies before
+/// the granules they read are let go; after [`ReadPipeline::end`] nothing is held.
+impl<Q: CopyQueue> Drop for ReadPipeline<'_, Q> {
+    fn drop(&mut self) {
+        if !self.held.is_empty() {
+            let _ = self.release_held();
         }
     }
 }
