@@ -33,6 +33,17 @@ def served(tmp_path):
 # ---------------------------------------------------------------- HTTP
 
 
+def _cupy_with_a_device():
+    """CuPy, or the test skips saying why (not installed, no usable CUDA device)."""
+    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
+    try:
+        if cp.cuda.runtime.getDeviceCount() == 0:
+            pytest.skip("no CUDA device")
+    except cp.cuda.runtime.CUDARuntimeError as e:
+        pytest.skip(f"no usable CUDA device: {e}")
+    return cp
+
+
 @pytest.mark.parametrize("threads,task", [(1, 4 << 20), (3, 199), (4, 1000)])
 def test_http_read_whole_and_parts(served, threads, task):
     url, files = served
@@ -223,12 +234,7 @@ def test_server_ignoring_ranges_serves_each_read_from_one_whole_body_get(tmp_pat
 
 def test_server_ignoring_ranges_serves_gpu_reads_from_one_get(tmp_path, plain_server):
     """Into GPU memory a read arrives in bounce-buffer chunks: each continues the one GET."""
-    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
-    try:
-        if cp.cuda.runtime.getDeviceCount() == 0:
-            pytest.skip("no CUDA device")
-    except cp.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
+    cp = _cupy_with_a_device()
     url, gets = plain_server
     data = pattern((3 << 20) + 11, 5)
     data.tofile(tmp_path / "a")
@@ -695,12 +701,7 @@ def test_s3_public_and_presigned(s3):
 def test_http_into_gpu_memory_through_the_bounce_pipeline(served):
     """A remote read into CuPy memory: each range lands in a pinned buffer and is copied to the
     GPU while the next one is received; byte-exact for awkward task sizes and offsets."""
-    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
-    try:
-        if cp.cuda.runtime.getDeviceCount() == 0:
-            pytest.skip("no CUDA device")
-    except cp.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
+    cp = _cupy_with_a_device()
     url, files = served
     data = files["big.bin"]
     with gpufile.RemoteFile.open_http(f"{url}/big.bin") as f:

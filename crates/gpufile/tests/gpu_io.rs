@@ -62,19 +62,7 @@ fn device_read_write_round_trip_with_offsets() {
     assert!(back[100..data.len() - 100] == data[50..data.len() - 150]);
 
     dev.copy_from_host(0, &data).unwrap();
-    let out = tempfile::NamedTempFile::new_in(scratch_dir()).unwrap();
-    let w = FileHandle::open(out.path(), "w").unwrap();
-    let buffer = Buffer::Device {
-        addr: dev.addr(),
-        len: data.len(),
-    };
-    let req = Request::write(buffer, 0).task_size(Some(3 << 20));
-    // SAFETY: `dev` outlives the wait.
-    unsafe { submit(&w, req, Some(&settings)) }
-        .unwrap()
-        .wait()
-        .unwrap();
-    assert!(std::fs::read(out.path()).unwrap() == data);
+    write_back_and_compare(&dev, &data, &settings);
 }
 
 #[test]
@@ -208,6 +196,25 @@ fn bounce_writes_awkward_sizes_and_offsets() {
     }
 }
 
+/// Writes all of `dev` (holding `data`) to a new file in 3 MiB tasks under `settings`, and
+/// checks that the file holds `data`.
+fn write_back_and_compare(dev: &DeviceBuffer, data: &[u8], settings: &Settings) {
+    let out = tempfile::NamedTempFile::new_in(scratch_dir()).unwrap();
+    let w = FileHandle::open(out.path(), "w").unwrap();
+    let buffer = Buffer::Device {
+        addr: dev.addr(),
+        len: data.len(),
+    };
+    let req = Request::write(buffer, 0).task_size(Some(3 << 20));
+    // SAFETY: `dev` outlives the wait.
+    let n = unsafe { submit(&w, req, Some(settings)) }
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(n, data.len());
+    assert!(std::fs::read(out.path()).unwrap() == data);
+}
+
 /// A folder on a disk (cuFile refuses tmpfs, where `/tmp` may be): the build's scratch folder,
 /// made where the test binary runs on another machine than the one that built it.
 fn scratch_dir() -> &'static std::path::Path {
@@ -265,20 +272,7 @@ fn cufile_executor_reads_and_writes_with_offsets() {
 
     let dev = DeviceBuffer::new(data.len(), 0).unwrap();
     dev.copy_from_host(0, &data).unwrap();
-    let out = tempfile::NamedTempFile::new_in(scratch_dir()).unwrap();
-    let w = FileHandle::open(out.path(), "w").unwrap();
-    let buffer = Buffer::Device {
-        addr: dev.addr(),
-        len: data.len(),
-    };
-    let req = Request::write(buffer, 0).task_size(Some(3 << 20));
-    // SAFETY: `dev` outlives the wait.
-    let n = unsafe { submit(&w, req, Some(&settings)) }
-        .unwrap()
-        .wait()
-        .unwrap();
-    assert_eq!(n, data.len());
-    assert!(std::fs::read(out.path()).unwrap() == data);
+    write_back_and_compare(&dev, &data, &settings);
 }
 
 #[test]
