@@ -69,6 +69,23 @@ def test_hot_file_goes_by_dma_and_stays_registered(tmp_path):
     assert gpufile.dma_cache_registered() == registered  # reused, not registered twice
 
 
+def test_a_closed_file_keeps_no_descriptor_open_while_its_pages_stay_registered(tmp_path):
+    data = pattern(64 * MiB, 7)
+    path = tmp_path / "closed.bin"
+    data.tofile(path)
+    _settle()
+    before = len(os.listdir("/proc/self/fd"))
+    _read(path, data.size)
+    got, second = _read(path, data.size)
+    np.testing.assert_array_equal(got, data)
+    assert second["dma_bytes"] == data.size, second
+    assert gpufile.dma_cache_registered() >= data.size, "the granules stay for the next open"
+    assert len(os.listdir("/proc/self/fd")) == before, "every descriptor of the closed file is closed"
+    got, third = _read(path, data.size)  # a new open of the same file reuses them
+    np.testing.assert_array_equal(got, data)
+    assert third["dma_bytes"] == data.size
+
+
 @pytest.mark.parametrize("file_offset,dev_offset,nbytes", [
     (1, 0, 3 * MiB), (64 * MiB - 5, 3, 2 * MiB), (7 * MiB + 1, 1, 130 * MiB - 7),
 ])

@@ -136,6 +136,35 @@ def test_file_object_opened_from_a_descriptor(tmp_path):
     np.testing.assert_array_equal(np.fromfile(path, dtype="u1"), [0, 1, 2, 3, 4, 90, 91, 7, 8, 9])
 
 
+class _BareFile:
+    """A file object with a descriptor and a name but no tell()/seek(): NumPy then goes by the
+    descriptor's own offset."""
+
+    def __init__(self, fd: int, name: str) -> None:
+        self._fd, self.name = fd, name
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+def test_a_file_object_without_tell_is_read_and_written_at_its_descriptors_offset(tmp_path):
+    path = tmp_path / "bare.bin"
+    np.arange(16, dtype="u1").tofile(path)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        bare = _BareFile(fd, str(path))
+        os.lseek(fd, 4, os.SEEK_SET)
+        tofile(np.array([200, 201], dtype="u1"), bare)  # at 4, not at 0; nothing truncated
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 6
+        np.testing.assert_array_equal(fromfile(bare, dtype="u1", count=3), [6, 7, 8])
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 9
+    finally:
+        os.close(fd)
+    want = np.arange(16, dtype="u1")
+    want[4:6] = [200, 201]
+    np.testing.assert_array_equal(np.fromfile(path, dtype="u1"), want)
+
+
 def test_errors(tmp_path):
     path = tmp_path / "a.bin"
     np.arange(4, dtype="u1").tofile(path)

@@ -104,12 +104,23 @@ def _open(file: Any, flags: str) -> CuFile:
 
 
 def _position(file: Any) -> int | None:
-    """The current position of an open file object (None for a path)."""
-    if isinstance(file, FileLike) and hasattr(file, "tell"):
-        if hasattr(file, "flush"):
-            file.flush()
-        return file.tell()
-    return None
+    """The current position of an open file object (None for a path): its own ``tell()``, or
+    for an object without one its descriptor's offset, which is what NumPy uses."""
+    if not isinstance(file, FileLike):
+        return None
+    if hasattr(file, "flush"):
+        file.flush()
+    if hasattr(file, "tell"):
+        return int(file.tell())
+    return os.lseek(file.fileno(), 0, os.SEEK_CUR)
+
+
+def _move_to(file: Any, position: int) -> None:
+    """Moves an open file object past what was read or written, as NumPy does."""
+    if hasattr(file, "seek"):
+        file.seek(position)
+    else:
+        os.lseek(file.fileno(), position, os.SEEK_SET)
 
 
 def fromfile(
@@ -194,7 +205,7 @@ def fromfile(
         if size:
             f.read(out, size=size, file_offset=start)
     if position is not None:
-        file.seek(start + size)
+        _move_to(file, start + size)
     return out
 
 
@@ -238,4 +249,4 @@ def tofile(ary: ArrayLike, file: str | os.PathLike[str] | io.IOBase) -> None:
     with _open(file, "w") as f:
         written = f.write(data, file_offset=position or 0)
     if position is not None:
-        file.seek(position + written)
+        _move_to(file, position + written)

@@ -142,7 +142,8 @@ impl FileHandle {
     /// The handle has its own descriptor of the same file, opened through `/proc/self/fd`
     /// without `fd`'s `O_APPEND` or `O_DIRECT` (an appending descriptor would put every
     /// `pwrite` at the end, in the order the tasks end); without `/proc` it is a duplicate of
-    /// `fd`, which is refused for an appending descriptor.
+    /// `fd` sharing its flags, which are left as they are, so it is refused for a descriptor
+    /// opened for appending or with `O_DIRECT`.
     pub fn from_fd(fd: BorrowedFd<'_>, name: impl AsRef<Path>) -> Result<Self> {
         let name = name.as_ref();
         let raw = fd.as_raw_fd();
@@ -158,21 +159,29 @@ impl FileHandle {
             _ => OpenMode::ReadWrite,
         };
         // Non-blocking, as `FileHandle::open`: reopening a FIFO would wait for its other end.
-        let file = match reopen(raw, mode.readable(), mode.writable(), libc::O_NONBLOCK) {
-            Ok(file) => file,
-            Err(_) if flags & libc::O_APPEND != 0 => {
+        let (meta, file) = match reopen(raw, mode.readable(), mode.writable(), libc::O_NONBLOCK) {
+            Ok(file) => (crate::posix::seekable_blocking(&file, name)?, file),
+            Err(_) if flags & (libc::O_APPEND | libc::O_DIRECT) != 0 => {
+                let what = if flags & libc::O_APPEND != 0 {
+                    "opened for appending"
+                } else {
+                    "opened with O_DIRECT"
+                };
                 return Err(Error::InvalidArgument(format!(
-                    "{}: a descriptor opened for appending needs /proc/self/fd to be read \
-                     or written at offsets",
+                    "{}: a descriptor {what} needs /proc/self/fd to be read or written at \
+                     offsets",
                     name.display()
-                )))
+                )));
             }
-            Err(_) => fd
-                .try_clone_to_owned()
-                .map(File::from)
-                .map_err(|e| Error::os(Op::Open, name, 0, 0, e))?,
+            // A duplicate shares the caller's file description: its flags stay the caller's.
+            Err(_) => {
+                let file = fd
+                    .try_clone_to_owned()
+                    .map(File::from)
+                    .map_err(|e| Error::os(Op::Open, name, 0, 0, e))?;
+                (crate::posix::seekable(&file, name)?, file)
+            }
         };
-        let meta = crate::posix::seekable_blocking(&file, name)?;
         Ok(Self::with_file(file, meta, name, mode))
     }
 

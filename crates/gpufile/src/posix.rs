@@ -108,10 +108,9 @@ fn not_seekable(meta: &Metadata, path: &Path) -> Option<Error> {
     })
 }
 
-/// For a file opened with `O_NONBLOCK` (see [`open_file`]): its metadata once it is a file
-/// gpufile reads and writes at offsets (not a FIFO, a socket or a directory), with
-/// `O_NONBLOCK` cleared.
-pub(crate) fn seekable_blocking(file: &File, path: &Path) -> Result<Metadata> {
+/// The metadata of `file` where it is a file gpufile reads and writes at offsets (not a FIFO,
+/// socket, terminal or directory), its descriptor's flags left as they are.
+pub(crate) fn seekable(file: &File, path: &Path) -> Result<Metadata> {
     let meta = file
         .metadata()
         .map_err(|e| Error::os(Op::Stat, path, 0, 0, e))?;
@@ -122,6 +121,14 @@ pub(crate) fn seekable_blocking(file: &File, path: &Path) -> Result<Metadata> {
         let e = io::Error::from_raw_os_error(libc::EISDIR);
         return Err(Error::os(Op::Open, path, 0, 0, e));
     }
+    Ok(meta)
+}
+
+/// For a file opened with `O_NONBLOCK` (see [`open_file`]): its metadata once it is a file
+/// gpufile reads and writes at offsets (not a FIFO, a socket or a directory), with
+/// `O_NONBLOCK` cleared.
+pub(crate) fn seekable_blocking(file: &File, path: &Path) -> Result<Metadata> {
+    let meta = seekable(file, path)?;
     let fd = file.as_raw_fd();
     // SAFETY: F_GETFL and F_SETFL on the descriptor `file` owns; no memory is passed.
     let cleared = unsafe {

@@ -35,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -108,18 +108,28 @@ pub struct Granule {
 /// A granule's range of its file, evicted from the page cache when dropped if armed: a write
 /// (with `O_DIRECT` above all) cannot invalidate pages that are pinned, so once a changed file's
 /// granule is unpinned, the pages it pinned may hold bytes the file no longer has.
+///
+/// It holds an open file only once armed, and then the one that found the change (a reader of
+/// the new version, or the writer): a granule of a file the user closed keeps no descriptor of
+/// it open while it stays registered for later opens of the same file.
 struct EvictOnDrop {
-    local: Arc<LocalFile>,
     at: u64,
     len: usize,
-    armed: AtomicBool,
+    via: Mutex<Option<Arc<LocalFile>>>,
+}
+
+impl EvictOnDrop {
+    fn arm(&self, via: &Arc<LocalFile>) {
+        lock(&self.via).get_or_insert_with(|| Arc::clone(via));
+    }
 }
 
 impl Drop for EvictOnDrop {
     fn drop(&mut self) {
-        if self.armed.load(Ordering::Relaxed) {
-            let (fd, path) = (self.local.fd(), self.local.path());
+        let via = self.via.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(local) = via {
             // Best effort: a page cache that keeps a page is what it was before.
+            let (fd, path) = (local.fd(), local.path());
             let _ = pagecache::drop_file_page_cache(fd, path, self.at, self.len as u64, false);
         }
     }
@@ -213,11 +223,12 @@ impl DmaFile {
 
     /// Lets go of the entry for good; its granules are unregistered now, or when the copies
     /// still reading them are done (and, where the file changed, their ranges evicted then).
-    fn retire(&self, why: Retire) {
+    /// `changed_via`: the file changed, and this open file of it evicts the granules' ranges.
+    fn retire(&self, why: Retire, changed_via: Option<&Arc<LocalFile>>) {
         let granules = lock(&self.granules).retire(why);
-        if why == Retire::Changed {
+        if let (Retire::Changed, Some(via)) = (why, changed_via) {
             for g in granules.values() {
-                g.evict.armed.store(true, Ordering::Relaxed);
+                g.evict.arm(via);
             }
         }
         drop(granules); // after the lock: unregistering takes the driver's time
@@ -307,10 +318,10 @@ impl DmaCache {
             }
         };
         for f in let_go {
-            f.retire(Retire::Evicted);
+            f.retire(Retire::Evicted, None);
         }
         if let Some(old) = changed {
-            Self::evict_stale(&old);
+            Self::evict_stale(&old, local);
         }
         Some(DmaRead {
             cache: Arc::clone(self),
@@ -328,8 +339,8 @@ impl DmaCache {
     /// process, say) could not be invalidated then and may hold the old bytes, for every reader.
     /// Clean pages only go (`POSIX_FADV_DONTNEED`); a range still read by a running copy stays
     /// pinned until that copy ends, and is evicted then.
-    fn evict_stale(old: &DmaFile) {
-        old.retire(Retire::Changed);
+    fn evict_stale(old: &DmaFile, via: &Arc<LocalFile>) {
+        old.retire(Retire::Changed, Some(via));
     }
 
     fn least_recent(files: &HashMap<FileId, Arc<DmaFile>>, keep: FileId) -> Option<FileId> {
@@ -345,7 +356,7 @@ impl DmaCache {
     /// keeps the old bytes in the page cache for every reader. Reads of the file still running
     /// keep theirs until they end, and their ranges are evicted then; they register no more
     /// into the entry let go.
-    pub fn forget(&self, local: &LocalFile) {
+    pub fn forget(&self, local: &Arc<LocalFile>) {
         if lock(&self.files).is_empty() {
             return;
         }
@@ -358,7 +369,7 @@ impl DmaCache {
         };
         let gone = lock(&self.files).remove(&id);
         if let Some(f) = gone {
-            f.retire(Retire::Changed);
+            f.retire(Retire::Changed, Some(local));
         }
     }
 
@@ -382,7 +393,7 @@ impl DmaCache {
                     None => return false,
                 }
             };
-            evicted.retire(Retire::Evicted);
+            evicted.retire(Retire::Evicted, None);
         }
     }
 
@@ -392,7 +403,7 @@ impl DmaCache {
         if limit == 0 {
             let all = std::mem::take(&mut *lock(&self.files));
             for f in all.values() {
-                f.retire(Retire::Evicted);
+                f.retire(Retire::Evicted, None);
             }
             return;
         }
@@ -481,10 +492,9 @@ impl DmaRead {
             reg,
             _map: map,
             evict: EvictOnDrop {
-                local: Arc::clone(&self.local),
                 at: start,
                 len,
-                armed: AtomicBool::new(false),
+                via: Mutex::new(None),
             },
             shared: Arc::clone(shared),
         };
@@ -494,8 +504,9 @@ impl DmaRead {
             // The cache let go of the entry while this registration ran: before a write, the
             // pages may have stayed pinned under it and kept the old bytes.
             Err((granule, why)) => {
-                let changed = why == Retire::Changed;
-                granule.evict.armed.store(changed, Ordering::Relaxed);
+                if why == Retire::Changed {
+                    granule.evict.arm(&self.local);
+                }
                 None
             }
         }
