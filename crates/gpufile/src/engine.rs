@@ -1125,6 +1125,51 @@ mod endpoint_tests {
     /// Many ranges of one buffer are one request: a gather of pieces of a file into a buffer,
     /// and a scatter of a buffer's pieces into a file, byte for byte, over several workers.
     #[test]
+    fn a_gather_lands_byte_exact_and_reports_its_host_io_on_and_off() {
+        use crate::request::{Range, Ranges};
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 % 253) as u8).collect();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let h = crate::FileHandle::open(file.path(), "r").unwrap();
+        let ranges: Vec<Range> = (0..3000)
+            .map(|i| Range {
+                file_offset: (i * 7919 % 250_000) as u64,
+                len: 1 + i % 600,
+                buf_offset: i * 600,
+            })
+            .collect();
+        for io_uring in [true, false] {
+            let settings = Settings {
+                num_threads: 3,
+                io_uring,
+                ..engine.settings()
+            };
+            let mut buf = vec![0u8; 3000 * 600];
+            let req =
+                Request::read_ranges(Buffer::host(&mut buf), Ranges::Many(ranges.clone().into()));
+            // SAFETY: `buf` outlives the wait.
+            let (fut, report) =
+                unsafe { engine.submit_reported(&h.endpoint(Direction::Read), req, &settings) }
+                    .unwrap();
+            let want: usize = ranges.iter().map(|r| r.len).sum();
+            assert_eq!(fut.wait().unwrap(), want);
+            for r in &ranges {
+                let at = r.file_offset as usize;
+                assert_eq!(&buf[r.buf_offset..][..r.len], &data[at..at + r.len]);
+            }
+            assert!(report.gathered && report.ranges == 3000 && report.copies.is_none());
+            assert_eq!(report.tasks, 12); // 4 groups per worker
+            let host_io = report.host_io.unwrap();
+            match (io_uring, crate::exec::uring::probe()) {
+                (false, _) => assert_eq!(host_io.reason, HostIoReason::SettingOff),
+                (true, Ok(_)) => assert_eq!(host_io.backend, HostIoBackend::IoUring),
+                (true, Err(why)) => assert_eq!(host_io.reason, why),
+            }
+        }
+    }
+
+    #[test]
     fn a_request_of_many_ranges_gathers_and_scatters_the_right_bytes() {
         use crate::request::{Range, Ranges};
         let engine = Engine::new(config::State::from_env(|_| None).unwrap());
