@@ -400,7 +400,7 @@ impl Engine {
         settings: &Settings,
     ) -> Result<IoFuture> {
         // SAFETY: the caller's contract.
-        unsafe { self.submit_reported(endpoint, req, settings) }.map(|(f, _)| f)
+        unsafe { self.start(endpoint, req, settings, false) }.map(|(f, _)| f)
     }
 
     /// [`Engine::submit`], with what its plan decided ([`PathReport`]).
@@ -413,6 +413,24 @@ impl Engine {
         req: Request,
         settings: &Settings,
     ) -> Result<(IoFuture, PathReport)> {
+        // SAFETY: the caller's contract.
+        let (fut, report) = unsafe { self.start(endpoint, req, settings, true) }?;
+        let report = report.ok_or_else(|| Error::InvalidArgument("no report made".into()))?;
+        Ok((fut, report))
+    }
+
+    /// The one request path; the report is made only where it is asked for (`report`), so a
+    /// plain submit pays nothing for it.
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`].
+    unsafe fn start(
+        &self,
+        endpoint: &Endpoint,
+        req: Request,
+        settings: &Settings,
+        report: bool,
+    ) -> Result<(IoFuture, Option<PathReport>)> {
         self.accept(endpoint, &req, settings)?;
         let target = resolve(req.buffer, req.pointer_info)?;
         let len = req.len();
@@ -435,14 +453,15 @@ impl Engine {
         let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
         let gathered = plan.tasks.is_grouped();
         let device = matches!(target, Target::Device { .. });
-        let report = PathReport {
+        let host_io = gathered.then(|| host_io(settings, local.is_some()));
+        let report = report.then(|| PathReport {
             path: plan.path.clone(),
             ranges: req.ranges.as_slice().len(),
             tasks: plan.tasks.count(),
             gathered,
-            host_io: gathered.then(|| host_io(settings, local.is_some())),
+            host_io: host_io.clone(),
             copies: (gathered && device).then(|| plan::gather_copies(&plan.tasks)),
-        };
+        });
         if len == 0 {
             return Ok((IoFuture::ready(Ok(0)), report));
         }
@@ -460,10 +479,7 @@ impl Engine {
                 path: endpoint.describe().into(),
             }),
             (target, _) if gathered => {
-                let host_io = report
-                    .host_io
-                    .as_ref()
-                    .map_or(HostIoBackend::Pread, |h| h.backend);
+                let host_io = host_io.as_ref().map_or(HostIoBackend::Pread, |h| h.backend);
                 self.gather_executor(
                     endpoint.clone(),
                     local,

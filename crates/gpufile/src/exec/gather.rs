@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::cuda::ContextGuard;
 use crate::error::Result;
-use crate::exec::bounce::{with_lane, BouncePool, CopyQueue, DeviceTarget, Lane, Lent};
+use crate::exec::bounce::{with_lane, BouncePool, CopyQueue, DeviceTarget, Lent};
 use crate::exec::uring::{self, Piece};
 use crate::exec::{Endpoint, Executor, Lease, SendPtr, Tasks};
 use crate::future::Completion;
@@ -163,7 +163,8 @@ impl GatherExec {
         let r = ContextGuard::push(device.ctx).and_then(|_guard| {
             with_lane(device.ctx, device.device, |lane| {
                 let lent = Lent::take(pool, bounce, &lane.stream)?;
-                self.staged(first, tasks, &mut *lease, done, lane, &lent, device.addr);
+                let slots = [lent.ptr(0), lent.ptr(1)];
+                self.staged(first, tasks, &mut *lease, done, lane, slots, device.addr);
                 Ok(())
             })
         });
@@ -177,6 +178,8 @@ impl GatherExec {
     /// The staged pipeline of one run, from group `first`: group *k* is read into slot *k* mod
     /// 2 and its copies queued; then group *k − 1*'s copies are waited for and it is finished,
     /// while the copies of group *k* run on.
+    /// `slots` are the two pinned buffers (each at least a group's bytes), `dst` the GPU
+    /// address of the caller's buffer.
     #[allow(clippy::too_many_arguments)]
     fn staged(
         &self,
@@ -184,8 +187,8 @@ impl GatherExec {
         tasks: &Tasks,
         lease: &mut Lease,
         done: &Completion,
-        lane: &Lane,
-        lent: &Lent<'_>,
+        lane: &impl CopyQueue,
+        slots: [*mut u8; 2],
         dst: u64,
     ) {
         let mut pending: Option<(usize, usize)> = None; // (slot, bytes) of the group before
@@ -204,7 +207,7 @@ impl GatherExec {
             let slot = k % 2;
             let group = tasks.split().group(i);
             let bytes = group.iter().map(|r| r.len).sum::<usize>();
-            let r = self.stage(group, lane, lent.ptr(slot), dst, slot, done);
+            let r = self.stage(group, lane, slots[slot], dst, slot, done);
             if let Err(e) = r {
                 let drained = lane.drain();
                 if let Some((_, bytes)) = pending.take() {
@@ -232,7 +235,7 @@ impl GatherExec {
     fn stage(
         &self,
         group: &[Range],
-        lane: &Lane,
+        lane: &impl CopyQueue,
         staging: *mut u8,
         dst: u64,
         slot: usize,
@@ -379,6 +382,107 @@ mod tests {
             }
         });
         IoFuture::pending(done).wait()
+    }
+
+    /// A copy queue in host memory that runs a copy only when its slot is waited for (or the
+    /// queue drained), as late as a GPU may: a pipeline that refilled a slot before waiting
+    /// for its copies would copy the wrong bytes.
+    struct LateQueue {
+        queued: std::cell::RefCell<Vec<(u64, *const u8, usize, Option<usize>)>>,
+    }
+
+    impl LateQueue {
+        fn run_until(&self, upto: usize) {
+            let mut q = self.queued.borrow_mut();
+            for (dst, src, len, _) in q.drain(..upto) {
+                // SAFETY: `dst` is the test's "device" vector, `src` a staging buffer.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst as usize as *mut u8, len) };
+            }
+        }
+    }
+
+    impl CopyQueue for LateQueue {
+        fn wait_slot(&self, slot: usize) -> crate::Result<()> {
+            let q = self.queued.borrow();
+            let last = q.iter().rposition(|c| c.3 == Some(slot));
+            drop(q);
+            if let Some(i) = last {
+                self.run_until(i + 1);
+            }
+            Ok(())
+        }
+        unsafe fn copy_to_device(&self, dst: u64, src: *const u8, len: usize) -> crate::Result<()> {
+            self.queued.borrow_mut().push((dst, src, len, None));
+            Ok(())
+        }
+        unsafe fn copy_to_host(&self, _: *mut u8, _: u64, _: usize) -> crate::Result<()> {
+            unreachable!("a gather copies to the device only")
+        }
+        fn mark_slot(&self, slot: usize) -> crate::Result<()> {
+            if let Some(last) = self.queued.borrow_mut().last_mut() {
+                last.3 = Some(slot);
+            }
+            Ok(())
+        }
+        fn drain(&self) -> crate::Result<()> {
+            let n = self.queued.borrow().len();
+            self.run_until(n);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_staged_device_gather_is_byte_exact_with_copies_run_late() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 241) as u8).collect();
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&data).unwrap();
+        let file = std::fs::File::open(f.path()).unwrap();
+        let local = Arc::new(LocalFile::new(file, f.path().to_owned(), true, false));
+        // 600 ranges, destinations reversed with a gap every 7th, some empty.
+        let n = 600;
+        let ranges: Vec<Range> = (0..n)
+            .map(|i| {
+                let gap = usize::from(i % 7 == 0) * 5;
+                r(
+                    (i * 331 % 190_000) as u64,
+                    (i * 17) % 90,
+                    (n - 1 - i) * 100 + gap,
+                )
+            })
+            .collect();
+        let split = TaskSplit::grouped(Ranges::Many(ranges.clone().into()), 50, 4096);
+        let count = split.count();
+        let tasks = Tasks::new(split, 1);
+        let done = Completion::new(count, |_| {});
+        let exec = GatherExec {
+            endpoint: Endpoint::Read(Arc::clone(&local) as Arc<dyn Source>),
+            local: Some(local),
+            target: GatherTarget::Host(SendPtr(std::ptr::null_mut())),
+            host_io: HostIoBackend::IoUring,
+            direct: false,
+            direct_uncached: false,
+        };
+        let mut device = vec![0xEEu8; n * 100 + 100];
+        let mut slots = [vec![0u8; 4096], vec![0u8; 4096]];
+        let queue = LateQueue {
+            queued: Default::default(),
+        };
+        let mut lease = Lease::default();
+        let first = tasks.next_index(&mut lease).unwrap();
+        let ptrs = [slots[0].as_mut_ptr(), slots[1].as_mut_ptr()];
+        let dst = device.as_mut_ptr() as u64;
+        exec.staged(first, &tasks, &mut lease, &done, &queue, ptrs, dst);
+        let want: usize = ranges.iter().map(|r| r.len).sum();
+        assert_eq!(IoFuture::pending(done).wait().unwrap(), want);
+        for (i, x) in ranges.iter().enumerate() {
+            let at = x.file_offset as usize;
+            assert_eq!(
+                &device[x.buf_offset..][..x.len],
+                &data[at..at + x.len],
+                "range {i}"
+            );
+        }
+        drop(slots);
     }
 
     #[test]
