@@ -388,8 +388,11 @@ mod tests {
     /// queue drained), as late as a GPU may: a pipeline that refilled a slot before waiting
     /// for its copies would copy the wrong bytes.
     struct LateQueue {
-        queued: std::cell::RefCell<Vec<(u64, *const u8, usize, Option<usize>)>>,
+        queued: std::cell::RefCell<Vec<Queued>>,
     }
+
+    /// A queued copy: device address, source, bytes, and the slot marked after it.
+    type Queued = (u64, *const u8, usize, Option<usize>);
 
     impl LateQueue {
         fn run_until(&self, upto: usize) {
