@@ -450,6 +450,10 @@ pub const GATHER_MAX_RANGE: usize = 1 << 20;
 /// Most ranges in one group of a gather: one queue of I/O of this many ranges per task.
 pub const GATHER_MAX_GROUP: usize = 4096;
 
+/// Fewest ranges in a group of a gather (unless the request has fewer): a group is one task,
+/// and waking a worker for a task costs about as much as reading a few hot 4 KiB ranges.
+pub const GATHER_MIN_GROUP: usize = 8;
+
 /// Groups a gather aims at per worker: several, so that a slow group does not leave the other
 /// workers idle at the end, few, so that each costs its set-up once per many ranges.
 pub const GATHER_GROUPS_PER_THREAD: usize = 4;
@@ -466,10 +470,11 @@ pub fn gathers(ranges: &Ranges, task_size: Option<usize>, max_bytes: usize) -> b
 }
 
 /// Ranges per group of a gather of `n` ranges on `threads` workers: about
-/// [`GATHER_GROUPS_PER_THREAD`] groups per worker, at most [`GATHER_MAX_GROUP`] ranges each.
+/// [`GATHER_GROUPS_PER_THREAD`] groups per worker, at least [`GATHER_MIN_GROUP`] and at most
+/// [`GATHER_MAX_GROUP`] ranges each.
 pub fn gather_group(n: usize, threads: usize) -> usize {
     n.div_ceil(threads.max(1) * GATHER_GROUPS_PER_THREAD)
-        .clamp(1, GATHER_MAX_GROUP)
+        .clamp(GATHER_MIN_GROUP, GATHER_MAX_GROUP)
 }
 
 /// Host-to-GPU copies a gathered device read makes: one per contiguous run of the destination
@@ -1178,6 +1183,8 @@ mod tests {
         let split = TaskSplit::grouped(ranges.clone(), gather_group(100_000, 16), 4 << 20);
         // 1563 ranges per group at 16 workers, cut to 1024 by 4 MiB of bytes.
         assert_eq!(gather_group(100_000, 16), 1563);
+        assert_eq!(gather_group(100, 16), GATHER_MIN_GROUP); // not a task per 2 ranges
+        assert_eq!(gather_group(10_000_000, 16), GATHER_MAX_GROUP);
         assert_eq!(split.count(), 98);
         assert!(split.is_grouped());
         let mut seen = 0;

@@ -9,9 +9,9 @@
 //!    use, kept for the thread's life). Short transfers, `EINTR` and `EAGAIN` are finished with
 //!    `pread`/`pwrite`, so a caller sees the same results and errors as on the fallback.
 //!
-//! The file descriptors of a group are registered with the ring for the group (two update
-//! calls per group): each queued op then skips the shared file table's reference count, and
-//! no ring keeps a file open once its group is done. Buffers are not registered: the
+//! The file descriptors of a group of at least [`FIXED_MIN`] ranges are registered with the
+//! ring for the group (two update calls per group): each queued op then skips the shared file
+//! table's reference count, and no ring keeps a file open once its group is done. Buffers are not registered: the
 //! destinations are the caller's memory, new with every request, and registering them pins
 //! their pages, which costs about what the copy it would save does.
 
@@ -31,6 +31,10 @@ use crate::request::Direction;
 /// Ops in flight on one ring: deep enough that one worker keeps a disk's queue full for cold
 /// `O_DIRECT` ranges (NVMe random reads saturate near depth 64).
 pub const DEPTH: u32 = 64;
+
+/// Fewest pieces of a group whose descriptors are registered with the ring (two extra calls
+/// per group, against one reference count per piece saved).
+pub const FIXED_MIN: usize = 16;
 
 /// One transfer of a group: `len` bytes at `offset` of `fd`, to or from memory at `ptr`.
 #[derive(Clone, Copy, Debug)]
@@ -209,7 +213,10 @@ unsafe fn run(
     pieces: &[Piece],
     progress: &AtomicU64,
 ) -> Result<()> {
-    let fixed = ring.fixed && ring.ring.submitter().register_files_update(0, &fds).is_ok();
+    // Registering costs two calls per group: worth it for groups of many ranges only.
+    let fixed = ring.fixed
+        && pieces.len() >= FIXED_MIN
+        && ring.ring.submitter().register_files_update(0, &fds).is_ok();
     let op = match direction {
         Direction::Read => Op::Read,
         Direction::Write => Op::Write,
