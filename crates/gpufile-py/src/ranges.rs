@@ -5,16 +5,14 @@
 //! arrays of one length) before the request is built; the engine then checks the ranges
 //! against the buffer and the file, so a bad range is an error before any byte moves.
 
-use std::sync::Arc;
-
 use gpufile::engine::PathReport;
-use gpufile::{Direction, Range, Ranges, Request};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use gpufile::{Direction, Ranges, Request};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::buffer::{BufferView, HostBuffer};
-use crate::errors::{out_of_range, type_name, uint_arg};
+use crate::errors::{out_of_range, to_py, type_name, uint_arg};
 
 /// `obj` as unsigned integers: a C-contiguous buffer of integers (any width and signedness; a
 /// negative entry is an error naming its index), else any iterable of ints. `name` names the
@@ -130,8 +128,7 @@ fn sizes_arg(obj: &Bound<'_, PyAny>, n: usize) -> PyResult<Vec<u64>> {
     uint_array("sizes", obj)
 }
 
-/// The ranges of `read_ranges`/`write_ranges`: `buf_offsets` `None` packs the ranges one after
-/// the other from the buffer's start, in the order given.
+/// The ranges of `read_ranges`/`write_ranges` ([`Ranges::from_arrays`]).
 pub(crate) fn ranges_arg(
     file_offsets: &Bound<'_, PyAny>,
     sizes: &Bound<'_, PyAny>,
@@ -139,52 +136,14 @@ pub(crate) fn ranges_arg(
 ) -> PyResult<Ranges> {
     let offsets = uint_array("file_offsets", file_offsets)?;
     let sizes = sizes_arg(sizes, offsets.len())?;
-    if sizes.len() != offsets.len() {
-        return Err(PyValueError::new_err(format!(
-            "file_offsets has {} entries but sizes has {}",
-            offsets.len(),
-            sizes.len()
-        )));
-    }
     let bufs = match buf_offsets.filter(|b| !b.is_none()) {
-        Some(b) => {
-            let v = uint_array("buf_offsets", b)?;
-            if v.len() != offsets.len() {
-                return Err(PyValueError::new_err(format!(
-                    "file_offsets has {} entries but buf_offsets has {}",
-                    offsets.len(),
-                    v.len()
-                )));
-            }
-            Some(v)
-        }
+        Some(b) => Some(uint_array("buf_offsets", b)?),
         None => None,
     };
-    let mut packed = 0u64;
-    let mut list = Vec::with_capacity(offsets.len());
-    for (i, (&file_offset, &size)) in offsets.iter().zip(&sizes).enumerate() {
-        let buf_offset = match &bufs {
-            Some(v) => v[i],
-            None => packed,
-        };
-        packed = packed.saturating_add(size);
-        let too_large = |what: &str, v: u64| {
-            out_of_range(format!(
-                "{what}[{i}] {v} is larger than this machine's address space"
-            ))
-        };
-        list.push(Range {
-            file_offset,
-            len: usize::try_from(size).map_err(|_| too_large("sizes", size))?,
-            buf_offset: usize::try_from(buf_offset)
-                .map_err(|_| too_large("buf_offsets", buf_offset))?,
-        });
-    }
-    Ok(Ranges::Many(Arc::from(list)))
+    Ranges::from_arrays(&offsets, &sizes, bufs.as_deref()).map_err(to_py)
 }
 
-/// The ranges of `read_rows`: row `rows[i]` (`row_bytes` bytes at `base_offset + rows[i] *
-/// row_stride` in the file) lands at `i * row_bytes` in the output.
+/// The ranges of `read_rows` ([`Ranges::rows`]).
 pub(crate) fn rows_arg(
     rows: &Bound<'_, PyAny>,
     row_bytes: &Bound<'_, PyAny>,
@@ -193,34 +152,11 @@ pub(crate) fn rows_arg(
 ) -> PyResult<Ranges> {
     let rows = uint_array("rows", rows)?;
     let row_bytes = uint_arg("row_bytes", Some(row_bytes), None)?.unwrap_or(0);
-    if row_bytes == 0 {
-        return Err(PyValueError::new_err("row_bytes must be at least 1"));
-    }
     let stride = uint_arg("row_stride", row_stride, Some(row_bytes))?.unwrap_or(row_bytes);
     let base = uint_arg("base_offset", base_offset, Some(0))?.unwrap_or(0);
-    let len = usize::try_from(row_bytes)
+    let row_bytes = usize::try_from(row_bytes)
         .map_err(|_| out_of_range(format!("row_bytes {row_bytes} is too large")))?;
-    let mut list = Vec::with_capacity(rows.len());
-    for (i, &row) in rows.iter().enumerate() {
-        let file_offset = row
-            .checked_mul(stride)
-            .and_then(|o| o.checked_add(base))
-            .ok_or_else(|| {
-                out_of_range(format!(
-                    "rows[{i}] {row} at row_stride {stride} from base_offset {base} is past the \
-                     largest file offset"
-                ))
-            })?;
-        let buf_offset = i.checked_mul(len).ok_or_else(|| {
-            out_of_range(format!("{} rows of {row_bytes} bytes overflow", rows.len()))
-        })?;
-        list.push(Range {
-            file_offset,
-            len,
-            buf_offset,
-        });
-    }
-    Ok(Ranges::Many(Arc::from(list)))
+    Ranges::rows(&rows, row_bytes, stride, base).map_err(to_py)
 }
 
 /// The request of `ranges` on `view` (the view must outlive it), carrying what the view knows
