@@ -23,6 +23,7 @@ import warnings as _warnings
 from . import _native, buffer, cufile_driver, defaults, utils
 from ._native import CudaError, CufileError, EndOfFileError, GpufileError
 from .buffer import bounce_buffer_free, dma_cache_clear, dma_cache_registered
+from .batch import BatchHandle, BatchOp
 from .cufile import (
     CuFile,
     IOFuture,
@@ -103,6 +104,8 @@ __all__ = [
     "__version__",
     "defaults",
     "utils",
+    "BatchHandle",
+    "BatchOp",
 ]
 
 

@@ -185,6 +185,20 @@ class IOFuture:
         """
         return self._fut.done()
 
+    def report(self) -> dict[str, Any] | None:
+        """What the request's plan decided (gpufile's addition), for ``read_ranges``,
+        ``write_ranges`` and ``read_rows``; ``None`` for other requests.
+
+        Returns
+        -------
+        dict or None
+            ``backend`` and ``reason`` (the data path and why), ``ranges``, ``tasks`` (groups
+            of ranges when ``gathered``), ``host_io`` (``"io_uring"`` or ``"pread"``) and
+            ``host_io_reason`` for a gather, ``copies`` (host-to-GPU copies of a gathered
+            device read: one per contiguous run of the destination in each group).
+        """
+        return self._fut.report()
+
     def __await__(self):
         if not self._fut.done():
             import asyncio
@@ -481,6 +495,113 @@ class CuFile:
         finally:
             _log_notices()
 
+    def read_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
+                    buf_offsets: Any = None) -> IOFuture:
+        """Read many ranges of the file into one buffer as one request (gpufile's addition).
+
+        Range ``i`` is ``sizes[i]`` bytes at ``file_offsets[i]`` in the file, landing at
+        ``buf_offsets[i]`` in ``buf``. The ranges run as a few groups per worker, through
+        io_uring where the kernel allows it (see ``IOFuture.report()``); a device buffer is
+        filled from pinned memory with one copy per contiguous run of it.
+
+        Parameters
+        ----------
+        buf : host or device buffer
+            The destination (NumPy, bytearray, CuPy, PyTorch, ...), C-contiguous, writable.
+        file_offsets : array or sequence of int
+            A NumPy (or any buffer-protocol) integer array is read without a Python object per
+            range; a device array (CuPy) is copied to the host first; a list works too.
+        sizes : array or sequence of int, or int
+            Bytes of each range; one int for all.
+        buf_offsets : array or sequence of int, optional
+            Where each range lands; by default the ranges are packed one after the other from
+            the buffer's start, in the order given.
+
+        Returns
+        -------
+        IOFuture
+            ``get()`` returns the bytes read; ``report()`` says how they move.
+
+        Raises
+        ------
+        ValueError
+            Arrays of different lengths; a negative entry (``OutOfRangeError``); a range past
+            the buffer; two ranges overlapping in the buffer. Nothing is read.
+        TypeError
+            Entries that are not integers (floats, strings, None).
+        gpufile.EndOfFileError
+            A range past the end of the file. Nothing is read.
+
+        Examples
+        --------
+        >>> offsets = np.array([0, 8192, 4096])                      # doctest: +SKIP
+        >>> f.read_ranges(buf, offsets, 4096).get()                  # doctest: +SKIP
+        12288
+        """
+        try:
+            return IOFuture(self._file.read_ranges(
+                buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
+        finally:
+            _log_notices()
+
+    def write_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
+                     buf_offsets: Any = None) -> IOFuture:
+        """Write many ranges of one buffer to the file as one request (gpufile's addition).
+
+        Range ``i`` is ``sizes[i]`` bytes of ``buf`` at ``buf_offsets[i]`` (packed by
+        default), written at ``file_offsets[i]``. Arguments, report and errors as for
+        ``read_ranges``, except that ranges may share buffer bytes and must not overlap in
+        the file (which write lands last would not be defined).
+
+        Returns
+        -------
+        IOFuture
+            ``get()`` returns the bytes written.
+        """
+        try:
+            return IOFuture(self._file.write_ranges(
+                buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
+        finally:
+            _log_notices()
+
+    def read_rows(self, out: Any, rows: Any, row_bytes: int, row_stride: int | None = None,
+                  base_offset: int = 0) -> IOFuture:
+        """Gather rows of a fixed-size table into ``out`` (gpufile's addition).
+
+        Row ``rows[i]`` is the ``row_bytes`` bytes at ``base_offset + rows[i] * row_stride``
+        in the file; it lands at ``i * row_bytes`` in ``out``, so ``out`` holds the rows in
+        the order asked, packed (an embedding lookup: ``out`` of shape ``(len(rows), dim)``).
+
+        Parameters
+        ----------
+        out : host or device buffer
+            At least ``len(rows) * row_bytes`` bytes.
+        rows : array or sequence of int
+            Row indices (any order; repeats allowed).
+        row_bytes : int
+            Bytes of one row.
+        row_stride : int, optional
+            Bytes from one row's start to the next in the file (default ``row_bytes``).
+        base_offset : int, optional
+            Where row 0 starts in the file (a header before the table).
+
+        Returns
+        -------
+        IOFuture
+            ``get()`` returns the bytes read; ``report()`` as for ``read_ranges``.
+
+        Raises
+        ------
+        ValueError, TypeError, gpufile.EndOfFileError
+            As for ``read_ranges`` (a row past the end of the file, ``out`` too small,
+            ``row_bytes`` 0); nothing is read.
+        """
+        try:
+            return IOFuture(self._file.read_rows(
+                out, _host_ints(rows), row_bytes, row_stride, base_offset))
+        finally:
+            _log_notices()
+
     def raw_read(self, buf: Any, size: int | None = None, file_offset: int = 0,
                  dev_offset: int = 0) -> int:
         """Read in one request, not split into tasks (one ``cuFileRead`` on the cuFile path).
@@ -582,6 +703,19 @@ class CuFile:
         """
         _native.stream_synchronize(_stream_handle(stream), buf)
         return IOFutureStream(self.raw_write(buf, size, file_offset, dev_offset))
+
+
+def _host_ints(values: Any) -> Any:
+    """A device array of offsets or sizes (CuPy, or anything CuPy takes) as a host array, in
+    one copy; anything else as it is."""
+    if values is None or not hasattr(values, "__cuda_array_interface__"):
+        return values
+    try:
+        import cupy
+    except ImportError:
+        raise TypeError("offsets and sizes in device memory need CuPy to be copied to the host; "
+                        "pass a NumPy array or a list") from None
+    return cupy.asnumpy(cupy.asarray(values))
 
 
 def _batch_entries(entries: Any) -> list:

@@ -202,6 +202,9 @@ pub struct Explanation {
     pub cufile_work_units: Option<usize>,
     /// cuFile's execution settings used.
     pub cufile_execution: Option<CufileExecution>,
+    /// How a gather of many small ranges of a local file would move its bytes under these
+    /// settings: io_uring or `pread`, and why ([`gpufile::engine::host_io`]).
+    pub gather_host_io: gpufile::HostIo,
     /// Notes (assumptions, caveats).
     pub notes: Vec<String>,
 }
@@ -345,6 +348,7 @@ pub fn explain_with(
         notes.push(format!("{task_count} tasks over {num_threads} workers"));
     }
     Ok(Explanation {
+        gather_host_io: gpufile::engine::host_io(&s, true),
         size: req.size,
         file_offset: req.file_offset,
         memory: req.memory,
@@ -430,6 +434,10 @@ impl Explanation {
                     .collect::<Vec<_>>(),
             },
             "bounce_chunk": self.bounce_chunk,
+            "gather_host_io": {
+                "backend": self.gather_host_io.backend,
+                "reason": self.gather_host_io.reason.to_string(),
+            },
             "cufile": cufile,
             "notes": self.notes,
         });
@@ -524,6 +532,11 @@ impl Explanation {
                 );
             }
         }
+        let _ = writeln!(
+            s,
+            "gathers     many small ranges (read_ranges, read_rows): {}",
+            self.gather_host_io
+        );
         for n in &self.notes {
             let _ = writeln!(s, "note        {n}");
         }

@@ -61,7 +61,7 @@ unsafe impl Sync for HostBuffer {}
 impl HostBuffer {
     /// Exports `obj`'s buffer, or the exporter's own error (e.g. NumPy's "cannot include dtype
     /// 'M' in a buffer").
-    fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+    pub(crate) fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
         let mut view = Box::new(ffi::Py_buffer::new());
         // SAFETY: `obj` is a live object and `view` a writable Py_buffer; on success the export
         // is released exactly once, in Drop; on failure nothing is held and an exception is set.
@@ -73,7 +73,7 @@ impl HostBuffer {
     }
 
     /// The struct-module format of one item ("B" where the exporter gives none).
-    fn format(&self) -> &CStr {
+    pub(crate) fn format(&self) -> &CStr {
         if self.0.format.is_null() {
             c"B"
         } else {
@@ -82,7 +82,7 @@ impl HostBuffer {
         }
     }
 
-    fn is_c_contiguous(&self) -> bool {
+    pub(crate) fn is_c_contiguous(&self) -> bool {
         // SAFETY: `self.0` is a live export (shape and strides may be NULL, which CPython handles).
         unsafe { ffi::PyBuffer_IsContiguous(&*self.0, b'C' as std::ffi::c_char) != 0 }
     }
@@ -91,11 +91,16 @@ impl HostBuffer {
         self.0.readonly != 0
     }
 
-    fn len_bytes(&self) -> usize {
+    /// Bytes of one item.
+    pub(crate) fn itemsize(&self) -> usize {
+        usize::try_from(self.0.itemsize).unwrap_or(0)
+    }
+
+    pub(crate) fn len_bytes(&self) -> usize {
         usize::try_from(self.0.len).unwrap_or(0)
     }
 
-    fn buf_ptr(&self) -> *mut u8 {
+    pub(crate) fn buf_ptr(&self) -> *mut u8 {
         self.0.buf.cast()
     }
 }
@@ -435,6 +440,12 @@ impl BufferView {
             Direction::Read => Request::read(self.buffer(offset, len), file_offset),
             Direction::Write => Request::write(self.buffer(offset, len), file_offset),
         };
+        self.carry(req)
+    }
+
+    /// `req` (on this view's memory) with what the view knows: the driver's answer for a device
+    /// address and the producer's stream still to wait for.
+    pub(crate) fn carry(&self, req: Request) -> Request {
         match self {
             BufferView::Host(_) | BufferView::HostDlpack { .. } => req,
             BufferView::Device { info, after, .. } => req.pointer_info(*info).after(*after),

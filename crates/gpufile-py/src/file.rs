@@ -129,6 +129,31 @@ impl NativeFile {
             fut,
             view: Mutex::new(Some(view)),
             _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
+            report: None,
+        })
+    }
+
+    /// Starts the request of `ranges` on `buf` (one request, its ranges checked against the
+    /// buffer and the file before any byte moves); its future carries the plan's report.
+    fn ranges_future(
+        slf: &Bound<'_, Self>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        ranges: gpufile::Ranges,
+    ) -> PyResult<NativeFuture> {
+        let py = slf.py();
+        let handle = slf.get().handle()?;
+        let view = BufferView::for_request(buf, dir == Direction::Read)?;
+        let req = crate::ranges::request(&view, dir, ranges);
+        // SAFETY: the future made here holds `view` (the export or the array object) until the
+        // request is done.
+        let started = unsafe { request::submit_reported(py, handle.endpoint(dir), req) };
+        let (fut, report) = started.map_err(to_py)?;
+        Ok(NativeFuture {
+            fut,
+            view: Mutex::new(Some(view)),
+            _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
+            report: Some(report),
         })
     }
 }
@@ -214,6 +239,49 @@ impl NativeFile {
     }
 
     /// One request, not split (KvikIO's `raw_read`): `dev_offset` bytes into `buf`.
+    /// Reads `sizes[i]` bytes at `file_offsets[i]` into `buf` at `buf_offsets[i]` (packed in
+    /// order when `None`), as one request.
+    #[pyo3(signature = (buf, file_offsets, sizes, buf_offsets=None))]
+    fn read_ranges(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        file_offsets: &Bound<'_, PyAny>,
+        sizes: &Bound<'_, PyAny>,
+        buf_offsets: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        let ranges = crate::ranges::ranges_arg(file_offsets, sizes, buf_offsets)?;
+        Self::ranges_future(slf, Direction::Read, buf, ranges)
+    }
+
+    /// Writes `sizes[i]` bytes of `buf` at `buf_offsets[i]` (packed when `None`) to
+    /// `file_offsets[i]`, as one request.
+    #[pyo3(signature = (buf, file_offsets, sizes, buf_offsets=None))]
+    fn write_ranges(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        file_offsets: &Bound<'_, PyAny>,
+        sizes: &Bound<'_, PyAny>,
+        buf_offsets: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        let ranges = crate::ranges::ranges_arg(file_offsets, sizes, buf_offsets)?;
+        Self::ranges_future(slf, Direction::Write, buf, ranges)
+    }
+
+    /// Gathers rows: row `rows[i]` (`row_bytes` at `base_offset + rows[i] * row_stride`) into
+    /// `out` at `i * row_bytes`.
+    #[pyo3(signature = (out, rows, row_bytes, row_stride=None, base_offset=None))]
+    fn read_rows(
+        slf: &Bound<'_, Self>,
+        out: &Bound<'_, PyAny>,
+        rows: &Bound<'_, PyAny>,
+        row_bytes: &Bound<'_, PyAny>,
+        row_stride: Option<&Bound<'_, PyAny>>,
+        base_offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        let ranges = crate::ranges::rows_arg(rows, row_bytes, row_stride, base_offset)?;
+        Self::ranges_future(slf, Direction::Read, out, ranges)
+    }
+
     #[pyo3(signature = (buf, size=None, file_offset=None, dev_offset=None))]
     fn raw_read(
         &self,
@@ -320,6 +388,8 @@ pub(crate) struct NativeFuture {
     fut: IoFuture,
     view: Mutex<Option<BufferView>>,
     _owners: Vec<Py<PyAny>>,
+    /// What the plan decided, for requests that report it (ranges and rows).
+    report: Option<gpufile::PathReport>,
 }
 
 impl NativeFuture {
@@ -330,6 +400,7 @@ impl NativeFuture {
             fut,
             view: Mutex::new(Some(view)),
             _owners: owners,
+            report: None,
         }
     }
 }
@@ -347,6 +418,21 @@ impl NativeFuture {
     /// Whether the request has finished.
     fn done(&self) -> bool {
         self.fut.is_done()
+    }
+
+    /// Stops the request: tasks not yet started are skipped, those running finish; `get()`
+    /// then raises the cancellation unless every task had finished.
+    fn cancel(&self) {
+        self.fut.cancel();
+    }
+
+    /// What the plan decided (a dict, see `CuFile.read_ranges`), or `None` for requests that
+    /// do not report it.
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
+        self.report
+            .as_ref()
+            .map(|r| crate::ranges::report_dict(py, r))
+            .transpose()
     }
 }
 

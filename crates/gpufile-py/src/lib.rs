@@ -10,6 +10,7 @@ mod dlpack;
 mod errors;
 mod file;
 mod mmap;
+mod ranges;
 mod remote;
 mod request;
 mod safetensors;

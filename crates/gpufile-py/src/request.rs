@@ -3,6 +3,7 @@
 //! object) on the process engine with the GIL released ([`submit`]). The ranges are checked by
 //! the engine, against the endpoint, before any byte moves.
 
+use gpufile::engine::PathReport;
 use gpufile::source::Endpoint;
 use gpufile::{Direction, Engine, IoFuture, Request};
 use pyo3::prelude::*;
@@ -52,12 +53,25 @@ pub(crate) unsafe fn submit(
     endpoint: Endpoint,
     req: Request,
 ) -> gpufile::Result<IoFuture> {
+    // SAFETY: the caller's contract.
+    unsafe { submit_reported(py, endpoint, req) }.map(|(f, _)| f)
+}
+
+/// [`submit`], with what the request's plan decided.
+///
+/// # Safety
+/// As for [`submit`].
+pub(crate) unsafe fn submit_reported(
+    py: Python<'_>,
+    endpoint: Endpoint,
+    req: Request,
+) -> gpufile::Result<(IoFuture, PathReport)> {
     let req = SendRequest(req);
     py.detach(move || {
         let engine = Engine::global()?;
         let settings = engine.shared_settings();
         // SAFETY: the caller's contract.
-        unsafe { engine.submit(&endpoint, req.into_inner(), &settings) }
+        unsafe { engine.submit_reported(&endpoint, req.into_inner(), &settings) }
     })
 }
 

@@ -289,6 +289,12 @@ settings! {
     direct_io_uncached / DirectIoUncached: bool = false;
         kind Bool;
         env ["DIRECT_IO_UNCACHED"];
+    /// Let a request of many small ranges (a gather) read and write local files through
+    /// io_uring, many ranges per system call, where the kernel allows it (gpufile's addition;
+    /// default true; off: one `pread`/`pwrite` per range).
+    io_uring / IoUring: bool = true;
+        kind Bool;
+        env ["IO_URING"];
     /// Most bytes of page cache gpufile keeps registered with CUDA (pinned) so that hot file data
     /// read again goes to the GPU by DMA straight from the page cache, with no CPU copy
     /// (gpufile's addition; default 0: off, because pinned page-cache pages cannot be
@@ -1134,6 +1140,7 @@ mod tests {
             "require_gds [GPUFILE_REQUIRE_GDS KVIKIO_REQUIRE_GDS] Bool - = false (default)",
             "direct_io_uncached [GPUFILE_DIRECT_IO_UNCACHED KVIKIO_DIRECT_IO_UNCACHED] Bool - = \
              false (default)",
+            "io_uring [GPUFILE_IO_URING KVIKIO_IO_URING] Bool - = true (default)",
             "dma_cache_size [GPUFILE_DMA_CACHE_SIZE KVIKIO_DMA_CACHE_SIZE] Size 0 to \
              9223372036854775807 (bytes; the largest file offset) = 0 (default)",
             "http_max_attempts [GPUFILE_HTTP_MAX_ATTEMPTS KVIKIO_HTTP_MAX_ATTEMPTS] Count 1 to \

@@ -22,11 +22,15 @@ use crate::error::{Error, Result};
 use crate::exec::bounce::{BounceExec, BouncePool, DeviceTarget};
 use crate::exec::cufile::CufileExec;
 use crate::exec::dma::{self, DmaCache, DmaRead};
+use crate::exec::gather::{GatherExec, GatherTarget};
 use crate::exec::host::HostExec;
 use crate::exec::{AfterStream, Executor, SendPtr, Tasks};
 use crate::future::{lock, Completion, IoFuture};
 use crate::observe;
-use crate::plan::{self, Backend, CallerPart, IoPath, Reason, Shape, TaskSplit};
+use crate::plan::{
+    self, Backend, CallerPart, HostIo, HostIoBackend, HostIoReason, IoPath, Reason, Shape,
+    TaskSplit,
+};
 use crate::pool::ThreadPool;
 use crate::request::{Buffer, Direction, Memory, Ranges, Request};
 use crate::source::{Endpoint, LocalFile};
@@ -78,6 +82,25 @@ impl Target {
             Target::Device { .. } => Memory::Device,
         }
     }
+}
+
+/// What the plan of a submitted request decided, for the request's report (and `explain`):
+/// the path and why, how many ranges and tasks, and for a gather its host I/O and copies.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PathReport {
+    /// The data path and why.
+    pub path: IoPath,
+    /// Ranges in the request.
+    pub ranges: usize,
+    /// Tasks it runs as (groups of ranges, for a gather).
+    pub tasks: usize,
+    /// Whether its ranges are gathered, a group of them per task.
+    pub gathered: bool,
+    /// A gather's host I/O (io_uring or pread) and why; `None` for other requests.
+    pub host_io: Option<HostIo>,
+    /// Host-to-GPU copies a gathered device read makes (one per contiguous run of the
+    /// destination in each group); `None` for other requests.
+    pub copies: Option<usize>,
 }
 
 /// Worker pool, pinned buffers, in-flight requests and default settings.
@@ -376,6 +399,38 @@ impl Engine {
         req: Request,
         settings: &Settings,
     ) -> Result<IoFuture> {
+        // SAFETY: the caller's contract.
+        unsafe { self.start(endpoint, req, settings, false) }.map(|(f, _)| f)
+    }
+
+    /// [`Engine::submit`], with what its plan decided ([`PathReport`]).
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`].
+    pub unsafe fn submit_reported(
+        &self,
+        endpoint: &Endpoint,
+        req: Request,
+        settings: &Settings,
+    ) -> Result<(IoFuture, PathReport)> {
+        // SAFETY: the caller's contract.
+        let (fut, report) = unsafe { self.start(endpoint, req, settings, true) }?;
+        let report = report.ok_or_else(|| Error::InvalidArgument("no report made".into()))?;
+        Ok((fut, report))
+    }
+
+    /// The one request path; the report is made only where it is asked for (`report`), so a
+    /// plain submit pays nothing for it.
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`].
+    unsafe fn start(
+        &self,
+        endpoint: &Endpoint,
+        req: Request,
+        settings: &Settings,
+        report: bool,
+    ) -> Result<(IoFuture, Option<PathReport>)> {
         self.accept(endpoint, &req, settings)?;
         let target = resolve(req.buffer, req.pointer_info)?;
         let len = req.len();
@@ -396,8 +451,19 @@ impl Engine {
             local_file: local.is_some(),
         };
         let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
+        let gathered = plan.tasks.is_grouped();
+        let device = matches!(target, Target::Device { .. });
+        let host_io = gathered.then(|| host_io(settings, local.is_some()));
+        let report = report.then(|| PathReport {
+            path: plan.path.clone(),
+            ranges: req.ranges.as_slice().len(),
+            tasks: plan.tasks.count(),
+            gathered,
+            host_io: host_io.clone(),
+            copies: (gathered && device).then(|| plan::gather_copies(&plan.tasks)),
+        });
         if len == 0 {
-            return Ok(IoFuture::ready(Ok(0)));
+            return Ok((IoFuture::ready(Ok(0)), report));
         }
         let backend = plan.path.backend;
         if let (Direction::Write, Some(local)) = (req.direction, &local) {
@@ -412,6 +478,17 @@ impl Engine {
                 offset_in_allocation: device.addr - base,
                 path: endpoint.describe().into(),
             }),
+            (target, _) if gathered => {
+                let host_io = host_io.as_ref().map_or(HostIoBackend::Pread, |h| h.backend);
+                self.gather_executor(
+                    endpoint.clone(),
+                    local,
+                    target,
+                    req.direction,
+                    settings,
+                    host_io,
+                )
+            }
             (target, _) => {
                 let dma =
                     local.and_then(|l| self.dma_read(&l, target, req.direction, len, settings));
@@ -419,16 +496,17 @@ impl Engine {
             }
         };
         let exec = after_stream(exec, req.after)?;
-        match plan.caller {
-            CallerPart::Whole => Ok(self.run_here(exec, plan.tasks, backend)),
+        let fut = match plan.caller {
+            CallerPart::Whole => self.run_here(exec, plan.tasks, backend),
             part => self.run(
                 exec,
                 plan.tasks,
                 backend,
                 settings.num_threads,
                 part == CallerPart::Share,
-            ),
-        }
+            )?,
+        };
+        Ok((fut, report))
     }
 
     /// Reads or writes many files as one stream of requests: every request is planned and queued
@@ -514,6 +592,39 @@ impl Engine {
             return None;
         }
         self.dma.read(local, settings.dma_cache_size)
+    }
+
+    /// The executor of a gather ([`plan::TaskSplit::grouped`]): host memory in place, or a
+    /// device read staged in pinned buffers.
+    fn gather_executor(
+        &self,
+        endpoint: Endpoint,
+        local: Option<Arc<LocalFile>>,
+        target: Target,
+        direction: Direction,
+        settings: &Settings,
+        host_io: HostIoBackend,
+    ) -> Arc<dyn Executor> {
+        let (direct, direct_uncached) = match direction {
+            Direction::Read => (settings.auto_direct_io_read, settings.direct_io_uncached),
+            Direction::Write => (settings.auto_direct_io_write, false),
+        };
+        let target = match target {
+            Target::Host(ptr) => GatherTarget::Host(ptr),
+            Target::Device { device, .. } => GatherTarget::Device {
+                device,
+                bounce: settings.bounce_buffer_size,
+                pool: Arc::clone(&self.bounce),
+            },
+        };
+        Arc::new(GatherExec {
+            endpoint,
+            local,
+            target,
+            host_io,
+            direct,
+            direct_uncached,
+        })
     }
 
     fn posix_executor(
@@ -636,6 +747,18 @@ impl Engine {
         pool.grow(threads)?;
         Ok(pool)
     }
+}
+
+/// A gather's host I/O under `settings` ([`plan::choose_host_io`], with the kernel probed once
+/// per process); `pread` while fault injection is on, whose seam io_uring would bypass.
+pub fn host_io(settings: &Settings, local_file: bool) -> HostIo {
+    if crate::posix::faults::active() {
+        return HostIo {
+            backend: HostIoBackend::Pread,
+            reason: HostIoReason::FaultInjection,
+        };
+    }
+    plan::choose_host_io(settings.io_uring, local_file, crate::exec::uring::probe)
 }
 
 /// One run of the executor in `slot` over `tasks`, unless the request has ended and let it go.
@@ -1017,6 +1140,51 @@ mod endpoint_tests {
 
     /// Many ranges of one buffer are one request: a gather of pieces of a file into a buffer,
     /// and a scatter of a buffer's pieces into a file, byte for byte, over several workers.
+    #[test]
+    fn a_gather_lands_byte_exact_and_reports_its_host_io_on_and_off() {
+        use crate::request::{Range, Ranges};
+        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 % 253) as u8).collect();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, &data).unwrap();
+        let h = crate::FileHandle::open(file.path(), "r").unwrap();
+        let ranges: Vec<Range> = (0..3000)
+            .map(|i| Range {
+                file_offset: (i * 7919 % 250_000) as u64,
+                len: 1 + i % 600,
+                buf_offset: i * 600,
+            })
+            .collect();
+        for io_uring in [true, false] {
+            let settings = Settings {
+                num_threads: 3,
+                io_uring,
+                ..engine.settings()
+            };
+            let mut buf = vec![0u8; 3000 * 600];
+            let req =
+                Request::read_ranges(Buffer::host(&mut buf), Ranges::Many(ranges.clone().into()));
+            // SAFETY: `buf` outlives the wait.
+            let (fut, report) =
+                unsafe { engine.submit_reported(&h.endpoint(Direction::Read), req, &settings) }
+                    .unwrap();
+            let want: usize = ranges.iter().map(|r| r.len).sum();
+            assert_eq!(fut.wait().unwrap(), want);
+            for r in &ranges {
+                let at = r.file_offset as usize;
+                assert_eq!(&buf[r.buf_offset..][..r.len], &data[at..at + r.len]);
+            }
+            assert!(report.gathered && report.ranges == 3000 && report.copies.is_none());
+            assert_eq!(report.tasks, 12); // 4 groups per worker
+            let host_io = report.host_io.unwrap();
+            match (io_uring, crate::exec::uring::probe()) {
+                (false, _) => assert_eq!(host_io.reason, HostIoReason::SettingOff),
+                (true, Ok(_)) => assert_eq!(host_io.backend, HostIoBackend::IoUring),
+                (true, Err(why)) => assert_eq!(host_io.reason, why),
+            }
+        }
+    }
+
     #[test]
     fn a_request_of_many_ranges_gathers_and_scatters_the_right_bytes() {
         use crate::request::{Range, Ranges};

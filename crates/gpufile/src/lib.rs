@@ -43,11 +43,11 @@ pub mod source;
 pub mod streamed;
 
 pub use config::{CompatMode, RemoteIoBackend, Settings};
-pub use engine::Engine;
+pub use engine::{Engine, PathReport};
 pub use error::{Error, Result};
 pub use file::{FileHandle, OpenMode};
 pub use future::IoFuture;
-pub use plan::{Backend, IoPath, Reason};
+pub use plan::{Backend, HostIo, HostIoBackend, HostIoReason, IoPath, Reason};
 pub use request::{Buffer, Direction, Memory, Range, Ranges, Request};
 
 /// gpufile's version.

@@ -42,6 +42,9 @@ pub struct TaskSplit {
     task_size: usize,
     /// For several ranges: the index of each range's first task (`None` for one range).
     starts: Option<Arc<[usize]>>,
+    /// For a gather ([`TaskSplit::grouped`]): the index of each group's first range; a task is
+    /// then a group of whole ranges, not a piece of one.
+    groups: Option<Arc<[usize]>>,
     count: usize,
 }
 
@@ -80,8 +83,56 @@ impl TaskSplit {
             ranges,
             task_size,
             starts,
+            groups: None,
             count,
         }
+    }
+
+    /// The ranges of `ranges` as groups of whole consecutive ranges, each of at most
+    /// `max_ranges` ranges and (unless one range alone is larger) `max_bytes` bytes: one task per
+    /// group, so that a worker reads a group with one queue of I/O and one completion instead of
+    /// one task per range. Empty ranges are kept in their group (they move nothing).
+    pub fn grouped(ranges: Ranges, max_ranges: usize, max_bytes: usize) -> Self {
+        let (max_ranges, max_bytes) = (max_ranges.max(1), max_bytes.max(1));
+        let list = ranges.as_slice();
+        let mut starts = Vec::with_capacity(list.len().div_ceil(max_ranges));
+        let (mut n, mut bytes) = (0usize, 0usize);
+        for (i, r) in list.iter().enumerate() {
+            if i == 0 || n == max_ranges || (r.len > 0 && bytes + r.len > max_bytes) {
+                starts.push(i);
+                (n, bytes) = (0, 0);
+            }
+            n += 1;
+            bytes += r.len;
+        }
+        let count = starts.len();
+        TaskSplit {
+            ranges,
+            task_size: max_bytes,
+            starts: None,
+            groups: Some(starts.into()),
+            count,
+        }
+    }
+
+    /// Whether a task is a group of ranges ([`TaskSplit::grouped`]).
+    pub fn is_grouped(&self) -> bool {
+        self.groups.is_some()
+    }
+
+    /// The ranges of group `i` (`i < count()`) of a grouped split; the whole range list of
+    /// another.
+    pub fn group(&self, i: usize) -> &[Range] {
+        let list = self.ranges.as_slice();
+        match &self.groups {
+            Some(g) => &list[g[i]..g.get(i + 1).copied().unwrap_or(list.len())],
+            None => list,
+        }
+    }
+
+    /// The ranges split.
+    pub fn ranges(&self) -> &Ranges {
+        &self.ranges
     }
 
     /// Number of tasks (0 for an empty request).
@@ -91,6 +142,15 @@ impl TaskSplit {
 
     /// Task `i` (`i < count()`).
     pub fn task(&self, i: usize) -> Task {
+        if self.groups.is_some() {
+            // A group as one task: where its first range starts, and all its bytes.
+            let g = self.group(i);
+            return Task {
+                file_offset: g.first().map_or(0, |r| r.file_offset),
+                buf_offset: g.first().map_or(0, |r| r.buf_offset),
+                len: g.iter().map(|r| r.len).sum(),
+            };
+        }
         let (range, j) = match (&self.ranges, &self.starts) {
             (Ranges::Many(v), Some(starts)) => {
                 // The last range starting at or before `i` (ranges of no task start where the
@@ -383,6 +443,167 @@ pub fn after_registration(
     }
 }
 
+/// Largest range a request of many ranges gathers ([`TaskSplit::grouped`]); a request with a
+/// larger range keeps one task (or more) per range, as a large read is best served by itself.
+pub const GATHER_MAX_RANGE: usize = 1 << 20;
+
+/// Most ranges in one group of a gather: one queue of I/O of this many ranges per task.
+pub const GATHER_MAX_GROUP: usize = 4096;
+
+/// Fewest ranges in a group of a gather (unless the request has fewer): a group is one task,
+/// and waking a worker for a task costs about as much as reading a few hot 4 KiB ranges.
+pub const GATHER_MIN_GROUP: usize = 8;
+
+/// Groups a gather aims at per worker: several, so that a slow group does not leave the other
+/// workers idle at the end, few, so that each costs its set-up once per many ranges.
+pub const GATHER_GROUPS_PER_THREAD: usize = 4;
+
+/// Whether a request of `ranges` is gathered: several ranges, none larger than
+/// [`GATHER_MAX_RANGE`] nor than `max_bytes` (a group of a device read must fit one pinned
+/// buffer), with no task size of its own.
+pub fn gathers(ranges: &Ranges, task_size: Option<usize>, max_bytes: usize) -> bool {
+    let Ranges::Many(list) = ranges else {
+        return false;
+    };
+    let limit = GATHER_MAX_RANGE.min(max_bytes);
+    task_size.is_none() && list.len() >= 2 && list.iter().all(|r| r.len <= limit)
+}
+
+/// Ranges per group of a gather of `n` ranges on `threads` workers: about
+/// [`GATHER_GROUPS_PER_THREAD`] groups per worker, at least [`GATHER_MIN_GROUP`] and at most
+/// [`GATHER_MAX_GROUP`] ranges each.
+pub fn gather_group(n: usize, threads: usize) -> usize {
+    n.div_ceil(threads.max(1) * GATHER_GROUPS_PER_THREAD)
+        .clamp(GATHER_MIN_GROUP, GATHER_MAX_GROUP)
+}
+
+/// Host-to-GPU copies a gathered device read makes: one per contiguous run of the destination
+/// within each group (ranges sorted by buffer offset in the group), so a gather into a packed
+/// output (rows one after the other) makes one copy per group.
+pub fn gather_copies(split: &TaskSplit) -> usize {
+    (0..split.count())
+        .map(|i| contiguous_runs(split.group(i)))
+        .sum()
+}
+
+/// Contiguous runs of the destination covered by `ranges` (in buffer order; empty ranges count
+/// for nothing).
+pub fn contiguous_runs(ranges: &[Range]) -> usize {
+    let mut spans: Vec<(usize, usize)> = ranges
+        .iter()
+        .filter(|r| r.len > 0)
+        .map(|r| (r.buf_offset, r.buf_offset + r.len))
+        .collect();
+    if !spans.windows(2).all(|w| w[0] <= w[1]) {
+        spans.sort_unstable();
+    }
+    let mut runs = 0;
+    let mut end = None;
+    for (start, stop) in spans {
+        if end != Some(start) {
+            runs += 1;
+        }
+        end = Some(stop);
+    }
+    runs
+}
+
+/// How a gather moves bytes between host memory (the caller's, or a pinned staging buffer) and
+/// a local file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum HostIoBackend {
+    /// io_uring: a group's ranges are queued and submitted together, many system calls in one.
+    #[serde(rename = "io_uring")]
+    IoUring,
+    /// One `pread`/`pwrite` per range.
+    #[serde(rename = "pread")]
+    Pread,
+}
+
+impl fmt::Display for HostIoBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HostIoBackend::IoUring => "io_uring",
+            HostIoBackend::Pread => "pread",
+        })
+    }
+}
+
+/// Why a gather's host I/O takes its backend.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "kebab-case")]
+pub enum HostIoReason {
+    /// io_uring works here (the text says what the probe found).
+    Available(String),
+    /// The `io_uring` setting is off (`GPUFILE_IO_URING=0`).
+    SettingOff,
+    /// The kernel has no io_uring (`io_uring_setup` is ENOSYS).
+    Missing(String),
+    /// The kernel or a seccomp policy refuses io_uring (EPERM, `kernel.io_uring_disabled`).
+    Refused(String),
+    /// The kernel's io_uring lacks what a gather needs (IORING_OP_READ/WRITE: Linux 5.6).
+    OldKernel(String),
+    /// The endpoint is not a local file (a mapping, a remote object): it reads and writes
+    /// through its own calls.
+    NotALocalFile,
+    /// Fault injection is on: every transfer goes through the `pread`/`pwrite` seam it hooks.
+    FaultInjection,
+}
+
+impl fmt::Display for HostIoReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostIoReason::Available(what) => write!(f, "io_uring available ({what})"),
+            HostIoReason::SettingOff => f.write_str("io_uring is off (setting io_uring)"),
+            HostIoReason::Missing(why) => write!(f, "io_uring missing: {why}"),
+            HostIoReason::Refused(why) => write!(f, "io_uring refused: {why}"),
+            HostIoReason::OldKernel(why) => write!(f, "io_uring too old: {why}"),
+            HostIoReason::NotALocalFile => f.write_str("not a local file"),
+            HostIoReason::FaultInjection => f.write_str("fault injection is on"),
+        }
+    }
+}
+
+/// A gather's host I/O decision: the backend and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct HostIo {
+    /// What moves the bytes.
+    pub backend: HostIoBackend,
+    /// Why.
+    pub reason: HostIoReason,
+}
+
+impl fmt::Display for HostIo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.backend, self.reason)
+    }
+}
+
+/// Chooses a gather's host I/O: io_uring where the setting allows it, the endpoint is a local
+/// file and `probe` (what the kernel says, asked only where it matters) finds it usable;
+/// `pread`/`pwrite` otherwise, with the reason.
+pub fn choose_host_io(
+    setting: bool,
+    local_file: bool,
+    probe: impl FnOnce() -> std::result::Result<String, HostIoReason>,
+) -> HostIo {
+    let pread = |reason| HostIo {
+        backend: HostIoBackend::Pread,
+        reason,
+    };
+    match (setting, local_file) {
+        (false, _) => pread(HostIoReason::SettingOff),
+        (true, false) => pread(HostIoReason::NotALocalFile),
+        (true, true) => match probe() {
+            Ok(what) => HostIo {
+                backend: HostIoBackend::IoUring,
+                reason: HostIoReason::Available(what),
+            },
+            Err(why) => pread(why),
+        },
+    }
+}
+
 /// What the planner needs to know of one request.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape<'a> {
@@ -432,12 +653,30 @@ pub fn plan_request(
     registration: impl FnOnce() -> Result<(), String>,
 ) -> Plan {
     let policy = Policy::from(settings);
+    let device = shape.memory == Memory::Device;
+    // A group of a device gather goes through one pinned buffer.
+    let group_bytes = match device {
+        true => settings.bounce_buffer_size,
+        false => settings.task_size,
+    };
+    let gather = gathers(shape.ranges, shape.task_size, group_bytes);
+    // A gather moves each range by itself: cuFile would too, so gds_threshold is a range's.
+    let path_len = match gather {
+        true => shape
+            .ranges
+            .as_slice()
+            .iter()
+            .map(|r| r.len)
+            .max()
+            .unwrap_or(0),
+        false => shape.len,
+    };
     let path = match (shape.memory, shape.local_file) {
         (Memory::Device, false) => Ok(IoPath {
             backend: Backend::GpufilePosix,
             reason: Reason::NotALocalFile,
         }),
-        _ => choose_path(shape.memory, shape.len, policy, cufile).and_then(|p| match p.backend {
+        _ => choose_path(shape.memory, path_len, policy, cufile).and_then(|p| match p.backend {
             Backend::Cufile => after_registration(p, policy, registration()),
             Backend::GpufilePosix => Ok(p),
         }),
@@ -449,8 +688,31 @@ pub fn plan_request(
         shape.task_size.is_some(),
     );
     let bounce = matches!(&path, Ok(p) if p.backend == Backend::GpufilePosix);
-    let device = shape.memory == Memory::Device;
     let read = shape.direction == Direction::Read;
+    // Device writes of many ranges keep a task per range (each copied out by itself).
+    if gather && bounce && (read || !device) {
+        let n = shape.ranges.as_slice().len();
+        let tasks = TaskSplit::grouped(
+            shape.ranges.clone(),
+            gather_group(n, settings.num_threads),
+            group_bytes,
+        );
+        let caller = caller_part(
+            shape.caller_waits,
+            device,
+            bounce,
+            read,
+            tasks.count(),
+            shape.len,
+        );
+        return Plan {
+            path,
+            task_size: group_bytes,
+            task_size_busy: group_bytes,
+            tasks,
+            caller,
+        };
+    }
     let alone_split = bounce && device && read && shape.local_file && shape.task_size.is_none();
     let task_size = match alone_split && shape.alone {
         true => alone_task_size(shape.len, task_size_busy, settings.num_threads),
@@ -902,5 +1164,148 @@ mod tests {
             }
             prop_assert_eq!(next, size);
         }
+    }
+
+    fn rows(n: usize, len: usize) -> Ranges {
+        let v: Vec<Range> = (0..n)
+            .map(|i| Range {
+                file_offset: ((i * 7919) % n * len) as u64,
+                len,
+                buf_offset: i * len,
+            })
+            .collect();
+        Ranges::Many(v.into())
+    }
+
+    #[test]
+    fn a_gather_is_a_few_groups_per_worker_of_whole_ranges_in_order() {
+        let ranges = rows(100_000, 4096);
+        let split = TaskSplit::grouped(ranges.clone(), gather_group(100_000, 16), 4 << 20);
+        // 1563 ranges per group at 16 workers, cut to 1024 by 4 MiB of bytes.
+        assert_eq!(gather_group(100_000, 16), 1563);
+        assert_eq!(gather_group(100, 16), GATHER_MIN_GROUP); // not a task per 2 ranges
+        assert_eq!(gather_group(10_000_000, 16), GATHER_MAX_GROUP);
+        assert_eq!(split.count(), 98);
+        assert!(split.is_grouped());
+        let mut seen = 0;
+        for i in 0..split.count() {
+            let g = split.group(i);
+            assert!(g.len() <= 1024 && !g.is_empty());
+            assert_eq!(g[0], ranges.as_slice()[seen]);
+            assert_eq!(split.task(i).len, g.len() * 4096);
+            seen += g.len();
+        }
+        assert_eq!(seen, 100_000);
+        // A packed output is one contiguous run per group: one copy each.
+        assert_eq!(gather_copies(&split), split.count());
+        // A range larger than a group's bytes is a group by itself.
+        let odd = Ranges::Many(
+            vec![
+                Range {
+                    file_offset: 0,
+                    len: 10,
+                    buf_offset: 0,
+                },
+                Range {
+                    file_offset: 0,
+                    len: 100,
+                    buf_offset: 10,
+                },
+                Range {
+                    file_offset: 0,
+                    len: 0,
+                    buf_offset: 110,
+                },
+            ]
+            .into(),
+        );
+        let split = TaskSplit::grouped(odd, 8, 50);
+        assert_eq!(split.count(), 2);
+        assert_eq!(split.group(1).len(), 2);
+    }
+
+    #[test]
+    fn contiguous_runs_count_the_copies_of_a_layout() {
+        let r = |buf_offset, len| Range {
+            file_offset: 0,
+            len,
+            buf_offset,
+        };
+        assert_eq!(contiguous_runs(&[r(0, 4), r(4, 4), r(8, 4)]), 1);
+        assert_eq!(contiguous_runs(&[r(8, 4), r(0, 4), r(4, 4)]), 1); // permuted, still one
+        assert_eq!(contiguous_runs(&[r(0, 4), r(5, 4), r(9, 0), r(9, 1)]), 2);
+        assert_eq!(contiguous_runs(&[]), 0);
+    }
+
+    #[test]
+    fn what_is_gathered_and_its_path() {
+        assert!(gathers(&rows(2, 4096), None, 16 << 20));
+        assert!(!gathers(&rows(1, 4096), None, 16 << 20)); // one range: as before
+        assert!(!gathers(&rows(4, 4096), Some(4096), 16 << 20)); // its own task size
+        assert!(!gathers(&rows(4, GATHER_MAX_RANGE + 1), None, 1 << 30));
+        assert!(!gathers(&rows(4, 8192), None, 4096)); // a range past a pinned buffer
+        let one = Ranges::One(Range {
+            file_offset: 0,
+            len: 4096,
+            buf_offset: 0,
+        });
+        assert!(!gathers(&one, None, 16 << 20));
+
+        let s = crate::Settings {
+            num_threads: 4,
+            compat_mode: CompatMode::Auto,
+            ..crate::Settings::default()
+        };
+        let ranges = rows(1000, 4096);
+        let shape = Shape {
+            direction: Direction::Read,
+            memory: Memory::Device,
+            ranges: &ranges,
+            len: ranges.bytes(),
+            task_size: None,
+            caller_waits: false,
+            alone: true,
+            local_file: true,
+        };
+        // 4 KiB ranges are below gds_threshold each: gpufile's path, never asking cuFile,
+        // though the whole request is 4 MB.
+        let plan = plan_request(&shape, &s, never, || panic!("no registration"));
+        let path = plan.path.unwrap();
+        assert_eq!(path.reason, Reason::BelowGdsThreshold);
+        assert!(plan.tasks.is_grouped());
+        assert_eq!(plan.tasks.count(), 16);
+        // A device write of many ranges keeps a task per range.
+        let write = Shape {
+            direction: Direction::Write,
+            ..shape
+        };
+        let plan = plan_request(&write, &s, never, || panic!("no registration"));
+        assert!(!plan.tasks.is_grouped());
+        assert_eq!(plan.tasks.count(), 1000);
+    }
+
+    #[test]
+    fn host_io_is_io_uring_only_where_allowed_and_probed() {
+        let ok = || Ok("IORING_OP_READ and IORING_OP_WRITE".to_owned());
+        let io = choose_host_io(true, true, ok);
+        assert_eq!(io.backend, HostIoBackend::IoUring);
+        assert!(
+            io.to_string().starts_with("io_uring (io_uring available"),
+            "{io}"
+        );
+        let off = choose_host_io(false, true, || panic!("not probed when off"));
+        assert_eq!(
+            (off.backend, off.reason.clone()),
+            (HostIoBackend::Pread, HostIoReason::SettingOff)
+        );
+        assert_eq!(
+            off.to_string(),
+            "pread (io_uring is off (setting io_uring))"
+        );
+        let remote = choose_host_io(true, false, || panic!("not probed for a mapping"));
+        assert_eq!(remote.reason, HostIoReason::NotALocalFile);
+        let refused = choose_host_io(true, true, || Err(HostIoReason::Refused("EPERM".into())));
+        assert_eq!(refused.backend, HostIoBackend::Pread);
+        assert_eq!(refused.to_string(), "pread (io_uring refused: EPERM)");
     }
 }

@@ -192,6 +192,12 @@ pub mod faults {
     /// Longest a [`Fault::Together`] call waits for the others.
     pub const TOGETHER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+    /// Whether any rule is set (transfers that bypass the seam, such as io_uring's, then go
+    /// through it instead).
+    pub fn active() -> bool {
+        ACTIVE.load(Ordering::Relaxed)
+    }
+
     /// Replaces the rules (an empty list turns injection off).
     pub fn set(rules: Vec<Rule>) {
         let mut r = RULES.lock().unwrap_or_else(|e| e.into_inner());

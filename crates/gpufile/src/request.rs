@@ -141,6 +141,92 @@ impl Ranges {
         }
     }
 
+    /// Ranges from parallel arrays (the C, C++ and Python `read_ranges`): range `i` is
+    /// `sizes[i]` bytes at `file_offsets[i]`, at `buf_offsets[i]` in the buffer, or, without
+    /// `buf_offsets`, packed one after the other from the buffer's start in the order given.
+    /// Arrays of different lengths, and values past this machine's address space, are
+    /// [`Error::InvalidArgument`]; the ranges themselves are checked when the request is
+    /// submitted.
+    pub fn from_arrays(
+        file_offsets: &[u64],
+        sizes: &[u64],
+        buf_offsets: Option<&[u64]>,
+    ) -> Result<Ranges> {
+        let n = file_offsets.len();
+        let mismatch = |name: &str, m: usize| {
+            Error::InvalidArgument(format!("file_offsets has {n} entries but {name} has {m}"))
+        };
+        if sizes.len() != n {
+            return Err(mismatch("sizes", sizes.len()));
+        }
+        if let Some(b) = buf_offsets.filter(|b| b.len() != n) {
+            return Err(mismatch("buf_offsets", b.len()));
+        }
+        let word = |what: &str, i: usize, v: u64| {
+            usize::try_from(v).map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "{what}[{i}] {v} is larger than this machine's address space"
+                ))
+            })
+        };
+        let mut packed = 0usize;
+        let mut list = Vec::with_capacity(n);
+        for i in 0..n {
+            let len = word("sizes", i, sizes[i])?;
+            let buf_offset = match buf_offsets {
+                Some(b) => word("buf_offsets", i, b[i])?,
+                None => packed,
+            };
+            packed = packed.saturating_add(len);
+            list.push(Range {
+                file_offset: file_offsets[i],
+                len,
+                buf_offset,
+            });
+        }
+        Ok(Ranges::Many(list.into()))
+    }
+
+    /// The ranges of a fixed-row gather (`read_rows`): row `rows[i]`, the `row_bytes` bytes at
+    /// `base_offset + rows[i] * row_stride` in the file, lands at `i * row_bytes`. `row_bytes`
+    /// 0 and offsets that overflow are [`Error::InvalidArgument`].
+    pub fn rows(
+        rows: &[u64],
+        row_bytes: usize,
+        row_stride: u64,
+        base_offset: u64,
+    ) -> Result<Ranges> {
+        if row_bytes == 0 {
+            return Err(Error::InvalidArgument(
+                "row_bytes must be at least 1".into(),
+            ));
+        }
+        let mut list = Vec::with_capacity(rows.len());
+        for (i, &row) in rows.iter().enumerate() {
+            let file_offset = row
+                .checked_mul(row_stride)
+                .and_then(|o| o.checked_add(base_offset))
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "rows[{i}] {row} at row_stride {row_stride} from base_offset \
+                         {base_offset} is past the largest file offset"
+                    ))
+                })?;
+            let buf_offset = i.checked_mul(row_bytes).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{} rows of {row_bytes} bytes overflow the address space",
+                    rows.len()
+                ))
+            })?;
+            list.push(Range {
+                file_offset,
+                len: row_bytes,
+                buf_offset,
+            });
+        }
+        Ok(Ranges::Many(list.into()))
+    }
+
     /// Bytes in all of them.
     pub fn bytes(&self) -> usize {
         match self {
@@ -184,7 +270,10 @@ impl Ranges {
                 Direction::Write => (r.file_offset, r.end()),
             })
             .collect();
-        spans.sort_unstable();
+        // Gathers into a packed output come sorted: an O(n) look spares them the sort.
+        if !spans.windows(2).all(|w| w[0] <= w[1]) {
+            spans.sort_unstable();
+        }
         if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
             let what = match direction {
                 Direction::Read => "buffer",
@@ -349,5 +438,26 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("largest file offset"), "{e}");
         assert_eq!(ok.bytes(), 100);
+    }
+
+    #[test]
+    fn ranges_from_arrays_and_rows_and_their_bad_inputs() {
+        let packed = Ranges::from_arrays(&[100, 0, 50], &[10, 0, 5], None).unwrap();
+        assert_eq!(packed, ranges(&[(100, 10, 0), (0, 0, 10), (50, 5, 10)]));
+        let placed = Ranges::from_arrays(&[1, 2], &[3, 4], Some(&[40, 20])).unwrap();
+        assert_eq!(placed, ranges(&[(1, 3, 40), (2, 4, 20)]));
+        let e = Ranges::from_arrays(&[1, 2], &[3], None).unwrap_err();
+        assert_eq!(e.to_string(), "file_offsets has 2 entries but sizes has 1");
+        let e = Ranges::from_arrays(&[1], &[3], Some(&[])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "file_offsets has 1 entries but buf_offsets has 0"
+        );
+        let rows = Ranges::rows(&[3, 0, 3], 8, 16, 100).unwrap();
+        assert_eq!(rows, ranges(&[(148, 8, 0), (100, 8, 8), (148, 8, 16)]));
+        let e = Ranges::rows(&[1], 0, 16, 0).unwrap_err();
+        assert_eq!(e.to_string(), "row_bytes must be at least 1");
+        let e = Ranges::rows(&[0, 1 << 62], 8, 1 << 10, 0).unwrap_err();
+        assert!(e.to_string().contains("rows[1]") && e.to_string().contains("past the largest"));
     }
 }

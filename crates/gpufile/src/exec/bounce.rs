@@ -110,8 +110,8 @@ pub struct BounceExec {
 }
 
 /// A worker's stream and events for one context.
-struct Lane {
-    stream: Stream,
+pub(crate) struct Lane {
+    pub(crate) stream: Stream,
     events: [Event; 2],
 }
 
@@ -130,7 +130,11 @@ thread_local! {
 
 /// Runs `f` with this worker's lane for `ctx` (kept per thread for primary contexts, which
 /// gpufile retains so they outlive every lane; made for this run otherwise).
-fn with_lane<R>(ctx: Context, device: i32, f: impl FnOnce(&Lane) -> Result<R>) -> Result<R> {
+pub(crate) fn with_lane<R>(
+    ctx: Context,
+    device: i32,
+    f: impl FnOnce(&Lane) -> Result<R>,
+) -> Result<R> {
     if cuda::primary_context(device)? != ctx {
         return f(&Lane::new(ctx)?);
     }
@@ -146,14 +150,14 @@ fn with_lane<R>(ctx: Context, device: i32, f: impl FnOnce(&Lane) -> Result<R>) -
 
 /// Two pinned buffers lent to one run. On drop the stream is drained first, so no copy still
 /// touches a buffer that goes back to the pool; a stream that fails to drain leaks them.
-struct Lent<'a> {
+pub(crate) struct Lent<'a> {
     bufs: [Option<PinnedBuffer>; 2],
     stream: &'a Stream,
     pool: &'a BouncePool,
 }
 
 impl<'a> Lent<'a> {
-    fn take(pool: &'a BouncePool, size: usize, stream: &'a Stream) -> Result<Self> {
+    pub(crate) fn take(pool: &'a BouncePool, size: usize, stream: &'a Stream) -> Result<Self> {
         let pinned_ctx = cuda::primary_context(0)?;
         let mut lent = Lent {
             bufs: [None, None],
@@ -165,7 +169,7 @@ impl<'a> Lent<'a> {
         Ok(lent)
     }
 
-    fn ptr(&self, slot: usize) -> *mut u8 {
+    pub(crate) fn ptr(&self, slot: usize) -> *mut u8 {
         self.bufs[slot]
             .as_ref()
             .map_or(std::ptr::null_mut(), PinnedBuffer::as_ptr)
@@ -237,7 +241,7 @@ struct Run<'a, 'l> {
 
 /// What a pipeline asks of the GPU: one copy queue (a stream) and one event per slot. A trait so
 /// that the pipelines' order of steps is tested without a GPU.
-trait CopyQueue {
+pub(crate) trait CopyQueue {
     /// Waits until the last copy marked for `slot` (into or out of its buffer) is done.
     fn wait_slot(&self, slot: usize) -> Result<()>;
 

@@ -4,6 +4,8 @@
 //! - [`host`]: host memory ⇄ a [`crate::source::Source`] / [`crate::source::Sink`].
 //! - [`bounce`]: GPU memory ⇄ a source or sink through pinned bounce buffers, overlapped.
 //! - [`cufile`]: GPU memory ⇄ a file registered with cuFile.
+//! - [`gather`]: many small ranges, a group of them per task, host or GPU memory (staged in
+//!   pinned memory), through [`uring`] (io_uring) or `pread`.
 //!
 //! The engine starts one run of the executor per worker (at most one per task); a run owns its
 //! worker until the cursor is empty, so what a run sets up once (a stream, two pinned buffers)
@@ -20,7 +22,9 @@ pub use crate::source::Endpoint;
 pub mod bounce;
 pub mod cufile;
 pub mod dma;
+pub mod gather;
 pub mod host;
+pub mod uring;
 
 /// Runs tasks of one request.
 pub trait Executor: Send + Sync {
@@ -104,6 +108,11 @@ impl Tasks {
 
     /// The run's next task: the next of its block, or the first of a new block.
     pub fn next(&self, lease: &mut Lease) -> Option<Task> {
+        self.next_index(lease).map(|i| self.split.task(i))
+    }
+
+    /// The index of the run's next task (for [`Tasks::split`]'s groups).
+    pub fn next_index(&self, lease: &mut Lease) -> Option<usize> {
         if lease.next >= lease.end {
             let count = self.split.count();
             let start = self.next.fetch_add(self.block, Ordering::Relaxed);
@@ -117,7 +126,12 @@ impl Tasks {
         }
         let i = lease.next;
         lease.next += 1;
-        Some(self.split.task(i))
+        Some(i)
+    }
+
+    /// The split the tasks come from.
+    pub fn split(&self) -> &TaskSplit {
+        &self.split
     }
 
     /// Finishes as skipped every task not yet started: the rest of `lease` and every block not

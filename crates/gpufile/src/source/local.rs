@@ -162,7 +162,13 @@ impl LocalFile {
     /// The descriptor for `len` bytes at `offset` from/to memory at `ptr`: the O_DIRECT one when
     /// everything is aligned and the call asks for direct I/O (always, or where no page of the
     /// range is cached), else the buffered one.
-    fn pick(&self, call: &IoContext<'_>, ptr: *const u8, len: usize, offset: u64) -> RawFd {
+    pub(crate) fn pick(
+        &self,
+        call: &IoContext<'_>,
+        ptr: *const u8,
+        len: usize,
+        offset: u64,
+    ) -> RawFd {
         let aligned = (offset as usize | len | ptr as usize) % DIRECT_ALIGN == 0;
         let direct =
             aligned && (call.direct || (call.direct_uncached && self.uncached(offset, len)));
