@@ -4,7 +4,7 @@ import builtins
 import io
 from os import PathLike
 from pathlib import Path
-from typing import Any, TypeAlias, final
+from typing import Any, Callable, TypeAlias, final
 
 # A path as Python's open takes one (what os.fspath accepts).
 _StrOrBytesPath: TypeAlias = str | bytes | PathLike[str] | PathLike[bytes]
@@ -83,6 +83,7 @@ __all__ = [
     "stream_register",
     "stream_synchronize",
     "submit_batch",
+    "when_all",
     "take_env_warnings",
     "take_notices",
 ]
@@ -126,13 +127,17 @@ class OutOfRangeError(ValueError, OverflowError): ...
 class NativeFuture:
     def get(self) -> int: ...
     def done(self) -> bool: ...
+    def add_done_callback(self, callback: Callable[[], object]) -> bool: ...
 
 @final
 class NativeBatchFuture:
     def get(self) -> int: ...
     def done(self) -> bool: ...
+    def add_done_callback(self, callback: Callable[[], object]) -> bool: ...
 
 def submit_batch(entries: Any, write: bool = False) -> NativeBatchFuture: ...
+def when_all(futures: list[NativeFuture | NativeBatchFuture],
+             callback: Callable[[], object]) -> bool: ...
 
 @final
 class NativeRemoteFile:

@@ -348,6 +348,12 @@ impl NativeFuture {
     fn done(&self) -> bool {
         self.fut.is_done()
     }
+
+    /// Arranges for `callback()` to run (GIL held, on gpufile's callback thread) once the
+    /// request has ended; `False`, and nothing arranged, when it has ended already.
+    fn add_done_callback(&self, callback: Py<PyAny>) -> bool {
+        crate::callbacks::when_done(&self.fut, callback)
+    }
 }
 
 impl Drop for NativeFuture {
@@ -472,6 +478,61 @@ impl NativeBatchFuture {
     fn done(&self) -> bool {
         self.fut.is_done()
     }
+
+    /// As `NativeFuture.add_done_callback`, once every request has ended.
+    fn add_done_callback(&self, callback: Py<PyAny>) -> bool {
+        crate::callbacks::when_done(&self.fut, callback)
+    }
+}
+
+/// Arranges for `callback()` to run once every future of `futures` (`NativeFuture`s and
+/// `NativeBatchFuture`s) has ended: one call for all of them. `False`, and nothing arranged,
+/// when all have ended already.
+#[pyfunction]
+pub(crate) fn when_all(futures: Vec<Bound<'_, PyAny>>, callback: Py<PyAny>) -> PyResult<bool> {
+    let mut pending = Vec::new();
+    for f in &futures {
+        if let Ok(n) = f.cast::<NativeFuture>() {
+            pending.push(n.clone().into_any());
+        } else if let Ok(b) = f.cast::<NativeBatchFuture>() {
+            pending.push(b.clone().into_any());
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "expected gpufile futures, got {}",
+                crate::errors::type_name(f)
+            )));
+        }
+    }
+    let futs: Vec<&IoFuture> = pending
+        .iter()
+        .map(|f| match f.cast::<NativeFuture>() {
+            Ok(n) => &n.get().fut,
+            Err(_) => {
+                &f.cast::<NativeBatchFuture>()
+                    .expect("checked above")
+                    .get()
+                    .fut
+            }
+        })
+        .collect();
+    let left: Vec<&IoFuture> = futs.into_iter().filter(|f| !f.is_done()).collect();
+    if left.is_empty() {
+        return Ok(false);
+    }
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(left.len()));
+    let callback = std::sync::Arc::new(Mutex::new(Some(callback)));
+    for f in left {
+        let (count, callback) = (count.clone(), callback.clone());
+        f.on_done(move || {
+            if count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+                let cb = callback.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(cb) = cb {
+                    crate::callbacks::post(crate::callbacks::call(cb));
+                }
+            }
+        });
+    }
+    Ok(true)
 }
 
 impl Drop for NativeBatchFuture {
