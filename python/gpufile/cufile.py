@@ -620,45 +620,68 @@ class CuFile:
 
     def raw_read_async(self, buf: Any, stream: Any, size: int | None = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """Stream-ordered ``raw_read()``: runs after the work already queued on ``stream``.
+        """Stream-ordered ``raw_read()``, queued on ``stream``; returns at once.
+
+        The read starts once the work queued on ``stream`` before the call has finished, and
+        the work queued on ``stream`` after the call waits for the read's end (a kernel queued
+        next sees the bytes). The calling thread does not wait for either.
 
         Parameters
         ----------
-        buf : device array
-            The destination.
+        buf : buffer
+            The destination: a device array (or host memory).
         stream : int or stream object
-            A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream.
+            A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream. The stream given
+            orders the read; the array's own ``__cuda_array_interface__`` stream is not waited
+            for.
         size, file_offset, dev_offset : int, optional
             As ``raw_read()``.
 
         Returns
         -------
         IOFutureStream
-            ``check_bytes_done()`` gives the bytes read (already in place on return).
+            ``check_bytes_done()`` (or ``get()``, ``await``) waits for the read and gives the
+            bytes read; ``stream_order`` says how the stream waits for it.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Bad arguments (as ``raw_read()``), a closed file: raised here, nothing queued.
+        gpufile.CudaError
+            The stream cannot take the work (an invalid handle): nothing queued.
+
+        Notes
+        -----
+        Errors of the read itself (past the end of the file as it is when the stream gets to
+        the read, a failed ``pread``) are raised by ``check_bytes_done()``; the stream's later
+        work is let go all the same, and finds the buffer as the failed read left it. The buffer
+        and the file are held until the read has ended, even if the future is dropped.
         """
-        _native.stream_synchronize(_stream_handle(stream), buf)
-        return IOFutureStream(self.raw_read(buf, size, file_offset, dev_offset))
+        try:
+            return IOFutureStream(self._file.raw_read_async(
+                buf, _stream_handle(stream), size, file_offset, dev_offset))
+        finally:
+            _log_notices()
 
     def raw_write_async(self, buf: Any, stream: Any, size: int | None = None,
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """Stream-ordered ``raw_write()``: writes what the work queued on ``stream`` produced.
+        """Stream-ordered ``raw_write()``, queued on ``stream``; returns at once.
 
-        Parameters
-        ----------
-        buf : device array
-            The source.
-        stream : int or stream object
-            A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream.
-        size, file_offset, dev_offset : int, optional
-            As ``raw_write()``.
+        The write reads ``buf`` once the work queued on ``stream`` before the call (the kernel
+        producing the data) has finished; the work queued after the call waits for the write's
+        end (it may overwrite ``buf``). The arguments, result and errors are
+        ``raw_read_async()``'s.
 
         Returns
         -------
         IOFutureStream
             ``check_bytes_done()`` gives the bytes written.
         """
-        _native.stream_synchronize(_stream_handle(stream), buf)
-        return IOFutureStream(self.raw_write(buf, size, file_offset, dev_offset))
+        try:
+            return IOFutureStream(self._file.raw_write_async(
+                buf, _stream_handle(stream), size, file_offset, dev_offset))
+        finally:
+            _log_notices()
 
 
 def _batch_entries(entries: Any) -> list:

@@ -40,6 +40,7 @@ pub mod pool;
 pub mod posix;
 pub mod request;
 pub mod source;
+pub mod stream;
 pub mod streamed;
 
 pub use config::{CompatMode, RemoteIoBackend, Settings};
