@@ -613,6 +613,12 @@ impl Stream {
         self.raw as sys::CUstream
     }
 
+    /// The stream's handle, as an application's stream handle is given to gpufile (a
+    /// stream-ordered request on it: `crate::stream`).
+    pub fn handle(&self) -> u64 {
+        self.raw as u64
+    }
+
     /// Queues a copy of `len` bytes from host memory at `src` to device address `dst`
     /// (`cuMemcpyHtoDAsync`).
     ///
