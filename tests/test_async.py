@@ -156,17 +156,27 @@ def test_many_threads_add_callbacks_and_wait_at_once(data_file):
     assert counts == [100] * 8
 
 
-def test_await_ten_thousand_futures_without_a_thread_each(data_file):
+def test_await_ten_thousand_futures_without_a_thread_each(data_file, no_faults):
+    """10,000 reads awaited with asyncio.gather while every worker is held inside its pread (an
+    injected fault that waits for one more read than there are workers): each await finds its
+    future pending, and the process gains no thread per future."""
     path, data = data_file
     n = 10_000
     out = np.zeros(n * 4096, dtype=np.uint8)
+    workers = gpufile.defaults.get("num_threads")
 
     async def main(f):
         futs = [f.pread(out[i * 4096:(i + 1) * 4096], file_offset=i * 4096) for i in range(n)]
-        return await asyncio.gather(*futs)
+        both = asyncio.ensure_future(asyncio.gather(*futs, return_exceptions=True))
+        await asyncio.sleep(0.3)  # every gather task now awaits a pending future
+        assert sum(not g.done() for g in futs) > n - workers - 1
+        peak[0] = max(peak[0], _threads())
+        with pytest.raises(OSError):
+            f.read(np.empty(4096, dtype=np.uint8))  # the last arrival: the held reads fail
+        return await both
 
     with gpufile.CuFile(path) as f:
-        f.read(np.empty(4096, dtype=np.uint8))  # the workers exist before counting
+        f.pread(np.empty(4096, dtype=np.uint8)).get()  # the workers exist before counting
         before = _threads()
         peak = [before]
         stop = threading.Event()
@@ -178,15 +188,21 @@ def test_await_ten_thousand_futures_without_a_thread_each(data_file):
 
         sampler = threading.Thread(target=sample)
         sampler.start()
+        _native._inject_faults([("read", 0, "enospc_together", workers + 1)])
         try:
-            sizes = asyncio.run(main(f))
+            results = asyncio.run(main(f))
         finally:
+            _native._inject_faults([])
             stop.set()
             sampler.join()
-    assert sizes == [4096] * n
-    assert np.array_equal(out, data)
-    # The sampler, the callback thread, asyncio.run's own: nothing per future.
-    assert peak[0] <= before + 3, (before, peak[0])
+    failed = [i for i, r in enumerate(results) if isinstance(r, OSError)]
+    assert len(failed) == workers and all(results[i].errno == 28 for i in failed)
+    for i, r in enumerate(results):
+        if i not in failed:
+            assert r == 4096
+            assert np.array_equal(out[i * 4096:(i + 1) * 4096], data[i * 4096:(i + 1) * 4096])
+    # The sampler and gpufile's callback thread: nothing per future.
+    assert peak[0] <= before + 2, (before, peak[0])
 
 
 def test_aio_gather_returns_results_in_order_and_raises_after_all(data_file):
