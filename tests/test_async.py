@@ -289,3 +289,36 @@ def test_cancelling_the_awaiting_task_leaves_the_request_running(data_file, no_f
             fut.get()
         assert e.value.errno == 28
         assert fut.done()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork with threads running
+def test_callbacks_run_in_a_forked_child(data_file, no_faults):
+    """The parent's callback thread does not exist in a forked child: the child starts its
+    own, so its callbacks still run."""
+    path, data = data_file
+    with gpufile.CuFile(path) as f:
+        ran = threading.Event()
+        g = f.pread(np.empty(1 << 20, dtype=np.uint8))
+        g.add_done_callback(lambda _: ran.set())
+        assert ran.wait(30)
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if a callback ran there
+            code = 1
+            try:
+                # The read is held in its pread until a second read arrives: the callback is
+                # surely added to a pending future.
+                _native._inject_faults([("read", 0, "enospc_together", 2)])
+                seen = threading.Event()
+                h = f.pread(np.empty(4096, dtype=np.uint8))
+                h.add_done_callback(lambda _: seen.set())
+                pending = not h.done()
+                try:
+                    f.read(np.empty(4096, dtype=np.uint8))
+                except OSError:
+                    pass
+                if pending and seen.wait(20):
+                    code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

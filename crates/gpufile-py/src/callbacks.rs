@@ -6,7 +6,7 @@
 //! future cannot stall the I/O), and awaiting 10,000 futures costs one thread, not 10,000.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use gpufile::IoFuture;
 use pyo3::prelude::*;
@@ -14,26 +14,30 @@ use pyo3::prelude::*;
 /// Something to run with the GIL held on the callback thread.
 pub(crate) type Job = Box<dyn FnOnce(Python<'_>) + Send>;
 
-static QUEUE: OnceLock<Option<Sender<Job>>> = OnceLock::new();
+/// The callback thread's queue, and the process that started it (a forked child has no such
+/// thread: it starts its own).
+static QUEUE: Mutex<Option<(u32, Sender<Job>)>> = Mutex::new(None);
 
 /// Runs `job` on the callback thread (started here on first use). Where no thread can be
 /// started, the job runs on this thread, taking the GIL.
 pub(crate) fn post(job: Job) {
-    let queue = QUEUE.get_or_init(|| {
+    let pid = std::process::id();
+    let mut queue = QUEUE.lock().unwrap_or_else(|e| e.into_inner());
+    if queue.as_ref().is_none_or(|(p, _)| *p != pid) {
         let (tx, rx) = channel();
-        std::thread::Builder::new()
+        let started = std::thread::Builder::new()
             .name("gpufile-callbacks".into())
-            .spawn(move || run(rx))
-            .ok()
-            .map(|_| tx)
-    });
-    let job = match queue {
-        Some(tx) => match tx.send(job) {
+            .spawn(move || run(rx));
+        *queue = started.ok().map(|_| (pid, tx));
+    }
+    let job = match queue.as_ref() {
+        Some((_, tx)) => match tx.send(job) {
             Ok(()) => return,
             Err(e) => e.0,
         },
         None => job,
     };
+    drop(queue);
     run_jobs(vec![job]);
 }
 
