@@ -10,7 +10,7 @@ venv=${GPUFILE_VENV:-.venv}
 rm -rf target/wheels target/gpu-tests
 "$venv/bin/maturin" build --release --quiet --out target/wheels
 mkdir -p target/gpu-tests
-cargo test --release -p gpufile --test gpu_io -p gpufile-capi --test device --no-run \
+cargo test --release -p gpufile --test gpu_io --test gpu_stream -p gpufile-capi --test device --no-run \
     --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
 for line in sys.stdin:

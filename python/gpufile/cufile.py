@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import os
@@ -123,28 +124,31 @@ def _stream_handle(stream: Any) -> int:
     return operator.index(stream)  # an int, or a NumPy integer holding the handle
 
 
-class IOFutureStream:
-    """The result of ``CuFile.raw_read_async()`` and ``CuFile.raw_write_async()``.
+def _call_back(fn: Any, fut: "IOFuture") -> None:
+    """Calls ``fn(fut)``; an exception it raises is logged (as ``concurrent.futures`` does), never
+    lost and never raised into gpufile's callback thread."""
+    try:
+        fn(fut)
+    except Exception:  # noqa: BLE001 - a callback's failure is the caller's, logged
+        _log.exception("exception calling callback for %r", fut)
 
-    gpufile orders the transfer after the work already queued on the stream (it waits for the
-    stream, then transfers), so the bytes are in place when the call returns; KvikIO's
-    ``cuFileReadAsync`` is not used yet.
+
+def _wake(loop: Any, waiter: Any, _fut: "IOFuture") -> None:
+    """The end of a request, told to the event loop awaiting it (from gpufile's callback thread).
+
+    ``_fut`` is held until here, so an ``await`` that is cancelled leaves the future (and the
+    buffer it holds) alive until the request has ended, and it is never dropped, waiting, on the
+    loop's thread.
     """
+    try:
+        loop.call_soon_threadsafe(_resolve, waiter)
+    except RuntimeError:  # the loop is closed: nobody awaits any more
+        pass
 
-    __slots__ = ("_n",)
 
-    def __init__(self, n: int) -> None:
-        self._n = n
-
-    def check_bytes_done(self) -> int:
-        """The bytes transferred.
-
-        Returns
-        -------
-        int
-            Bytes read or written by the stream-ordered request.
-        """
-        return self._n
+def _resolve(waiter: Any) -> None:
+    if not waiter.done():  # a cancelled await has cancelled it already
+        waiter.set_result(None)
 
 
 class IOFuture:
@@ -152,7 +156,11 @@ class IOFuture:
 
     It keeps its buffer and its file alive until the request is done, so dropping the future,
     closing the file or exiting the interpreter while it runs is safe (KvikIO's futures hold no
-    such references). It can also be awaited: ``n = await f.pread(buf)``.
+    such references).
+
+    It can be awaited (``n = await f.pread(buf)``) with no thread per future, and calls back
+    (``add_done_callback``) as ``concurrent.futures.Future`` does; see the async page of the
+    documentation.
     """
 
     __slots__ = ("_fut",)
@@ -199,12 +207,81 @@ class IOFuture:
         """
         return self._fut.report()
 
+    def add_done_callback(self, fn: Any) -> None:
+        """Call ``fn(future)`` once the request has finished (successfully or not).
+
+        As ``concurrent.futures.Future.add_done_callback``: each callback is called once, in
+        the order added; a callback added to a finished future is called at once, on the
+        calling thread. Otherwise it runs on gpufile's callback thread (one for the process,
+        holding the GIL; the I/O workers never wait for Python), in the order the requests
+        finish. An exception raised by ``fn`` is logged (logger ``"gpufile"``) and ignored.
+        ``fn`` may call ``future.get()`` (it returns at once) and start or wait for other
+        requests, but a callback that blocks delays the callbacks after it.
+
+        Parameters
+        ----------
+        fn : callable
+            Called with this future as its only argument.
+        """
+        if not self._fut.add_done_callback(functools.partial(_call_back, fn, self)):
+            _call_back(fn, self)
+
     def __await__(self):
         if not self._fut.done():
             import asyncio
 
-            yield from asyncio.get_running_loop().run_in_executor(None, self._fut.get).__await__()
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            if self._fut.add_done_callback(functools.partial(_wake, loop, waiter, self)):
+                # Cancelling the awaiting task cancels ``waiter`` only: the request goes on to
+                # its end (its result stays on this future), holding the buffer until then.
+                yield from waiter
         return self._fut.get()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {'done' if self.done() else 'pending'}>"
+
+
+class IOFutureStream(IOFuture):
+    """The result of ``CuFile.raw_read_async()`` and ``CuFile.raw_write_async()``.
+
+    The transfer is queued on the stream: it starts once the work queued on the stream before it
+    has finished, and work queued on the stream after it waits for its end; the call that made
+    it returned at once. ``check_bytes_done()`` (KvikIO's name) and ``get()`` wait for the
+    transfer (not for the rest of the stream) and raise its error; ``done()``,
+    ``add_done_callback()`` and ``await`` work as for every ``IOFuture``. ``stream_order`` says
+    how the stream was made to wait, and why.
+    """
+
+    __slots__ = ()
+
+    def check_bytes_done(self) -> int:
+        """Wait for the transfer; the bytes transferred.
+
+        Returns
+        -------
+        int
+            Bytes read or written by the stream-ordered request.
+
+        Raises
+        ------
+        gpufile.EndOfFileError, OSError, gpufile.CudaError, gpufile.CufileError
+            The transfer's own error (a read past the end of the file, a failed ``pread``):
+            errors found when the stream reached the transfer are raised here, not by the call
+            that queued it.
+        """
+        return self._fut.get()
+
+    @property
+    def stream_order(self) -> tuple[str, str]:
+        """``(how, reason)``: how later work on the stream waits for this transfer.
+
+        ``"wait-value"`` (the stream waits on a flag gpufile sets when the transfer ends,
+        ``cuStreamWaitValue32``), ``"host-function"`` (a host function on the stream blocks
+        until the transfer ends), or ``"caller-waits"`` (the call itself waited: no CUDA
+        device, or the driver cannot do either), with the reason.
+        """
+        return self._fut.stream_order
 
 
 class CuFile:
@@ -664,45 +741,68 @@ class CuFile:
 
     def raw_read_async(self, buf: Any, stream: Any, size: int | None = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """Stream-ordered ``raw_read()``: runs after the work already queued on ``stream``.
+        """Stream-ordered ``raw_read()``, queued on ``stream``; returns at once.
+
+        The read starts once the work queued on ``stream`` before the call has finished, and
+        the work queued on ``stream`` after the call waits for the read's end (a kernel queued
+        next sees the bytes). The calling thread does not wait for either.
 
         Parameters
         ----------
-        buf : device array
-            The destination.
+        buf : buffer
+            The destination: a device array (or host memory).
         stream : int or stream object
-            A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream.
+            A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream. The stream given
+            orders the read; the array's own ``__cuda_array_interface__`` stream is not waited
+            for.
         size, file_offset, dev_offset : int, optional
             As ``raw_read()``.
 
         Returns
         -------
         IOFutureStream
-            ``check_bytes_done()`` gives the bytes read (already in place on return).
+            ``check_bytes_done()`` (or ``get()``, ``await``) waits for the read and gives the
+            bytes read; ``stream_order`` says how the stream waits for it.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Bad arguments (as ``raw_read()``), a closed file: raised here, nothing queued.
+        gpufile.CudaError
+            The stream cannot take the work (an invalid handle): nothing queued.
+
+        Notes
+        -----
+        Errors of the read itself (past the end of the file as it is when the stream gets to
+        the read, a failed ``pread``) are raised by ``check_bytes_done()``; the stream's later
+        work is let go all the same, and finds the buffer as the failed read left it. The buffer
+        and the file are held until the read has ended, even if the future is dropped.
         """
-        _native.stream_synchronize(_stream_handle(stream), buf)
-        return IOFutureStream(self.raw_read(buf, size, file_offset, dev_offset))
+        try:
+            return IOFutureStream(self._file.raw_read_async(
+                buf, _stream_handle(stream), size, file_offset, dev_offset))
+        finally:
+            _log_notices()
 
     def raw_write_async(self, buf: Any, stream: Any, size: int | None = None,
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
-        """Stream-ordered ``raw_write()``: writes what the work queued on ``stream`` produced.
+        """Stream-ordered ``raw_write()``, queued on ``stream``; returns at once.
 
-        Parameters
-        ----------
-        buf : device array
-            The source.
-        stream : int or stream object
-            A ``CUstream`` handle, a CuPy/Numba stream or a PyTorch stream.
-        size, file_offset, dev_offset : int, optional
-            As ``raw_write()``.
+        The write reads ``buf`` once the work queued on ``stream`` before the call (the kernel
+        producing the data) has finished; the work queued after the call waits for the write's
+        end (it may overwrite ``buf``). The arguments, result and errors are
+        ``raw_read_async()``'s.
 
         Returns
         -------
         IOFutureStream
             ``check_bytes_done()`` gives the bytes written.
         """
-        _native.stream_synchronize(_stream_handle(stream), buf)
-        return IOFutureStream(self.raw_write(buf, size, file_offset, dev_offset))
+        try:
+            return IOFutureStream(self._file.raw_write_async(
+                buf, _stream_handle(stream), size, file_offset, dev_offset))
+        finally:
+            _log_notices()
 
 
 def _host_ints(values: Any) -> Any:

@@ -257,6 +257,12 @@ impl BufferView {
         Self::make(obj, writable, Producer::Defer)
     }
 
+    /// The view of `obj` for a stream-ordered request: the stream the caller names orders it,
+    /// so the producer's stream is not waited for (nor marked).
+    pub(crate) fn for_stream(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
+        Self::make(obj, writable, Producer::Ignore)
+    }
+
     fn make(obj: &Bound<'_, PyAny>, writable: bool, producer: Producer) -> PyResult<Self> {
         if !plain_host_buffer(obj) {
             if writable && immutable_by_contract(obj) {

@@ -3,7 +3,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use gpufile::cuda::Context;
 use gpufile::source::Endpoint;
+use gpufile::stream::{OnStream, StreamOrder};
 use gpufile::{Direction, Engine, Error, FileHandle, IoFuture, Memory, Request};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -82,35 +84,86 @@ impl NativeFile {
     ) -> PyResult<usize> {
         let handle = self.handle()?;
         let view = BufferView::for_request(buf, dir == Direction::Read)?;
-        let dev_offset = uint_arg("dev_offset", dev_offset, Some(0))?.unwrap_or(0);
-        let room = (view.len() as u64).checked_sub(dev_offset).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "dev_offset {dev_offset} is past the end of the buffer ({} bytes)",
-                view.len()
-            ))
-        })?;
-        let len = uint_arg("size", size, Some(room))?.unwrap_or(0);
-        if len > room {
-            return Err(PyValueError::new_err(format!(
-                "size {len} at dev_offset {dev_offset} is larger than the buffer ({} bytes)",
-                view.len()
-            )));
-        }
-        let len = len as usize;
-        let args = Args {
-            dir,
-            len,
-            buf_offset: dev_offset as usize,
-            file_offset: ("file_offset", file_offset),
-            task_size: None,
-            caller_waits: true,
-        };
-        let req = request::build(&view, args)?.task_size(Some(len.max(1)));
+        let req = raw_request(&view, dir, size, file_offset, dev_offset, true)?;
         // SAFETY: `view` holds the export or the array object until after the wait.
         let fut = unsafe { request::submit(py, handle.endpoint(dir), req) };
         let result = wait_interruptibly(py, &fut.map_err(to_py)?);
         drop(view);
         result
+    }
+
+    /// A stream-ordered `raw`: queued on `stream` (see `gpufile::stream`), returning at once.
+    /// The buffer and the file are held until the request has ended, whatever becomes of the
+    /// returned future (dropping it never waits for the stream).
+    #[allow(clippy::too_many_arguments)]
+    fn raw_async(
+        slf: &Bound<'_, Self>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        stream: u64,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+        order: Option<&str>,
+    ) -> PyResult<NativeFuture> {
+        let py = slf.py();
+        let prefer = order
+            .map(|o| {
+                StreamOrder::parse(o).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "order must be \"wait-value\", \"host-function\" or \"caller-waits\", \
+                         got {o:?}"
+                    ))
+                })
+            })
+            .transpose()?;
+        let handle = slf.get().handle()?;
+        // The stream given is the order asked for: the array's own stream is not waited for.
+        let view = BufferView::for_stream(buf, dir == Direction::Read)?;
+        let req = raw_request(&view, dir, size, file_offset, dev_offset, false)?;
+        let on = OnStream {
+            handle: stream,
+            device: stream_device(&view)?,
+        };
+        let endpoint = handle.endpoint(dir);
+        let req = request::SendRequest(req);
+        let (fut, ordering) = py
+            .detach(move || {
+                let engine = Engine::global()?;
+                let settings = engine.shared_settings();
+                // SAFETY: the view (export or array object) is held until the request has
+                // ended (`keep` below); the stream is the caller's, used during this call only.
+                unsafe {
+                    gpufile::stream::submit(
+                        &engine,
+                        endpoint,
+                        req.into_inner(),
+                        settings,
+                        on,
+                        prefer,
+                    )
+                }
+            })
+            .map_err(to_py)?;
+        let keep = (view, buf.clone().unbind(), slf.clone().into_any().unbind());
+        // Dropped with the GIL held, on the callback thread, once the request has ended.
+        fut.on_done(move || crate::callbacks::post(Box::new(move |_py| drop(keep))));
+        if ordering.order != StreamOrder::WaitValue {
+            gpufile::observe::notice(
+                "stream-order",
+                format!(
+                    "stream-ordered transfers: {} ({})",
+                    ordering.order, ordering.reason
+                ),
+            );
+        }
+        Ok(NativeFuture {
+            fut,
+            view: Mutex::new(None),
+            _owners: Vec::new(),
+            report: None,
+            stream_order: Some((ordering.order.as_str().to_owned(), ordering.reason)),
+        })
     }
 
     fn future(
@@ -130,6 +183,7 @@ impl NativeFile {
             view: Mutex::new(Some(view)),
             _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
             report: None,
+            stream_order: None,
         })
     }
 
@@ -154,6 +208,7 @@ impl NativeFile {
             view: Mutex::new(Some(view)),
             _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
             report: Some(report),
+            stream_order: None,
         })
     }
 }
@@ -307,6 +362,39 @@ impl NativeFile {
         self.raw(py, Direction::Write, buf, size, file_offset, dev_offset)
     }
 
+    /// Stream-ordered `raw_read` (KvikIO's `raw_read_async`); `order` forces how the stream
+    /// waits (`"wait-value"`, `"host-function"`, `"caller-waits"`; tests).
+    #[pyo3(signature = (buf, stream, size=None, file_offset=None, dev_offset=None, order=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn raw_read_async(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        stream: u64,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+        order: Option<&str>,
+    ) -> PyResult<NativeFuture> {
+        let d = Direction::Read;
+        Self::raw_async(slf, d, buf, stream, size, file_offset, dev_offset, order)
+    }
+
+    /// Stream-ordered `raw_write` (KvikIO's `raw_write_async`).
+    #[pyo3(signature = (buf, stream, size=None, file_offset=None, dev_offset=None, order=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn raw_write_async(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        stream: u64,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        dev_offset: Option<&Bound<'_, PyAny>>,
+        order: Option<&str>,
+    ) -> PyResult<NativeFuture> {
+        let d = Direction::Write;
+        Self::raw_async(slf, d, buf, stream, size, file_offset, dev_offset, order)
+    }
+
     /// Closes the handle; requests in flight finish first (they hold the descriptor).
     fn close(&self) {
         self.handle.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -386,10 +474,14 @@ impl NativeFile {
 #[pyclass(frozen, module = "gpufile._native")]
 pub(crate) struct NativeFuture {
     fut: IoFuture,
+    /// `None` once `get()` saw the end, and for a stream-ordered request (which holds its
+    /// buffer itself).
     view: Mutex<Option<BufferView>>,
     _owners: Vec<Py<PyAny>>,
     /// What the plan decided, for requests that report it (ranges and rows).
     report: Option<gpufile::PathReport>,
+    /// How a stream-ordered request's stream waits, and why.
+    stream_order: Option<(String, String)>,
 }
 
 impl NativeFuture {
@@ -401,6 +493,7 @@ impl NativeFuture {
             view: Mutex::new(Some(view)),
             _owners: owners,
             report: None,
+            stream_order: None,
         }
     }
 }
@@ -434,17 +527,33 @@ impl NativeFuture {
             .map(|r| crate::ranges::report_dict(py, r))
             .transpose()
     }
+
+    /// Arranges for `callback()` to run (GIL held, on gpufile's callback thread) once the
+    /// request has ended; `False`, and nothing arranged, when it has ended already.
+    fn add_done_callback(&self, callback: Py<PyAny>) -> bool {
+        crate::callbacks::when_done(&self.fut, callback)
+    }
+
+    /// `(how, reason)` of a stream-ordered request; `None` for others.
+    #[getter]
+    fn stream_order(&self) -> Option<(String, String)> {
+        self.stream_order.clone()
+    }
 }
 
 impl Drop for NativeFuture {
     fn drop(&mut self) {
+        let holds = self.view.get_mut().map(|v| v.is_some()).unwrap_or(false);
         // The workers may still write into the buffer: keep the export until they are done,
         // without holding the GIL meanwhile (other Python threads go on).
-        if !self.fut.is_done() {
+        if holds && !self.fut.is_done() {
             Python::attach(|py| py.detach(|| self.fut.wait().ok()));
         }
+        if !self.fut.is_done() {
+            return; // a stream-ordered request, still queued: it holds its own buffer
+        }
         if let Err(e) = self.fut.wait() {
-            if self.view.get_mut().map(|v| v.is_some()).unwrap_or(false) {
+            if holds {
                 // Nobody called get(): say once that this request failed (a dropped pwrite would
                 // otherwise lose ENOSPC silently).
                 gpufile::observe::notice(
@@ -453,6 +562,68 @@ impl Drop for NativeFuture {
                 );
             }
         }
+    }
+}
+
+/// The request of a `raw_read`/`raw_write` (one task): `size` bytes (default: the rest of the
+/// buffer) at `dev_offset` into the buffer, at `file_offset` in the file.
+fn raw_request(
+    view: &BufferView,
+    dir: Direction,
+    size: Option<&Bound<'_, PyAny>>,
+    file_offset: Option<&Bound<'_, PyAny>>,
+    dev_offset: Option<&Bound<'_, PyAny>>,
+    caller_waits: bool,
+) -> PyResult<Request> {
+    let dev_offset = uint_arg("dev_offset", dev_offset, Some(0))?.unwrap_or(0);
+    let room = (view.len() as u64).checked_sub(dev_offset).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "dev_offset {dev_offset} is past the end of the buffer ({} bytes)",
+            view.len()
+        ))
+    })?;
+    let len = uint_arg("size", size, Some(room))?.unwrap_or(0);
+    if len > room {
+        return Err(PyValueError::new_err(format!(
+            "size {len} at dev_offset {dev_offset} is larger than the buffer ({} bytes)",
+            view.len()
+        )));
+    }
+    let len = len as usize;
+    let args = Args {
+        dir,
+        len,
+        buf_offset: dev_offset as usize,
+        file_offset: ("file_offset", file_offset),
+        task_size: None,
+        caller_waits,
+    };
+    Ok(request::build(view, args)?.task_size(Some(len.max(1))))
+}
+
+/// The context and device a stream-ordered request's stream belongs to: the device memory's
+/// own; for host memory, the thread's current context, else device 0's primary one. `None`
+/// where there is no CUDA driver or device (the request then runs at once).
+fn stream_device(view: &BufferView) -> PyResult<Option<(Context, i32)>> {
+    use gpufile::cuda;
+    if let BufferView::Device {
+        info: Some(info), ..
+    } = view
+    {
+        let device = info.device.unwrap_or(0);
+        let ctx = match info.context {
+            Some(c) => c,
+            None => cuda::primary_context(device).map_err(to_py)?,
+        };
+        return Ok(Some((ctx, device)));
+    }
+    match cuda::current_context() {
+        Err(_) => Ok(None),
+        Ok(Some(ctx)) => Ok(Some((ctx, cuda::context_device(ctx).map_err(to_py)?))),
+        Ok(None) => match cuda::device_count() {
+            Ok(n) if n > 0 => Ok(Some((cuda::primary_context(0).map_err(to_py)?, 0))),
+            _ => Ok(None),
+        },
     }
 }
 
@@ -558,6 +729,61 @@ impl NativeBatchFuture {
     fn done(&self) -> bool {
         self.fut.is_done()
     }
+
+    /// As `NativeFuture.add_done_callback`, once every request has ended.
+    fn add_done_callback(&self, callback: Py<PyAny>) -> bool {
+        crate::callbacks::when_done(&self.fut, callback)
+    }
+}
+
+/// Arranges for `callback()` to run once every future of `futures` (`NativeFuture`s and
+/// `NativeBatchFuture`s) has ended: one call for all of them. `False`, and nothing arranged,
+/// when all have ended already.
+#[pyfunction]
+pub(crate) fn when_all(futures: Vec<Bound<'_, PyAny>>, callback: Py<PyAny>) -> PyResult<bool> {
+    let mut pending = Vec::new();
+    for f in &futures {
+        if let Ok(n) = f.cast::<NativeFuture>() {
+            pending.push(n.clone().into_any());
+        } else if let Ok(b) = f.cast::<NativeBatchFuture>() {
+            pending.push(b.clone().into_any());
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "expected gpufile futures, got {}",
+                crate::errors::type_name(f)
+            )));
+        }
+    }
+    let futs: Vec<&IoFuture> = pending
+        .iter()
+        .map(|f| match f.cast::<NativeFuture>() {
+            Ok(n) => &n.get().fut,
+            Err(_) => {
+                &f.cast::<NativeBatchFuture>()
+                    .expect("checked above")
+                    .get()
+                    .fut
+            }
+        })
+        .collect();
+    let left: Vec<&IoFuture> = futs.into_iter().filter(|f| !f.is_done()).collect();
+    if left.is_empty() {
+        return Ok(false);
+    }
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(left.len()));
+    let callback = std::sync::Arc::new(Mutex::new(Some(callback)));
+    for f in left {
+        let (count, callback) = (count.clone(), callback.clone());
+        f.on_done(move || {
+            if count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+                let cb = callback.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(cb) = cb {
+                    crate::callbacks::post(crate::callbacks::call(cb));
+                }
+            }
+        });
+    }
+    Ok(true)
 }
 
 impl Drop for NativeBatchFuture {

@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 
 mod buffer;
+mod callbacks;
 mod cufile;
 mod dlpack;
 mod errors;
@@ -73,6 +74,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(tools::shutdown, m)?,
         wrap_pyfunction!(tools::cli_main, m)?,
         wrap_pyfunction!(file::submit_batch, m)?,
+        wrap_pyfunction!(file::when_all, m)?,
     ] {
         m.add_function(f)?;
     }

@@ -82,7 +82,7 @@ pub(crate) struct SendRequest(pub(crate) Request);
 unsafe impl Send for SendRequest {}
 impl SendRequest {
     // A method (not `.0`) so that closures capture the whole `SendRequest`.
-    fn into_inner(self) -> Request {
+    pub(crate) fn into_inner(self) -> Request {
         self.0
     }
 }

@@ -57,6 +57,8 @@ pub const CU_MEMORYTYPE_UNIFIED: c_uint = 4;
 
 /// `CU_MEMHOSTALLOC_PORTABLE`: pinned memory usable from every context.
 pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x01;
+/// `CU_MEMHOSTALLOC_DEVICEMAP`: pinned memory mapped into the device's address space.
+pub const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 0x02;
 /// `CU_MEMHOSTREGISTER_PORTABLE`.
 pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
 /// `CU_MEMHOSTREGISTER_READ_ONLY`: the device only reads the registered range.
@@ -66,6 +68,12 @@ pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 /// `CU_EVENT_DISABLE_TIMING`.
 pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 
+/// `CU_STREAM_WAIT_VALUE_GEQ`: wait until `(int32_t)(*addr - value) >= 0` (a cyclic compare).
+pub const CU_STREAM_WAIT_VALUE_GEQ: c_uint = 0x0;
+
+/// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1`: the v1 stream memory operations
+/// (`cuStreamWaitValue32` before CUDA 12) are enabled.
+pub const CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: c_int = 92;
 /// `CU_DEVICE_ATTRIBUTE_PCI_BUS_ID`.
 pub const CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: c_int = 33;
 /// `CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID`.
@@ -190,7 +198,18 @@ api_table! {
         event_synchronize = "cuEventSynchronize": fn(CUevent) -> CUresult;
         event_destroy = "cuEventDestroy_v2": fn(CUevent) -> CUresult;
     }
-    optional {}
+    optional {
+        /// Stream memory operations of CUDA 11.7 and later (supported on every device from 12).
+        stream_wait_value32_v2 = "cuStreamWaitValue32_v2":
+            fn(CUstream, CUdeviceptr, u32, c_uint) -> CUresult;
+        /// The first stream memory operations (where `CAN_USE_STREAM_MEM_OPS_V1` says so).
+        stream_wait_value32 = "cuStreamWaitValue32": fn(CUstream, CUdeviceptr, u32, c_uint) -> CUresult;
+        launch_host_func = "cuLaunchHostFunc":
+            fn(CUstream, unsafe extern "C" fn(*mut c_void), *mut c_void) -> CUresult;
+        mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2":
+            fn(*mut CUdeviceptr, *mut c_void, c_uint) -> CUresult;
+        stream_get_flags = "cuStreamGetFlags": fn(CUstream, *mut c_uint) -> CUresult;
+    }
 }
 
 impl CudaApi {

@@ -141,6 +141,146 @@ pub fn device_pci_address(ordinal: i32) -> Result<String> {
     Ok(format!("{domain:04x}:{bus:02x}:{device:02x}.0"))
 }
 
+/// A device attribute (`cuDeviceGetAttribute`).
+pub fn device_attribute(ordinal: i32, attr: std::ffi::c_int) -> Result<i32> {
+    let api = api()?;
+    let mut dev = 0;
+    // SAFETY: plain out-parameter.
+    check("cuDeviceGet", unsafe {
+        (api.device_get)(&mut dev, ordinal)
+    })?;
+    let mut v = 0;
+    // SAFETY: plain out-parameter; an unknown attribute is an error status, not a crash.
+    check("cuDeviceGetAttribute", unsafe {
+        (api.device_get_attribute)(&mut v, attr, dev)
+    })?;
+    Ok(v)
+}
+
+/// What the driver offers for ordering gpufile's work on an application's stream (see
+/// `crate::stream`): the entry points present and what the device says of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamOpsSupport {
+    /// The driver's version (major, minor).
+    pub driver: (i32, i32),
+    /// `cuStreamWaitValue32_v2` is exported.
+    pub wait_value_v2: bool,
+    /// `cuStreamWaitValue32` (v1) is exported.
+    pub wait_value_v1: bool,
+    /// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1` is 1 on the device.
+    pub mem_ops_v1: bool,
+    /// `cuMemHostGetDevicePointer_v2` is exported (a flag the device can read).
+    pub mapped_memory: bool,
+    /// `cuLaunchHostFunc` is exported.
+    pub host_func: bool,
+}
+
+/// Asks the driver what [`StreamOpsSupport`] device `ordinal` has.
+pub fn stream_ops_support(ordinal: i32) -> Result<StreamOpsSupport> {
+    let api = api()?;
+    Ok(StreamOpsSupport {
+        driver: driver_version()?,
+        wait_value_v2: api.stream_wait_value32_v2.is_some(),
+        wait_value_v1: api.stream_wait_value32.is_some(),
+        mem_ops_v1: device_attribute(ordinal, sys::CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1)
+            .is_ok_and(|v| v == 1),
+        mapped_memory: api.mem_host_get_device_pointer.is_some(),
+        host_func: api.launch_host_func.is_some(),
+    })
+}
+
+/// Whether the stream `handle` orders itself with the legacy default stream (a stream created
+/// without `CU_STREAM_NON_BLOCKING`, the legacy stream itself, the per-thread default stream):
+/// work queued on the legacy stream later waits for it. Unknown (the driver cannot say) counts
+/// as blocking.
+pub fn stream_is_blocking(handle: u64, ctx: Context) -> bool {
+    if handle <= 2 {
+        return true; // the legacy stream (0, 1) and the per-thread default stream (2)
+    }
+    let Ok(api) = api() else { return true };
+    let (Some(get), Ok(_g)) = (api.stream_get_flags, push_unless_current(api, ctx)) else {
+        return true;
+    };
+    let mut flags = 0;
+    // SAFETY: the caller's live stream (CUDA Array Interface v3 contract); plain out-parameter.
+    let code = unsafe { get(handle as sys::CUstream, &mut flags) };
+    code != sys::CUDA_SUCCESS || flags & sys::CU_STREAM_NON_BLOCKING == 0
+}
+
+/// The context current on this thread, if any.
+pub fn current_context() -> Result<Option<Context>> {
+    let api = api()?;
+    let mut current = std::ptr::null_mut();
+    // SAFETY: plain out-parameter.
+    check("cuCtxGetCurrent", unsafe {
+        (api.ctx_get_current)(&mut current)
+    })?;
+    Ok((!current.is_null()).then_some(Context(current as usize)))
+}
+
+/// The device ordinal of `ctx`.
+pub fn context_device(ctx: Context) -> Result<i32> {
+    let api = api()?;
+    let _g = push_unless_current(api, ctx)?;
+    let mut dev = 0;
+    // SAFETY: plain out-parameter; `ctx` is current.
+    check("cuCtxGetDevice", unsafe { (api.ctx_get_device)(&mut dev) })?;
+    Ok(dev)
+}
+
+/// Queues on the stream `handle` (as for [`synchronize_stream`]) a wait until the 32-bit value
+/// at device address `addr` reaches `value` (`cuStreamWaitValue32`, `CU_STREAM_WAIT_VALUE_GEQ`:
+/// a cyclic compare, so a flag whose value only grows can be reused); `ctx` is made current
+/// unless it is already.
+///
+/// # Safety
+/// `addr` must stay readable by the device until the stream has passed the wait (gpufile's
+/// flags are never freed), and `handle` must be a live stream of `ctx` or a special handle.
+pub unsafe fn stream_wait_value32(handle: u64, ctx: Context, addr: u64, value: u32) -> Result<()> {
+    let api = api()?;
+    let wait = api
+        .stream_wait_value32_v2
+        .or(api.stream_wait_value32)
+        .ok_or_else(|| Error::CudaUnavailable {
+            reason: "the driver has no cuStreamWaitValue32".into(),
+        })?;
+    let _g = push_unless_current(api, ctx)?;
+    // SAFETY: the caller's contract.
+    check("cuStreamWaitValue32", unsafe {
+        wait(
+            handle as sys::CUstream,
+            addr,
+            value,
+            sys::CU_STREAM_WAIT_VALUE_GEQ,
+        )
+    })
+}
+
+/// Queues `f(data)` on the stream `handle` (`cuLaunchHostFunc`): the driver calls it on its own
+/// thread once the work queued before it has finished, and the stream's later work waits for it
+/// to return. `ctx` is made current unless it is already.
+///
+/// # Safety
+/// `f` must make no CUDA call, and `data` must stay valid until `f` has run with it; `f` runs
+/// exactly once if this returns `Ok`, never if it returns an error. `handle` must be a live
+/// stream of `ctx` or a special handle.
+pub unsafe fn launch_host_func(
+    handle: u64,
+    ctx: Context,
+    f: unsafe extern "C" fn(*mut c_void),
+    data: *mut c_void,
+) -> Result<()> {
+    let api = api()?;
+    let launch = api.launch_host_func.ok_or_else(|| Error::CudaUnavailable {
+        reason: "the driver has no cuLaunchHostFunc".into(),
+    })?;
+    let _g = push_unless_current(api, ctx)?;
+    // SAFETY: the caller's contract.
+    check("cuLaunchHostFunc", unsafe {
+        launch(handle as sys::CUstream, f, data)
+    })
+}
+
 /// A CUDA context handle (an address; contexts are process-wide objects).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Context(usize);
@@ -473,6 +613,12 @@ impl Stream {
         self.raw as sys::CUstream
     }
 
+    /// The stream's handle, as an application's stream handle is given to gpufile (a
+    /// stream-ordered request on it: `crate::stream`).
+    pub fn handle(&self) -> u64 {
+        self.raw as u64
+    }
+
     /// Queues a copy of `len` bytes from host memory at `src` to device address `dst`
     /// (`cuMemcpyHtoDAsync`).
     ///
@@ -585,12 +731,36 @@ pub struct PinnedBuffer {
 impl PinnedBuffer {
     /// Allocates `len` bytes under `ctx` (a context gpufile retains, so the free always works).
     pub fn new(len: usize, ctx: Context) -> Result<Self> {
+        Self::with_flags(len, ctx, sys::CU_MEMHOSTALLOC_PORTABLE)
+    }
+
+    /// As [`PinnedBuffer::new`], also mapped into the devices' address space
+    /// (`CU_MEMHOSTALLOC_DEVICEMAP`); the device address of its start.
+    pub fn new_mapped(len: usize, ctx: Context) -> Result<(Self, u64)> {
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        let buf = Self::with_flags(len, ctx, flags)?;
+        let api = api()?;
+        let get = api
+            .mem_host_get_device_pointer
+            .ok_or_else(|| Error::CudaUnavailable {
+                reason: "the driver has no cuMemHostGetDevicePointer".into(),
+            })?;
+        let _g = ContextGuard::push(ctx)?;
+        let mut dev = 0;
+        // SAFETY: a mapped allocation this value owns; plain out-parameter; flags must be 0.
+        check("cuMemHostGetDevicePointer", unsafe {
+            get(&mut dev, buf.as_ptr().cast(), 0)
+        })?;
+        Ok((buf, dev))
+    }
+
+    fn with_flags(len: usize, ctx: Context, flags: std::ffi::c_uint) -> Result<Self> {
         let api = api()?;
         let _g = ContextGuard::push(ctx)?;
         let mut p = std::ptr::null_mut();
         // SAFETY: plain out-parameter; a context is current.
         check("cuMemHostAlloc", unsafe {
-            (api.mem_host_alloc)(&mut p, len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE)
+            (api.mem_host_alloc)(&mut p, len.max(1), flags)
         })?;
         Ok(PinnedBuffer {
             ptr: p as usize,

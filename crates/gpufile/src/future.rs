@@ -4,6 +4,11 @@
 //! Nothing here knows of backends, devices or metrics: whoever makes a completion gives it a hook
 //! that runs once, when the last task finishes and before any waiter wakes (the engine uses it to
 //! record the request and take it out of its in-flight count).
+//!
+//! Callbacks ([`IoFuture::on_done`]) are for whoever holds the future (a binding's
+//! `add_done_callback`, an event loop's wake-up): any number, each run once after the waiters are
+//! woken, outside every lock, on the thread that finished the last task (or at once, on the
+//! caller's thread, when the request has ended already).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -21,6 +26,7 @@ pub struct Outcome {
 }
 
 type Hook = Box<dyn FnOnce(Outcome) + Send>;
+type Callback = Box<dyn FnOnce() + Send>;
 
 struct State {
     remaining: usize,
@@ -31,6 +37,8 @@ struct State {
     /// Further failed tasks, counted only.
     not_shown: usize,
     hook: Option<Hook>,
+    /// Run once the request has ended, after the waiters are woken ([`Completion::on_done`]).
+    callbacks: Vec<Callback>,
 }
 
 impl State {
@@ -91,6 +99,7 @@ impl Completion {
                 others: Vec::new(),
                 not_shown: 0,
                 hook: Some(Box::new(hook)),
+                callbacks: Vec::new(),
             }),
             cv: Condvar::new(),
             progress: AtomicU64::new(0),
@@ -149,8 +158,25 @@ impl Completion {
                 // are woken below whatever the hook did.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(outcome)));
             }
+            let callbacks = std::mem::take(&mut st.callbacks);
             self.cv.notify_all();
+            // Outside the lock: a callback may ask the future for its result, or wait on it.
+            drop(st);
+            run_callbacks(callbacks);
         }
+    }
+
+    /// Runs `f` once the request has ended: at once, on this thread, if it has; otherwise on the
+    /// thread that finishes its last task, after the waiters are woken. A callback that panics
+    /// does not keep the others from running.
+    pub fn on_done(&self, f: impl FnOnce() + Send + 'static) {
+        let mut st = lock(&self.state);
+        if st.remaining > 0 {
+            st.callbacks.push(Box::new(f));
+            return;
+        }
+        drop(st);
+        run_callbacks(vec![Box::new(f)]);
     }
 
     /// Fails the request with `e` and stops it, without counting a task down: a run that
@@ -183,6 +209,13 @@ impl Completion {
             }),
             None => Ok(st.bytes),
         }
+    }
+}
+
+fn run_callbacks(callbacks: Vec<Callback>) {
+    for cb in callbacks {
+        // A callback's bug must not take the worker's thread down nor skip the next callbacks.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(cb));
     }
 }
 
@@ -301,6 +334,34 @@ impl IoFuture {
             Awaited::Ready(_) => {}
             Awaited::Pending(c) => c.cancel(),
             Awaited::All(fs) => fs.iter().for_each(IoFuture::cancel),
+        }
+    }
+
+    /// Runs `f` once every request of the future has ended (see [`Completion::on_done`]): at
+    /// once on this thread if they have, else on the thread that ends the last one.
+    pub fn on_done(&self, f: impl FnOnce() + Send + 'static) {
+        self.on_done_boxed(Box::new(f));
+    }
+
+    fn on_done_boxed(&self, f: Callback) {
+        match &self.inner {
+            Awaited::Ready(_) => run_callbacks(vec![f]),
+            Awaited::Pending(c) => c.on_done(f),
+            Awaited::All(fs) if fs.is_empty() => run_callbacks(vec![f]),
+            Awaited::All(fs) => {
+                let left = Arc::new(std::sync::atomic::AtomicUsize::new(fs.len()));
+                let f: Arc<Mutex<Option<Callback>>> = Arc::new(Mutex::new(Some(f)));
+                for child in fs {
+                    let (left, f) = (Arc::clone(&left), Arc::clone(&f));
+                    child.on_done_boxed(Box::new(move || {
+                        if left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                            if let Some(f) = lock(&f).take() {
+                                f();
+                            }
+                        }
+                    }));
+                }
+            }
         }
     }
 
@@ -449,6 +510,69 @@ mod tests {
             matches!(&e, Error::TasksFailed { others, not_shown: 23, .. } if others.len() == MAX_TASK_ERRORS)
         );
         assert!(e.to_string().contains("39 other task(s)"), "{e}");
+    }
+
+    /// Callbacks run once each, after the waiters can see the result (a callback may wait on
+    /// the future without a deadlock), on the finishing thread; one added to an ended request
+    /// runs at once on the adding thread; a panicking one does not stop the next.
+    #[test]
+    fn callbacks_run_once_after_the_end_outside_the_lock() {
+        let c = Completion::new(2, |_| {});
+        let fut = Arc::new(IoFuture::pending(Arc::clone(&c)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..3 {
+            let (seen, f) = (Arc::clone(&seen), Arc::clone(&fut));
+            fut.on_done(move || {
+                if i == 1 {
+                    panic!("a callback's bug");
+                }
+                let r = f.wait().unwrap(); // the lock is free: no deadlock
+                lock(&seen).push((i, r, std::thread::current().name().map(str::to_owned)));
+            });
+        }
+        assert!(lock(&seen).is_empty());
+        c.finish_task(Ok(3));
+        assert!(lock(&seen).is_empty(), "one task is still running");
+        std::thread::Builder::new()
+            .name("finisher".into())
+            .spawn(move || c.finish_task(Ok(4)))
+            .unwrap()
+            .join()
+            .unwrap();
+        let got = lock(&seen).clone();
+        let finisher = Some("finisher".to_owned());
+        assert_eq!(got, vec![(0, 7, finisher.clone()), (2, 7, finisher)]);
+        let here = std::thread::current().name().map(str::to_owned);
+        let s = Arc::clone(&seen);
+        fut.on_done(move || {
+            lock(&s).push((9, 0, std::thread::current().name().map(str::to_owned)))
+        });
+        assert_eq!(lock(&seen).last(), Some(&(9, 0, here)));
+    }
+
+    #[test]
+    fn a_batch_calls_back_once_when_its_last_request_ends() {
+        let (a, b) = (Completion::new(1, |_| {}), Completion::new(1, |_| {}));
+        let f = IoFuture::all(vec![
+            IoFuture::pending(Arc::clone(&a)),
+            IoFuture::ready(Ok(1)),
+            IoFuture::pending(Arc::clone(&b)),
+        ]);
+        let n = Arc::new(AtomicU64::new(0));
+        let m = Arc::clone(&n);
+        f.on_done(move || {
+            m.fetch_add(1, Ordering::SeqCst);
+        });
+        b.finish_task(Ok(1));
+        assert_eq!(n.load(Ordering::SeqCst), 0);
+        a.finish_task(Err(Error::Closed));
+        assert_eq!(n.load(Ordering::SeqCst), 1);
+        let empty = IoFuture::all(Vec::new());
+        let m = Arc::clone(&n);
+        empty.on_done(move || {
+            m.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(n.load(Ordering::SeqCst), 2);
     }
 
     #[test]

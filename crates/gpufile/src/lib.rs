@@ -14,7 +14,7 @@
 //! `config` → `plan` (pure decisions) → `cuda`, `cufile` (result layer and RAII wrappers over
 //! `gpufile-sys`) → `source` (where bytes come from and go to) → `future`, `pool` (generic) →
 //! `exec` (one executor per backend) → `observe` → `engine` (the one request path) → `file`
-//! (a local file's handle).
+//! (a local file's handle), `stream` (requests queued on an application's CUDA stream).
 //!
 //! ```no_run
 //! let f = gpufile::FileHandle::open("data.bin", "r")?;
@@ -40,6 +40,7 @@ pub mod pool;
 pub mod posix;
 pub mod request;
 pub mod source;
+pub mod stream;
 pub mod streamed;
 
 pub use config::{CompatMode, RemoteIoBackend, Settings};

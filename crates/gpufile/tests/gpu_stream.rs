@@ -1,0 +1,186 @@
+//! Stream-ordered requests from Rust alone (`gpufile::stream`): the submit returns at once, the
+//! request waits for the work queued on the stream before it, and the work queued after it sees
+//! its bytes, for each order the device can do. The stream's earlier work is a wait on a flag
+//! the test sets (no kernel needed). Each test returns early (and says why) where no CUDA
+//! device is usable, as on CI.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpufile::cuda::{self, Context, DeviceBuffer, PinnedBuffer, Stream};
+use gpufile::stream::{self, OnStream, StreamOrder};
+use gpufile::{Buffer, CompatMode, Direction, Engine, Error, FileHandle, Request, Settings};
+
+/// Bytes that differ from one test to the next.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn gpu() -> bool {
+    match cuda::device_count() {
+        Ok(n) if n > 0 => true,
+        Ok(_) => {
+            eprintln!("skipped: no CUDA device");
+            false
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            false
+        }
+    }
+}
+
+fn on_posix_path() -> Arc<Settings> {
+    Arc::new(Settings {
+        compat_mode: CompatMode::On,
+        ..Engine::global().unwrap().settings()
+    })
+}
+
+/// Work on a stream that runs until the test lets it go: a wait on a flag of its own.
+struct Hold {
+    flag: PinnedBuffer,
+}
+
+impl Hold {
+    fn on(stream: &Stream, ctx: Context) -> Hold {
+        let (flag, dev) = PinnedBuffer::new_mapped(4096, ctx).unwrap();
+        // SAFETY: a fresh mapped allocation of 4096 bytes.
+        unsafe { std::ptr::write_bytes(flag.as_ptr(), 0, 4096) };
+        // SAFETY: the flag outlives the stream's wait (released and synchronized below).
+        unsafe { cuda::stream_wait_value32(stream.handle(), ctx, dev, 1) }.unwrap();
+        Hold { flag }
+    }
+
+    fn release(&self) {
+        // SAFETY: 4 aligned bytes of the live allocation; the device only reads them.
+        unsafe { &*(self.flag.as_ptr() as *const AtomicU32) }.store(1, Ordering::Release);
+    }
+}
+
+fn queued_read_is_ordered(order: StreamOrder) {
+    let data = pattern((4 << 20) + 3, 31);
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(&data).unwrap();
+    let ctx = cuda::primary_context(0).unwrap();
+    let s = Stream::new(ctx).unwrap();
+    let dev = DeviceBuffer::new(data.len(), 0).unwrap();
+    dev.fill(0).unwrap();
+    let hold = Hold::on(&s, ctx);
+    let h = FileHandle::open(f.path(), "r").unwrap();
+    let buffer = Buffer::Device {
+        addr: dev.addr(),
+        len: data.len(),
+    };
+    let req = Request::read(buffer, 0).task_size(Some(1 << 20));
+    let on = OnStream {
+        handle: s.handle(),
+        device: Some((ctx, 0)),
+    };
+    let engine = Engine::global().unwrap();
+    let t = Instant::now();
+    // SAFETY: `dev` outlives the future's wait below; the stream is live.
+    let submitted = unsafe {
+        stream::submit(
+            &engine,
+            h.endpoint(Direction::Read),
+            req,
+            on_posix_path(),
+            on,
+            Some(order),
+        )
+    };
+    let (fut, ordering) = match submitted {
+        Err(Error::InvalidArgument(why)) => {
+            eprintln!("skipped {order}: {why}");
+            hold.release();
+            s.synchronize().unwrap();
+            return;
+        }
+        r => r.unwrap(),
+    };
+    assert!(t.elapsed() < Duration::from_millis(50), "{:?}", t.elapsed());
+    assert_eq!(ordering.order, order, "{}", ordering.reason);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !fut.is_done(),
+        "the read ran before the work queued ahead of it"
+    );
+    let host = PinnedBuffer::new(data.len(), ctx).unwrap();
+    // SAFETY: `host` and `dev` live until the stream is synchronized below.
+    unsafe { s.copy_to_host(host.as_ptr(), dev.addr(), data.len()) }.unwrap();
+    hold.release();
+    let r = fut.wait_timeout(Duration::from_secs(30));
+    assert_eq!(r.expect("still waiting after 30 s").unwrap(), data.len());
+    s.synchronize().unwrap();
+    // SAFETY: the copy into `host` is done (the stream is synchronized).
+    let got = unsafe { std::slice::from_raw_parts(host.as_ptr(), data.len()) };
+    assert!(
+        got == &data[..],
+        "the copy queued after the read saw other bytes"
+    );
+}
+
+#[test]
+fn a_queued_read_waits_for_the_stream_and_the_next_copy_sees_it_wait_value() {
+    if gpu() {
+        queued_read_is_ordered(StreamOrder::WaitValue);
+    }
+}
+
+#[test]
+fn a_queued_read_waits_for_the_stream_and_the_next_copy_sees_it_host_function() {
+    if gpu() {
+        queued_read_is_ordered(StreamOrder::HostFunction);
+    }
+}
+
+#[test]
+fn an_error_ends_the_future_and_the_stream_goes_on() {
+    if !gpu() {
+        return;
+    }
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(&[1u8; 4096]).unwrap();
+    let ctx = cuda::primary_context(0).unwrap();
+    let s = Stream::new(ctx).unwrap();
+    let dev = DeviceBuffer::new(8192, 0).unwrap();
+    let h = FileHandle::open(f.path(), "r").unwrap();
+    let req = Request::read(
+        Buffer::Device {
+            addr: dev.addr(),
+            len: 8192,
+        },
+        0,
+    );
+    let on = OnStream {
+        handle: s.handle(),
+        device: Some((ctx, 0)),
+    };
+    let engine = Engine::global().unwrap();
+    // SAFETY: `dev` outlives the wait; the stream is live.
+    let (fut, _) = unsafe {
+        stream::submit(
+            &engine,
+            h.endpoint(Direction::Read),
+            req,
+            on_posix_path(),
+            on,
+            None,
+        )
+    }
+    .expect("the call itself succeeds: the error is the request's");
+    let r = fut.wait_timeout(Duration::from_secs(30)).expect("pending");
+    assert!(matches!(r, Err(Error::UnexpectedEof { .. })), "{r:?}");
+    s.synchronize().unwrap();
+}

@@ -1,0 +1,264 @@
+"""Stream-ordered raw_read_async / raw_write_async on a GPU: the call returns at once, the
+transfer runs after the work queued before it, the work queued after it sees its result, errors
+end the future, and many transfers on one stream keep their order. Each test runs with every
+order the device can do ("wait-value", "host-function"), forced through the native call.
+
+Run on a machine with an NVIDIA GPU and CuPy (`pytest -m gpu`); elsewhere every test here skips
+with the reason.
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import gpufile
+from gpufile import defaults
+from gpufile.aio import gather
+from gpufile.cufile import IOFutureStream
+from conftest import gpu_reason, pattern
+
+REASON = gpu_reason()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+
+if REASON is None:
+    import cupy as cp
+
+    # Spins for `ns` nanoseconds of the GPU's global timer, then writes `value` into out[0..n):
+    # work that is still running when the host queues what follows it.
+    _SPIN = cp.RawKernel(
+        r"""
+        extern "C" __global__ void spin(unsigned long long ns, unsigned char* out,
+                                        unsigned long long n, unsigned char value) {
+            unsigned long long start, now;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+            do {
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+            } while (now - start < ns);
+            for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) out[i] = value;
+        }
+        """,
+        "spin",
+    )
+
+ORDERS = ["wait-value", "host-function"]
+SPIN_NS = 200_000_000  # 200 ms
+
+
+@pytest.fixture(autouse=True)
+def _posix_path():
+    """gpufile's own device path (cuFile's stream behaviour is not what these tests check)."""
+    with defaults.set("compat_mode", "on"):
+        yield
+
+
+def spin(stream, out=None, value=0, ns=SPIN_NS):
+    n = 0 if out is None else out.size
+    ptr = 0 if out is None else out.data.ptr
+    with stream:
+        _SPIN((1,), (256,), (np.uint64(ns), np.uint64(ptr), np.uint64(n), np.uint8(value)))
+
+
+def queue(f, how, buf, stream, order, **kw):
+    """raw_read_async / raw_write_async with `order` forced (skips where the device cannot)."""
+    call = f._file.raw_read_async if how == "read" else f._file.raw_write_async
+    try:
+        fut = IOFutureStream(call(buf, stream.ptr, kw.get("size"), kw.get("file_offset", 0),
+                                  kw.get("dev_offset", 0), order))
+    except ValueError as e:
+        if "cannot be used here" in str(e):
+            pytest.skip(str(e))
+        raise
+    assert fut.stream_order[0] == order, fut.stream_order
+    return fut
+
+
+def warm_up(f, stream, order):
+    """One small transfer first, so that the timed call pays no first-use cost (the engine's
+    start, the launcher thread, the flag page)."""
+    small = cp.zeros(4096, dtype=cp.uint8)
+    assert within(30, queue(f, "read", small, stream, order).check_bytes_done) == 4096
+    within(30, stream.synchronize)
+
+
+def within(seconds, fn):
+    """fn()'s result, or a failure (not a hang) if it takes longer than `seconds`."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still waiting after {seconds} s (a deadlock?)"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_the_best_order_is_wait_value_on_this_device(tmp_path):
+    path = tmp_path / "o.bin"
+    pattern(4096).tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    buf = cp.zeros(4096, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        fut = f.raw_read_async(buf, stream)
+        assert within(30, fut.check_bytes_done) == 4096
+    how, why = fut.stream_order
+    print("stream order:", how, "-", why)
+    assert how in ("wait-value", "host-function"), why
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_the_caller_is_not_blocked_and_the_next_kernel_sees_the_data(tmp_path, order):
+    data = pattern(8 << 20, 21)
+    path = tmp_path / "r.bin"
+    data.tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    buf = cp.zeros(data.size, dtype=cp.uint8)
+    seen = cp.zeros(data.size, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        warm_up(f, stream, order)
+        spin(stream, buf, 7)  # writes 7s after 200 ms: the read must come after it
+        t0 = time.perf_counter()
+        fut = queue(f, "read", buf, stream, order)
+        took = time.perf_counter() - t0
+        assert not fut.done(), "the read ran before the kernel queued ahead of it ended"
+        with stream:
+            seen[...] = buf  # queued after the read: must see the file's bytes
+        after = time.perf_counter() - t0
+        assert within(30, fut.check_bytes_done) == data.size
+        within(30, stream.synchronize)
+    assert took < 0.05, f"raw_read_async took {took * 1e3:.1f} ms (the kernel spins 200 ms)"
+    assert after < 0.1
+    np.testing.assert_array_equal(cp.asnumpy(seen), data)
+    np.testing.assert_array_equal(cp.asnumpy(buf), data)
+
+
+def test_caller_waits_does_wait(tmp_path):
+    """The fallback order, for contrast: the call returns after the kernel and the read."""
+    data = pattern(1 << 20, 22)
+    path = tmp_path / "c.bin"
+    data.tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    buf = cp.zeros(data.size, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        spin(stream, buf, 7)
+        t0 = time.perf_counter()
+        fut = queue(f, "read", buf, stream, "caller-waits")
+        took = time.perf_counter() - t0
+        assert fut.done() and fut.check_bytes_done() == data.size
+    assert took > 0.15, took
+    np.testing.assert_array_equal(cp.asnumpy(buf), data)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_write_after_a_producing_kernel_writes_its_result(tmp_path, order):
+    path = tmp_path / "w.bin"
+    np.zeros(4 << 20, dtype=np.uint8).tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    src = cp.zeros(4 << 20, dtype=cp.uint8)
+    with gpufile.CuFile(path, "r+") as f:
+        warm_up(f, stream, order)
+        spin(stream, src, 42)  # the producer: 42s after 200 ms
+        t0 = time.perf_counter()
+        fut = queue(f, "write", src, stream, order)
+        took = time.perf_counter() - t0
+        with stream:
+            src.fill(1)  # queued after the write: must not be what lands in the file
+        assert within(30, fut.check_bytes_done) == src.size
+        within(30, stream.synchronize)
+    assert took < 0.05, took
+    got = np.fromfile(path, dtype=np.uint8)
+    assert (got == 42).all(), np.unique(got)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_an_error_ends_the_future_and_lets_the_stream_go(tmp_path, order):
+    path = tmp_path / "e.bin"
+    pattern(4096, 23).tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    buf = cp.zeros(8192, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        spin(stream, ns=20_000_000)
+        fut = queue(f, "read", buf, stream, order)  # 8 KiB of a 4 KiB file
+        with pytest.raises(gpufile.EndOfFileError):
+            within(30, fut.check_bytes_done)
+        within(30, stream.synchronize)  # the stream is not left waiting
+    with gpufile.CuFile(path, "w") as f:
+        fut = queue(f, "read", buf, stream, order)
+        with pytest.raises(RuntimeError, match="Operation not permitted"):
+            within(30, fut.check_bytes_done)
+        within(30, stream.synchronize)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_many_reads_on_one_stream_keep_their_order(tmp_path, order):
+    """32 reads into ONE staging buffer, each followed on the stream by a copy of it into its
+    own slot: only a stream that runs read, copy, read, copy, ... in order gets every slot
+    right."""
+    chunk, n = 256 << 10, 32
+    data = pattern(chunk * n, 24)
+    path = tmp_path / "m.bin"
+    data.tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    staging = cp.zeros(chunk, dtype=cp.uint8)
+    out = cp.zeros(chunk * n, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        spin(stream, ns=50_000_000)
+        futs = []
+        for i in range(n):
+            futs.append(queue(f, "read", staging, stream, order, file_offset=i * chunk))
+            with stream:
+                out[i * chunk:(i + 1) * chunk] = staging
+        assert [within(60, g.check_bytes_done) for g in futs] == [chunk] * n
+        within(60, stream.synchronize)
+    np.testing.assert_array_equal(cp.asnumpy(out), data)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_dropped_future_never_waits_and_the_stream_still_orders(tmp_path, order):
+    data = pattern(1 << 20, 25)
+    path = tmp_path / "d.bin"
+    data.tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    buf = cp.zeros(data.size, dtype=cp.uint8)
+    seen = cp.zeros(data.size, dtype=cp.uint8)
+    with gpufile.CuFile(path) as f:
+        warm_up(f, stream, order)
+        spin(stream, buf, 3)
+        t0 = time.perf_counter()
+        queue(f, "read", buf, stream, order)  # dropped at once
+        took = time.perf_counter() - t0
+        with stream:
+            seen[...] = buf
+        within(30, stream.synchronize)
+    assert took < 0.05, took
+    np.testing.assert_array_equal(cp.asnumpy(seen), data)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_stream_futures_can_be_awaited(tmp_path, order):
+    import asyncio
+
+    data = pattern(1 << 20, 26)
+    path = tmp_path / "a.bin"
+    data.tofile(path)
+    stream = cp.cuda.Stream(non_blocking=True)
+    bufs = [cp.zeros(data.size // 4, dtype=cp.uint8) for _ in range(4)]
+
+    async def main(f):
+        spin(stream, ns=50_000_000)
+        futs = [queue(f, "read", b, stream, order, file_offset=i * b.size)
+                for i, b in enumerate(bufs)]
+        return await gather(futs)
+
+    with gpufile.CuFile(path) as f:
+        assert within(30, lambda: asyncio.run(main(f))) == [data.size // 4] * 4
+    within(30, stream.synchronize)
+    np.testing.assert_array_equal(cp.asnumpy(cp.concatenate(bufs)), data)
