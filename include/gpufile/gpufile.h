@@ -115,6 +115,9 @@ typedef struct {
   // Device requests smaller than this take gpufile's POSIX path (KvikIO's
   // `gds_threshold`); -1 takes the `gds_threshold` setting.
   int64_t gds_threshold;
+  // compat_mode for this request (OFF 0, ON 1, AUTO 2: KvikIO's per-file `compat_mode`);
+  // -1 takes the `compat_mode` setting.
+  int32_t compat_mode;
 } gpufile_io_options;
 
 #ifdef __cplusplus
@@ -351,6 +354,108 @@ gpufile_status gpufile_observe_begin(gpufile_observation **out);
 // `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
 gpufile_status gpufile_observe_end(gpufile_observation *obs, char *buf, size_t len, size_t *needed);
 
+// Stores the file's descriptor in `*out`: the one opened without `O_DIRECT` (`o_direct` 0),
+// or the `O_DIRECT` one (1; -1 where the file has none). The descriptor stays the file's:
+// it is closed by `gpufile_file_close`.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_file_fd(const gpufile_file *file, int o_direct, int *out);
+
+// Stores the file's open flags (`fcntl(F_GETFL)`) in `*out`.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_file_open_flags(const gpufile_file *file, int *out);
+
+// Stores 1 in `*out` where the file can be read with `O_DIRECT`, else 0.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_file_is_direct_io_supported(const gpufile_file *file, int *out);
+
+// Stores in `*out` the kind of memory at `ptr` as requests see it: `GPUFILE_MEMORY_DEVICE`
+// for device and managed memory, else `GPUFILE_MEMORY_HOST` (also wherever there is no CUDA
+// driver or device).
+//
+// # Safety
+// `out` is null or valid for a write of an `int`. `ptr` is not dereferenced.
+gpufile_status gpufile_memory_kind(const void *ptr, int *out);
+
+// Stores 1 in `*out` where device I/O of any size would take gpufile's POSIX path rather
+// than cuFile under the current settings with `compat_mode` (OFF 0, ON 1, AUTO 2; -1: the
+// setting): KvikIO's `defaults::is_compat_mode_preferred`. ON, or AUTO without a usable
+// cuFile, is 1; OFF is 0.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_compat_mode_preferred(int compat_mode, int *out);
+
+// Opens cuFile's driver (KvikIO's `DriverInitializer`); `GPUFILE_CUFILE` where cuFile is
+// missing or refuses.
+gpufile_status gpufile_cufile_driver_open(void);
+
+// Closes cuFile's driver once no file or buffer registered with it is left.
+gpufile_status gpufile_cufile_driver_close(void);
+
+// Stores the cuFile driver property `name` in `*out` (a flag as 0 or 1, sizes in KiB);
+// opens the driver.
+//
+// # Safety
+// `name` is null or NUL-terminated; `out` is null or valid for a write of an `int64_t`.
+gpufile_status gpufile_cufile_driver_get(const char *name, int64_t *out);
+
+// Sets the settable cuFile driver property `name` ("poll_mode", "poll_thresh_size",
+// "max_device_cache_size", "max_pinned_memory_size") to `value`; a read-only one is
+// `GPUFILE_BAD_ARGUMENT`.
+//
+// # Safety
+// `name` is null or NUL-terminated.
+gpufile_status gpufile_cufile_driver_set(const char *name, int64_t value);
+
+// Registers `size` bytes of device memory at `ptr` with cuFile (`cuFileBufRegister`; KvikIO's
+// `buffer_register`), or with `size` 0 the whole allocation holding `ptr` (KvikIO's
+// `memory_register`). Host memory is left alone (cuFile never reads it). `GPUFILE_CUFILE`
+// where cuFile is missing or refuses.
+gpufile_status gpufile_buffer_register(const void *ptr, size_t size);
+
+// Deregisters what `gpufile_buffer_register(ptr, size)` registered: `ptr` itself, or with
+// `whole_allocation` 1 the base of its allocation (host memory: nothing).
+gpufile_status gpufile_buffer_deregister(const void *ptr, int whole_allocation);
+
+// KvikIO's `get_page_cache_info`: of the pages of `length` bytes (0: to the end of the file)
+// at `offset` of the file `fd` (or, with `fd` -1, `path`), how many are in the page cache
+// (`*out_cached`) of how many (`*out_total`). A bad descriptor or a missing file is an OS
+// error with its errno (`GPUFILE_OTHER`, errno 9; `GPUFILE_NOT_FOUND`).
+//
+// # Safety
+// `path` is null or NUL-terminated; the out-parameters are null or valid for writes.
+gpufile_status gpufile_page_cache_info(int fd,
+                                       const char *path,
+                                       uint64_t offset,
+                                       uint64_t length,
+                                       uint64_t *out_cached,
+                                       uint64_t *out_total);
+
+// KvikIO's `drop_file_page_cache`: evicts the pages of `length` bytes (0: to the end) at
+// `offset` of `fd` (or, with `fd` -1, `path`), writing dirty ones first with `sync_first`.
+//
+// # Safety
+// `path` is null or NUL-terminated.
+gpufile_status gpufile_drop_file_page_cache(int fd,
+                                            const char *path,
+                                            uint64_t offset,
+                                            uint64_t length,
+                                            int sync_first);
+
+// KvikIO's `drop_system_page_cache` (needs root): stores 1 in `*out` where it dropped.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_drop_system_page_cache(int reclaim_dentries_and_inodes,
+                                              int sync_first,
+                                              int *out);
+
 // The type of the calling thread's last error (`GPUFILE_OK` where no call of this thread has
 // failed yet). Successful calls leave the last error as it was.
 gpufile_status gpufile_last_error_type(void);
@@ -501,6 +606,31 @@ gpufile_status gpufile_remote_pread(const gpufile_remote_file *remote,
                                     uint64_t file_offset,
                                     size_t task_size,
                                     gpufile_future **out);
+
+// Stores 1 in `*out` where `url` has the shape endpoint type `remote_endpoint_type` accepts
+// (KvikIO's `<Endpoint>::is_url_valid`), else 0 (always 0 for `GPUFILE_REMOTE_AUTO`).
+//
+// # Safety
+// `url` is null or NUL-terminated; `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_remote_url_is_valid(int remote_endpoint_type, const char *url, int *out);
+
+// Copies the URL of an S3 object (unsigned, credentials redacted) into `buf` as
+// `gpufile_remote_url` does: of `url` (an `s3://` or S3 HTTP(S) URL) where it is not NULL,
+// else of `bucket` and `object` at `endpoint_url` (NULL: `AWS_ENDPOINT_URL`, else AWS in
+// `region`; NULL: `AWS_DEFAULT_REGION`). Credentials are looked up as an open would (the
+// `AWS_*` variables), so missing ones are an error here too.
+//
+// # Safety
+// Every string is null or NUL-terminated; `buf` is null or valid for writes of `len` bytes;
+// `needed` is null or valid for a write of a `size_t`.
+gpufile_status gpufile_remote_s3_object_url(const char *url,
+                                            const char *bucket,
+                                            const char *object,
+                                            const char *region,
+                                            const char *endpoint_url,
+                                            char *buf,
+                                            size_t len,
+                                            size_t *needed);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -187,12 +187,27 @@ struct IoPath {
 /** One range of a many-range request. */
 using Range = gpufile_range;
 
-/** Per-request options: task size (0: the setting) and gds_threshold (-1: the setting). */
+/**
+ * Per-request options: task size (0: the setting), gds_threshold (-1: the setting) and
+ * compat_mode (OFF 0, ON 1, AUTO 2; -1: the setting).
+ */
 struct IoOptions {
   std::size_t task_size{0};
   std::int64_t gds_threshold{-1};
-  [[nodiscard]] gpufile_io_options c() const { return gpufile_io_options{task_size, gds_threshold}; }
+  std::int32_t compat_mode{-1};
+  [[nodiscard]] gpufile_io_options c() const
+  {
+    return gpufile_io_options{task_size, gds_threshold, compat_mode};
+  }
 };
+
+/** The kind of memory at `ptr` as requests see it (asked of the CUDA driver). */
+inline bool is_device_memory(void const* ptr)
+{
+  int kind = 0;
+  detail::check(gpufile_memory_kind(ptr, &kind));
+  return kind == GPUFILE_MEMORY_DEVICE;
+}
 
 /** An open local file, closed by the destructor (requests still running keep it open). */
 class File {
@@ -224,6 +239,13 @@ class File {
   [[nodiscard]] bool closed() const noexcept { return file_ == nullptr; }
   /** The C handle (NULL once closed). */
   [[nodiscard]] gpufile_file* handle() const noexcept { return file_; }
+  /** The file's descriptor (the O_DIRECT one with `o_direct`; -1 where there is none). */
+  [[nodiscard]] int fd(bool o_direct = false) const
+  {
+    int fd = -1;
+    detail::check(gpufile_file_fd(file_, o_direct ? 1 : 0, &fd));
+    return fd;
+  }
 
   /** The file's size now. */
   [[nodiscard]] std::uint64_t nbytes() const
@@ -381,10 +403,12 @@ class RemoteFile {
         allow.push_back(static_cast<int>(t));
       }
     }
+    // An empty list is a list (it allows nothing); NULL asks for the default list.
+    static int const none = 0;
     RemoteFile f;
     detail::check(gpufile_remote_open(url.c_str(),
                                       static_cast<int>(type),
-                                      allow_list ? allow.data() : nullptr,
+                                      allow_list ? (allow.empty() ? &none : allow.data()) : nullptr,
                                       allow_list ? allow.size() : 0,
                                       nbytes ? static_cast<std::int64_t>(*nbytes) : -1,
                                       &f.remote_));

@@ -11,6 +11,7 @@
 #![allow(non_camel_case_types)]
 
 mod diag;
+mod driver;
 mod error;
 mod handles;
 mod mmap;
@@ -21,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-use gpufile_core::config::{Input, Name, Value};
+use gpufile_core::config::{CompatMode, Input, Name, Value};
 use gpufile_core::cuda::{self, MemoryKind, PointerInfo};
 use gpufile_core::request::{Range, Ranges};
 use gpufile_core::source::Endpoint;
@@ -78,7 +79,7 @@ static FILES: Table<FileHandle> = Table::new("file");
 static FUTURES: Table<IoFuture> = Table::new("future");
 
 /// The open file `file` names.
-fn file_of(file: *const gpufile_file) -> Result<std::sync::Arc<FileHandle>, CallError> {
+pub(crate) fn file_of(file: *const gpufile_file) -> Result<std::sync::Arc<FileHandle>, CallError> {
     FILES.get(file as usize)
 }
 
@@ -222,6 +223,9 @@ pub struct gpufile_io_options {
     /// Device requests smaller than this take gpufile's POSIX path (KvikIO's
     /// `gds_threshold`); -1 takes the `gds_threshold` setting.
     pub gds_threshold: i64,
+    /// compat_mode for this request (OFF 0, ON 1, AUTO 2: KvikIO's per-file `compat_mode`);
+    /// -1 takes the `compat_mode` setting.
+    pub compat_mode: i32,
 }
 
 /// One range of a many-range request: `size` bytes at `file_offset` in the file and at
@@ -290,20 +294,33 @@ unsafe fn settings_for(
     // SAFETY: non-null; the caller's contract.
     let opts = unsafe { opts.read() };
     let task_size = (opts.task_size > 0).then_some(opts.task_size);
-    let settings = match opts.gds_threshold {
-        -1 => shared,
+    let gds_threshold = match opts.gds_threshold {
+        -1 => None,
         t if t < 0 => {
             return Err(CallError::bad(format!(
                 "gds_threshold {t} is negative (-1 takes the setting)"
             )))
         }
-        t => {
-            let mut s = (*shared).clone();
-            s.gds_threshold = usize::try_from(t).unwrap_or(usize::MAX);
-            std::sync::Arc::new(s)
+        t => Some(usize::try_from(t).unwrap_or(usize::MAX)),
+    };
+    let compat_mode = match opts.compat_mode {
+        -1 => None,
+        0 => Some(CompatMode::Off),
+        1 => Some(CompatMode::On),
+        2 => Some(CompatMode::Auto),
+        m => {
+            return Err(CallError::bad(format!(
+                "compat_mode {m} is none of OFF 0, ON 1, AUTO 2 (-1 takes the setting)"
+            )))
         }
     };
-    Ok((settings, task_size))
+    if gds_threshold.is_none() && compat_mode.is_none() {
+        return Ok((shared, task_size));
+    }
+    let mut s = (*shared).clone();
+    s.gds_threshold = gds_threshold.unwrap_or(s.gds_threshold);
+    s.compat_mode = compat_mode.unwrap_or(s.compat_mode);
+    Ok((std::sync::Arc::new(s), task_size))
 }
 
 /// Starts a request between the buffer of `size` bytes at `buf` and `endpoint` on the process

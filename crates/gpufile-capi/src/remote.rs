@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
-use ::gpufile_remote::{RemoteEndpointType, RemoteFile, S3Options};
+use ::gpufile_remote::{RemoteEndpointType, RemoteFile, S3Object, S3Options};
 use gpufile_core::source::{Endpoint, Source};
 use gpufile_core::Engine;
 
@@ -302,6 +302,82 @@ pub unsafe extern "C" fn gpufile_remote_pread(
         };
         // SAFETY: checked non-null; the caller's contract.
         unsafe { give_future(future, out) };
+        Ok(())
+    })
+}
+
+/// Stores 1 in `*out` where `url` has the shape endpoint type `remote_endpoint_type` accepts
+/// (KvikIO's `<Endpoint>::is_url_valid`), else 0 (always 0 for `GPUFILE_REMOTE_AUTO`).
+///
+/// # Safety
+/// `url` is null or NUL-terminated; `out` is null or valid for a write of an `int`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_remote_url_is_valid(
+    remote_endpoint_type: c_int,
+    url: *const c_char,
+    out: *mut c_int,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out, "out")?;
+        let kind = endpoint_type(remote_endpoint_type, "remote_endpoint_type")?;
+        // SAFETY: the caller's contract.
+        let url = unsafe { text(url, "url")? };
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { put(out, c_int::from(kind.accepts(url))) };
+        Ok(())
+    })
+}
+
+/// Copies the URL of an S3 object (unsigned, credentials redacted) into `buf` as
+/// `gpufile_remote_url` does: of `url` (an `s3://` or S3 HTTP(S) URL) where it is not NULL,
+/// else of `bucket` and `object` at `endpoint_url` (NULL: `AWS_ENDPOINT_URL`, else AWS in
+/// `region`; NULL: `AWS_DEFAULT_REGION`). Credentials are looked up as an open would (the
+/// `AWS_*` variables), so missing ones are an error here too.
+///
+/// # Safety
+/// Every string is null or NUL-terminated; `buf` is null or valid for writes of `len` bytes;
+/// `needed` is null or valid for a write of a `size_t`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn gpufile_remote_s3_object_url(
+    url: *const c_char,
+    bucket: *const c_char,
+    object: *const c_char,
+    region: *const c_char,
+    endpoint_url: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        let env = |name: &str| std::env::var(name).ok();
+        // SAFETY: the caller's contract, for each string.
+        let options = unsafe {
+            S3Options {
+                region: opt_text(region, "region")?,
+                endpoint_url: opt_text(endpoint_url, "endpoint_url")?,
+                ..S3Options::default()
+            }
+        };
+        // SAFETY: the caller's contract.
+        let object_url = match unsafe { opt_text(url, "url")? } {
+            Some(u) if u.starts_with("s3://") => {
+                let (b, o) = ::gpufile_remote::parse_s3_url(&u)?;
+                S3Object::from_bucket(&b, &o, &options, &env)?
+            }
+            Some(u) => S3Object::from_http_url(&u, &options, &env)?,
+            None => {
+                // SAFETY: the caller's contract.
+                let (b, o) = unsafe { (text(bucket, "bucket")?, text(object, "object")?) };
+                S3Object::from_bucket(b, o, &options, &env)?
+            }
+        };
+        // SAFETY: the caller's contract.
+        let n = unsafe { copy_out(&object_url.url(), buf, len) };
+        if !needed.is_null() {
+            // SAFETY: non-null; the caller's contract.
+            unsafe { put(needed, n) };
+        }
         Ok(())
     })
 }
