@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <sys/types.h>
 
@@ -44,7 +45,7 @@ ssize_t posix_host_io(
   char* io_buf = static_cast<char*>(const_cast<void*>(buf));
   if (direct && !is_aligned(const_cast<void*>(buf), page)) {
     bounce.reset(std::aligned_alloc(page, count));
-    KVIKIO_EXPECT(bounce != nullptr, "cannot allocate a bounce buffer", std::bad_alloc);
+    if (bounce == nullptr) { throw std::bad_alloc(); }
     io_buf = static_cast<char*>(bounce.get());
     if constexpr (Operation == IOOperationType::WRITE) { std::memcpy(io_buf, buf, count); }
   }
