@@ -24,6 +24,13 @@ echo "== cargo test"
 # its tests; the harness prints a dot per test.
 cargo test --workspace 2>&1 -- --quiet
 
+echo "== C and C++ APIs: CMake build, GoogleTest (plain and ASan+UBSan), install, examples/cpp"
+if command -v cmake >/dev/null && [ -e /usr/include/gtest/gtest.h ]; then
+  bash scripts/cpp_test.sh
+else
+  echo "skipped: needs cmake and GoogleTest (Debian: cmake libgtest-dev libgmock-dev)"
+fi
+
 echo "== valgrind memcheck over the host-path Rust tests"
 if command -v valgrind >/dev/null; then bash scripts/sanitize.sh; else echo "skipped: no valgrind"; fi
 

@@ -22,6 +22,25 @@
 // `memory` argument of `gpufile_file_io_path`: device (GPU) memory.
 #define GPUFILE_MEMORY_DEVICE 1
 
+// `remote_endpoint_type` values (KvikIO's `RemoteEndpointType`, same numbers): infer from
+// the URL.
+#define GPUFILE_REMOTE_AUTO 0
+
+// S3 with credentials (SigV4): `s3://bucket/key` or an S3 HTTP(S) URL.
+#define GPUFILE_REMOTE_S3 1
+
+// S3 objects readable by anyone (no signing).
+#define GPUFILE_REMOTE_S3_PUBLIC 2
+
+// An S3 URL signed in advance.
+#define GPUFILE_REMOTE_S3_PRESIGNED_URL 3
+
+// Apache Hadoop WebHDFS.
+#define GPUFILE_REMOTE_WEBHDFS 4
+
+// Any HTTP(S) server that answers ranged GETs (also public `gs://bucket/object`).
+#define GPUFILE_REMOTE_HTTP 5
+
 // What every call returns: `GPUFILE_OK`, or the type of the error it stored as the calling
 // thread's last error (the same value `gpufile_last_error_type` gives).
 typedef enum {
@@ -45,6 +64,9 @@ typedef enum {
   GPUFILE_TIMEOUT = 8,
   // Anything else (other OS errors: see `gpufile_last_error_errno`).
   GPUFILE_OTHER = 9,
+  // A remote object's server or network failed (an HTTP error status, a refused
+  // connection, missing credentials); the message says which.
+  GPUFILE_REMOTE = 10,
 } gpufile_status;
 
 // What moves the bytes of a request (`gpufile_file_io_path`).
@@ -63,6 +85,40 @@ typedef struct gpufile_file gpufile_file;
 // `gpufile_file_pwrite`, freed by `gpufile_future_free`). A future freed already is refused
 // with `GPUFILE_BAD_ARGUMENT`.
 typedef struct gpufile_future gpufile_future;
+
+// A mapped file region (opaque; from `gpufile_mmap_open`, freed by `gpufile_mmap_close`).
+typedef struct gpufile_mmap gpufile_mmap;
+
+// An observation in progress (opaque; from `gpufile_observe_begin`, ended by
+// `gpufile_observe_end`).
+typedef struct gpufile_observation gpufile_observation;
+
+// An open remote object (opaque; from `gpufile_remote_open`, freed by
+// `gpufile_remote_close`).
+typedef struct gpufile_remote_file gpufile_remote_file;
+
+// One range of a many-range request: `size` bytes at `file_offset` in the file and at
+// `buf_offset` in the buffer.
+typedef struct {
+  // Offset in the file.
+  uint64_t file_offset;
+  // Bytes.
+  size_t size;
+  // Offset in the buffer.
+  size_t buf_offset;
+} gpufile_range;
+
+// Per-request options of the `_ranges` calls (`NULL`: the settings' values for all).
+typedef struct {
+  // Largest piece one worker moves; 0 takes the `task_size` setting.
+  size_t task_size;
+  // Device requests smaller than this take gpufile's POSIX path (KvikIO's
+  // `gds_threshold`); -1 takes the `gds_threshold` setting.
+  int64_t gds_threshold;
+  // compat_mode for this request (OFF 0, ON 1, AUTO 2: KvikIO's per-file `compat_mode`);
+  // -1 takes the `compat_mode` setting.
+  int32_t compat_mode;
+} gpufile_io_options;
 
 #ifdef __cplusplus
 extern "C" {
@@ -141,6 +197,38 @@ gpufile_status gpufile_file_pwrite(const gpufile_file *file,
                                    size_t size,
                                    uint64_t file_offset,
                                    gpufile_future **out);
+
+// Starts one read of `nranges` ranges of `file` into the buffer of `buf_size` bytes at `buf`
+// (host or device memory): each range's bytes land at its `buf_offset`. `opts` may be NULL
+// (the settings' task size and gds_threshold). A range past the buffer, ranges overlapping
+// in the buffer, or a range past the end of the file is refused here, before any byte moves.
+// One range with `opts` is how a read with its own task size is asked for.
+//
+// # Safety
+// `buf` is null or valid for writes of `buf_size` bytes until the future is done, and not
+// used otherwise meanwhile; `ranges` is null or valid for reads of `nranges` ranges (read
+// during the call only); `opts` is null or valid for a read; `out` is null or valid for a
+// write of a pointer.
+gpufile_status gpufile_file_pread_ranges(const gpufile_file *file,
+                                         void *buf,
+                                         size_t buf_size,
+                                         const gpufile_range *ranges,
+                                         size_t nranges,
+                                         const gpufile_io_options *opts,
+                                         gpufile_future **out);
+
+// Starts one write of `nranges` ranges of the buffer of `buf_size` bytes at `buf` to `file`
+// (each range's bytes from its `buf_offset`). Ranges overlapping in the file are refused.
+//
+// # Safety
+// As `gpufile_file_pread_ranges`, the buffer read (not written) until the future is done.
+gpufile_status gpufile_file_pwrite_ranges(const gpufile_file *file,
+                                          const void *buf,
+                                          size_t buf_size,
+                                          const gpufile_range *ranges,
+                                          size_t nranges,
+                                          const gpufile_io_options *opts,
+                                          gpufile_future **out);
 
 // Waits until the request of `fut` ends; stores the bytes it moved in `*out_bytes` (if not
 // null), or returns its error. May be called again: it gives the same answer.
@@ -221,6 +309,153 @@ gpufile_status gpufile_file_io_path(const gpufile_file *file,
                                     size_t len,
                                     size_t *needed);
 
+// The path report of a request before it runs: what would move the bytes of the read
+// (`is_write` 0) or write (1) of `nranges` ranges between `file` and the buffer of
+// `buf_size` bytes at `buf`, under the current settings and `opts` (may be NULL), and why.
+// The buffer's memory kind is asked of the CUDA driver as a request asks it; the ranges are
+// checked as the request checks them (a range past the buffer is `GPUFILE_BAD_ARGUMENT`).
+// Out-parameters as `gpufile_file_io_path`.
+//
+// # Safety
+// `ranges` is null or valid for reads of `nranges` ranges; `opts` is null or valid for a
+// read; the out-parameters as `gpufile_file_io_path`'s. `buf` is not dereferenced.
+gpufile_status gpufile_file_request_io_path(const gpufile_file *file,
+                                            int is_write,
+                                            const void *buf,
+                                            size_t buf_size,
+                                            const gpufile_range *ranges,
+                                            size_t nranges,
+                                            const gpufile_io_options *opts,
+                                            gpufile_backend *out_backend,
+                                            char *reason,
+                                            size_t len,
+                                            size_t *needed);
+
+// Probes the machine (and `path`, if not NULL) as `gpufile check --json` does, and copies
+// the report's JSON into `buf` (at most `len` bytes, NUL-terminated where `len > 0`); the
+// bytes the whole text needs in `*needed` (if not null): call with `buf` NULL to size it.
+//
+// # Safety
+// `path` is null or NUL-terminated; `buf` is null or valid for writes of `len` bytes;
+// `needed` is null or valid for a write of a `size_t`.
+gpufile_status gpufile_check(const char *path, char *buf, size_t len, size_t *needed);
+
+// Starts observing the process's I/O (Python's `gpufile.observe()`); `gpufile_observe_end`
+// reports what ran since.
+//
+// # Safety
+// `out` is null or valid for a write of a pointer.
+gpufile_status gpufile_observe_begin(gpufile_observation **out);
+
+// Ends `obs` (its handle is freed) and copies the report's JSON (bytes and requests per
+// backend, cuFile's statistics where it ran) into `buf` as `gpufile_check` does.
+//
+// # Safety
+// `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
+gpufile_status gpufile_observe_end(gpufile_observation *obs, char *buf, size_t len, size_t *needed);
+
+// Stores the file's descriptor in `*out`: the one opened without `O_DIRECT` (`o_direct` 0),
+// or the `O_DIRECT` one (1; -1 where the file has none). The descriptor stays the file's:
+// it is closed by `gpufile_file_close`.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_file_fd(const gpufile_file *file, int o_direct, int *out);
+
+// Stores the file's open flags (`fcntl(F_GETFL)`) in `*out`.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_file_open_flags(const gpufile_file *file, int *out);
+
+// Stores 1 in `*out` where the file can be read with `O_DIRECT`, else 0.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_file_is_direct_io_supported(const gpufile_file *file, int *out);
+
+// Stores in `*out` the kind of memory at `ptr` as requests see it: `GPUFILE_MEMORY_DEVICE`
+// for device and managed memory, else `GPUFILE_MEMORY_HOST` (also wherever there is no CUDA
+// driver or device).
+//
+// # Safety
+// `out` is null or valid for a write of an `int`. `ptr` is not dereferenced.
+gpufile_status gpufile_memory_kind(const void *ptr, int *out);
+
+// Stores 1 in `*out` where device I/O of any size would take gpufile's POSIX path rather
+// than cuFile under the current settings with `compat_mode` (OFF 0, ON 1, AUTO 2; -1: the
+// setting): KvikIO's `defaults::is_compat_mode_preferred`. ON, or AUTO without a usable
+// cuFile, is 1; OFF is 0.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_compat_mode_preferred(int compat_mode, int *out);
+
+// Opens cuFile's driver (KvikIO's `DriverInitializer`); `GPUFILE_CUFILE` where cuFile is
+// missing or refuses.
+gpufile_status gpufile_cufile_driver_open(void);
+
+// Closes cuFile's driver once no file or buffer registered with it is left.
+gpufile_status gpufile_cufile_driver_close(void);
+
+// Stores the cuFile driver property `name` in `*out` (a flag as 0 or 1, sizes in KiB);
+// opens the driver.
+//
+// # Safety
+// `name` is null or NUL-terminated; `out` is null or valid for a write of an `int64_t`.
+gpufile_status gpufile_cufile_driver_get(const char *name, int64_t *out);
+
+// Sets the settable cuFile driver property `name` ("poll_mode", "poll_thresh_size",
+// "max_device_cache_size", "max_pinned_memory_size") to `value`; a read-only one is
+// `GPUFILE_BAD_ARGUMENT`.
+//
+// # Safety
+// `name` is null or NUL-terminated.
+gpufile_status gpufile_cufile_driver_set(const char *name, int64_t value);
+
+// Registers `size` bytes of device memory at `ptr` with cuFile (`cuFileBufRegister`; KvikIO's
+// `buffer_register`), or with `size` 0 the whole allocation holding `ptr` (KvikIO's
+// `memory_register`). Host memory is left alone (cuFile never reads it). `GPUFILE_CUFILE`
+// where cuFile is missing or refuses.
+gpufile_status gpufile_buffer_register(const void *ptr, size_t size);
+
+// Deregisters what `gpufile_buffer_register(ptr, size)` registered: `ptr` itself, or with
+// `whole_allocation` 1 the base of its allocation (host memory: nothing).
+gpufile_status gpufile_buffer_deregister(const void *ptr, int whole_allocation);
+
+// KvikIO's `get_page_cache_info`: of the pages of `length` bytes (0: to the end of the file)
+// at `offset` of the file `fd` (or, with `fd` -1, `path`), how many are in the page cache
+// (`*out_cached`) of how many (`*out_total`). A bad descriptor or a missing file is an OS
+// error with its errno (`GPUFILE_OTHER`, errno 9; `GPUFILE_NOT_FOUND`).
+//
+// # Safety
+// `path` is null or NUL-terminated; the out-parameters are null or valid for writes.
+gpufile_status gpufile_page_cache_info(int fd,
+                                       const char *path,
+                                       uint64_t offset,
+                                       uint64_t length,
+                                       uint64_t *out_cached,
+                                       uint64_t *out_total);
+
+// KvikIO's `drop_file_page_cache`: evicts the pages of `length` bytes (0: to the end) at
+// `offset` of `fd` (or, with `fd` -1, `path`), writing dirty ones first with `sync_first`.
+//
+// # Safety
+// `path` is null or NUL-terminated.
+gpufile_status gpufile_drop_file_page_cache(int fd,
+                                            const char *path,
+                                            uint64_t offset,
+                                            uint64_t length,
+                                            int sync_first);
+
+// KvikIO's `drop_system_page_cache` (needs root): stores 1 in `*out` where it dropped.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_drop_system_page_cache(int reclaim_dentries_and_inodes,
+                                              int sync_first,
+                                              int *out);
+
 // The type of the calling thread's last error (`GPUFILE_OK` where no call of this thread has
 // failed yet). Successful calls leave the last error as it was.
 gpufile_status gpufile_last_error_type(void);
@@ -247,31 +482,155 @@ size_t gpufile_last_error_message(char *buf, size_t len);
 // `buf` is null or valid for writes of `len` bytes.
 size_t gpufile_last_error_path(char *buf, size_t len);
 
-// The type of the calling thread's last error (`GPUFILE_OK` where no call of this thread has
-// failed yet). Successful calls leave the last error as it was.
-gpufile_status gpufile_last_error_type(void);
-
-// The OS error number of the calling thread's last error: the kernel's answer for OS
-// errors (2 for a missing file), `EINVAL` for bad arguments, `EBADF` for a handle not open
-// for the operation, `ETIMEDOUT` for a timeout, 0 where there is none.
-int32_t gpufile_last_error_errno(void);
-
-// Copies the message of the calling thread's last error into `buf` (at most `len` bytes,
-// always NUL-terminated where `len > 0`, cut at a UTF-8 character boundary); returns the
-// bytes the whole message and its NUL need (1 where there is no error). `buf` may be null
-// (with any `len`) to ask for the length.
+// Maps `initial_map_size` bytes (-1: to the end of the file) at `initial_map_offset` of
+// `path`, opened with `flags` ("r" or "r+"), as KvikIO's `MmapHandle`; `mode` is the
+// permission of a file the open creates; `map_flags` 0 is `MAP_PRIVATE`. A zero-byte region,
+// a region past the end of the file or bad flags are `GPUFILE_BAD_ARGUMENT` with KvikIO's
+// messages; a missing file `GPUFILE_NOT_FOUND`.
 //
 // # Safety
-// `buf` is null or valid for writes of `len` bytes.
-size_t gpufile_last_error_message(char *buf, size_t len);
+// `path` and `flags` are null or NUL-terminated; `out` is null or valid for a write of a
+// pointer.
+gpufile_status gpufile_mmap_open(const char *path,
+                                 const char *flags,
+                                 int64_t initial_map_size,
+                                 uint64_t initial_map_offset,
+                                 uint32_t mode,
+                                 int map_flags,
+                                 gpufile_mmap **out);
 
-// Copies the path of the file the calling thread's last error is about into `buf`, as
-// `gpufile_last_error_message` does; an empty string (needing 1 byte) where the error names
-// no file.
+// Unmaps `m` and frees its handle; reads still running keep the mapping until they end.
+gpufile_status gpufile_mmap_close(gpufile_mmap *m);
+
+// Stores the mapped region's size, its file offset and the file's size now (any may be
+// NULL) through the out-parameters.
 //
 // # Safety
-// `buf` is null or valid for writes of `len` bytes.
-size_t gpufile_last_error_path(char *buf, size_t len);
+// Each out-parameter is null or valid for a write of a `uint64_t`.
+gpufile_status gpufile_mmap_info(const gpufile_mmap *m,
+                                 uint64_t *out_map_size,
+                                 uint64_t *out_map_offset,
+                                 uint64_t *out_file_size);
+
+// Starts reading `size` bytes (-1: to the end of the file) at `offset` of the mapped region
+// into the buffer of `buf_size` bytes at `buf` (host or device memory); `task_size` 0 takes
+// the setting. A read outside the region is `GPUFILE_BAD_ARGUMENT` (KvikIO's "Read is out of
+// bound"), one larger than the buffer too, before any byte moves.
+//
+// # Safety
+// As `gpufile_file_pread`, for `buf_size` bytes.
+gpufile_status gpufile_mmap_pread(const gpufile_mmap *m,
+                                  void *buf,
+                                  size_t buf_size,
+                                  int64_t size,
+                                  uint64_t offset,
+                                  size_t task_size,
+                                  gpufile_future **out);
+
+// Opens the remote object `url` as KvikIO's `RemoteHandle::open` does: type
+// `remote_endpoint_type` (`GPUFILE_REMOTE_AUTO` infers it from the URL, trying the allow
+// list in order); `allow_list` holds `allow_len` types (NULL: KvikIO's default list, S3, S3
+// public, presigned, WebHDFS, HTTP); a type not in the list is refused
+// (`GPUFILE_BAD_ARGUMENT`, "... is not in the allowlist."). `nbytes` is the object's size,
+// or -1 to ask the server. S3 credentials come from the `AWS_*` environment variables. A
+// server that cannot be reached, or answers an error, is `GPUFILE_REMOTE`.
+//
+// # Safety
+// `url` is null or a NUL-terminated string; `allow_list` is null or valid for reads of
+// `allow_len` ints; `out` is null or valid for a write of a pointer.
+gpufile_status gpufile_remote_open(const char *url,
+                                   int remote_endpoint_type,
+                                   const int *allow_list,
+                                   size_t allow_len,
+                                   int64_t nbytes,
+                                   gpufile_remote_file **out);
+
+// Opens an S3 object with explicit credentials (KvikIO's `S3Endpoint`): `url` is
+// `s3://bucket/key` or an S3 HTTP(S) URL; each of `region`, `access_key_id`,
+// `secret_access_key`, `endpoint_url` and `session_token` may be NULL (then its `AWS_*`
+// environment variable is read). `nbytes` as for `gpufile_remote_open`.
+//
+// # Safety
+// Every string is null or NUL-terminated; `out` is null or valid for a write of a pointer.
+gpufile_status gpufile_remote_open_s3(const char *url,
+                                      const char *region,
+                                      const char *access_key_id,
+                                      const char *secret_access_key,
+                                      const char *endpoint_url,
+                                      const char *session_token,
+                                      int64_t nbytes,
+                                      gpufile_remote_file **out);
+
+// Closes `remote`. Reads still running keep the object until they end.
+gpufile_status gpufile_remote_close(gpufile_remote_file *remote);
+
+// Stores the object's size (known since open) in `*out`.
+//
+// # Safety
+// `out` is null or valid for a write of a `uint64_t`.
+gpufile_status gpufile_remote_nbytes(const gpufile_remote_file *remote, uint64_t *out);
+
+// Stores the type the object was opened as (a `GPUFILE_REMOTE_*` value) in `*out`.
+//
+// # Safety
+// `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_remote_endpoint_type(const gpufile_remote_file *remote, int *out);
+
+// Copies the object's URL (signatures and credentials redacted) into `buf` as
+// `gpufile_settings_get_str` copies text; the bytes needed in `*needed` (if not null).
+//
+// # Safety
+// `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
+gpufile_status gpufile_remote_url(const gpufile_remote_file *remote,
+                                  char *buf,
+                                  size_t len,
+                                  size_t *needed);
+
+// Stores in `*out` the endpoint type KvikIO's `infer_remote_endpoint_type` gives `url`.
+//
+// # Safety
+// `url` is null or NUL-terminated; `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_remote_infer_endpoint_type(const char *url, int *out);
+
+// Starts reading `size` bytes at `file_offset` of `remote` into `buf` (host or device
+// memory); `task_size` 0 takes the setting. A range past the object's end is refused here
+// (`GPUFILE_BAD_ARGUMENT`, KvikIO's "cannot read ..."), before any byte moves. Where it is
+// not yet known whether the server honours `Range`, byte 0 is read first (so that a server
+// that ignores ranges sends the object once, not once per task).
+//
+// # Safety
+// As `gpufile_file_pread`.
+gpufile_status gpufile_remote_pread(const gpufile_remote_file *remote,
+                                    void *buf,
+                                    size_t size,
+                                    uint64_t file_offset,
+                                    size_t task_size,
+                                    gpufile_future **out);
+
+// Stores 1 in `*out` where `url` has the shape endpoint type `remote_endpoint_type` accepts
+// (KvikIO's `<Endpoint>::is_url_valid`), else 0 (always 0 for `GPUFILE_REMOTE_AUTO`).
+//
+// # Safety
+// `url` is null or NUL-terminated; `out` is null or valid for a write of an `int`.
+gpufile_status gpufile_remote_url_is_valid(int remote_endpoint_type, const char *url, int *out);
+
+// Copies the URL of an S3 object (unsigned, credentials redacted) into `buf` as
+// `gpufile_remote_url` does: of `url` (an `s3://` or S3 HTTP(S) URL) where it is not NULL,
+// else of `bucket` and `object` at `endpoint_url` (NULL: `AWS_ENDPOINT_URL`, else AWS in
+// `region`; NULL: `AWS_DEFAULT_REGION`). Credentials are looked up as an open would (the
+// `AWS_*` variables), so missing ones are an error here too.
+//
+// # Safety
+// Every string is null or NUL-terminated; `buf` is null or valid for writes of `len` bytes;
+// `needed` is null or valid for a write of a `size_t`.
+gpufile_status gpufile_remote_s3_object_url(const char *url,
+                                            const char *bucket,
+                                            const char *object,
+                                            const char *region,
+                                            const char *endpoint_url,
+                                            char *buf,
+                                            size_t len,
+                                            size_t *needed);
 
 #ifdef __cplusplus
 }  // extern "C"

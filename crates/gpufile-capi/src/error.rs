@@ -33,6 +33,9 @@ pub enum gpufile_status {
     GPUFILE_TIMEOUT = 8,
     /// Anything else (other OS errors: see `gpufile_last_error_errno`).
     GPUFILE_OTHER = 9,
+    /// A remote object's server or network failed (an HTTP error status, a refused
+    /// connection, missing credentials); the message says which.
+    GPUFILE_REMOTE = 10,
 }
 
 use gpufile_status::*;
@@ -109,6 +112,7 @@ impl From<Error> for CallError {
             Error::Cufile { .. } | Error::CufileUnavailable { .. } | Error::CufileBusy { .. } => {
                 GPUFILE_CUFILE
             }
+            Error::Source { .. } => GPUFILE_REMOTE,
             _ => GPUFILE_OTHER,
         };
         let errno = match (errno, status) {

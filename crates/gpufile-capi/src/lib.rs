@@ -10,18 +10,24 @@
 // The exported types keep their C names (`gpufile_file`), which the header shows.
 #![allow(non_camel_case_types)]
 
+mod diag;
+mod driver;
 mod error;
 mod handles;
+mod mmap;
+mod remote;
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-use gpufile_core::config::{Input, Name, Value};
+use gpufile_core::config::{CompatMode, Input, Name, Value};
 use gpufile_core::cuda::{self, MemoryKind, PointerInfo};
+use gpufile_core::request::{Range, Ranges};
+use gpufile_core::source::Endpoint;
 use gpufile_core::{
-    Backend, Buffer, Direction, Engine, Error, FileHandle, IoFuture, Memory, Request,
+    Backend, Buffer, Direction, Engine, Error, FileHandle, IoFuture, Memory, Request, Settings,
 };
 
 use error::{copy_out, guard, CallError};
@@ -30,6 +36,10 @@ pub use error::{
     gpufile_last_error_type, gpufile_status,
 };
 use handles::Table;
+pub use remote::{
+    GPUFILE_REMOTE_AUTO, GPUFILE_REMOTE_HTTP, GPUFILE_REMOTE_S3, GPUFILE_REMOTE_S3_PRESIGNED_URL,
+    GPUFILE_REMOTE_S3_PUBLIC, GPUFILE_REMOTE_WEBHDFS,
+};
 
 /// The ABI version this header describes; `gpufile_abi_version()` gives the library's. It
 /// changes when a function's signature or a type's layout changes.
@@ -69,7 +79,7 @@ static FILES: Table<FileHandle> = Table::new("file");
 static FUTURES: Table<IoFuture> = Table::new("future");
 
 /// The open file `file` names.
-fn file_of(file: *const gpufile_file) -> Result<std::sync::Arc<FileHandle>, CallError> {
+pub(crate) fn file_of(file: *const gpufile_file) -> Result<std::sync::Arc<FileHandle>, CallError> {
     FILES.get(file as usize)
 }
 
@@ -88,7 +98,7 @@ pub extern "C" fn gpufile_abi_version() -> u32 {
 ///
 /// # Safety
 /// `ptr` is null or a NUL-terminated string.
-unsafe fn text<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, CallError> {
+pub(crate) unsafe fn text<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, CallError> {
     if ptr.is_null() {
         return Err(CallError::bad(format!("{what} is NULL")));
     }
@@ -102,13 +112,13 @@ unsafe fn text<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, CallError>
 ///
 /// # Safety
 /// `out` is valid for a write of `T`.
-unsafe fn put<T>(out: *mut T, value: T) {
+pub(crate) unsafe fn put<T>(out: *mut T, value: T) {
     // SAFETY: the caller's contract.
     unsafe { out.write(value) }
 }
 
 /// A null check for an out-parameter.
-fn out_arg<T>(out: *mut T, what: &str) -> Result<(), CallError> {
+pub(crate) fn out_arg<T>(out: *mut T, what: &str) -> Result<(), CallError> {
     match out.is_null() {
         true => Err(CallError::bad(format!("{what} is NULL"))),
         false => Ok(()),
@@ -204,12 +214,153 @@ fn buffer(ptr: *mut c_void, size: usize) -> Result<(Buffer, Option<PointerInfo>)
     }
 }
 
-/// Starts a request of `size` bytes between `buf` and `file` at `file_offset` on the process
-/// engine under the process settings.
+/// Per-request options of the `_ranges` calls (`NULL`: the settings' values for all).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gpufile_io_options {
+    /// Largest piece one worker moves; 0 takes the `task_size` setting.
+    pub task_size: usize,
+    /// Device requests smaller than this take gpufile's POSIX path (KvikIO's
+    /// `gds_threshold`); -1 takes the `gds_threshold` setting.
+    pub gds_threshold: i64,
+    /// compat_mode for this request (OFF 0, ON 1, AUTO 2: KvikIO's per-file `compat_mode`);
+    /// -1 takes the `compat_mode` setting.
+    pub compat_mode: i32,
+}
+
+/// One range of a many-range request: `size` bytes at `file_offset` in the file and at
+/// `buf_offset` in the buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpufile_range {
+    /// Offset in the file.
+    pub file_offset: u64,
+    /// Bytes.
+    pub size: usize,
+    /// Offset in the buffer.
+    pub buf_offset: usize,
+}
+
+/// What a request moves: one range of the whole buffer, or the caller's list.
+pub(crate) enum What {
+    /// The whole buffer at a file offset.
+    Whole(u64),
+    /// A list of ranges of the buffer.
+    Ranges(Ranges),
+}
+
+/// `n` ranges at `ranges` as the core's list.
+///
+/// # Safety
+/// `ranges` is null or valid for reads of `n` `gpufile_range`s.
+unsafe fn ranges_of(ranges: *const gpufile_range, n: usize) -> Result<Ranges, CallError> {
+    if n == 0 {
+        return Ok(Ranges::Many(Vec::new().into()));
+    }
+    if ranges.is_null() {
+        return Err(CallError::bad(format!("ranges is NULL (nranges {n})")));
+    }
+    if n > isize::MAX as usize / std::mem::size_of::<gpufile_range>() {
+        return Err(CallError::bad(format!(
+            "nranges {n} is past the address space"
+        )));
+    }
+    // SAFETY: non-null and valid for `n` elements by the caller's contract.
+    let list = unsafe { std::slice::from_raw_parts(ranges, n) };
+    Ok(Ranges::Many(
+        list.iter()
+            .map(|r| Range {
+                file_offset: r.file_offset,
+                len: r.size,
+                buf_offset: r.buf_offset,
+            })
+            .collect::<Vec<_>>()
+            .into(),
+    ))
+}
+
+/// The settings a request runs under: the process's, with `opts` applied.
+///
+/// # Safety
+/// `opts` is null or valid for a read of a `gpufile_io_options`.
+unsafe fn settings_for(
+    opts: *const gpufile_io_options,
+) -> Result<(std::sync::Arc<Settings>, Option<usize>), CallError> {
+    let engine = Engine::global()?;
+    let shared = engine.shared_settings();
+    if opts.is_null() {
+        return Ok((shared, None));
+    }
+    // SAFETY: non-null; the caller's contract.
+    let opts = unsafe { opts.read() };
+    let task_size = (opts.task_size > 0).then_some(opts.task_size);
+    let gds_threshold = match opts.gds_threshold {
+        -1 => None,
+        t if t < 0 => {
+            return Err(CallError::bad(format!(
+                "gds_threshold {t} is negative (-1 takes the setting)"
+            )))
+        }
+        t => Some(usize::try_from(t).unwrap_or(usize::MAX)),
+    };
+    let compat_mode = match opts.compat_mode {
+        -1 => None,
+        0 => Some(CompatMode::Off),
+        1 => Some(CompatMode::On),
+        2 => Some(CompatMode::Auto),
+        m => {
+            return Err(CallError::bad(format!(
+                "compat_mode {m} is none of OFF 0, ON 1, AUTO 2 (-1 takes the setting)"
+            )))
+        }
+    };
+    if gds_threshold.is_none() && compat_mode.is_none() {
+        return Ok((shared, task_size));
+    }
+    let mut s = (*shared).clone();
+    s.gds_threshold = gds_threshold.unwrap_or(s.gds_threshold);
+    s.compat_mode = compat_mode.unwrap_or(s.compat_mode);
+    Ok((std::sync::Arc::new(s), task_size))
+}
+
+/// Starts a request between the buffer of `size` bytes at `buf` and `endpoint` on the process
+/// engine under `settings`.
 ///
 /// # Safety
 /// `buf` is null or valid for `size` bytes (writable for a read) until the returned future is
 /// done, and not used otherwise meanwhile.
+pub(crate) unsafe fn start_on(
+    endpoint: &Endpoint,
+    buf: *mut c_void,
+    size: usize,
+    what: What,
+    settings: &Settings,
+    task_size: Option<usize>,
+    caller_waits: bool,
+) -> Result<IoFuture, CallError> {
+    let (buffer, info) = buffer(buf, size)?;
+    let req = match (endpoint.direction(), what) {
+        (Direction::Read, What::Whole(off)) => Request::read(buffer, off),
+        (Direction::Write, What::Whole(off)) => Request::write(buffer, off),
+        (Direction::Read, What::Ranges(r)) => Request::read_ranges(buffer, r),
+        (Direction::Write, What::Ranges(r)) => Request::write_ranges(buffer, r),
+    };
+    req.ranges.check(req.direction, size)?;
+    let req = req
+        .pointer_info(info)
+        .caller_waits(caller_waits)
+        .task_size(task_size);
+    let engine = Engine::global()?;
+    // SAFETY: the buffer's validity is the caller's contract; `info` is what `cuda::classify`
+    // said of its first address.
+    Ok(unsafe { engine.submit(endpoint, req, settings) }?)
+}
+
+/// Starts a request of `size` bytes between `buf` and `file` at `file_offset` on the process
+/// engine under the process settings.
+///
+/// # Safety
+/// As [`start_on`].
 unsafe fn start(
     file: *const gpufile_file,
     dir: Direction,
@@ -219,18 +370,20 @@ unsafe fn start(
     caller_waits: bool,
 ) -> Result<IoFuture, CallError> {
     let file = file_of(file)?;
-    let (buffer, info) = buffer(buf, size)?;
-    let req = match dir {
-        Direction::Read => Request::read(buffer, file_offset),
-        Direction::Write => Request::write(buffer, file_offset),
+    let settings = Engine::global()?.shared_settings();
+    let what = What::Whole(file_offset);
+    // SAFETY: the caller's contract.
+    unsafe {
+        start_on(
+            &file.endpoint(dir),
+            buf,
+            size,
+            what,
+            &settings,
+            None,
+            caller_waits,
+        )
     }
-    .pointer_info(info)
-    .caller_waits(caller_waits);
-    let engine = Engine::global()?;
-    let settings = engine.shared_settings();
-    // SAFETY: the buffer's validity is the caller's contract; `info` is what `cuda::classify`
-    // said of its first address.
-    Ok(unsafe { engine.submit(&file.endpoint(dir), req, &settings) }?)
 }
 
 /// A blocking request; stores the bytes moved in `*out_bytes` (if not null).
@@ -312,11 +465,20 @@ unsafe fn nonblocking(
         out_arg(out, "out")?;
         // SAFETY: the caller's contract.
         let future = unsafe { start(file, dir, buf, size, file_offset, false)? };
-        let id = FUTURES.insert(future);
         // SAFETY: checked non-null; the caller's contract.
-        unsafe { put(out, id as *mut gpufile_future) };
+        unsafe { give_future(future, out) };
         Ok(())
     })
+}
+
+/// Stores `future` in the table and its handle in `*out`.
+///
+/// # Safety
+/// `out` is non-null and valid for a write of a pointer.
+pub(crate) unsafe fn give_future(future: IoFuture, out: *mut *mut gpufile_future) {
+    let id = FUTURES.insert(future);
+    // SAFETY: the caller's contract.
+    unsafe { put(out, id as *mut gpufile_future) };
 }
 
 /// Starts reading `size` bytes at `file_offset` of `file` into `buf` (host or device memory)
@@ -357,6 +519,112 @@ pub unsafe extern "C" fn gpufile_file_pwrite(
     let buf = buf.cast_mut();
     // SAFETY: the caller's contract.
     unsafe { nonblocking(file, Direction::Write, buf, size, file_offset, out) }
+}
+
+/// A many-range request on `file` in direction `dir`.
+///
+/// # Safety
+/// As [`gpufile_file_pread_ranges`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn ranges_request(
+    file: *const gpufile_file,
+    dir: Direction,
+    buf: *mut c_void,
+    buf_size: usize,
+    ranges: *const gpufile_range,
+    nranges: usize,
+    opts: *const gpufile_io_options,
+    out: *mut *mut gpufile_future,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out, "out")?;
+        let file = file_of(file)?;
+        // SAFETY: the caller's contract.
+        let (list, (settings, task_size)) =
+            unsafe { (ranges_of(ranges, nranges)?, settings_for(opts)?) };
+        let endpoint = file.endpoint(dir);
+        // SAFETY: the caller's contract.
+        let future = unsafe {
+            start_on(
+                &endpoint,
+                buf,
+                buf_size,
+                What::Ranges(list),
+                &settings,
+                task_size,
+                false,
+            )?
+        };
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { give_future(future, out) };
+        Ok(())
+    })
+}
+
+/// Starts one read of `nranges` ranges of `file` into the buffer of `buf_size` bytes at `buf`
+/// (host or device memory): each range's bytes land at its `buf_offset`. `opts` may be NULL
+/// (the settings' task size and gds_threshold). A range past the buffer, ranges overlapping
+/// in the buffer, or a range past the end of the file is refused here, before any byte moves.
+/// One range with `opts` is how a read with its own task size is asked for.
+///
+/// # Safety
+/// `buf` is null or valid for writes of `buf_size` bytes until the future is done, and not
+/// used otherwise meanwhile; `ranges` is null or valid for reads of `nranges` ranges (read
+/// during the call only); `opts` is null or valid for a read; `out` is null or valid for a
+/// write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_pread_ranges(
+    file: *const gpufile_file,
+    buf: *mut c_void,
+    buf_size: usize,
+    ranges: *const gpufile_range,
+    nranges: usize,
+    opts: *const gpufile_io_options,
+    out: *mut *mut gpufile_future,
+) -> gpufile_status {
+    // SAFETY: the caller's contract.
+    unsafe {
+        ranges_request(
+            file,
+            Direction::Read,
+            buf,
+            buf_size,
+            ranges,
+            nranges,
+            opts,
+            out,
+        )
+    }
+}
+
+/// Starts one write of `nranges` ranges of the buffer of `buf_size` bytes at `buf` to `file`
+/// (each range's bytes from its `buf_offset`). Ranges overlapping in the file are refused.
+///
+/// # Safety
+/// As `gpufile_file_pread_ranges`, the buffer read (not written) until the future is done.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_pwrite_ranges(
+    file: *const gpufile_file,
+    buf: *const c_void,
+    buf_size: usize,
+    ranges: *const gpufile_range,
+    nranges: usize,
+    opts: *const gpufile_io_options,
+    out: *mut *mut gpufile_future,
+) -> gpufile_status {
+    // SAFETY: the caller's contract.
+    unsafe {
+        ranges_request(
+            file,
+            Direction::Write,
+            buf.cast_mut(),
+            buf_size,
+            ranges,
+            nranges,
+            opts,
+            out,
+        )
+    }
 }
 
 /// Stores the bytes of an ended request in `*out_bytes` (if not null), or its error.
@@ -597,18 +865,86 @@ pub unsafe extern "C" fn gpufile_file_io_path(
         };
         let settings = Engine::global()?.settings();
         let path = file.io_path(memory, size, &settings)?;
-        let backend = match path.backend {
-            Backend::GpufilePosix => gpufile_backend::GPUFILE_BACKEND_POSIX,
-            Backend::Cufile => gpufile_backend::GPUFILE_BACKEND_CUFILE,
-        };
-        // SAFETY: checked non-null; the caller's contract.
-        unsafe { put(out_backend, backend) };
         // SAFETY: the caller's contract.
-        let n = unsafe { copy_out(&path.reason.to_string(), reason, len) };
-        if !needed.is_null() {
-            // SAFETY: non-null; the caller's contract.
-            unsafe { put(needed, n) };
-        }
+        unsafe { report_path(&path, out_backend, reason, len, needed) };
+        Ok(())
+    })
+}
+
+/// Stores `path`'s backend in `*out_backend` (checked non-null) and copies its reason out.
+///
+/// # Safety
+/// As `gpufile_file_io_path`'s out-parameters.
+unsafe fn report_path(
+    path: &gpufile_core::plan::IoPath,
+    out_backend: *mut gpufile_backend,
+    reason: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) {
+    let backend = match path.backend {
+        Backend::GpufilePosix => gpufile_backend::GPUFILE_BACKEND_POSIX,
+        Backend::Cufile => gpufile_backend::GPUFILE_BACKEND_CUFILE,
+    };
+    // SAFETY: checked non-null by the caller; the caller's contract.
+    unsafe { put(out_backend, backend) };
+    // SAFETY: the caller's contract.
+    let n = unsafe { copy_out(&path.reason.to_string(), reason, len) };
+    if !needed.is_null() {
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(needed, n) };
+    }
+}
+
+/// The path report of a request before it runs: what would move the bytes of the read
+/// (`is_write` 0) or write (1) of `nranges` ranges between `file` and the buffer of
+/// `buf_size` bytes at `buf`, under the current settings and `opts` (may be NULL), and why.
+/// The buffer's memory kind is asked of the CUDA driver as a request asks it; the ranges are
+/// checked as the request checks them (a range past the buffer is `GPUFILE_BAD_ARGUMENT`).
+/// Out-parameters as `gpufile_file_io_path`.
+///
+/// # Safety
+/// `ranges` is null or valid for reads of `nranges` ranges; `opts` is null or valid for a
+/// read; the out-parameters as `gpufile_file_io_path`'s. `buf` is not dereferenced.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn gpufile_file_request_io_path(
+    file: *const gpufile_file,
+    is_write: c_int,
+    buf: *const c_void,
+    buf_size: usize,
+    ranges: *const gpufile_range,
+    nranges: usize,
+    opts: *const gpufile_io_options,
+    out_backend: *mut gpufile_backend,
+    reason: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out_backend, "out_backend")?;
+        let file = file_of(file)?;
+        let dir = match is_write {
+            0 => Direction::Read,
+            1 => Direction::Write,
+            other => {
+                return Err(CallError::bad(format!(
+                    "is_write {other} is neither 0 (a read) nor 1 (a write)"
+                )))
+            }
+        };
+        // SAFETY: the caller's contract.
+        let (list, (settings, _)) = unsafe { (ranges_of(ranges, nranges)?, settings_for(opts)?) };
+        let (buffer, _) = buffer(buf.cast_mut(), buf_size)?;
+        list.check(dir, buf_size)?;
+        let path = Engine::io_path(
+            &file.endpoint(dir),
+            buffer.memory(),
+            list.bytes(),
+            &settings,
+        )?;
+        // SAFETY: the caller's contract.
+        unsafe { report_path(&path, out_backend, reason, len, needed) };
         Ok(())
     })
 }

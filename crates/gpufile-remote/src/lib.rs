@@ -33,7 +33,7 @@ mod http;
 mod keys;
 
 pub use endpoint::{
-    infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Options,
+    infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Object, S3Options,
 };
 pub use error::{RemoteError, RemoteFailure, SOURCE_WHAT};
 pub use file::{read_into, ReadPlan, RemoteFile, RANGED_REASON};

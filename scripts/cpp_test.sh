@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The C and C++ API tests of the README's test command: the root CMake project (driving cargo for
+# libgpufile, a debug build that `cargo test` built already) with its GoogleTest tests, once plain
+# and once under AddressSanitizer + UndefinedBehaviorSanitizer; then an install to a temporary
+# prefix and the downstream project examples/cpp built against it and run.
+# Needs cmake, a C++17 compiler and GoogleTest (Debian: cmake g++ libgtest-dev libgmock-dev).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+for variant in plain asan; do
+  build=target/cmake-$variant
+  flags=(-DGPUFILE_CARGO_PROFILE=dev -DGPUFILE_BUILD_TESTS=ON)
+  [ "$variant" = asan ] && flags+=(-DGPUFILE_SANITIZE=ON)
+  echo "-- $variant: configure and build ($build)"
+  cmake -S . -B "$build" "${flags[@]}" >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
+  cmake --build "$build" -j "$jobs" >>"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
+  echo "-- $variant: ctest"
+  # detect_leaks=0: the Rust library's process-wide engine (its worker threads) lives until exit.
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir "$build" --output-on-failure
+done
+
+echo "-- install to a temporary prefix, then build and run examples/cpp against it"
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install target/cmake-plain --prefix "$prefix" >/dev/null
+cmake -S examples/cpp -B "$prefix/build" -DCMAKE_PREFIX_PATH="$prefix" >"$prefix/example.log" 2>&1 \
+  && cmake --build "$prefix/build" >>"$prefix/example.log" 2>&1 || { cat "$prefix/example.log"; exit 1; }
+"$prefix/build/gpufile_example" "$prefix/example.bin"
+pc_dir=$(dirname "$(find "$prefix" -name gpufile.pc | head -1)")
+PKG_CONFIG_PATH="$pc_dir" pkg-config --libs --cflags gpufile >/dev/null \
+  || { echo "gpufile.pc is not readable by pkg-config"; exit 1; }

@@ -1,0 +1,196 @@
+// The C++ API (gpufile.hpp) and KvikIO's C++ names (kvikio/*.hpp) on CPU: RAII handles,
+// std::future results, the exception types with their messages and paths, scoped settings,
+// Mmap, RemoteFile from a local HTTP server, the path report and observe.
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpufile/gpufile.hpp"
+#include "kvikio/defaults.hpp"
+#include "kvikio/file_handle.hpp"
+#include "kvikio/file_utils.hpp"
+#include "kvikio/mmap.hpp"
+#include "kvikio/remote_handle.hpp"
+#include "support.hpp"
+
+namespace {
+
+class CppApi : public ::testing::Test {
+ protected:
+  void SetUp() override
+  {
+    data = support::pattern(1 << 20);
+    path = dir.file("data.bin");
+    support::write_file(path, data);
+  }
+  support::TempDir dir;
+  std::vector<unsigned char> data;
+  std::string path;
+};
+
+}  // namespace
+
+TEST_F(CppApi, pread_and_pwrite_return_std_futures_of_the_bytes)
+{
+  auto const out = dir.file("out.bin");
+  {
+    gpufile::File f(out, "w");
+    std::future<std::size_t> n = f.pwrite(data.data(), data.size(), 0, {4096, -1, -1});
+    EXPECT_EQ(n.get(), data.size());
+  }
+  gpufile::File f(out, "r");
+  EXPECT_EQ(f.nbytes(), data.size());
+  std::vector<unsigned char> buf(data.size());
+  auto fut = f.pread(buf.data(), buf.size());
+  EXPECT_EQ(fut.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_EQ(fut.get(), data.size());
+  EXPECT_EQ(buf, data);
+  EXPECT_EQ(f.read(buf.data(), 10, 5), 10u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 5, 10));
+}
+
+TEST_F(CppApi, errors_are_typed_exceptions_with_status_errno_and_path)
+{
+  auto const missing = dir.file("missing.bin");
+  try {
+    gpufile::File f(missing, "r");
+    FAIL() << "opened a missing file";
+  } catch (gpufile::NotFoundError const& e) {
+    EXPECT_EQ(e.status(), GPUFILE_NOT_FOUND);
+    EXPECT_EQ(e.errno_value(), 2);
+    EXPECT_EQ(e.path(), missing);
+  }
+  gpufile::File f(path, "r");
+  std::vector<unsigned char> buf(100, 7);
+  try {
+    (void)f.pread(buf.data(), buf.size(), data.size() - 1);
+    FAIL() << "read past the end";
+  } catch (gpufile::EndOfFileError const& e) {
+    EXPECT_EQ(e.path(), path);
+  }
+  EXPECT_EQ(buf, std::vector<unsigned char>(100, 7));
+  EXPECT_THROW(gpufile::File(path, "x"), gpufile::BadArgumentError);
+  EXPECT_THROW(gpufile::File(dir.path().string(), "r"), gpufile::IsADirectoryError);
+  EXPECT_THROW((void)f.write(buf.data(), 1, 0), gpufile::PermissionError);
+  gpufile::File closed;
+  EXPECT_THROW((void)closed.nbytes(), gpufile::BadArgumentError);
+}
+
+TEST_F(CppApi, a_moved_from_file_is_closed_and_the_moved_to_one_reads)
+{
+  gpufile::File a(path, "r");
+  gpufile::File b = std::move(a);
+  EXPECT_TRUE(a.closed());
+  EXPECT_FALSE(b.closed());
+  EXPECT_EQ(b.nbytes(), data.size());
+}
+
+TEST_F(CppApi, scoped_settings_are_restored_on_scope_exit_also_by_an_exception)
+{
+  auto const before = gpufile::settings::get_int("task_size");
+  try {
+    gpufile::ScopedSettings s{{"task_size", "64KiB"}, {"compat_mode", "ON"}};
+    EXPECT_EQ(gpufile::settings::get_int("task_size"), 65536);
+    EXPECT_EQ(gpufile::settings::get_str("compat_mode"), "ON");
+    throw std::runtime_error("leave the scope");
+  } catch (std::runtime_error const&) {
+  }
+  EXPECT_EQ(gpufile::settings::get_int("task_size"), before);
+  EXPECT_THROW(gpufile::ScopedSettings({{"no_such_setting", "1"}}), gpufile::BadArgumentError);
+  EXPECT_EQ(gpufile::settings::get_int("task_size"), before);
+}
+
+TEST_F(CppApi, many_ranges_and_the_path_report)
+{
+  gpufile::File f(path, "r");
+  std::vector<unsigned char> buf(64);
+  std::vector<gpufile::Range> ranges{{1000, 32, 32}, {0, 32, 0}};
+  EXPECT_EQ(f.pread_ranges(buf.data(), buf.size(), ranges).get(), 64u);
+  EXPECT_EQ(0, std::memcmp(buf.data() + 32, data.data() + 1000, 32));
+  auto const p = f.io_path(gpufile::Memory::Host, 1 << 20);
+  EXPECT_EQ(p.backend, gpufile::Backend::Posix);
+  EXPECT_EQ(p.backend_name(), "gpufile-posix");
+  EXPECT_FALSE(p.reason.empty());
+  auto const q = f.io_path(false, buf.data(), buf.size(), ranges);
+  EXPECT_EQ(q.backend, gpufile::Backend::Posix);
+}
+
+TEST_F(CppApi, mmap_reads_and_refuses_out_of_bound)
+{
+  gpufile::Mmap m(path, "r");
+  EXPECT_EQ(m.initial_map_size(), data.size());
+  std::vector<unsigned char> buf(100);
+  EXPECT_EQ(m.read(buf.data(), buf.size(), 100, 777), 100u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 777, 100));
+  EXPECT_THROW((void)m.read(buf.data(), buf.size(), 100, data.size()), gpufile::BadArgumentError);
+}
+
+TEST_F(CppApi, remote_file_reads_a_local_server_and_observe_counts_it)
+{
+  support::HttpServer server(dir.path().string());
+  auto obs = gpufile::observe();
+  auto r = gpufile::RemoteFile::open(server.url() + "/data.bin");
+  EXPECT_EQ(r.nbytes(), data.size());
+  EXPECT_EQ(r.remote_endpoint_type(), gpufile::RemoteEndpointType::HTTP);
+  std::vector<unsigned char> buf(data.size());
+  EXPECT_EQ(r.pread(buf.data(), buf.size(), 0, 1 << 18).get(), data.size());
+  EXPECT_EQ(buf, data);
+  auto const report = obs.end();
+  EXPECT_EQ(report.front(), '{');
+  EXPECT_THROW(gpufile::RemoteFile::open(server.url() + "/data.bin",
+                                         gpufile::RemoteEndpointType::HTTP,
+                                         std::vector<gpufile::RemoteEndpointType>{}),
+               gpufile::BadArgumentError);
+  EXPECT_THROW(gpufile::RemoteFile::open(server.url() + "/missing"), gpufile::RemoteError);
+}
+
+TEST_F(CppApi, check_reports_json)
+{
+  auto const json = gpufile::check(path);
+  ASSERT_FALSE(json.empty());
+  EXPECT_EQ(json.front(), '{');
+}
+
+TEST_F(CppApi, kvikio_file_handle_reads_writes_and_reports_like_kvikio)
+{
+  auto const out = dir.file("k.bin");
+  {
+    kvikio::FileHandle f(out, "w", kvikio::FileHandle::m644, kvikio::CompatMode::ON);
+    EXPECT_EQ(f.pwrite(data.data(), data.size(), 0, 1 << 16).get(), data.size());
+    EXPECT_TRUE(f.is_compat_mode_preferred());
+    EXPECT_GE(f.fd(), 0);
+  }
+  kvikio::FileHandle f(out, "r");
+  EXPECT_EQ(f.nbytes(), data.size());
+  std::vector<unsigned char> buf(data.size());
+  EXPECT_EQ(f.pread(buf.data(), buf.size()).get(), data.size());
+  EXPECT_EQ(buf, data);
+  EXPECT_EQ(f.read(buf.data(), 100, 10, 0), 100u);
+  EXPECT_TRUE(kvikio::is_host_memory(buf.data()));
+  f.close();
+  EXPECT_TRUE(f.closed());
+  EXPECT_THROW(kvikio::FileHandle(dir.file("missing"), "r"), kvikio::GenericSystemError);
+  EXPECT_THROW(kvikio::defaults::set_task_size(0), std::invalid_argument);
+  auto const [cached, total] = kvikio::get_page_cache_info(out);
+  EXPECT_EQ(total, (data.size() + kvikio::get_page_size() - 1) / kvikio::get_page_size());
+  EXPECT_LE(cached, total);
+}
+
+TEST_F(CppApi, kvikio_mmap_and_remote_handle)
+{
+  kvikio::MmapHandle m(path, "r", 8192, 0);
+  std::vector<unsigned char> buf(8192);
+  EXPECT_EQ(m.read(buf.data(), 8192), 8192u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data(), 8192));
+  support::HttpServer server(dir.path().string());
+  auto r = kvikio::RemoteHandle::open(server.url() + "/data.bin");
+  EXPECT_EQ(r.remote_endpoint_type(), kvikio::RemoteEndpointType::HTTP);
+  EXPECT_EQ(r.read(buf.data(), 4096, 100), 4096u);
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 100, 4096));
+  EXPECT_THROW((void)r.read(buf.data(), 100, data.size()), std::invalid_argument);
+  kvikio::RemoteHandle h(std::make_unique<kvikio::HttpEndpoint>(server.url() + "/data.bin"));
+  EXPECT_EQ(h.nbytes(), data.size());
+}
