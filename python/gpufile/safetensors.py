@@ -32,6 +32,14 @@ arrays when ``ml_dtypes`` is installed, else a ``TypeError`` says so. The sub-by
 (F4, F6) load with PyTorch only (F4 as ``float4_e2m1fn_x2``, the last dimension halved, as
 ``safetensors`` does).
 
+By URL: every function takes an ``s3://``, ``gs://``, ``http(s)://`` or WebHDFS URL where it takes a
+path (a file, an index, or a prefix holding ``model.safetensors.index.json`` or
+``model.safetensors``): each header is read with one small ranged request, then the tensors'
+ranges go to the destination (a GPU through the pinned bounce buffers) as ranged requests over
+the workers, as ``RemoteFile`` reads them::
+
+    state = load_checkpoint("s3://models/llama/", device="cuda:0")
+
 Run ``python -m gpufile.safetensors PATH [--device N] [--json]`` to load a checkpoint and print
 tensors, bytes, seconds, GB/s, tensors/s and the path report (``gpufile.observe()``).
 """
@@ -41,10 +49,12 @@ from __future__ import annotations
 import math
 import operator
 import os
+import re
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from . import _native
 from .cufile import CuFile
+from .remote_file import RemoteFile
 
 SafetensorError = _native.SafetensorError
 
@@ -135,19 +145,53 @@ class _Tensor:
         self.index = index
 
 
+_URL = re.compile(r"^(s3|gs|https?)://", re.IGNORECASE)
+
+
+def _is_url(path: Any) -> bool:
+    """Whether ``path`` is an object's URL (``s3://``, ``gs://``, ``http(s)://``, WebHDFS)."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+class _SharedRemote:
+    """A checkpoint's remote file, lent to a load: ``close()`` leaves it open for the next."""
+
+    def __init__(self, f: RemoteFile) -> None:
+        self._f = f
+
+    def pread(self, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
+        return self._f.pread(buf, size, file_offset)
+
+    def read(self, buf: Any, size: int | None = None, file_offset: int = 0) -> int:
+        return self._f.read(buf, size, file_offset)
+
+    def close(self) -> None:
+        pass
+
+
 class _Checkpoint:
     """Validated headers of one or more files (the Rust core's table) and their open files."""
 
     def __init__(self, path: PathArg) -> None:
-        self.path = os.fsdecode(path)
-        self.native = _native.SafetensorsCheckpoint.open(self.path)
-        self.files = [os.fspath(p) for p in self.native.files()]
+        self._remote: list[RemoteFile] | None = None
+        if _is_url(path):
+            self.path = _native.redact_url(path)
+            self.native, handles = _native.SafetensorsCheckpoint.open_url(path)
+            self._remote = [RemoteFile(h) for h in handles]
+            self.files = [str(f) for f in self._remote]
+        else:
+            self.path = os.fsdecode(path)
+            self.native = _native.SafetensorsCheckpoint.open(self.path)
+            self.files = [os.fspath(p) for p in self.native.files()]
         self.tensors = [_Tensor(row, i) for i, row in enumerate(self.native.tensors())]
         self.by_name = {t.name: t for t in self.tensors}
 
-    def open_file(self, i: int) -> CuFile:
+    def open_file(self, i: int) -> Any:
         """File ``i`` opened for its data; ``SafetensorError`` where the file at its path is no
-        longer the one whose header was read (renamed over since, say)."""
+        longer the one whose header was read (renamed over since, say). A remote file is the
+        one whose header was read, opened once."""
+        if self._remote is not None:
+            return _SharedRemote(self._remote[i])
         f = CuFile(self.files[i], "r")
         try:
             st = os.fstat(f.fileno())
@@ -363,6 +407,9 @@ def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
     ----------
     path
         A file, an index file or a directory. With an index, the tensors of its ``weight_map``.
+        Or the URL of a file, an index, or a prefix holding ``model.safetensors.index.json``
+        (else ``model.safetensors``): ``s3://``, ``gs://``, ``http(s)://``, WebHDFS (the
+        shards of an index are its siblings).
     device
         Where tensors go unless ``device_map`` says otherwise: ``"cpu"``, ``"cuda:N"``, ``N``.
     framework
@@ -409,6 +456,8 @@ def load_file(filename: PathArg, device: DeviceLike = "cpu", *,
     Parameters, returns and errors as :func:`load_checkpoint`; ``filename`` must be a file
     (a directory is ``IsADirectoryError``: use :func:`load_checkpoint`).
     """
+    if _is_url(filename):
+        return _load(filename, device, framework, filter, device_map, own_memory)
     name = os.fspath(filename)
     if os.path.isdir(name):
         raise IsADirectoryError(21, "is a directory (use load_checkpoint)", name)

@@ -11,6 +11,7 @@ mod errors;
 mod file;
 mod mmap;
 mod remote;
+mod remote_write;
 mod request;
 mod safetensors;
 mod settings;
@@ -77,5 +78,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     safetensors::register(m)?;
     remote::register(m)?;
+    remote_write::register(m)?;
     Ok(())
 }

@@ -10,6 +10,8 @@ use crate::errors::PathArg;
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::remote::NativeRemoteFile;
+
 pyo3::create_exception!(
     gpufile,
     SafetensorError,
@@ -63,6 +65,36 @@ impl SafetensorsCheckpoint {
     fn open(py: Python<'_>, path: PathArg) -> PyResult<Self> {
         let inner = py.detach(|| Checkpoint::open(&path.0)).map_err(to_py)?;
         Ok(SafetensorsCheckpoint { inner })
+    }
+
+    /// Opens a checkpoint by URL (`s3://`, `gs://`, `http(s)://`, WebHDFS): a file, an index or
+    /// a prefix holding one; every header read with a small ranged request (GIL released).
+    /// Returns the checkpoint and its files, opened for reading, in file order.
+    #[staticmethod]
+    fn open_url(py: Python<'_>, url: String) -> PyResult<(Self, Vec<NativeRemoteFile>)> {
+        let opened = py.detach(|| gpufile_remote::open_checkpoint(&url));
+        match opened {
+            Ok(rc) => {
+                let files = rc
+                    .files
+                    .into_iter()
+                    .map(NativeRemoteFile::from_arc)
+                    .collect();
+                Ok((
+                    SafetensorsCheckpoint {
+                        inner: rc.checkpoint,
+                    },
+                    files,
+                ))
+            }
+            Err(gpufile_remote::CheckpointError::Format(e)) => Err(to_py(e)),
+            Err(gpufile_remote::CheckpointError::Remote(e)) => Err(match e {
+                gpufile::Error::InvalidArgument(text) => {
+                    pyo3::exceptions::PyRuntimeError::new_err(text)
+                }
+                other => crate::errors::to_py(other),
+            }),
+        }
     }
 
     /// Checks that the file opened for file `file`'s data (its `st_dev`, `st_ino`) is the one
