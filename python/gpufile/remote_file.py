@@ -156,7 +156,7 @@ class RemoteFile:
         """
         if not isinstance(handle, (_native.NativeRemoteFile, _native.NativeRemoteWriter)):
             raise TypeError("use RemoteFile.open(...) or another RemoteFile.open_* method")
-        self._handle = handle
+        self._handle: Any = handle
         self._writing = isinstance(handle, _native.NativeRemoteWriter)
         self._pending: list[IOFuture] = []
 

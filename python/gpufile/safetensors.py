@@ -174,7 +174,7 @@ class _Checkpoint:
 
     def __init__(self, path: PathArg) -> None:
         self._remote: list[RemoteFile] | None = None
-        if _is_url(path):
+        if isinstance(path, str) and _is_url(path):
             self.path = _native.redact_url(path)
             self.native, handles = _native.SafetensorsCheckpoint.open_url(path)
             self._remote = [RemoteFile(h) for h in handles]
