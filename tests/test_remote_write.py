@@ -4,9 +4,14 @@ WebHDFS endpoint written here, and servers that count requests."""
 
 import http.client
 import io
-import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -81,8 +86,9 @@ class Proxy(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def __init__(self, *args, upstream=None, fail=None, log=None, status=500, **kw):
+    def __init__(self, *args, upstream=None, fail=None, log=None, status=500, slow=None, **kw):
         self.upstream, self.fail, self.log, self.status = upstream, fail, log, status
+        self.slow = slow
         super().__init__(*args, **kw)
 
     def log_message(self, *args):
@@ -94,6 +100,8 @@ class Proxy(BaseHTTPRequestHandler):
         parsed = urllib.parse.urlsplit(self.path)
         query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
         self.log.append((self.command, self.path, dict(self.headers)))
+        if self.slow is not None:
+            time.sleep(self.slow(self.command, parsed.path, query))
         if self.fail is not None and self.fail(self.command, parsed.path, query):
             text = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
             self.send_response(self.status)
@@ -126,9 +134,9 @@ def proxy(s3):
     up = urllib.parse.urlsplit(endpoint)
     servers, log = [], []
 
-    def start(fail, status=500):
+    def start(fail, status=500, slow=None):
         handler = lambda *a, **k: Proxy(  # noqa: E731
-            *a, upstream=(up.hostname, up.port), fail=fail, log=log, status=status, **k
+            *a, upstream=(up.hostname, up.port), fail=fail, log=log, status=status, slow=slow, **k
         )
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         httpd.daemon_threads = True
@@ -346,6 +354,50 @@ def test_a_failing_completion_aborts_and_names_only_the_code(s3, proxy):
     assert "aborted" in str(e.value)
     assert uploads_left(client) == []
     assert_no_secret(str(e.value))
+
+
+def test_ctrl_c_during_a_write_aborts_the_multipart_upload(s3, proxy):
+    _, client = s3
+    start, log = proxy
+    started = threading.Event()
+
+    def slow(method, path, query):
+        if method == "PUT" and query.get("partNumber") not in (None, "1"):
+            started.set()
+            return 30.0  # the part is in flight until Ctrl-C
+        return 0.0
+
+    url = start(lambda m, p, q: False, slow=slow)
+    script = textwrap.dedent(f"""
+        import numpy as np, gpufile
+        gpufile.defaults.set({{"remote_part_size": 5 << 20, "num_threads": 4}})
+        try:
+            with gpufile.RemoteFile.open_s3("bkt", "interrupted.bin", aws_endpoint_url="{url}",
+                                            mode="w") as f:
+                f.write(np.ones(16 << 20, dtype=np.uint8))
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt", flush=True)
+            raise
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert started.wait(60), "no part reached the server"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert b"KeyboardInterrupt" in out, (out, err)
+    assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+    assert [m for m, p, _ in log if m == "DELETE" and "uploadId" in p], "no AbortMultipartUpload"
+    assert uploads_left(client) == []
+    assert absent(client, "interrupted.bin")
+    assert_no_secret(out.decode(), err.decode())
 
 
 def test_missing_credentials_are_refused_before_any_request(counting, monkeypatch):

@@ -462,6 +462,8 @@ class RemoteFile:
         if not self._writing:
             self._handle.close()
             return
+        if self._handle.closed and not self._pending:
+            return  # closed or aborted already
         pending, self._pending = self._pending, []
         for fut in pending:
             try:
