@@ -315,6 +315,12 @@ settings! {
     remote_io_backend / RemoteIoBackend: RemoteIoBackend = RemoteIoBackend::EasyThreadpool;
         kind RemoteIoBackend;
         env ["REMOTE_IO_BACKEND"];
+    /// Most bytes of pinned host memory one `async_save` stages its tensors in before it
+    /// returns (gpufile's addition; default 32 GiB): a larger save is refused before anything
+    /// is copied, rather than pinning more of the machine's memory than meant.
+    async_save_pinned_limit / AsyncSavePinnedLimit: usize = 32 << 30;
+        kind Size(0, MAX_SIZE, LARGEST_OFFSET);
+        env ["ASYNC_SAVE_PINNED_LIMIT"];
 }
 
 /// Most worker threads gpufile picks by itself: reads stop scaling at about 16 threads
@@ -1144,6 +1150,9 @@ mod tests {
              1 day) = 60 (default)",
             "remote_io_backend [GPUFILE_REMOTE_IO_BACKEND KVIKIO_REMOTE_IO_BACKEND] \
              RemoteIoBackend - = EASY_THREADPOOL (default)",
+            "async_save_pinned_limit [GPUFILE_ASYNC_SAVE_PINNED_LIMIT \
+             KVIKIO_ASYNC_SAVE_PINNED_LIMIT] Size 0 to 9223372036854775807 (bytes; the largest \
+             file offset) = 34359738368 (default)",
         ];
         assert_eq!(rows, expected);
         // Integer kinds have a range, the others none; every name parses back to itself.
