@@ -37,6 +37,7 @@ __all__ = [
     "OSError",
     "Observation",
     "OutOfRangeError",
+    "PendingFile",
     "PermissionError",
     "ProcessLookupError",
     "SafetensorError",
@@ -68,7 +69,9 @@ __all__ = [
     "explain",
     "in_flight",
     "infer_remote_endpoint_type",
+    "is_temporary_name",
     "redact_url",
+    "safetensors_header",
     "memory_deregister",
     "memory_register",
     "observe_begin",
@@ -84,8 +87,10 @@ __all__ = [
     "stream_register",
     "stream_synchronize",
     "submit_batch",
+    "sync_dir",
     "take_env_warnings",
     "take_notices",
+    "write_safetensors",
 ]
 
 __version__: str
@@ -322,3 +327,24 @@ class SafetensorsCheckpoint:
     def plan(self, selection: list[int], align: int = ..., coalesce: bool = True
              ) -> tuple[int, list[tuple[int, int, int, int]], list[int]]: ...
     def find(self, name: str) -> int: ...
+
+@final
+class PendingFile:
+    def __new__(cls, path: _StrOrBytesPath) -> PendingFile: ...
+    @property
+    def file(self) -> NativeFile: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def temp_path(self) -> Path: ...
+    def sync(self) -> None: ...
+    def publish(self, durable: bool = True, keep_temp: bool = False) -> None: ...
+    def discard(self) -> None: ...
+
+def safetensors_header(tensors: list[tuple[str, str, list[int], int]],
+                       metadata: dict[str, str] | None = None,
+                       path: _StrOrBytesPath | None = None) -> tuple[bytes, list[int], int]: ...
+def write_safetensors(file: NativeFile, tensors: list[tuple[str, str, list[int], Any]],
+                      metadata: dict[str, str] | None = None) -> int: ...
+def sync_dir(path: _StrOrBytesPath) -> None: ...
+def is_temporary_name(name: str | PathLike[str]) -> bool: ...

@@ -322,6 +322,12 @@ settings! {
     remote_part_size / RemotePartSize: usize = 16 << 20;
         kind PositiveSize(5 << 20, 5 << 30, "bytes; S3's smallest and largest part");
         env ["REMOTE_PART_SIZE"];
+    /// Most bytes of pinned host memory one `async_save` stages its tensors in before it
+    /// returns (gpufile's addition; default 32 GiB): a larger save is refused before anything
+    /// is copied, rather than pinning more of the machine's memory than meant.
+    async_save_pinned_limit / AsyncSavePinnedLimit: usize = 32 << 30;
+        kind Size(0, MAX_SIZE, LARGEST_OFFSET);
+        env ["ASYNC_SAVE_PINNED_LIMIT"];
 }
 
 /// Most worker threads gpufile picks by itself: reads stop scaling at about 16 threads
@@ -1156,6 +1162,9 @@ mod tests {
              RemoteIoBackend - = EASY_THREADPOOL (default)",
             "remote_part_size [GPUFILE_REMOTE_PART_SIZE KVIKIO_REMOTE_PART_SIZE] PositiveSize \
              5242880 to 5368709120 (bytes; S3's smallest and largest part) = 16777216 (default)",
+            "async_save_pinned_limit [GPUFILE_ASYNC_SAVE_PINNED_LIMIT \
+             KVIKIO_ASYNC_SAVE_PINNED_LIMIT] Size 0 to 9223372036854775807 (bytes; the largest \
+             file offset) = 34359738368 (default)",
         ];
         assert_eq!(rows, expected);
         // Integer kinds have a range, the others none; every name parses back to itself.

@@ -1018,7 +1018,9 @@ impl Checkpoint {
             let Some(name) = p.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
                 continue;
             };
-            if !p.is_file() {
+            // A hidden name is no shard: a save killed before it published leaves its
+            // temporary under one (`publish::TEMP_PREFIX`), beside the complete files.
+            if !p.is_file() || name.starts_with('.') {
                 continue;
             }
             if name.ends_with(".safetensors.index.json") {
@@ -1246,6 +1248,8 @@ impl Checkpoint {
         })
     }
 }
+
+pub mod save;
 
 #[cfg(test)]
 mod tests;
