@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
@@ -172,3 +173,120 @@ def test_cli_load_s3_checkpoint(s3, checkpoint_dir):
     assert r.returncode == 1
     err = json.loads(r.stdout)["error"]
     assert err["type"] == "safetensors" and "no model.safetensors.index.json" in err["message"]
+
+
+# ---------------------------------------------------------------- saving by URL
+
+
+def big_tensors(n_mib: int) -> dict:
+    rng = np.random.default_rng(n_mib)
+    return {f"t{i}": rng.standard_normal((1 << 18,)).astype(np.float32) for i in range(n_mib)}
+
+
+def test_save_file_to_s3_is_byte_identical_to_safetensors(s3):
+    import boto3
+    from gpufile.safetensors import save_file
+
+    client = boto3.client("s3", region_name="us-east-1")
+    small = tensors(5, 6)
+    save_file(small, "s3://models/saved/small.safetensors", metadata={"k": "v"})
+    got = client.get_object(Bucket="models", Key="saved/small.safetensors")["Body"].read()
+    assert got == st_numpy.save(small, metadata={"k": "v"})
+    # Large enough for a multipart upload of three parts.
+    big = big_tensors(11)
+    with gpufile.defaults.set("remote_part_size", 5 << 20):
+        save_file(big, "s3://models/saved/big.safetensors")
+    got = client.get_object(Bucket="models", Key="saved/big.safetensors")["Body"].read()
+    assert got == st_numpy.save(big)
+    etag = client.head_object(Bucket="models", Key="saved/big.safetensors")["ETag"]
+    assert etag.strip('"').endswith("-3"), etag
+    assert client.list_multipart_uploads(Bucket="models").get("Uploads", []) == []
+    check(load_file("s3://models/saved/big.safetensors", framework="numpy"), big)
+
+
+class RecordingPut(BaseHTTPRequestHandler):
+    """Stores PUT bodies in ``store`` (path → bytes) and records the order; answers GET and HEAD
+    with ranges of what it stored; fails the PUTs ``fail(path)`` picks with 500."""
+
+    protocol_version = "HTTP/1.1"
+
+    def __init__(self, *args, store=None, order=None, fail=None, **kw):
+        self.store, self.order, self.fail = store, order, fail
+        super().__init__(*args, **kw)
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_PUT(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.fail(self.path):
+            return self._send(500)
+        self.store[self.path] = body
+        self.order.append(self.path)
+        self._send(201)
+
+    def do_GET(self):
+        data = self.store.get(self.path)
+        if data is None:
+            return self._send(404)
+        rng = self.headers.get("Range")
+        if rng:
+            a, b = (int(x) for x in rng.split("=")[1].split("-"))
+            return self._send(206, data[a : b + 1], [("Content-Range", f"bytes {a}-{b}/{len(data)}")])
+        self._send(200, data, [("Accept-Ranges", "bytes")])
+
+    do_HEAD = do_GET
+
+
+@pytest.fixture
+def put_server():
+    from http.server import ThreadingHTTPServer
+    import threading
+
+    servers = []
+
+    def start(fail=lambda path: False):
+        store, order = {}, []
+        handler = lambda *a, **k: RecordingPut(*a, store=store, order=order, fail=fail, **k)  # noqa: E731
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        httpd.daemon_threads = True
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}", store, order
+
+    yield start
+    for h in servers:
+        h.shutdown()
+        h.server_close()
+
+
+def test_save_checkpoint_by_url_uploads_shards_then_the_index(put_server):
+    from gpufile.safetensors import save_checkpoint
+
+    url, store, order = put_server()
+    state = big_tensors(5)  # 1 MiB tensors: five shards of at most 1 MiB
+    index = save_checkpoint(state, f"{url}/run/step-10/", max_shard_size=1 << 20)
+    assert order[-1] == "/run/step-10/model.safetensors.index.json"  # the index is the commit
+    assert len(order) == 6
+    assert json.loads(store[order[-1]]) == index
+    check(load_checkpoint(f"{url}/run/step-10/", framework="numpy"), state)
+
+
+def test_a_failing_shard_leaves_no_index(put_server):
+    from gpufile.safetensors import save_checkpoint
+
+    url, store, order = put_server(fail=lambda p: p.endswith("model-00002-of-00003.safetensors"))
+    with gpufile.defaults.set("http_max_attempts", 1):
+        with pytest.raises(RuntimeError, match="500") as e:
+            save_checkpoint(big_tensors(3), f"{url}/run/", max_shard_size=1 << 20)
+    assert "/run/model.safetensors.index.json" not in store
+    assert any("index of" in n and "was not written" in n for n in e.value.__notes__)

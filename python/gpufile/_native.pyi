@@ -91,6 +91,7 @@ __all__ = [
     "take_env_warnings",
     "take_notices",
     "write_safetensors",
+    "write_safetensors_remote",
 ]
 
 __version__: str
@@ -207,6 +208,9 @@ class NativeRemoteWriter:
     def close(self) -> None: ...
     def abort(self) -> None: ...
 
+def write_safetensors_remote(writer: NativeRemoteWriter,
+                             tensors: list[tuple[str, str, list[int], Any]],
+                             metadata: dict[str, str] | None = None) -> int: ...
 def infer_remote_endpoint_type(url: str) -> int: ...
 def redact_url(url: str) -> str: ...
 

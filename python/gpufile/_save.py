@@ -211,6 +211,10 @@ def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | No
 
 def save_file(tensors: Mapping[str, Any], filename: Any, metadata: Any = None, *,
               durable: bool = True) -> None:
+    from . import _save_remote  # imports this module
+
+    if _save_remote.is_url(filename):
+        return _save_remote.save_file(tensors, filename, metadata)
     rows = describe(tensors)
     meta = _check_metadata(metadata)
     sync_producers(tensors)
@@ -358,6 +362,11 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
                     ) -> dict[str, Any]:
     """``sizes``: each tensor's size for sharding where ``state_dict`` holds staged copies
     (views of one buffer) of the tensors the caller gave."""
+    from . import _save_remote  # imports this module
+
+    if _save_remote.is_url(directory):
+        return _save_remote.save_checkpoint(state_dict, directory, max_shard_size,
+                                            metadata=metadata, sizes=sizes)
     rows = describe(state_dict)
     if sizes is None:
         sizes = {k: _storage_size(v) for k, v in state_dict.items()}

@@ -664,14 +664,30 @@ mod tests {
                 .copy_from_slice(&data[at..at + r.len as usize]);
         }
         let mut dest = Destination::Host(host);
-        verify(&ck, &Files::Local, &selection, &plan, &dest, &Settings::default()).unwrap();
+        verify(
+            &ck,
+            &Files::Local,
+            &selection,
+            &plan,
+            &dest,
+            &Settings::default(),
+        )
+        .unwrap();
 
         let Destination::Host(host) = &mut dest else {
             unreachable!()
         };
         let wrong = plan.dests[1] as usize + VERIFY_CHUNK + 5;
         host[wrong] ^= 1;
-        let e = verify(&ck, &Files::Local, &selection, &plan, &dest, &Settings::default()).unwrap_err();
+        let e = verify(
+            &ck,
+            &Files::Local,
+            &selection,
+            &plan,
+            &dest,
+            &Settings::default(),
+        )
+        .unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("m.safetensors")

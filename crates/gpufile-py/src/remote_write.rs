@@ -29,7 +29,7 @@ fn endpoint_type(value: u32) -> PyResult<RemoteEndpointType> {
 
 /// A remote object open for writing (the engine under `gpufile.RemoteFile` in mode "w").
 #[pyclass(frozen, module = "gpufile._native")]
-struct NativeRemoteWriter {
+pub(crate) struct NativeRemoteWriter {
     writer: Arc<RemoteWriter>,
 }
 
@@ -196,8 +196,8 @@ impl NativeRemoteWriter {
             .detach(move || {
                 let settings = Engine::global()?.shared_settings();
                 let req = req; // the whole `SendRequest` moves in, not its field
-                // SAFETY: the returned future holds `view` (the buffer export or the device
-                // array) until the request is done.
+                               // SAFETY: the returned future holds `view` (the buffer export or the device
+                               // array) until the request is done.
                 unsafe { writer.submit(req.0, &settings) }
             })
             .map_err(to_py)?;
@@ -222,7 +222,66 @@ impl NativeRemoteWriter {
     }
 }
 
+/// Writes a safetensors file to `writer` (a remote object open for writing, nothing written
+/// yet): the header, then every tensor's bytes at its offset, as one batch of requests from
+/// each buffer's own memory (host or device); the writes tile the object, so that `close()`
+/// then makes it. `tensors` are (name, dtype, logical shape, buffer). The file's size.
+#[pyfunction]
+#[pyo3(signature = (writer, tensors, metadata=None))]
+fn write_safetensors_remote(
+    py: Python<'_>,
+    writer: &Bound<'_, NativeRemoteWriter>,
+    tensors: Vec<(String, String, Vec<u64>, Bound<'_, PyAny>)>,
+    metadata: Option<std::collections::BTreeMap<String, String>>,
+) -> PyResult<u64> {
+    use gpufile::formats::safetensors::save::plan_save;
+    let w = Arc::clone(&writer.get().writer);
+    let mut views = Vec::with_capacity(tensors.len());
+    let mut rows = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, buf) in tensors {
+        let view = BufferView::for_request(&buf, false)?;
+        rows.push(((name, dtype, shape), view.len() as u64));
+        views.push(view);
+    }
+    let specs = crate::safetensors::specs(rows)?;
+    let plan = plan_save(std::path::Path::new(w.url()), &specs, metadata.as_ref())
+        .map_err(crate::safetensors::to_py)?;
+    let mut header = plan.header.clone();
+    let sink: Arc<dyn gpufile::source::Sink> = w.clone();
+    let endpoint = gpufile::source::Endpoint::Write(sink);
+    let head = gpufile::Buffer::Host {
+        ptr: header.as_mut_ptr(),
+        len: header.len(),
+    };
+    let mut batch = vec![(
+        endpoint.clone(),
+        gpufile::Request::write(head, 0).task_size(w.task_size()),
+    )];
+    for (v, &off) in views.iter().zip(&plan.offsets) {
+        if v.len() > 0 {
+            let req = v.request(Direction::Write, 0, v.len(), off);
+            batch.push((endpoint.clone(), req.task_size(w.task_size())));
+        }
+    }
+    let batch = crate::file::SendBatch(batch);
+    let fut = py
+        .detach(move || -> gpufile::Result<gpufile::IoFuture> {
+            let engine = Engine::global()?;
+            let settings = engine.shared_settings();
+            // SAFETY: `views` hold every buffer's export (host) or array object (device), and
+            // `header` its bytes, until the wait below has seen every request end.
+            unsafe { engine.submit_batch(batch.requests(), &settings) }
+        })
+        .map_err(to_py)?;
+    let result = crate::file::wait_interruptibly(py, &fut);
+    drop(views);
+    drop(header);
+    result?;
+    Ok(plan.file_size)
+}
+
 /// Adds the remote-writer class to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<NativeRemoteWriter>()
+    m.add_class::<NativeRemoteWriter>()?;
+    m.add_function(wrap_pyfunction!(write_safetensors_remote, m)?)
 }

@@ -30,7 +30,7 @@ pyo3::create_exception!(
 
 /// Maps a format error: I/O → `OSError` (subclass by errno), an unknown tensor → `KeyError`,
 /// everything else → `SafetensorError` (a `ValueError`).
-fn to_py(e: FormatError) -> PyErr {
+pub(crate) fn to_py(e: FormatError) -> PyErr {
     let text = e.to_string();
     let errno = e.errno().unwrap_or(0);
     match e {
@@ -172,11 +172,11 @@ impl SafetensorsCheckpoint {
 }
 
 /// A tensor to save as Python describes it: (name, dtype name, logical shape).
-type SpecRow = (String, String, Vec<u64>);
+pub(crate) type SpecRow = (String, String, Vec<u64>);
 
 /// The core's description of `rows` with their byte lengths, or `SafetensorError` for an
 /// unknown dtype.
-fn specs(rows: Vec<(SpecRow, u64)>) -> PyResult<Vec<SaveTensor>> {
+pub(crate) fn specs(rows: Vec<(SpecRow, u64)>) -> PyResult<Vec<SaveTensor>> {
     rows.into_iter()
         .map(|((name, dtype, shape), len)| {
             let dtype = Dtype::parse(&dtype).ok_or_else(|| {
