@@ -17,7 +17,8 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
 class RangeRequestHandler(SimpleHTTPRequestHandler):
-    """``SimpleHTTPRequestHandler`` that answers ``Range: bytes=a-b`` with 206 and that range.
+    """``SimpleHTTPRequestHandler`` that answers ``Range: bytes=a-b`` with 206 and that range,
+    and stores the body of a ``PUT`` as the file at its path.
 
     One range per request (what gpufile and KvikIO send); a range past the end gets 416.
     """
@@ -70,6 +71,37 @@ class RangeRequestHandler(SimpleHTTPRequestHandler):
         self.end_headers()
         self._range = (start, end - start + 1)
         return f
+
+    def do_PUT(self) -> None:
+        """Stores the body (``Content-Length`` bytes) as the file at the path: 201 Created, or
+        204 where it replaced a file; 411 without a length, 400 for a directory."""
+        length = self.headers.get("Content-Length")
+        if length is None:
+            self.send_error(http.HTTPStatus.LENGTH_REQUIRED)
+            return
+        path = self.translate_path(self.path)
+        if os.path.isdir(path):
+            self.send_error(http.HTTPStatus.BAD_REQUEST, "Is a directory")
+            return
+        existed = os.path.exists(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        remaining = int(length)
+        tmp = f"{path}.part-{os.getpid()}-{threading.get_ident()}"
+        with open(tmp, "wb") as f:
+            while remaining > 0:
+                chunk = self.rfile.read(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                f.write(chunk)
+                remaining -= len(chunk)
+        if remaining:
+            os.unlink(tmp)
+            self.close_connection = True
+            return
+        os.replace(tmp, path)  # readers see the old file or the whole new one
+        self.send_response(http.HTTPStatus.NO_CONTENT if existed else http.HTTPStatus.CREATED)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def copyfile(self, source, outputfile) -> None:  # type: ignore[override]
         # sendfile(2): the kernel copies page cache to the socket, so the server is not the

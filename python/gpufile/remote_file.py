@@ -13,6 +13,12 @@ and, beyond KvikIO, public Google Cloud Storage objects by ``gs://`` URL.
 as HTTP endpoints. Signed URLs (Azure shared access signatures, GCS signed URLs) are plain HTTPS:
 ``open_http`` reads them, sending the query with every request and redacting its signature.
 
+Opened with ``mode="w"``, a remote file is written instead (S3 PutObject or multipart upload, HTTP
+``PUT``, WebHDFS ``CREATE``); the object exists once ``close()`` succeeds (see ``RemoteFile``)::
+
+    with gpufile.RemoteFile.open("s3://bucket/model.bin", mode="w") as f:
+        f.write(gpu_array)
+
 Each read is split into ``task_size`` ranged GETs run on ``num_threads`` threads; the settings
 ``http_max_attempts``, ``http_status_codes`` and ``http_timeout`` govern retries. S3 credentials
 come from the arguments or from ``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``,
@@ -23,6 +29,7 @@ come from the arguments or from ``AWS_DEFAULT_REGION``, ``AWS_ACCESS_KEY_ID``,
 from __future__ import annotations
 
 import enum
+import io
 import urllib.parse
 from typing import Any, Optional
 
@@ -101,6 +108,14 @@ def _type_value(t: Any, what: str) -> int:
     raise TypeError(f"{what} must be a RemoteEndpointType, not {type(t).__name__}")
 
 
+def _write_mode(mode: str) -> bool:
+    if mode in ("r", "rb"):
+        return False
+    if mode in ("w", "wb"):
+        return True
+    raise ValueError(f"mode must be 'r' or 'w', not {mode!r}")
+
+
 class RemoteFile:
     """A remote object, read into host or GPU memory (GPU memory through pinned bounce buffers:
     each range is received while the previous one is copied to the GPU).
@@ -108,6 +123,27 @@ class RemoteFile:
     Open it with a factory method (``open``, ``open_http``, ``open_s3``, ``open_s3_url``,
     ``open_s3_public``, ``open_s3_presigned_url``, ``open_webhdfs``, and gpufile's
     ``open_gcs_public``); its size is asked once, at open, unless ``nbytes`` is given.
+
+    With ``mode="w"`` (every factory but ``open_s3_public`` and ``open_gcs_public``) the object
+    is written: nothing is sent at open, and the object exists once ``close()`` succeeds.
+
+    - Writes tile the object: every byte from 0 to the end of the last write is written exactly
+      once, in any order and from several threads (``pwrite``). ``write(buf)`` and
+      ``pwrite(buf)`` without ``file_offset`` append after what was written so far. A write that
+      overlaps an earlier one raises ``ValueError`` before any byte moves; a gap raises
+      ``ValueError`` at close.
+    - S3: an object up to ``remote_part_size`` bytes (a setting, default 16 MiB) is one
+      PutObject at close; a larger one is a multipart upload whose parts (``remote_part_size``
+      each, the last one shorter) are uploaded in parallel as soon as each is whole, from host
+      or GPU memory (GPU memory through the pinned bounce buffers), each retried under the
+      ``http_*`` settings. ``nbytes`` (the object's size, where known) raises the part size so
+      that the object fits S3's 10,000 parts.
+    - HTTP (a server that takes ``PUT``, a presigned URL) and WebHDFS have no parts: the object
+      is collected in host memory and sent at close in one request (WebHDFS: ``op=CREATE`` at
+      the name node, then the bytes to the data node it redirects to).
+    - A failed or cancelled write, a close that finds a gap, an exception inside ``with``, or
+      ``abort()`` makes no object; an S3 multipart upload is then aborted, so that none is left
+      behind.
     """
 
     def __init__(self, handle: Any) -> None:
@@ -118,12 +154,14 @@ class RemoteFile:
         handle
             A ``gpufile._native.NativeRemoteFile``.
         """
-        if not isinstance(handle, _native.NativeRemoteFile):
+        if not isinstance(handle, (_native.NativeRemoteFile, _native.NativeRemoteWriter)):
             raise TypeError("use RemoteFile.open(...) or another RemoteFile.open_* method")
-        self._handle = handle
+        self._handle: Any = handle
+        self._writing = isinstance(handle, _native.NativeRemoteWriter)
+        self._pending: list[IOFuture] = []
 
     @classmethod
-    def open_http(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
+    def open_http(cls, url: str, nbytes: Optional[int] = None, mode: str = "r") -> RemoteFile:
         """Opens an HTTP(S) file; its size comes from ``HEAD`` (Content-Length).
 
         A URL with a query is sent as it is with every request (``HEAD`` and each ranged
@@ -138,6 +176,8 @@ class RemoteFile:
             URL of the file.
         nbytes
             Its size, if known (no request is then made at open).
+        mode
+            ``"r"`` (default) or ``"w"``: one ``PUT`` of the object's bytes at close.
 
         Returns
         -------
@@ -149,6 +189,8 @@ class RemoteFile:
         RuntimeError
             The server refused or failed (status, timeout, attempts exhausted).
         """
+        if _write_mode(mode):
+            return cls(_native.NativeRemoteWriter.open_http(url))
         return cls(_native.NativeRemoteFile.open_http(url, nbytes))
 
     @classmethod
@@ -162,6 +204,7 @@ class RemoteFile:
         aws_secret_access_key: Optional[str] = None,
         aws_endpoint_url: Optional[str] = None,
         aws_session_token: Optional[str] = None,
+        mode: str = "r",
     ) -> RemoteFile:
         """Opens an S3 object by bucket and object name, signing each request (SigV4).
 
@@ -177,6 +220,9 @@ class RemoteFile:
         aws_endpoint_url
             ``<endpoint>/<bucket>/<object>`` instead of
             ``https://<bucket>.s3.<region>.amazonaws.com/<object>``; ``None``: ``AWS_ENDPOINT_URL``.
+        mode
+            ``"r"`` (default) or ``"w"`` (PutObject or multipart upload; ``nbytes``, where
+            given, raises the part size to fit 10,000 parts).
 
         Returns
         -------
@@ -188,8 +234,9 @@ class RemoteFile:
         RuntimeError
             Missing region or credentials, or the server refused (e.g. "URL returned error: 404").
         """
+        native = _native.NativeRemoteWriter if _write_mode(mode) else _native.NativeRemoteFile
         return cls(
-            _native.NativeRemoteFile.open_s3(
+            native.open_s3(
                 bucket_name,
                 object_name,
                 nbytes,
@@ -211,6 +258,7 @@ class RemoteFile:
         aws_secret_access_key: Optional[str] = None,
         aws_endpoint_url: Optional[str] = None,
         aws_session_token: Optional[str] = None,
+        mode: str = "r",
     ) -> RemoteFile:
         """Opens an S3 object by URL: ``s3://<bucket>/<object>`` or an ``http(s)://`` URL.
 
@@ -220,6 +268,8 @@ class RemoteFile:
             The object's URL.
         nbytes, aws_region_name, aws_access_key_id, aws_secret_access_key, aws_endpoint_url, aws_session_token
             As in ``open_s3`` (the endpoint applies to ``s3://`` URLs).
+        mode
+            ``"r"`` (default) or ``"w"``, as in ``open_s3``.
 
         Returns
         -------
@@ -236,8 +286,9 @@ class RemoteFile:
         scheme = urllib.parse.urlparse(url.lower()).scheme
         if scheme not in ("http", "https", "s3"):
             raise ValueError(f"Unsupported protocol: {_native.redact_url(url)}")
+        native = _native.NativeRemoteWriter if _write_mode(mode) else _native.NativeRemoteFile
         return cls(
-            _native.NativeRemoteFile.open_s3_url(
+            native.open_s3_url(
                 url,
                 nbytes,
                 aws_region_name,
@@ -268,7 +319,9 @@ class RemoteFile:
         return cls(_native.NativeRemoteFile.open_s3_public(url, nbytes))
 
     @classmethod
-    def open_s3_presigned_url(cls, presigned_url: str, nbytes: Optional[int] = None) -> RemoteFile:
+    def open_s3_presigned_url(
+        cls, presigned_url: str, nbytes: Optional[int] = None, mode: str = "r"
+    ) -> RemoteFile:
         """Opens an S3 object by presigned URL; the size comes from a ``Range: bytes=0-0`` GET.
 
         Parameters
@@ -277,12 +330,16 @@ class RemoteFile:
             The presigned URL (its signature is never shown in errors or ``str()``).
         nbytes
             Its size, if known.
+        mode
+            ``"r"`` (default) or ``"w"``: one ``PUT`` at close, to a URL presigned for PUT.
 
         Returns
         -------
         RemoteFile
             The open file.
         """
+        if _write_mode(mode):
+            return cls(_native.NativeRemoteWriter.open_s3_presigned_url(presigned_url))
         return cls(_native.NativeRemoteFile.open_s3_presigned_url(presigned_url, nbytes))
 
     @classmethod
@@ -322,7 +379,7 @@ class RemoteFile:
         return cls(_native.NativeRemoteFile.open_gcs_public(url, nbytes))
 
     @classmethod
-    def open_webhdfs(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
+    def open_webhdfs(cls, url: str, nbytes: Optional[int] = None, mode: str = "r") -> RemoteFile:
         """Opens a WebHDFS file, ``http(s)://<host>:<port>/webhdfs/v1/<path>[?user.name=<u>]``.
 
         Parameters
@@ -331,12 +388,16 @@ class RemoteFile:
             The file's URL; without ``user.name``, ``KVIKIO_WEBHDFS_USERNAME`` is used if set.
         nbytes
             Its size, if known (else ``op=GETFILESTATUS``).
+        mode
+            ``"r"`` (default) or ``"w"``: the file is created (overwritten) at close.
 
         Returns
         -------
         RemoteFile
             The open file.
         """
+        if _write_mode(mode):
+            return cls(_native.NativeRemoteWriter.open_webhdfs(url))
         return cls(_native.NativeRemoteFile.open_webhdfs(url, nbytes))
 
     @classmethod
@@ -346,6 +407,7 @@ class RemoteFile:
         remote_endpoint_type: RemoteEndpointType = RemoteEndpointType.AUTO,
         allow_list: Optional[list] = None,
         nbytes: Optional[int] = None,
+        mode: str = "r",
     ) -> RemoteFile:
         """Opens a remote file of any supported kind.
 
@@ -360,7 +422,10 @@ class RemoteFile:
         allow_list
             Endpoint types allowed (default: S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, HTTP).
         nbytes
-            The size, if known.
+            The size, if known (for writes to S3: raises the part size to fit 10,000 parts).
+        mode
+            ``"r"`` (default) or ``"w"``. Written, an S3 URL is S3 (with credentials, no
+            fallback to S3_PUBLIC); S3_PUBLIC and ``gs://`` objects cannot be written.
 
         Returns
         -------
@@ -377,11 +442,57 @@ class RemoteFile:
         allowed = None
         if allow_list is not None:
             allowed = [_type_value(t, "allow_list items") for t in allow_list]
-        return cls(_native.NativeRemoteFile.open(url, kind, allowed, nbytes))
+        native = _native.NativeRemoteWriter if _write_mode(mode) else _native.NativeRemoteFile
+        return cls(native.open(url, kind, allowed, nbytes))
 
     def close(self) -> None:
-        """Closes the file (reads in flight finish)."""
+        """Closes the file (reads in flight finish).
+
+        Opened for writing, makes the object: waits for the writes in flight, then sends what
+        is left (the last parts and CompleteMultipartUpload, or the one ``PUT`` / ``CREATE``).
+        A second close does nothing.
+
+        Raises
+        ------
+        ValueError
+            The writes leave a gap (the object is then not made, the upload aborted).
+        RuntimeError
+            A write or the completion failed (the upload is aborted).
+        """
+        if not self._writing:
+            self._handle.close()
+            return
+        if self._handle.closed and not self._pending:
+            return  # closed or aborted already
+        pending, self._pending = self._pending, []
+        for fut in pending:
+            try:
+                fut.get()
+            except Exception:  # noqa: BLE001 - the writer holds the failure; close raises it
+                pass
         self._handle.close()
+
+    def abort(self) -> None:
+        """Ends a file opened for writing without making the object (S3: aborts the multipart
+        upload, once the parts in flight have ended). Nothing happens after a close."""
+        self._need_writer()
+        pending, self._pending = self._pending, []
+        for fut in pending:
+            try:
+                fut.get()
+            except Exception:  # noqa: BLE001 - the object is abandoned anyway
+                pass
+        self._handle.abort()
+
+    def part_size(self) -> Optional[int]:
+        """The size of every part but the last of an S3 object opened for writing
+        (``remote_part_size``, raised to fit 10,000 parts when ``nbytes`` was given); None for
+        other endpoints and for reading."""
+        return self._handle.part_size() if self._writing else None
+
+    def _need_writer(self) -> None:
+        if not self._writing:
+            raise io.UnsupportedOperation(f"{self} is open for reading (mode='r')")
 
     @property
     def closed(self) -> bool:
@@ -392,13 +503,17 @@ class RemoteFile:
         return self
 
     def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        if self._writing and exc_type is not None:
+            self.abort()  # an exception inside ``with``: no object
+            return
         self.close()
 
     def __str__(self) -> str:
         return self._handle.url()
 
     def __repr__(self) -> str:
-        return f"<gpufile.RemoteFile {self.remote_endpoint_type().name} {self._handle.url()!r}>"
+        mode = " mode='w'" if self._writing else ""
+        return f"<gpufile.RemoteFile {self.remote_endpoint_type().name} {self._handle.url()!r}{mode}>"
 
     def remote_endpoint_type(self) -> RemoteEndpointType:
         """The endpoint type the file was opened as.
@@ -411,7 +526,8 @@ class RemoteFile:
         return RemoteEndpointType(self._handle.remote_endpoint_type())
 
     def nbytes(self) -> int:
-        """The file size in bytes (known since open; no request).
+        """The file size in bytes (known since open; no request); opened for writing, the
+        object's size so far (the end of the last range written).
 
         Returns
         -------
@@ -469,4 +585,65 @@ class RemoteFile:
         TypeError
             Not a writable buffer (NumPy, bytearray, CuPy, PyTorch, ...).
         """
+        if self._writing:
+            raise io.UnsupportedOperation(f"{self} is open for writing (mode='w')")
         return IOFuture(self._handle.pread(buf, size, file_offset))
+
+    def write(self, buf: Any, size: Optional[int] = None, file_offset: Optional[int] = None) -> int:
+        """Writes ``size`` bytes (default: all of ``buf``) of ``buf`` at ``file_offset`` of an
+        object opened with ``mode="w"``, and waits.
+
+        Parameters
+        ----------
+        buf
+            A C-contiguous buffer: host (NumPy array, bytes, bytearray, memoryview) or GPU
+            memory (CuPy, PyTorch, Numba, DLPack).
+        size
+            Bytes to write; at most the buffer's size.
+        file_offset
+            Where in the object; default: right after what was written so far (appends).
+
+        Returns
+        -------
+        int
+            The bytes written.
+
+        Raises
+        ------
+        ValueError
+            The range overlaps one written before (nothing is written), or it would need more
+            than S3's 10,000 parts.
+        RuntimeError
+            The server refused or failed, after the ``http_*`` retries (the upload is aborted).
+        io.UnsupportedOperation
+            The file is open for reading.
+        """
+        return self.pwrite(buf, size, file_offset).get()
+
+    def pwrite(self, buf: Any, size: Optional[int] = None, file_offset: Optional[int] = None) -> IOFuture:
+        """Starts a write like ``write`` and returns at once; ``close()`` waits for it.
+
+        Parameters
+        ----------
+        buf, size, file_offset
+            As in ``write``; the future keeps ``buf`` alive until the write is done. Writes
+            from several threads give their ``file_offset``: an append's offset is read when
+            the write starts.
+
+        Returns
+        -------
+        IOFuture
+            ``get()`` returns the bytes written or raises the write's error.
+
+        Raises
+        ------
+        ValueError
+            An overlap with an earlier write, refused before any byte moves.
+        """
+        self._need_writer()
+        if file_offset is None:
+            file_offset = self._handle.nbytes()
+        fut = IOFuture(self._handle.pwrite(buf, size, file_offset))
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(fut)
+        return fut

@@ -32,6 +32,21 @@ arrays when ``ml_dtypes`` is installed, else a ``TypeError`` says so. The sub-by
 (F4, F6) load with PyTorch only (F4 as ``float4_e2m1fn_x2``, the last dimension halved, as
 ``safetensors`` does).
 
+By URL: every function takes an ``s3://``, ``gs://``, ``http(s)://`` or WebHDFS URL where it takes a
+path (a file, an index, or a prefix holding ``model.safetensors.index.json`` or
+``model.safetensors``): each header is read with one small ranged request, then the tensors'
+ranges go to the destination (a GPU through the pinned bounce buffers) as ranged requests over
+the workers, as ``RemoteFile`` reads them::
+
+    state = load_checkpoint("s3://models/llama/", device="cuda:0")
+
+Saving: ``save_file(tensors, filename, metadata=None)`` and ``save(tensors, metadata=None)``
+(safetensors' names; the file is byte-identical to ``safetensors.torch.save_file``'s for the
+same tensors), ``save_checkpoint(state_dict, directory, max_shard_size="5GB")`` (the Hugging
+Face sharded layout) and ``async_save(...)`` (returns once the tensors are copied, writes in
+the background). Tensors are written from their own memory, GPU or host, by the engine; files
+appear whole or not at all (docs/checkpoints.md).
+
 Run ``python -m gpufile.safetensors PATH [--device N] [--json]`` to load a checkpoint and print
 tensors, bytes, seconds, GB/s, tensors/s and the path report (``gpufile.observe()``).
 """
@@ -41,19 +56,29 @@ from __future__ import annotations
 import math
 import operator
 import os
+import re
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from . import _native
+from . import _native, _save
 from .cufile import CuFile
+from .remote_file import RemoteFile
 
 SafetensorError = _native.SafetensorError
 
 __all__ = [
+    "SafeTensorsSaveFuture",
     "SafetensorError",
+    "async_save",
     "load_checkpoint",
     "load_file",
     "safe_open",
+    "save",
+    "save_checkpoint",
+    "save_file",
 ]
+
+#: What :func:`async_save` returns.
+SafeTensorsSaveFuture = _save.SaveFuture
 
 DeviceLike = Union[str, int, Any]
 Filter = Union[Callable[[str], bool], Iterable[str], None]
@@ -135,19 +160,53 @@ class _Tensor:
         self.index = index
 
 
+_URL = re.compile(r"^(s3|gs|https?)://", re.IGNORECASE)
+
+
+def _is_url(path: Any) -> bool:
+    """Whether ``path`` is an object's URL (``s3://``, ``gs://``, ``http(s)://``, WebHDFS)."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+class _SharedRemote:
+    """A checkpoint's remote file, lent to a load: ``close()`` leaves it open for the next."""
+
+    def __init__(self, f: RemoteFile) -> None:
+        self._f = f
+
+    def pread(self, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
+        return self._f.pread(buf, size, file_offset)
+
+    def read(self, buf: Any, size: int | None = None, file_offset: int = 0) -> int:
+        return self._f.read(buf, size, file_offset)
+
+    def close(self) -> None:
+        pass
+
+
 class _Checkpoint:
     """Validated headers of one or more files (the Rust core's table) and their open files."""
 
     def __init__(self, path: PathArg) -> None:
-        self.path = os.fsdecode(path)
-        self.native = _native.SafetensorsCheckpoint.open(self.path)
-        self.files = [os.fspath(p) for p in self.native.files()]
+        self._remote: list[RemoteFile] | None = None
+        if isinstance(path, str) and _is_url(path):
+            self.path = _native.redact_url(path)
+            self.native, handles = _native.SafetensorsCheckpoint.open_url(path)
+            self._remote = [RemoteFile(h) for h in handles]
+            self.files = [str(f) for f in self._remote]
+        else:
+            self.path = os.fsdecode(path)
+            self.native = _native.SafetensorsCheckpoint.open(self.path)
+            self.files = [os.fspath(p) for p in self.native.files()]
         self.tensors = [_Tensor(row, i) for i, row in enumerate(self.native.tensors())]
         self.by_name = {t.name: t for t in self.tensors}
 
-    def open_file(self, i: int) -> CuFile:
+    def open_file(self, i: int) -> Any:
         """File ``i`` opened for its data; ``SafetensorError`` where the file at its path is no
-        longer the one whose header was read (renamed over since, say)."""
+        longer the one whose header was read (renamed over since, say). A remote file is the
+        one whose header was read, opened once."""
+        if self._remote is not None:
+            return _SharedRemote(self._remote[i])
         f = CuFile(self.files[i], "r")
         try:
             st = os.fstat(f.fileno())
@@ -363,6 +422,9 @@ def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
     ----------
     path
         A file, an index file or a directory. With an index, the tensors of its ``weight_map``.
+        Or the URL of a file, an index, or a prefix holding ``model.safetensors.index.json``
+        (else ``model.safetensors``): ``s3://``, ``gs://``, ``http(s)://``, WebHDFS (the
+        shards of an index are its siblings).
     device
         Where tensors go unless ``device_map`` says otherwise: ``"cpu"``, ``"cuda:N"``, ``N``.
     framework
@@ -409,10 +471,127 @@ def load_file(filename: PathArg, device: DeviceLike = "cpu", *,
     Parameters, returns and errors as :func:`load_checkpoint`; ``filename`` must be a file
     (a directory is ``IsADirectoryError``: use :func:`load_checkpoint`).
     """
+    if _is_url(filename):
+        return _load(filename, device, framework, filter, device_map, own_memory)
     name = os.fspath(filename)
     if os.path.isdir(name):
         raise IsADirectoryError(21, "is a directory (use load_checkpoint)", name)
     return _load(name, device, framework, filter, device_map, own_memory)
+
+
+def save_file(tensors: Mapping[str, Any], filename: PathArg,
+              metadata: Mapping[str, str] | None = None, *, durable: bool = True) -> None:
+    """Saves ``tensors`` to ``filename`` in the safetensors format (``safetensors.torch.save_file``'s
+    name and arguments; ``safetensors.numpy.save_file``'s for NumPy arrays).
+
+    The file is byte-identical to what ``safetensors`` writes for the same tensors and metadata
+    (the same order, offsets and padding; metadata keys sorted, where ``safetensors`` writes
+    them in a different order in each process). The header is built by gpufile's core; each
+    tensor's bytes are written by the engine straight from its memory, GPU or host (no
+    ``.cpu()`` copy), all tensors as one stream of requests.
+
+    Crash-safe: written under a hidden temporary name in the same directory, then (with
+    ``durable``) ``fsync``-ed, renamed over ``filename`` and the directory ``fsync``-ed. Until
+    the rename, whatever ``filename`` held is untouched; a process killed at any moment leaves
+    either the old file or the complete new one. ``durable=False`` skips both syncs: faster
+    (the bytes stay in the page cache), still whole after a crash of the process, but a crash
+    of the machine may lose the new file's data.
+
+    Parameters
+    ----------
+    tensors
+        Name → tensor: PyTorch tensors (CPU or CUDA), NumPy or CuPy arrays.
+    filename
+        The file to write.
+    metadata
+        Text-only ``__metadata__`` (str → str).
+    durable
+        Sync file and directory before returning (default).
+
+    Raises
+    ------
+    RuntimeError
+        Tensors that share memory (safetensors' message: save one of them, or use
+        ``safetensors.torch.save_model``).
+    ValueError
+        A non-contiguous PyTorch tensor (safetensors' message; NumPy and CuPy arrays are written
+        in C order, as ``ascontiguousarray`` gives them), a sparse or meta tensor, not a dict.
+    TypeError
+        A dtype safetensors has no type for; metadata that is not str → str.
+    OSError
+        The file could not be written (``ENOSPC``, ``EIO``, ...): the error names ``filename``;
+        nothing was published and the temporary file is removed.
+    """
+    _save.save_file(tensors, filename, metadata, durable=durable)
+
+
+def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
+    """The bytes of a safetensors file of ``tensors`` (``safetensors.torch.save``): the same
+    bytes :func:`save_file` writes. Checks and errors as :func:`save_file`."""
+    return _save.save(tensors, metadata)
+
+
+def save_checkpoint(state_dict: Mapping[str, Any], directory: PathArg,
+                    max_shard_size: int | str = "5GB", *,
+                    metadata: Mapping[str, str] | None = None,
+                    durable: bool = True) -> dict[str, Any]:
+    """Saves a state dict as a Hugging Face checkpoint in ``directory`` (created if needed):
+    ``model.safetensors`` when it fits in one shard, else ``model-0000k-of-0000n.safetensors``
+    and ``model.safetensors.index.json`` (``{"metadata": {"total_size": ...}, "weight_map":
+    {...}}``), split as ``huggingface_hub.split_torch_state_dict_into_shards`` splits it and
+    named as ``transformers``' ``save_pretrained`` names the files (each shard's metadata
+    ``{"format": "pt"}``), so ``from_pretrained`` and :func:`load_checkpoint` load it.
+
+    Crash-safe (see :func:`save_file`): every shard is written and synced under a temporary
+    name first, the previous checkpoint in ``directory`` untouched meanwhile; then an index
+    naming the new files replaces the old one in one rename (the commit), the shards take
+    their final names and files of the previous checkpoint that the new one does not have
+    (its ``model.safetensors`` or index, shards of another count) are removed. A process
+    killed at any moment leaves a directory whose index (or single file) names complete files
+    of one checkpoint, the old or the new. Other files in ``directory`` are left alone.
+
+    Parameters
+    ----------
+    state_dict
+        Name → tensor, as :func:`save_file` takes them; shards follow its order.
+    directory
+        Where the checkpoint goes.
+    max_shard_size
+        Bytes per shard, an int or ``"5GB"``, ``"500MB"`` (decimal units, as huggingface_hub).
+        A tensor larger than the limit gets a shard of its own.
+    metadata
+        Text metadata: the file's ``__metadata__`` for a single file (with ``format``), else
+        merged into the index's ``metadata``.
+    durable
+        ``fsync`` files and the directory (default).
+
+    Returns
+    -------
+    dict
+        The index (``metadata``, ``weight_map``), also for a single file (no index file is
+        written then).
+    """
+    return _save.save_checkpoint(state_dict, directory, max_shard_size, metadata=metadata,
+                                 durable=durable)
+
+
+def async_save(tensors: Mapping[str, Any], path: PathArg,
+               metadata: Mapping[str, str] | None = None, *, sharded: bool = False,
+               max_shard_size: int | str = "5GB", durable: bool = True) -> SafeTensorsSaveFuture:
+    """Starts a save and returns once the tensors are safe from later changes: PyTorch tensors
+    copied into pinned host memory (GPU tensors by the copy engine), NumPy and CuPy arrays
+    copied to host arrays. The file (``sharded=False``: :func:`save_file`) or checkpoint
+    (``sharded=True``: :func:`save_checkpoint` into the directory ``path``) is then written in
+    the background; the future's ``result()`` (or ``await``) waits and raises its error.
+
+    The pinned memory is one buffer that later async saves reuse (pinning is slow), at most
+    ``async_save_pinned_limit`` bytes (a setting; 32 GiB by default): a save that needs more
+    is a ``ValueError`` before anything is copied. A save started while the previous one still
+    writes from that buffer waits for it first.
+    """
+    from . import defaults
+    limit = int(defaults.get("async_save_pinned_limit"))
+    return _save.async_save(tensors, path, metadata, sharded, max_shard_size, durable, limit)
 
 
 class _Slice:

@@ -19,6 +19,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use gpufile::formats::safetensors::{Checkpoint, FormatError, PlanOptions, ReadPlan};
@@ -37,7 +38,9 @@ const VERIFY_CHUNK: usize = 16 << 20;
 /// `gpufile load`'s arguments.
 #[derive(clap::Args, Debug)]
 pub(crate) struct LoadArgs {
-    /// A .safetensors file, a model.safetensors.index.json, or a directory of shards.
+    /// A .safetensors file, a model.safetensors.index.json, or a directory of shards; or the
+    /// s3://, gs://, http(s):// or WebHDFS URL of a file, an index, or a prefix holding
+    /// model.safetensors.index.json (else model.safetensors).
     path: PathBuf,
     /// Load into the memory of this GPU (default: GPU 0 where CUDA works, else host memory).
     #[arg(long, value_name = "N")]
@@ -98,6 +101,22 @@ impl From<FormatError> for CliError {
             None => err,
         }
     }
+}
+
+impl From<gpufile_remote::CheckpointError> for CliError {
+    fn from(e: gpufile_remote::CheckpointError) -> Self {
+        match e {
+            gpufile_remote::CheckpointError::Format(e) => e.into(),
+            gpufile_remote::CheckpointError::Remote(e) => e.into(),
+        }
+    }
+}
+
+/// Where the checkpoint's bytes are: local files (opened per load), or remote objects opened
+/// with their headers.
+enum Files {
+    Local,
+    Remote(Vec<Arc<gpufile_remote::RemoteFile>>),
 }
 
 /// An OS error of a plain read of `path` (`--verify`), the file named in the message too.
@@ -348,6 +367,7 @@ impl Loaded {
 /// Reads every range of `plan` into `dest` as one batch of requests; the bytes read.
 fn read_all(
     checkpoint: &Checkpoint,
+    sources: &Files,
     plan: &ReadPlan,
     dest: &mut Destination,
     settings: &Settings,
@@ -357,6 +377,15 @@ fn read_all(
     let mut handles: Vec<Option<FileHandle>> = vec![None; checkpoint.files.len()];
     let mut batch = Vec::with_capacity(plan.ranges.len());
     for r in &plan.ranges {
+        if let Files::Remote(files) = sources {
+            let source: Arc<dyn gpufile::source::Source> = files[r.file].clone();
+            let buffer = dest.buffer(r.dest as usize, r.len as usize);
+            batch.push((
+                gpufile::source::Endpoint::Read(source),
+                Request::read(buffer, r.offset),
+            ));
+            continue;
+        }
         let file = match &handles[r.file] {
             Some(f) => f.clone(),
             None => {
@@ -390,9 +419,11 @@ fn read_all(
 /// Compares every selected tensor with a plain read of its bytes; a mismatch names the tensor.
 fn verify(
     checkpoint: &Checkpoint,
+    sources: &Files,
     selection: &[usize],
     plan: &ReadPlan,
     dest: &Destination,
+    settings: &Settings,
 ) -> Result<(), CliError> {
     let mut files: HashMap<usize, std::fs::File> = HashMap::new();
     let (mut want, mut got) = (Vec::new(), Vec::new());
@@ -401,17 +432,26 @@ fn verify(
         let header = &checkpoint.files[entry.file];
         let info = checkpoint.info(entry);
         let io_err = |source| os_error(&header.path, source);
-        let file = match files.entry(entry.file) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(std::fs::File::open(&header.path).map_err(io_err)?),
-        };
         let mut done = 0u64;
         while done < info.len() {
             let n = (info.len() - done).min(VERIFY_CHUNK as u64) as usize;
             want.resize(n, 0);
             got.resize(n, 0);
-            file.read_exact_at(&mut want, header.data_start + info.start + done)
-                .map_err(io_err)?;
+            let at_file = header.data_start + info.start + done;
+            match sources {
+                Files::Remote(remote) => {
+                    remote[entry.file].read(&mut want, at_file, settings)?;
+                }
+                Files::Local => {
+                    let file = match files.entry(entry.file) {
+                        Entry::Occupied(o) => o.into_mut(),
+                        Entry::Vacant(v) => {
+                            v.insert(std::fs::File::open(&header.path).map_err(io_err)?)
+                        }
+                    };
+                    file.read_exact_at(&mut want, at_file).map_err(io_err)?;
+                }
+            }
             dest.copy_out((at + done) as usize, &mut got)?;
             if let Some(k) = want.iter().zip(&got).position(|(a, b)| a != b) {
                 return Err(CliError::new(
@@ -438,7 +478,14 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let settings = engine.settings();
 
     let start = Instant::now();
-    let checkpoint = Checkpoint::open(&args.path)?;
+    let url = args.path.to_str().filter(|p| gpufile_remote::is_url(p));
+    let (checkpoint, sources) = match url {
+        Some(url) => {
+            let rc = gpufile_remote::open_checkpoint(url)?;
+            (rc.checkpoint, Files::Remote(rc.files))
+        }
+        None => (Checkpoint::open(&args.path)?, Files::Local),
+    };
     let header_seconds = start.elapsed().as_secs_f64();
     let selection = select(&checkpoint, &args.filter)?;
     let plan = checkpoint.plan(&selection, PlanOptions::default())?;
@@ -453,6 +500,8 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let allocation_seconds = start.elapsed().as_secs_f64();
     let largest = plan.ranges.iter().max_by_key(|r| r.len);
     let path = match largest {
+        // A remote object's path is its ranged requests (the report's records say so).
+        Some(_) if matches!(sources, Files::Remote(_)) => None,
         Some(r) => {
             let file = FileHandle::open(&checkpoint.files[r.file].path, "r")?;
             Some(file.io_path(dest.memory(), r.len as usize, &settings)?)
@@ -462,12 +511,20 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
 
     let observation = gpufile::observe::begin();
     let start = Instant::now();
-    let bytes = read_all(&checkpoint, &plan, &mut dest, &settings, !args.json, rates)?;
+    let bytes = read_all(
+        &checkpoint,
+        &sources,
+        &plan,
+        &mut dest,
+        &settings,
+        !args.json,
+        rates,
+    )?;
     let seconds = start.elapsed().as_secs_f64();
     let observed = gpufile::observe::end(observation);
 
     let verified = if args.verify {
-        verify(&checkpoint, &selection, &plan, &dest)?;
+        verify(&checkpoint, &sources, &selection, &plan, &dest, &settings)?;
         Some(true)
     } else {
         None
@@ -489,7 +546,10 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
         files[r.file].bytes += r.len;
     }
     let loaded = Loaded {
-        checkpoint: args.path.clone(),
+        checkpoint: match url {
+            Some(u) => gpufile_remote::redact(u).into(),
+            None => args.path.clone(),
+        },
         files,
         tensors: selection.len(),
         tensors_total: checkpoint.entries.len(),
@@ -604,14 +664,30 @@ mod tests {
                 .copy_from_slice(&data[at..at + r.len as usize]);
         }
         let mut dest = Destination::Host(host);
-        verify(&ck, &selection, &plan, &dest).unwrap();
+        verify(
+            &ck,
+            &Files::Local,
+            &selection,
+            &plan,
+            &dest,
+            &Settings::default(),
+        )
+        .unwrap();
 
         let Destination::Host(host) = &mut dest else {
             unreachable!()
         };
         let wrong = plan.dests[1] as usize + VERIFY_CHUNK + 5;
         host[wrong] ^= 1;
-        let e = verify(&ck, &selection, &plan, &dest).unwrap_err();
+        let e = verify(
+            &ck,
+            &Files::Local,
+            &selection,
+            &plan,
+            &dest,
+            &Settings::default(),
+        )
+        .unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("m.safetensors")

@@ -250,6 +250,8 @@ fn to_py_with(e: Error, more: &str) -> PyErr {
         // other server and network failures RuntimeError.
         Error::Source { .. } => match RemoteError::of(&e).map(|r| r.kind) {
             Some(RemoteFailure::NoRangeSupport) => PyOverflowError::new_err(text),
+            // The caller's layout of writes, not the server's doing.
+            Some(RemoteFailure::NotTiled | RemoteFailure::PartLimit) => PyValueError::new_err(text),
             Some(_) => PyRuntimeError::new_err(text),
             None => GpufileError::new_err(text),
         },

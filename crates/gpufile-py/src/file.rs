@@ -21,7 +21,14 @@ pub(crate) struct NativeFile {
 }
 
 impl NativeFile {
-    fn handle(&self) -> PyResult<FileHandle> {
+    /// A Python file object over an open handle.
+    pub(crate) fn from_handle(handle: FileHandle) -> Self {
+        NativeFile {
+            handle: Mutex::new(Some(handle)),
+        }
+    }
+
+    pub(crate) fn handle(&self) -> PyResult<FileHandle> {
         let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
         guard.clone().ok_or_else(|| to_py(Error::Closed))
     }
@@ -396,7 +403,7 @@ impl NativeFile {
     }
 
     /// Closes the handle; requests in flight finish first (they hold the descriptor).
-    fn close(&self) {
+    pub(crate) fn close(&self) {
         self.handle.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
@@ -698,12 +705,12 @@ pub(crate) fn submit_batch(
 }
 
 /// The batch moved into a GIL-free closure (see [`request::SendRequest`]).
-struct SendBatch(Vec<(Endpoint, Request)>);
+pub(crate) struct SendBatch(pub(crate) Vec<(Endpoint, Request)>);
 // SAFETY: as for SendRequest: the raw addresses stay valid while the views are held.
 unsafe impl Send for SendBatch {}
 impl SendBatch {
     // A method (not `.0`) so that closures capture the whole `SendBatch`.
-    fn requests(&self) -> &[(Endpoint, Request)] {
+    pub(crate) fn requests(&self) -> &[(Endpoint, Request)] {
         &self.0
     }
 }

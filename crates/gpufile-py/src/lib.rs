@@ -13,6 +13,7 @@ mod file;
 mod mmap;
 mod ranges;
 mod remote;
+mod remote_write;
 mod request;
 mod safetensors;
 mod settings;
@@ -80,5 +81,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     safetensors::register(m)?;
     remote::register(m)?;
+    remote_write::register(m)?;
     Ok(())
 }

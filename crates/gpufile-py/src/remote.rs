@@ -40,7 +40,7 @@ fn nbytes_arg(nbytes: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
 
 /// An open remote object (the engine under `gpufile.RemoteFile`).
 #[pyclass(frozen, module = "gpufile._native")]
-struct NativeRemoteFile {
+pub(crate) struct NativeRemoteFile {
     file: Mutex<Option<Arc<RemoteFile>>>,
     /// Kept after close for `str()` and `nbytes()`.
     url: String,
@@ -54,11 +54,16 @@ impl NativeRemoteFile {
     }
 
     fn from_file(f: RemoteFile) -> Self {
+        Self::from_arc(Arc::new(f))
+    }
+
+    /// A handle on a file opened elsewhere (a checkpoint's shard), shared with it.
+    pub(crate) fn from_arc(f: Arc<RemoteFile>) -> Self {
         NativeRemoteFile {
             url: f.url().to_owned(),
             nbytes: f.nbytes(),
             kind: f.remote_endpoint_type(),
-            file: Mutex::new(Some(Arc::new(f))),
+            file: Mutex::new(Some(f)),
         }
     }
 

@@ -1,14 +1,24 @@
-//! Bindings of `gpufile::formats::safetensors`: validated headers and read plans. The reading
-//! itself is `python/gpufile/safetensors.py`'s, through `CuFile.pread`.
+//! Bindings of `gpufile::formats::safetensors`: validated headers and read plans (the reading
+//! itself is `python/gpufile/safetensors.py`'s, through `CuFile.pread`); the save side: headers
+//! built as the reference serializer builds them, tensors written by the engine straight from
+//! their memory, and files published whole (`gpufile::publish`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
-use gpufile::formats::safetensors::{Checkpoint, FormatError, PlanOptions};
+use gpufile::formats::safetensors::save::{plan_save, SaveTensor};
+use gpufile::formats::safetensors::{Checkpoint, Dtype, FormatError, PlanOptions};
+use gpufile::{Direction, Engine};
 
+use crate::buffer::BufferView;
 use crate::errors::PathArg;
+use crate::file::{wait_interruptibly, NativeFile, SendBatch};
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::remote::NativeRemoteFile;
 
 pyo3::create_exception!(
     gpufile,
@@ -20,7 +30,7 @@ pyo3::create_exception!(
 
 /// Maps a format error: I/O → `OSError` (subclass by errno), an unknown tensor → `KeyError`,
 /// everything else → `SafetensorError` (a `ValueError`).
-fn to_py(e: FormatError) -> PyErr {
+pub(crate) fn to_py(e: FormatError) -> PyErr {
     let text = e.to_string();
     let errno = e.errno().unwrap_or(0);
     match e {
@@ -63,6 +73,36 @@ impl SafetensorsCheckpoint {
     fn open(py: Python<'_>, path: PathArg) -> PyResult<Self> {
         let inner = py.detach(|| Checkpoint::open(&path.0)).map_err(to_py)?;
         Ok(SafetensorsCheckpoint { inner })
+    }
+
+    /// Opens a checkpoint by URL (`s3://`, `gs://`, `http(s)://`, WebHDFS): a file, an index or
+    /// a prefix holding one; every header read with a small ranged request (GIL released).
+    /// Returns the checkpoint and its files, opened for reading, in file order.
+    #[staticmethod]
+    fn open_url(py: Python<'_>, url: String) -> PyResult<(Self, Vec<NativeRemoteFile>)> {
+        let opened = py.detach(|| gpufile_remote::open_checkpoint(&url));
+        match opened {
+            Ok(rc) => {
+                let files = rc
+                    .files
+                    .into_iter()
+                    .map(NativeRemoteFile::from_arc)
+                    .collect();
+                Ok((
+                    SafetensorsCheckpoint {
+                        inner: rc.checkpoint,
+                    },
+                    files,
+                ))
+            }
+            Err(gpufile_remote::CheckpointError::Format(e)) => Err(to_py(e)),
+            Err(gpufile_remote::CheckpointError::Remote(e)) => Err(match e {
+                gpufile::Error::InvalidArgument(text) => {
+                    pyo3::exceptions::PyRuntimeError::new_err(text)
+                }
+                other => crate::errors::to_py(other),
+            }),
+        }
     }
 
     /// Checks that the file opened for file `file`'s data (its `st_dev`, `st_ino`) is the one
@@ -131,9 +171,195 @@ impl SafetensorsCheckpoint {
     }
 }
 
+/// A tensor to save as Python describes it: (name, dtype name, logical shape).
+pub(crate) type SpecRow = (String, String, Vec<u64>);
+
+/// The core's description of `rows` with their byte lengths, or `SafetensorError` for an
+/// unknown dtype.
+pub(crate) fn specs(rows: Vec<(SpecRow, u64)>) -> PyResult<Vec<SaveTensor>> {
+    rows.into_iter()
+        .map(|((name, dtype, shape), len)| {
+            let dtype = Dtype::parse(&dtype).ok_or_else(|| {
+                SafetensorError::new_err(format!("tensor {name:?}: unknown dtype {dtype:?}"))
+            })?;
+            Ok(SaveTensor {
+                name,
+                dtype,
+                shape,
+                len,
+            })
+        })
+        .collect()
+}
+
+/// The header of a file holding `tensors` ((name, dtype, shape, nbytes)) and `metadata`:
+/// (header bytes, each tensor's file offset, file size).
+#[pyfunction]
+#[pyo3(signature = (tensors, metadata=None, path=None))]
+fn safetensors_header(
+    py: Python<'_>,
+    tensors: Vec<(String, String, Vec<u64>, u64)>,
+    metadata: Option<BTreeMap<String, String>>,
+    path: Option<PathArg>,
+) -> PyResult<(Py<PyBytes>, Vec<u64>, u64)> {
+    let rows = tensors
+        .into_iter()
+        .map(|(n, d, s, len)| ((n, d, s), len))
+        .collect();
+    let specs = specs(rows)?;
+    let path = path.map(|p| p.0).unwrap_or_default();
+    let plan = plan_save(&path, &specs, metadata.as_ref()).map_err(to_py)?;
+    Ok((
+        PyBytes::new(py, &plan.header).unbind(),
+        plan.offsets,
+        plan.file_size,
+    ))
+}
+
+/// Writes a safetensors file into `file` (an open, empty `NativeFile`): the header, then every
+/// tensor's bytes at its offset, all as one batch of requests, from each buffer's own memory
+/// (host or device). `tensors` are (name, dtype, logical shape, buffer). The file's size.
+#[pyfunction]
+#[pyo3(signature = (file, tensors, metadata=None))]
+fn write_safetensors(
+    py: Python<'_>,
+    file: &Bound<'_, NativeFile>,
+    tensors: Vec<(String, String, Vec<u64>, Bound<'_, PyAny>)>,
+    metadata: Option<BTreeMap<String, String>>,
+) -> PyResult<u64> {
+    let handle = file.get().handle()?;
+    let mut views = Vec::with_capacity(tensors.len());
+    let mut rows = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, buf) in tensors {
+        let view = BufferView::for_request(&buf, false)?;
+        rows.push(((name, dtype, shape), view.len() as u64));
+        views.push(view);
+    }
+    let specs = specs(rows)?;
+    let plan = plan_save(handle.path(), &specs, metadata.as_ref()).map_err(to_py)?;
+    let header = plan.header.clone();
+    let h = handle.clone();
+    py.detach(move || h.write(&header, 0, None))
+        .map_err(crate::errors::to_py)?;
+    let endpoint = handle.endpoint(Direction::Write);
+    let batch: Vec<_> = views
+        .iter()
+        .zip(&plan.offsets)
+        .filter(|(v, _)| v.len() > 0)
+        .map(|(v, &off)| {
+            (
+                endpoint.clone(),
+                v.request(Direction::Write, 0, v.len(), off),
+            )
+        })
+        .collect();
+    let batch = SendBatch(batch);
+    let fut = py.detach(move || -> gpufile::Result<gpufile::IoFuture> {
+        let engine = Engine::global()?;
+        let settings = engine.shared_settings();
+        // SAFETY: `views` hold every buffer's export (host) or array object (device) until
+        // the wait below has seen every request end.
+        unsafe { engine.submit_batch(batch.requests(), &settings) }
+    });
+    let fut = fut.map_err(crate::errors::to_py)?;
+    let result = wait_interruptibly(py, &fut);
+    drop(views);
+    result?;
+    Ok(plan.file_size)
+}
+
+/// A file written under a temporary name and published by renaming it over its final name
+/// (`gpufile::publish::PendingFile`); dropped unpublished, its temporary is removed.
+#[pyclass(frozen, module = "gpufile._native")]
+struct PendingFile {
+    inner: Mutex<gpufile::publish::PendingFile>,
+    file: Py<NativeFile>,
+}
+
+impl PendingFile {
+    fn lock(&self) -> std::sync::MutexGuard<'_, gpufile::publish::PendingFile> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl PendingFile {
+    /// Creates the temporary file for `path` (GIL released).
+    #[new]
+    fn new(py: Python<'_>, path: PathArg) -> PyResult<Self> {
+        let pending = py
+            .detach(|| gpufile::publish::PendingFile::create(&path.0))
+            .map_err(crate::errors::to_py)?;
+        let file = Py::new(py, NativeFile::from_handle(pending.handle().clone()))?;
+        Ok(PendingFile {
+            inner: Mutex::new(pending),
+            file,
+        })
+    }
+
+    /// The file to write through (a `NativeFile`; errors name the final path).
+    #[getter]
+    fn file(&self, py: Python<'_>) -> Py<NativeFile> {
+        self.file.clone_ref(py)
+    }
+
+    /// The final path.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.lock().path().to_owned()
+    }
+
+    /// The temporary path.
+    #[getter]
+    fn temp_path(&self) -> PathBuf {
+        self.lock().temp_path().to_owned()
+    }
+
+    /// `fsync` of the file (its bytes on the disk, still under the temporary name).
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.lock().sync())
+            .map_err(crate::errors::to_py)
+    }
+
+    /// Publishes under the final name (`durable`: fsync file and directory); `keep_temp`
+    /// keeps the temporary name as a second name until `discard()`. Closes the file.
+    #[pyo3(signature = (durable=true, keep_temp=false))]
+    fn publish(&self, py: Python<'_>, durable: bool, keep_temp: bool) -> PyResult<()> {
+        py.detach(|| self.lock().publish(durable, keep_temp))
+            .map_err(crate::errors::to_py)?;
+        self.file.get().close();
+        Ok(())
+    }
+
+    /// Removes the temporary name (idempotent); closes the file.
+    fn discard(&self, py: Python<'_>) -> PyResult<()> {
+        self.file.get().close();
+        py.detach(|| self.lock().discard())
+            .map_err(crate::errors::to_py)
+    }
+}
+
+/// `fsync` of a directory (its names created, renamed or removed become durable).
+#[pyfunction]
+fn sync_dir(py: Python<'_>, path: PathArg) -> PyResult<()> {
+    py.detach(|| gpufile::publish::sync_dir(&path.0))
+        .map_err(crate::errors::to_py)
+}
+
+/// Whether a file name is one of gpufile's temporary names (`gpufile::publish`).
+#[pyfunction]
+fn is_temporary_name(name: PathBuf) -> bool {
+    gpufile::publish::is_temporary(name.as_os_str())
+}
+
 /// Adds the safetensors classes to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SafetensorError", m.py().get_type::<SafetensorError>())?;
     m.add_class::<SafetensorsCheckpoint>()?;
+    m.add_class::<PendingFile>()?;
+    m.add_function(wrap_pyfunction!(safetensors_header, m)?)?;
+    m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
+    m.add_function(wrap_pyfunction!(sync_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(is_temporary_name, m)?)?;
     Ok(())
 }

@@ -416,6 +416,17 @@ impl S3Object {
         method: &str,
         range: Option<&str>,
     ) -> Result<Vec<(&'static str, String)>> {
+        self.sign_url(method, self.url.as_str(), range)
+    }
+
+    /// [`S3Object::sign`] of a request to `url`: the object's URL with a query (a multipart
+    /// upload's `uploads`, `partNumber` and `uploadId`), signed with the rest.
+    pub(crate) fn sign_url(
+        &self,
+        method: &str,
+        url: &str,
+        range: Option<&str>,
+    ) -> Result<Vec<(&'static str, String)>> {
         let mut settings = SigningSettings::default();
         // S3's rules: the path is encoded once, not normalised; the payload hash is a header.
         settings.percent_encoding_mode = PercentEncodingMode::Single;
@@ -431,14 +442,9 @@ impl S3Object {
             .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url)))?
             .into();
         let headers = range.map(|r| ("range", r)).into_iter();
-        let signed = SignableRequest::new(
-            method,
-            self.url.as_str(),
-            headers,
-            SignableBody::UnsignedPayload,
-        )
-        .and_then(|req| sign(req, &params))
-        .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url)))?;
+        let signed = SignableRequest::new(method, url, headers, SignableBody::UnsignedPayload)
+            .and_then(|req| sign(req, &params))
+            .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url)))?;
         let (headers, _query) = signed.into_parts().0.into_parts();
         Ok(headers
             .into_iter()

@@ -12,7 +12,7 @@ use std::fmt;
 /// The [`gpufile::Error::Source`] kind of a remote failure (the CLI's error type `remote`).
 pub const SOURCE_WHAT: &str = "remote";
 
-/// A remote object (HTTP(S), S3, WebHDFS) could not be opened or read.
+/// A remote object (HTTP(S), S3, WebHDFS) could not be opened, read or written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteError {
     /// The object's URL (signatures and tokens redacted).
@@ -39,6 +39,13 @@ pub enum RemoteFailure {
     ShortBody,
     /// The answer cannot be used (no size, malformed headers or JSON).
     BadResponse,
+    /// The writes to an object do not tile it: a write overlaps an earlier one (refused before
+    /// any byte moves) or leaves a gap (refused at close). A caller's error (Python's
+    /// `ValueError`).
+    NotTiled,
+    /// A write ends past S3's 10,000 parts of `remote_part_size` (refused before any byte
+    /// moves). A caller's error (Python's `ValueError`).
+    PartLimit,
 }
 
 impl RemoteError {

@@ -56,9 +56,9 @@ pub struct RemoteFile {
     client: Client,
 }
 
-type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
-fn process_env(name: &str) -> Option<String> {
+pub(crate) fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
@@ -150,6 +150,7 @@ impl RemoteFile {
             signer: None,
             size: None,
             stop: None,
+            label: None,
         }
     }
 
@@ -335,13 +336,7 @@ impl RemoteFile {
 
     fn open_webhdfs_with_env(url: &str, nbytes: Option<u64>, env: Env<'_>) -> Result<Self> {
         check_http(url, RemoteEndpointType::WebHdfs)?;
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let user = query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("user.name="))
-            .map(str::to_owned)
-            .or_else(|| env("KVIKIO_WEBHDFS_USERNAME").filter(|u| !u.is_empty()));
-        let base = base.split('#').next().unwrap_or(base).to_owned();
+        let (base, user) = webhdfs_parts(url, env);
         Self::new(
             Access::WebHdfs { base, user },
             RemoteEndpointType::WebHdfs,
@@ -374,23 +369,7 @@ impl RemoteFile {
             }
             kind
         } else {
-            if !allow.contains(&kind) {
-                return Err(Error::InvalidArgument(format!(
-                    "{kind} is not in the allowlist."
-                )));
-            }
-            endpoint::scheme(url)?;
-            if !kind.accepts(url) {
-                let note = match kind {
-                    RemoteEndpointType::Http => endpoint::gs_note(url),
-                    _ => String::new(),
-                };
-                return Err(Error::InvalidArgument(format!(
-                    "Invalid URL for {kind} endpoint: {}{note}",
-                    endpoint::redact(url)
-                )));
-            }
-            kind
+            explicit_kind(url, kind, allow)?
         };
         Self::open_as(url, kind, nbytes)
     }
@@ -542,7 +521,44 @@ impl Source for RemoteFile {
     }
 }
 
-fn user_param(user: &Option<String>) -> String {
+/// An explicit endpoint type, checked before any request: in `allow`, and fitting the URL.
+pub(crate) fn explicit_kind(
+    url: &str,
+    kind: RemoteEndpointType,
+    allow: &[RemoteEndpointType],
+) -> Result<RemoteEndpointType> {
+    if !allow.contains(&kind) {
+        return Err(Error::InvalidArgument(format!(
+            "{kind} is not in the allowlist."
+        )));
+    }
+    endpoint::scheme(url)?;
+    if !kind.accepts(url) {
+        let note = match kind {
+            RemoteEndpointType::Http => endpoint::gs_note(url),
+            _ => String::new(),
+        };
+        return Err(Error::InvalidArgument(format!(
+            "Invalid URL for {kind} endpoint: {}{note}",
+            endpoint::redact(url)
+        )));
+    }
+    Ok(kind)
+}
+
+/// A WebHDFS URL's base (no query) and user: `user.name` in the URL, else
+/// `KVIKIO_WEBHDFS_USERNAME`.
+pub(crate) fn webhdfs_parts(url: &str, env: Env<'_>) -> (String, Option<String>) {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let user = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("user.name="))
+        .map(str::to_owned)
+        .or_else(|| env("KVIKIO_WEBHDFS_USERNAME").filter(|u| !u.is_empty()));
+    (base.split('#').next().unwrap_or(base).to_owned(), user)
+}
+
+pub(crate) fn user_param(user: &Option<String>) -> String {
     user.as_ref()
         .map(|u| format!("user.name={u}&"))
         .unwrap_or_default()
@@ -557,7 +573,7 @@ fn webhdfs_length(body: &str) -> Option<u64> {
         .as_u64()
 }
 
-fn check_http(url: &str, kind: RemoteEndpointType) -> Result<()> {
+pub(crate) fn check_http(url: &str, kind: RemoteEndpointType) -> Result<()> {
     match endpoint::scheme(url)?.as_str() {
         "http" | "https" => Ok(()),
         _ => Err(Error::InvalidArgument(format!(

@@ -266,10 +266,16 @@ pub(crate) struct Target<'a> {
     pub size: Option<u64>,
     /// The request's stop flag: set, the request ends with [`Error::Cancelled`].
     pub stop: Option<&'a StopFlag>,
+    /// What the request is, for errors and retry records, where it is more than its method and
+    /// range ("PUT of part 3 (bytes 0-9)").
+    pub label: Option<&'a str>,
 }
 
 impl Target<'_> {
     fn what(&self, method: &str) -> String {
+        if let Some(label) = self.label {
+            return label.to_owned();
+        }
         match self.range {
             Some((off, len)) => format!("{method} of bytes {off}-{}", off + len as u64 - 1),
             None => method.to_owned(),
@@ -350,6 +356,19 @@ impl std::fmt::Debug for WholeBody {
     }
 }
 
+/// The answer to an upload request ([`Client::send_body`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The `ETag` header (S3's name for an uploaded part).
+    pub etag: Option<String>,
+    /// The `Location` of a redirect, when the request stopped at one.
+    pub location: Option<String>,
+    /// The body, at most 1 MiB (S3's XML answers).
+    pub body: String,
+}
+
 /// What a client has sent and received since it was made (all its clones together).
 #[derive(Debug, Default)]
 struct Counters {
@@ -360,15 +379,16 @@ struct Counters {
     ranges: AtomicU8,
 }
 
-/// Requests sent, retries made and body bytes received into callers' buffers, by one remote
-/// file since it was opened (the size request included).
+/// Requests sent, retries made and body bytes received into callers' buffers (or sent from
+/// them, for an object opened for writing), by one remote file since it was opened (the size
+/// request included).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RemoteStats {
     /// HTTP requests sent, every attempt counted.
     pub requests: u64,
     /// Attempts that were retried (a retryable status or a timeout).
     pub retries: u64,
-    /// Bytes of object data received.
+    /// Bytes of object data received (sent, for an object opened for writing).
     pub bytes: u64,
 }
 
@@ -801,6 +821,113 @@ impl Client {
             }
             Ok(size)
         })
+    }
+
+    /// `method` (`PUT`, `POST` or `DELETE`) of `body` to the target's URL, which may carry a
+    /// query (signed with the rest for S3): an object's bytes, a part, or a multipart upload's
+    /// create, complete or abort. Each attempt sends the whole body again. Redirects are
+    /// followed hop by hop as for reads, unless `stop_at_redirect`: then a redirect is the
+    /// answer (WebHDFS `CREATE`'s first step, whose `Location` names where the bytes go).
+    pub fn send_body(
+        &self,
+        t: &Target<'_>,
+        method: &'static str,
+        body: &[u8],
+        content_type: Option<&str>,
+        stop_at_redirect: bool,
+    ) -> Result<Answer> {
+        self.retrying(t, method, |p| {
+            let mut url = t.url.to_owned();
+            for _ in 0..=MAX_REDIRECTS {
+                let resp = self.send_once_body(t, &url, method, body, content_type, p)?;
+                let status = resp.status();
+                let location = header_str(&resp, "location");
+                match (status.is_redirection(), location) {
+                    (true, Some(location)) if stop_at_redirect => {
+                        return Ok(Answer {
+                            status: status.as_u16(),
+                            etag: None,
+                            location: Some(location),
+                            body: String::new(),
+                        })
+                    }
+                    (true, Some(location)) => {
+                        url = next_hop(t, method, &url, status.as_u16(), &location)?;
+                    }
+                    _ => {
+                        let mut resp = self.judge(t, method, p, resp)?;
+                        self.counters
+                            .bytes
+                            .fetch_add(body.len() as u64, Ordering::Relaxed);
+                        let etag = header_str(&resp, "etag");
+                        let text = resp
+                            .body_mut()
+                            .with_config()
+                            .limit(SMALL_BODY_LIMIT)
+                            .read_to_string()
+                            .map_err(|e| classify(t, method, e, p))?;
+                        return Ok(Answer {
+                            status: status.as_u16(),
+                            etag,
+                            location: None,
+                            body: text,
+                        });
+                    }
+                }
+            }
+            Err(Attempt::Fail(t.error(
+                RemoteFailure::BadResponse,
+                format!("{}: more than {MAX_REDIRECTS} redirects", t.what(method)),
+            )))
+        })
+    }
+
+    /// Sends one `method` request with `body` to `url`.
+    fn send_once_body(
+        &self,
+        t: &Target<'_>,
+        url: &str,
+        method: &'static str,
+        body: &[u8],
+        content_type: Option<&str>,
+        policy: &Policy,
+    ) -> std::result::Result<Response<Body>, Attempt> {
+        let mut headers: Vec<(&str, String)> = Vec::new();
+        if let Some(ct) = content_type {
+            headers.push(("content-type", ct.to_owned()));
+        }
+        if let Some(s3) = t.signer {
+            // Signed per attempt, over the URL sent (its query: uploads, partNumber, uploadId).
+            let signed = s3.sign_url(method, url, None).map_err(Attempt::Fail)?;
+            headers.extend(signed);
+        }
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = match method {
+            "DELETE" => {
+                let mut req = self.agent.delete(url);
+                for (name, value) in &headers {
+                    req = req.header(*name, value);
+                }
+                req.config()
+                    .timeout_global(Some(policy.timeout))
+                    .build()
+                    .call()
+            }
+            _ => {
+                let mut req = match method {
+                    "POST" => self.agent.post(url),
+                    _ => self.agent.put(url),
+                };
+                for (name, value) in &headers {
+                    req = req.header(*name, value);
+                }
+                req.config()
+                    .timeout_global(Some(policy.timeout))
+                    .build()
+                    .send(body)
+            }
+        };
+        sent.map_err(|e| classify(t, method, e, policy))
     }
 
     /// `GET` of a small body (WebHDFS file status), at most 1 MiB.
@@ -1413,6 +1540,7 @@ mod tests {
             signer,
             size: None,
             stop: None,
+            label: None,
         }
     }
 

@@ -14,7 +14,13 @@
 //!    ([`gpufile::Engine::submit`]) splits a request over its workers, into host memory or
 //!    through pinned bounce buffers into GPU memory, receiving one range while the previous one
 //!    is copied to the GPU; [`RemoteFile::read`] and [`read_into`] are the host-memory shortcut.
-//! 3. Every failure is a [`gpufile::Error`]: what the server or the network did is a
+//! 3. [`RemoteWriter`] writes an object (S3 PutObject or multipart upload, HTTP `PUT`,
+//!    WebHDFS `CREATE`): a [`gpufile::source::Sink`], so that writes of host or GPU memory
+//!    go through the same submit as reads; the object exists once
+//!    [`RemoteWriter::close`] succeeds, and a failure aborts the upload.
+//! 4. [`open_checkpoint`] reads a safetensors checkpoint's headers by URL (a file, an index,
+//!    a prefix holding one) for loads to any memory through the same remote sources.
+//! 5. Every failure is a [`gpufile::Error`]: what the server or the network did is a
 //!    [`RemoteError`] (with a [`RemoteFailure`] kind) inside [`gpufile::Error::Source`] (found
 //!    again with [`RemoteError::of`]), with the URL (signatures redacted), the byte range and
 //!    the attempts made; `InvalidArgument` for bad URLs, missing credentials and reads past the
@@ -25,13 +31,18 @@
 //! and KvikIO's libcurl sign them; a query-signed request is not recognised as S3's by some
 //! S3-compatible servers). Neither starts a thread or a runtime.
 
+mod checkpoint;
 mod endpoint;
 mod error;
 mod file;
 mod gcs;
 mod http;
 mod keys;
+mod writer;
 
+pub use checkpoint::{
+    is_url, open_checkpoint, read_header, CheckpointError, RemoteCheckpoint, HEADER_PROBE,
+};
 pub use endpoint::{
     infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Object, S3Options,
 };
@@ -39,3 +50,4 @@ pub use error::{RemoteError, RemoteFailure, SOURCE_WHAT};
 pub use file::{read_into, ReadPlan, RemoteFile, RANGED_REASON};
 pub use gcs::{parse_gs_url, EMULATOR_HOST_VAR, XML_API_ENDPOINT};
 pub use http::{RangeSupport, RemoteStats, WHOLE_BODY_REASON};
+pub use writer::{part_size_for, RemoteWriter, S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART};

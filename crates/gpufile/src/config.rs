@@ -321,6 +321,19 @@ settings! {
     remote_io_backend / RemoteIoBackend: RemoteIoBackend = RemoteIoBackend::EasyThreadpool;
         kind RemoteIoBackend;
         env ["REMOTE_IO_BACKEND"];
+    /// Size of each part of an S3 multipart upload but the last, in bytes (gpufile's addition;
+    /// default 16 MiB, the bounce buffer's size, so that a part of GPU memory goes out
+    /// straight from its pinned buffer). S3's limits bound it: 5 MiB to 5 GiB, and at most
+    /// 10,000 parts per object (an object opened with its size raises the part size to fit).
+    remote_part_size / RemotePartSize: usize = 16 << 20;
+        kind PositiveSize(5 << 20, 5 << 30, "bytes; S3's smallest and largest part");
+        env ["REMOTE_PART_SIZE"];
+    /// Most bytes of pinned host memory one `async_save` stages its tensors in before it
+    /// returns (gpufile's addition; default 32 GiB): a larger save is refused before anything
+    /// is copied, rather than pinning more of the machine's memory than meant.
+    async_save_pinned_limit / AsyncSavePinnedLimit: usize = 32 << 30;
+        kind Size(0, MAX_SIZE, LARGEST_OFFSET);
+        env ["ASYNC_SAVE_PINNED_LIMIT"];
 }
 
 /// Most worker threads gpufile picks by itself: reads stop scaling at about 16 threads
@@ -650,6 +663,9 @@ fn bounded_int(kind: Kind, input: &Input<'_>, bounds: Bounds) -> std::result::Re
     }
     if n == 0 && bounds.min > 0 {
         return Err(format!("must be a positive integer: expected {bounds}"));
+    }
+    if n < i128::from(bounds.min) {
+        return Err(format!("too small: expected {bounds}"));
     }
     if n > i128::from(bounds.max) {
         return Err(format!("too large: expected {bounds}"));
@@ -1151,6 +1167,11 @@ mod tests {
              1 day) = 60 (default)",
             "remote_io_backend [GPUFILE_REMOTE_IO_BACKEND KVIKIO_REMOTE_IO_BACKEND] \
              RemoteIoBackend - = EASY_THREADPOOL (default)",
+            "remote_part_size [GPUFILE_REMOTE_PART_SIZE KVIKIO_REMOTE_PART_SIZE] PositiveSize \
+             5242880 to 5368709120 (bytes; S3's smallest and largest part) = 16777216 (default)",
+            "async_save_pinned_limit [GPUFILE_ASYNC_SAVE_PINNED_LIMIT \
+             KVIKIO_ASYNC_SAVE_PINNED_LIMIT] Size 0 to 9223372036854775807 (bytes; the largest \
+             file offset) = 34359738368 (default)",
         ];
         assert_eq!(rows, expected);
         // Integer kinds have a range, the others none; every name parses back to itself.

@@ -24,6 +24,12 @@ pub enum Op {
     Stat,
     /// `mmap(2)`.
     Map,
+    /// `fsync(2)`.
+    Sync,
+    /// `rename(2)` (or the `link(2)` before it).
+    Rename,
+    /// `unlink(2)`.
+    Remove,
 }
 
 impl fmt::Display for Op {
@@ -34,6 +40,9 @@ impl fmt::Display for Op {
             Op::Write => "pwrite",
             Op::Stat => "fstat",
             Op::Map => "mmap",
+            Op::Sync => "fsync",
+            Op::Rename => "rename",
+            Op::Remove => "unlink",
         })
     }
 }

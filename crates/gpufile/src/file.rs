@@ -185,6 +185,17 @@ impl FileHandle {
         Ok(Self::with_file(file, meta, name, mode))
     }
 
+    /// A handle on an open `file` (its metadata `meta`), opened with `mode`'s access; `path`
+    /// is what errors call it (a temporary file's final name, say).
+    pub(crate) fn from_file(
+        file: File,
+        meta: std::fs::Metadata,
+        path: &Path,
+        mode: OpenMode,
+    ) -> Self {
+        Self::with_file(file, meta, path, mode)
+    }
+
     fn with_file(file: File, meta: std::fs::Metadata, path: &Path, mode: OpenMode) -> Self {
         let local = LocalFile::new(file, path.to_owned(), mode.readable(), mode.writable());
         FileHandle {

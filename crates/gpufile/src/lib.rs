@@ -38,6 +38,7 @@ pub mod pagecache;
 pub mod plan;
 pub mod pool;
 pub mod posix;
+pub mod publish;
 pub mod request;
 pub mod source;
 pub mod stream;

@@ -571,7 +571,10 @@ impl<Q: CopyQueue> WritePipeline<'_, Q> {
     /// Writes every chunk of `t`; on failure, drains the copies still reading the GPU into the
     /// slots before the run lets them go.
     fn write_task(&self, sink: &dyn Sink, t: Task) -> Result<()> {
-        let chunk = chunk_size(t.len, self.bounce);
+        let chunk = match sink.whole_tasks() && t.len <= self.bounce {
+            true => t.len.max(1),
+            false => chunk_size(t.len, self.bounce),
+        };
         let chunks = t.len.div_ceil(chunk);
         let result = (|| {
             self.copy_chunk(t, chunk, 0)?;

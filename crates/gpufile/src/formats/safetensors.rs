@@ -917,6 +917,74 @@ impl ReadPlan {
     }
 }
 
+/// A sharded checkpoint's index (`{"metadata": {...}, "weight_map": {tensor: file}}`), parsed
+/// and checked, before any shard is opened (a local index, or one read from a URL).
+#[derive(Clone, Debug)]
+pub struct Index {
+    /// The shard names, sorted, each once: plain names relative to the index's directory
+    /// (no `..`, no absolute path).
+    pub shards: Vec<String>,
+    /// Each tensor and the index of its shard in [`Index::shards`].
+    pub weight_map: Vec<(String, usize)>,
+    /// The index's `metadata` object, if any.
+    pub metadata: Option<serde_json::Value>,
+}
+
+impl Index {
+    /// Parses the index text read from `path` (named in errors).
+    pub fn parse(path: &Path, text: &[u8]) -> Result<Index> {
+        let bad = |reason: String| FormatError::InvalidIndex {
+            path: path.to_owned(),
+            reason,
+        };
+        #[derive(Deserialize)]
+        struct RawIndex {
+            #[serde(default)]
+            metadata: Option<serde_json::Value>,
+            weight_map: Entries,
+        }
+        let raw: RawIndex = serde_json::from_slice(text).map_err(|e| bad(e.to_string()))?;
+        let mut shards: Vec<String> = Vec::new();
+        let mut map: Vec<(String, String)> = Vec::with_capacity(raw.weight_map.0.len());
+        for (tensor, file) in raw.weight_map.0 {
+            let serde_json::Value::String(file) = file else {
+                return Err(bad(format!(
+                    "weight_map[{tensor:?}] is not a file name: {file}"
+                )));
+            };
+            let rel = Path::new(&file);
+            if file.is_empty()
+                || !rel
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+            {
+                return Err(bad(format!(
+                    "weight_map[{tensor:?}] = {file:?} is not a file name inside the \
+                     checkpoint's directory"
+                )));
+            }
+            shards.push(file.clone());
+            map.push((tensor, file));
+        }
+        shards.sort();
+        shards.dedup();
+        let position: HashMap<&str, usize> = shards
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.as_str(), i))
+            .collect();
+        let weight_map = map
+            .into_iter()
+            .map(|(t, f)| (t, position[f.as_str()]))
+            .collect();
+        Ok(Index {
+            shards,
+            weight_map,
+            metadata: raw.metadata,
+        })
+    }
+}
+
 fn align_up(x: u64, a: u64) -> Option<u64> {
     x.checked_add(a - 1).map(|v| v & !(a - 1))
 }
@@ -950,7 +1018,9 @@ impl Checkpoint {
             let Some(name) = p.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
                 continue;
             };
-            if !p.is_file() {
+            // A hidden name is no shard: a save killed before it published leaves its
+            // temporary under one (`publish::TEMP_PREFIX`), beside the complete files.
+            if !p.is_file() || name.starts_with('.') {
                 continue;
             }
             if name.ends_with(".safetensors.index.json") {
@@ -1016,56 +1086,18 @@ impl Checkpoint {
         }
         let mut text = vec![0u8; len as usize];
         file.read_exact_at(&mut text, 0).map_err(io_err)?;
-        #[derive(Deserialize)]
-        struct RawIndex {
-            #[serde(default)]
-            metadata: Option<serde_json::Value>,
-            weight_map: Entries,
-        }
-        let raw: RawIndex = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+        let parsed = Index::parse(index, &text)?;
         let dir = match index.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        let mut shard_names: Vec<String> = Vec::new();
-        let mut map: Vec<(String, String)> = Vec::with_capacity(raw.weight_map.0.len());
-        for (tensor, file) in raw.weight_map.0 {
-            let serde_json::Value::String(file) = file else {
-                return Err(bad(format!(
-                    "weight_map[{tensor:?}] is not a file name: {file}"
-                )));
-            };
-            let rel = Path::new(&file);
-            if file.is_empty()
-                || !rel
-                    .components()
-                    .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-            {
-                return Err(bad(format!(
-                    "weight_map[{tensor:?}] = {file:?} is not a file name inside the \
-                     checkpoint's directory"
-                )));
-            }
-            shard_names.push(file.clone());
-            map.push((tensor, file));
-        }
-        shard_names.sort();
-        shard_names.dedup();
         let inside = Containment::new(index, dir)?;
-        let headers = shard_names
+        let headers = parsed
+            .shards
             .iter()
             .map(|f| inside.read_header(&dir.join(f)))
             .collect::<Result<Vec<_>>>()?;
-        let position: HashMap<&str, usize> = shard_names
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.as_str(), i))
-            .collect();
-        let selected: Vec<(String, usize)> = map
-            .into_iter()
-            .map(|(t, f)| (t, position[f.as_str()]))
-            .collect();
-        Checkpoint::from_headers(index, headers, Some(selected), raw.metadata)
+        Checkpoint::from_headers(index, headers, Some(parsed.weight_map), parsed.metadata)
     }
 
     /// A checkpoint of already-read headers. `weight_map` (tensor, file index) limits it to
@@ -1216,6 +1248,8 @@ impl Checkpoint {
         })
     }
 }
+
+pub mod save;
 
 #[cfg(test)]
 mod tests;

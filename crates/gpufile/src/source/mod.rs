@@ -81,7 +81,7 @@ pub trait Source: Send + Sync {
     }
 }
 
-/// Bytes to write: a local file (later, other destinations).
+/// Bytes to write: a local file, a remote object.
 pub trait Sink: Send + Sync {
     /// What is written, for errors and reports.
     fn describe(&self) -> String;
@@ -98,6 +98,13 @@ pub trait Sink: Send + Sync {
     /// The local file this sink is, where it is one: cuFile writes it.
     fn local_file(self: Arc<Self>) -> Option<Arc<LocalFile>> {
         None
+    }
+
+    /// Whether the sink takes a task best in one `write_at` (an object store whose tasks are
+    /// its parts: a part sent straight from the bounce buffer, not collected from pieces). The
+    /// bounce pipeline then copies a task that fits its buffer as one chunk.
+    fn whole_tasks(&self) -> bool {
+        false
     }
 }
 

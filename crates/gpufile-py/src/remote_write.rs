@@ -1,0 +1,287 @@
+//! Remote objects opened for writing (`gpufile.RemoteFile.open*(..., mode="w")`): conversion,
+//! GIL release and exception mapping over `gpufile_remote::RemoteWriter`.
+
+use std::sync::Arc;
+
+use gpufile::{Direction, Engine, Error};
+use gpufile_remote::{RemoteEndpointType, RemoteWriter, S3Options};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::buffer::BufferView;
+use crate::errors::{to_py, uint_arg};
+use crate::file::NativeFuture;
+use crate::request::{self, Args, SendRequest};
+
+/// Errors of opening: as for reading, KvikIO's RuntimeError for bad URLs and missing
+/// credentials.
+fn open_err(e: Error) -> PyErr {
+    match e {
+        Error::InvalidArgument(text) => PyRuntimeError::new_err(text),
+        other => to_py(other),
+    }
+}
+
+fn endpoint_type(value: u32) -> PyResult<RemoteEndpointType> {
+    RemoteEndpointType::from_value(value)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown RemoteEndpointType value {value}")))
+}
+
+/// A remote object open for writing (the engine under `gpufile.RemoteFile` in mode "w").
+#[pyclass(frozen, module = "gpufile._native")]
+pub(crate) struct NativeRemoteWriter {
+    writer: Arc<RemoteWriter>,
+}
+
+impl NativeRemoteWriter {
+    fn wrap(opened: gpufile::Result<RemoteWriter>) -> PyResult<Self> {
+        opened
+            .map(|w| NativeRemoteWriter {
+                writer: Arc::new(w),
+            })
+            .map_err(open_err)
+    }
+}
+
+#[pymethods]
+impl NativeRemoteWriter {
+    #[staticmethod]
+    fn open_http(py: Python<'_>, url: String) -> PyResult<Self> {
+        Self::wrap(py.detach(|| RemoteWriter::create_http(&url)))
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (bucket_name, object_name, nbytes=None, aws_region_name=None,
+        aws_access_key_id=None, aws_secret_access_key=None, aws_endpoint_url=None,
+        aws_session_token=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_s3(
+        py: Python<'_>,
+        bucket_name: String,
+        object_name: String,
+        nbytes: Option<&Bound<'_, PyAny>>,
+        aws_region_name: Option<String>,
+        aws_access_key_id: Option<String>,
+        aws_secret_access_key: Option<String>,
+        aws_endpoint_url: Option<String>,
+        aws_session_token: Option<String>,
+    ) -> PyResult<Self> {
+        let n = uint_arg("nbytes", nbytes, None)?;
+        let o = S3Options {
+            region: aws_region_name,
+            access_key_id: aws_access_key_id,
+            secret_access_key: aws_secret_access_key,
+            endpoint_url: aws_endpoint_url,
+            session_token: aws_session_token,
+        };
+        Self::wrap(py.detach(|| RemoteWriter::create_s3(&bucket_name, &object_name, n, &o)))
+    }
+
+    #[staticmethod]
+    #[pyo3(signature = (url, nbytes=None, aws_region_name=None, aws_access_key_id=None,
+        aws_secret_access_key=None, aws_endpoint_url=None, aws_session_token=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_s3_url(
+        py: Python<'_>,
+        url: String,
+        nbytes: Option<&Bound<'_, PyAny>>,
+        aws_region_name: Option<String>,
+        aws_access_key_id: Option<String>,
+        aws_secret_access_key: Option<String>,
+        aws_endpoint_url: Option<String>,
+        aws_session_token: Option<String>,
+    ) -> PyResult<Self> {
+        let n = uint_arg("nbytes", nbytes, None)?;
+        let o = S3Options {
+            region: aws_region_name,
+            access_key_id: aws_access_key_id,
+            secret_access_key: aws_secret_access_key,
+            endpoint_url: aws_endpoint_url,
+            session_token: aws_session_token,
+        };
+        Self::wrap(py.detach(|| RemoteWriter::create_s3_url(&url, n, &o)))
+    }
+
+    #[staticmethod]
+    fn open_s3_presigned_url(py: Python<'_>, presigned_url: String) -> PyResult<Self> {
+        Self::wrap(py.detach(|| RemoteWriter::create_s3_presigned_url(&presigned_url)))
+    }
+
+    #[staticmethod]
+    fn open_webhdfs(py: Python<'_>, url: String) -> PyResult<Self> {
+        Self::wrap(py.detach(|| RemoteWriter::create_webhdfs(&url)))
+    }
+
+    /// `remote_endpoint_type` and `allow_list` as KvikIO's integer values.
+    #[staticmethod]
+    #[pyo3(signature = (url, remote_endpoint_type=0, allow_list=None, nbytes=None))]
+    fn open(
+        py: Python<'_>,
+        url: String,
+        remote_endpoint_type: u32,
+        allow_list: Option<Vec<u32>>,
+        nbytes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let n = uint_arg("nbytes", nbytes, None)?;
+        let kind = endpoint_type(remote_endpoint_type)?;
+        let allow = allow_list
+            .map(|l| {
+                l.into_iter()
+                    .map(endpoint_type)
+                    .collect::<PyResult<Vec<_>>>()
+            })
+            .transpose()?;
+        Self::wrap(py.detach(|| RemoteWriter::create(&url, kind, allow.as_deref(), n)))
+    }
+
+    /// The object's size so far (the end of the last range written).
+    fn nbytes(&self) -> u64 {
+        self.writer.nbytes()
+    }
+
+    fn remote_endpoint_type(&self) -> u32 {
+        self.writer.remote_endpoint_type() as u32
+    }
+
+    fn url(&self) -> String {
+        self.writer.url().to_owned()
+    }
+
+    /// The size of every part but the last (S3), else None.
+    fn part_size(&self) -> Option<u64> {
+        self.writer.part_size()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.writer.closed()
+    }
+
+    /// Requests sent, retries made and bytes sent so far.
+    fn stats(&self) -> (u64, u64, u64) {
+        let s = self.writer.stats();
+        (s.requests, s.retries, s.bytes)
+    }
+
+    /// Starts a write of `size` bytes (default: the buffer) of `buf` (host or GPU memory) at
+    /// `file_offset`: refused before any byte moves where it overlaps an earlier write.
+    #[pyo3(signature = (buf, size=None, file_offset=None, task_size=None))]
+    fn pwrite(
+        slf: &Bound<'_, Self>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<&Bound<'_, PyAny>>,
+        file_offset: Option<&Bound<'_, PyAny>>,
+        task_size: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<NativeFuture> {
+        let py = slf.py();
+        let writer = Arc::clone(&slf.get().writer);
+        let view = BufferView::for_request(buf, false)?;
+        let len = view.request_len(size)?;
+        let args = Args {
+            dir: Direction::Write,
+            len,
+            buf_offset: 0,
+            file_offset: ("file_offset", file_offset),
+            task_size,
+            caller_waits: false,
+        };
+        let req = request::build(&view, args)?;
+        // Parts are the tasks, unless the caller chose a task size.
+        let req = match req.task_size {
+            Some(_) => req,
+            None => req.task_size(writer.task_size()),
+        };
+        let req = SendRequest(req);
+        let fut = py
+            .detach(move || {
+                let settings = Engine::global()?.shared_settings();
+                let req = req; // the whole `SendRequest` moves in, not its field
+                               // SAFETY: the returned future holds `view` (the buffer export or the device
+                               // array) until the request is done.
+                unsafe { writer.submit(req.0, &settings) }
+            })
+            .map_err(to_py)?;
+        let owners = vec![buf.clone().unbind(), slf.clone().into_any().unbind()];
+        Ok(NativeFuture::new(fut, view, owners))
+    }
+
+    /// Makes the object (the caller has waited for its writes); aborts it on failure.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let writer = Arc::clone(&self.writer);
+        py.detach(move || writer.close()).map_err(to_py)
+    }
+
+    /// Ends the writer without making the object (S3: AbortMultipartUpload).
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        let writer = Arc::clone(&self.writer);
+        py.detach(move || writer.abort()).map_err(to_py)
+    }
+
+    fn __str__(&self) -> String {
+        self.writer.url().to_owned()
+    }
+}
+
+/// Writes a safetensors file to `writer` (a remote object open for writing, nothing written
+/// yet): the header, then every tensor's bytes at its offset, as one batch of requests from
+/// each buffer's own memory (host or device); the writes tile the object, so that `close()`
+/// then makes it. `tensors` are (name, dtype, logical shape, buffer). The file's size.
+#[pyfunction]
+#[pyo3(signature = (writer, tensors, metadata=None))]
+fn write_safetensors_remote(
+    py: Python<'_>,
+    writer: &Bound<'_, NativeRemoteWriter>,
+    tensors: Vec<(String, String, Vec<u64>, Bound<'_, PyAny>)>,
+    metadata: Option<std::collections::BTreeMap<String, String>>,
+) -> PyResult<u64> {
+    use gpufile::formats::safetensors::save::plan_save;
+    let w = Arc::clone(&writer.get().writer);
+    let mut views = Vec::with_capacity(tensors.len());
+    let mut rows = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, buf) in tensors {
+        let view = BufferView::for_request(&buf, false)?;
+        rows.push(((name, dtype, shape), view.len() as u64));
+        views.push(view);
+    }
+    let specs = crate::safetensors::specs(rows)?;
+    let plan = plan_save(std::path::Path::new(w.url()), &specs, metadata.as_ref())
+        .map_err(crate::safetensors::to_py)?;
+    let mut header = plan.header.clone();
+    let sink: Arc<dyn gpufile::source::Sink> = w.clone();
+    let endpoint = gpufile::source::Endpoint::Write(sink);
+    let head = gpufile::Buffer::Host {
+        ptr: header.as_mut_ptr(),
+        len: header.len(),
+    };
+    let mut batch = vec![(
+        endpoint.clone(),
+        gpufile::Request::write(head, 0).task_size(w.task_size()),
+    )];
+    for (v, &off) in views.iter().zip(&plan.offsets) {
+        if v.len() > 0 {
+            let req = v.request(Direction::Write, 0, v.len(), off);
+            batch.push((endpoint.clone(), req.task_size(w.task_size())));
+        }
+    }
+    let batch = crate::file::SendBatch(batch);
+    let fut = py
+        .detach(move || -> gpufile::Result<gpufile::IoFuture> {
+            let engine = Engine::global()?;
+            let settings = engine.shared_settings();
+            // SAFETY: `views` hold every buffer's export (host) or array object (device), and
+            // `header` its bytes, until the wait below has seen every request end.
+            unsafe { engine.submit_batch(batch.requests(), &settings) }
+        })
+        .map_err(to_py)?;
+    let result = crate::file::wait_interruptibly(py, &fut);
+    drop(views);
+    drop(header);
+    result?;
+    Ok(plan.file_size)
+}
+
+/// Adds the remote-writer class to `gpufile._native`.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeRemoteWriter>()?;
+    m.add_function(wrap_pyfunction!(write_safetensors_remote, m)?)
+}

@@ -1,0 +1,300 @@
+//! Files that appear whole or not at all: written under a temporary name beside their final
+//! name, synced, then renamed over it.
+//!
+//! How to use:
+//! 1. [`PendingFile::create`] the final path: a new, empty file under a hidden temporary name
+//!    in the same directory (`O_CREAT | O_EXCL | O_NOFOLLOW`: never an existing file, never
+//!    through a symlink), and a [`FileHandle`] on it whose errors name the final path.
+//! 2. Write through [`PendingFile::handle`] (any request of the engine).
+//! 3. [`PendingFile::publish`]: `fsync` the file, rename it over the final name, `fsync` the
+//!    directory (with `durable`; without, only the rename). Until the rename, whatever held
+//!    the final name is untouched; after it, the final name holds every byte written.
+//! 4. Dropping a file that was not published removes its temporary name (an error, a panic or an
+//!    interrupt leaves nothing behind); a killed process leaves only the hidden temporary, which
+//!    [`is_temporary`] recognises.
+//!
+//! With `durable`, the bytes are on the disk when `publish` returns (a power loss keeps either
+//! the old file or the new one). Without, a crash of the process still leaves one of the two
+//! whole, but a crash of the machine may leave the new name with missing data.
+
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Op, Result};
+use crate::file::{FileHandle, OpenMode};
+
+/// What every temporary name starts with (after the dot that hides it).
+pub const TEMP_PREFIX: &str = ".gpufile-tmp-";
+
+/// Whether `name` (a file name, no directory) is one of gpufile's temporary names: a leftover
+/// of a process killed before it published.
+pub fn is_temporary(name: &std::ffi::OsStr) -> bool {
+    name.as_bytes().starts_with(TEMP_PREFIX.as_bytes())
+}
+
+/// A file being written under a temporary name, published by renaming it over its final name.
+#[derive(Debug)]
+pub struct PendingFile {
+    final_path: PathBuf,
+    temp_path: PathBuf,
+    dir: PathBuf,
+    handle: FileHandle,
+    /// The temporary name still exists (not renamed away, not removed).
+    temp_exists: bool,
+}
+
+/// `fsync` of the directory `dir`: makes the names created, renamed or removed in it durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let d = File::open(dir).map_err(|e| Error::os(Op::Open, dir, 0, 0, e))?;
+    d.sync_all().map_err(|e| Error::os(Op::Sync, dir, 0, 0, e))
+}
+
+/// The directory a path's file lives in (`.` for a bare name).
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A temporary name for `final_name` that no other process or thread picks: the process id,
+/// a counter and the clock, then the final name (so the extension stays the same).
+fn temp_name(final_name: &std::ffi::OsStr) -> OsString {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut name = OsString::from(format!(
+        "{TEMP_PREFIX}{}-{seq:x}-{nanos:08x}.",
+        crate::posix::pid()
+    ));
+    name.push(final_name);
+    name
+}
+
+impl PendingFile {
+    /// Creates the temporary file for `path` in `path`'s directory, opened for writing (and
+    /// reading); `path` itself is not touched. A directory that does not exist is an error
+    /// naming `path`.
+    pub fn create(path: impl AsRef<Path>) -> Result<PendingFile> {
+        let final_path = path.as_ref().to_owned();
+        let Some(name) = final_path.file_name() else {
+            return Err(Error::InvalidArgument(format!(
+                "{}: not a file name to publish to",
+                final_path.display()
+            )));
+        };
+        let dir = parent_dir(&final_path);
+        let mut last = None;
+        // A name taken by another process (same pid reused across containers, a clock that
+        // stands still) is retried with the next counter value.
+        for _ in 0..16 {
+            let temp_path = dir.join(temp_name(name));
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&temp_path);
+            match opened {
+                Ok(file) => {
+                    let meta = file
+                        .metadata()
+                        .map_err(|e| Error::os(Op::Stat, &final_path, 0, 0, e))?;
+                    let handle =
+                        FileHandle::from_file(file, meta, &final_path, OpenMode::WriteRead);
+                    return Ok(PendingFile {
+                        final_path,
+                        temp_path,
+                        dir,
+                        handle,
+                        temp_exists: true,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(Error::os(Op::Open, &final_path, 0, 0, e)),
+            }
+        }
+        let e = last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EEXIST));
+        Err(Error::os(Op::Open, &final_path, 0, 0, e))
+    }
+
+    /// The handle to write through (errors name the final path).
+    pub fn handle(&self) -> &FileHandle {
+        &self.handle
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.final_path
+    }
+
+    /// The temporary path (where the bytes are until [`PendingFile::publish`]).
+    pub fn temp_path(&self) -> &Path {
+        &self.temp_path
+    }
+
+    /// `fsync` of the file's data and size.
+    pub fn sync(&self) -> Result<()> {
+        let fd = self.handle.fd();
+        // SAFETY: fsync on the descriptor the handle owns and keeps open; no memory is passed.
+        if unsafe { libc::fsync(fd) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(Error::os(Op::Sync, &self.final_path, 0, 0, e));
+        }
+        Ok(())
+    }
+
+    /// Publishes the file under its final name: with `durable`, `fsync` the file first and the
+    /// directory after the rename. With `keep_temp`, the temporary name stays too (a second
+    /// name of the same file, renamed over the final one), so that something still naming the
+    /// temporary (an index published before) goes on finding it until [`PendingFile::discard`].
+    ///
+    /// On an error the final name holds what it held before (unless the error is the
+    /// directory's `fsync`, after the rename).
+    pub fn publish(&mut self, durable: bool, keep_temp: bool) -> Result<()> {
+        if !self.temp_exists {
+            return Err(Error::InvalidArgument(format!(
+                "{}: already published or discarded",
+                self.final_path.display()
+            )));
+        }
+        if durable {
+            self.sync()?;
+        }
+        let rename_err = |e| Error::os(Op::Rename, &self.final_path, 0, 0, e);
+        if keep_temp {
+            let link = self
+                .dir
+                .join(temp_name(self.final_path.file_name().unwrap_or_default()));
+            std::fs::hard_link(&self.temp_path, &link).map_err(rename_err)?;
+            if let Err(e) = std::fs::rename(&link, &self.final_path) {
+                let _ = std::fs::remove_file(&link);
+                return Err(rename_err(e));
+            }
+        } else {
+            std::fs::rename(&self.temp_path, &self.final_path).map_err(rename_err)?;
+            self.temp_exists = false;
+        }
+        if durable {
+            sync_dir(&self.dir).map_err(|e| match e {
+                Error::Os { op, errno, .. } => Error::Os {
+                    op,
+                    path: self.final_path.clone(),
+                    offset: 0,
+                    len: 0,
+                    errno,
+                },
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Removes the temporary name (if it is still there); the final name is not touched.
+    pub fn discard(&mut self) -> Result<()> {
+        if !self.temp_exists {
+            return Ok(());
+        }
+        self.temp_exists = false;
+        match std::fs::remove_file(&self.temp_path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::os(Op::Remove, &self.temp_path, 0, 0, e)),
+        }
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        let _ = self.discard();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_final_name_keeps_its_old_bytes_until_publish_then_holds_the_new_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        std::fs::write(&path, b"old").unwrap();
+        let mut p = PendingFile::create(&path).unwrap();
+        assert!(is_temporary(p.temp_path().file_name().unwrap()));
+        assert!(p
+            .temp_path()
+            .to_string_lossy()
+            .ends_with(".model.safetensors"));
+        p.handle().write(b"new bytes", 0, None).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        p.publish(true, false).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new bytes");
+        assert_eq!(names(dir.path()), ["model.safetensors"]);
+        assert!(
+            p.publish(true, false).is_err(),
+            "a second publish is refused"
+        );
+    }
+
+    #[test]
+    fn a_dropped_pending_file_leaves_nothing_and_keep_temp_leaves_two_names_until_discard() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.bin");
+        {
+            let p = PendingFile::create(&path).unwrap();
+            p.handle().write(b"xyz", 0, None).unwrap();
+        }
+        assert!(names(dir.path()).is_empty());
+        let mut p = PendingFile::create(&path).unwrap();
+        p.handle().write(b"xyz", 0, None).unwrap();
+        p.publish(false, true).unwrap();
+        assert_eq!(std::fs::read(p.temp_path()).unwrap(), b"xyz");
+        assert_eq!(std::fs::read(&path).unwrap(), b"xyz");
+        p.discard().unwrap();
+        assert_eq!(names(dir.path()), ["a.bin"]);
+    }
+
+    #[test]
+    fn a_symlink_at_the_final_name_is_replaced_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("victim");
+        std::fs::write(&target, b"keep").unwrap();
+        let path = dir.path().join("link.bin");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let mut p = PendingFile::create(&path).unwrap();
+        p.handle().write(b"new", 0, None).unwrap();
+        p.publish(true, false).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_error_naming_the_final_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("no/such/dir/f.bin");
+        let e = PendingFile::create(&path).unwrap_err();
+        assert!(
+            matches!(&e, Error::Os { errno, path: p, .. } if *errno == libc::ENOENT && *p == path),
+            "{e:?}"
+        );
+    }
+}

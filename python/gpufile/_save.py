@@ -1,0 +1,585 @@
+"""Saving safetensors files and Hugging Face checkpoints (``gpufile.safetensors.save_file``,
+``save_checkpoint``, ``async_save``): tensors described for the core, written from their own
+memory, published whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+from typing import Any, Mapping, Sequence
+
+from . import _native
+
+# A tensor as the core takes it: (name, safetensors dtype, logical shape, buffer).
+Row = tuple
+
+_TORCH_CODES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
+    "uint64": "U64", "int32": "I32", "uint32": "U32", "int16": "I16", "uint16": "U16",
+    "int8": "I8", "uint8": "U8", "bool": "BOOL", "complex64": "C64",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0",
+    "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ",
+    "float4_e2m1fn_x2": "F4",
+}
+# NumPy's (and ml_dtypes', and CuPy's) names: the ones safetensors.numpy accepts.
+_NUMPY_CODES = {k: v for k, v in _TORCH_CODES.items() if k != "float4_e2m1fn_x2"}
+
+#: The message of ``safetensors.torch`` for tensors that share memory (kept word for word:
+#: code that catches it matches on it).
+_SHARED_MESSAGE = """
+            Some tensors share memory, this will lead to duplicate memory on disk and potential differences when loading them again: {failing}.
+            A potential way to correctly save your model is to use `save_model`.
+            More information at https://huggingface.co/docs/safetensors/torch_shared_tensors
+            """
+
+
+def _non_contiguous_message(name: str) -> str:
+    return (f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It "
+            "either means you are trying to save tensors which are reference of each other in "
+            "which case it's recommended to save only the full tensors, and reslice at load "
+            "time, or simply call `.contiguous()` on your tensor to pack it before saving.")
+
+
+def _is_torch(v: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(v, torch.Tensor)
+
+
+def _is_cupy(v: Any) -> bool:
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(v, cupy.ndarray)
+
+
+def _torch_row(name: str, t: Any) -> Row:
+    import torch
+    if t.layout != torch.strided:
+        raise ValueError(f"You are trying to save a sparse tensors: `{[name]}` which this library "
+                         "does not support. You can make it a dense tensor before saving with "
+                         "`.to_dense()` but be aware this might make a much larger file than "
+                         "needed.")
+    if t.device.type == "meta":
+        raise ValueError(f"tensor {name!r} is on the meta device: it has no data to save")
+    if not t.is_contiguous():
+        raise ValueError(_non_contiguous_message(name))
+    t = t.detach()
+    dtype = str(t.dtype).split(".")[-1]
+    code = _TORCH_CODES.get(dtype)
+    if code is None:
+        raise TypeError(f"tensor {name!r} is {t.dtype}, which safetensors has no type for")
+    shape = list(t.shape)
+    if code == "F4" and shape:
+        shape[-1] *= 2  # two F4 values a byte: the header counts elements
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"tensor {name!r} is on {t.device}: gpufile saves from the CPU and "
+                         "CUDA devices")
+    # A flat byte view of the same memory: CUDA Array Interface and NumPy know no bfloat16
+    # or FP8, and a 0-d tensor has no byte view of its own.
+    flat = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+    buf = flat.numpy() if flat.device.type == "cpu" else flat
+    return (name, code, shape, buf)
+
+
+def _array_row(name: str, a: Any, cupy: bool) -> Row:
+    mod = sys.modules["cupy" if cupy else "numpy"]
+    dtype = a.dtype
+    code = _NUMPY_CODES.get(dtype.name)
+    if code is None:
+        raise TypeError(f"tensor {name!r} is {dtype}, which safetensors has no type for")
+    if dtype.byteorder == ">":
+        a = a.byteswap().view(dtype.newbyteorder("<"))
+    # What the reader gives back is C order: a strided view is copied into it (this one
+    # tensor, on its own device).
+    shape = list(a.shape)  # before the copy: ascontiguousarray makes a 0-d array 1-d
+    if not a.flags.c_contiguous:
+        a = mod.ascontiguousarray(a)
+    buf = a.reshape(-1).view(mod.uint8) if a.size else mod.empty(0, dtype=mod.uint8)
+    return (name, code, shape, buf)
+
+
+def _storage_key(t: Any) -> tuple | None:
+    """What identifies a torch tensor's storage for the shared-memory check (as safetensors)."""
+    try:
+        storage = t.untyped_storage()
+        ptr, size = storage.data_ptr(), storage.nbytes()
+    except (NotImplementedError, RuntimeError):
+        return None
+    if t.device.type == "meta" or ptr == 0 or size == 0:
+        return None
+    return (t.device, ptr, size)
+
+
+def _shared_groups(tensors: Mapping[str, Any]) -> list[set[str]]:
+    """Names of torch tensors whose bytes overlap, by storage: safetensors' rule (views of one
+    storage that do not overlap are fine)."""
+    by_storage: dict[tuple, list[str]] = {}
+    for name, v in tensors.items():
+        if _is_torch(v):
+            key = _storage_key(v)
+            if key is not None:
+                by_storage.setdefault(key, []).append(name)
+    failing = []
+    for names in by_storage.values():
+        if len(names) < 2:
+            continue
+        spans = []
+        for n in names:
+            t = tensors[n]
+            start = t.data_ptr()
+            stop = start + t.numel() * t.element_size() if t.numel() else start
+            spans.append((start, stop, n))
+        spans.sort()
+        group = {spans[0][2]}
+        last_stop = spans[0][1]
+        for start, stop, n in spans[1:]:
+            if start >= last_stop:
+                if len(group) > 1:
+                    failing.append(group)
+                group = {n}
+            else:
+                group.add(n)
+            last_stop = stop
+        if len(group) > 1:
+            failing.append(group)
+    return failing
+
+
+def describe(tensors: Mapping[str, Any]) -> list[Row]:
+    """The rows of a dict of tensors (PyTorch CPU or CUDA, NumPy, CuPy), checked as
+    safetensors checks them: a dict, tensors only, no shared memory, contiguous."""
+    if not isinstance(tensors, Mapping):
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    failing = _shared_groups(tensors)
+    if failing:
+        raise RuntimeError(_SHARED_MESSAGE.format(failing=failing))
+    rows = []
+    for name, v in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names must be str, got {type(name).__name__} {name!r}")
+        if _is_torch(v):
+            rows.append(_torch_row(name, v))
+        elif _is_cupy(v):
+            rows.append(_array_row(name, v, cupy=True))
+        elif type(v).__module__ == "numpy" and hasattr(v, "dtype"):
+            rows.append(_array_row(name, v, cupy=False))
+        else:
+            raise ValueError(f"Key `{name}` is invalid, expected torch.Tensor, numpy.ndarray or "
+                             f"cupy.ndarray but received {type(v)}")
+    return rows
+
+
+def sync_producers(tensors: Mapping[str, Any]) -> None:
+    """Waits for the work queued on PyTorch's current stream of every CUDA device holding a
+    tensor (PyTorch's array interface names no stream): the bytes written are the tensor's
+    values after it, as ``.cpu()`` would see them."""
+    devices = {v.device for v in tensors.values() if _is_torch(v) and v.device.type == "cuda"}
+    if devices:
+        import torch
+        for d in devices:
+            torch.cuda.current_stream(d).synchronize()
+
+
+def _check_metadata(metadata: Any) -> dict[str, str] | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise TypeError(f"metadata must be a dict of str to str, got {metadata!r}")
+    return dict(metadata)
+
+
+def _annotate(e: BaseException, what: str) -> None:
+    if isinstance(e, OSError):
+        e.add_note(f"gpufile: nothing was published at {what} (what was there is as it was); "
+                   "the temporary file was removed")
+
+
+def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | None,
+               durable: bool) -> None:
+    """Writes ``rows`` to ``filename`` under a temporary name, then publishes it."""
+    pending = _native.PendingFile(filename)
+    try:
+        _native.write_safetensors(pending.file, list(rows), metadata)
+        pending.publish(durable)
+    except BaseException as e:
+        pending.discard()
+        _annotate(e, os.fsdecode(filename))
+        raise
+
+
+def save_file(tensors: Mapping[str, Any], filename: Any, metadata: Any = None, *,
+              durable: bool = True) -> None:
+    from . import _save_remote  # imports this module
+
+    if _save_remote.is_url(filename):
+        return _save_remote.save_file(tensors, filename, metadata)
+    rows = describe(tensors)
+    meta = _check_metadata(metadata)
+    sync_producers(tensors)
+    write_file(rows, filename, meta, durable)
+
+
+def _host_bytes(row: Row) -> bytes:
+    buf = row[3]
+    if _is_torch(buf):
+        return buf.cpu().numpy().tobytes()
+    if _is_cupy(buf):
+        return buf.get().tobytes()
+    return buf.tobytes()
+
+
+def save(tensors: Mapping[str, Any], metadata: Any = None) -> bytes:
+    rows = describe(tensors)
+    meta = _check_metadata(metadata)
+    sync_producers(tensors)
+    header, offsets, size = _native.safetensors_header(
+        [(n, c, s, int(b.nbytes)) for n, c, s, b in rows], meta)
+    out = bytearray(size)
+    out[:len(header)] = header
+    for row, off in zip(rows, offsets):
+        data = _host_bytes(row)
+        out[off:off + len(data)] = data
+    return bytes(out)
+
+
+# --- Hugging Face sharded checkpoints ---------------------------------------------------------
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+_SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+_SIZE_UNITS = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3}
+
+
+def parse_size(size: int | str) -> int:
+    """``max_shard_size`` as huggingface_hub reads it: bytes, or ``"5GB"``, ``"500MB"``."""
+    if isinstance(size, bool):
+        raise TypeError("max_shard_size must be an int or a str like '5GB', not bool")
+    if isinstance(size, int):
+        if size <= 0:
+            raise ValueError(f"max_shard_size must be positive, got {size}")
+        return size
+    if not isinstance(size, str):
+        raise TypeError(f"max_shard_size must be an int or a str like '5GB', got {size!r}")
+    text = size.strip()
+    unit = text[-2:].upper()
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"Unit '{unit}' not supported. Supported units are TB, GB, MB, KB. "
+                         f"Got '{size}'.")
+    try:
+        value = float(text[:-2].strip())
+    except ValueError as e:
+        raise ValueError(f"Could not parse the size value from '{size}': {e}") from e
+    n = int(value * _SIZE_UNITS[unit])
+    if n <= 0:
+        raise ValueError(f"max_shard_size must be positive, got {size!r}")
+    return n
+
+
+def _storage_size(v: Any) -> int:
+    """A tensor's size for sharding, as huggingface_hub counts it (a torch tensor's storage)."""
+    if _is_torch(v):
+        try:
+            return int(v.untyped_storage().nbytes())
+        except (NotImplementedError, RuntimeError):
+            return v.numel() * v.element_size()
+    return int(v.nbytes)
+
+
+def split(sizes: Mapping[str, int], max_shard_size: int) -> list[list[str]]:
+    """The shards, as ``split_torch_state_dict_into_shards`` fills them: the keys in order, a
+    new shard when the next tensor would tip the current one over the limit, a tensor larger
+    than the limit alone in its own shard (appended where it is met)."""
+    shards: list[list[str]] = []
+    current: list[str] = []
+    current_size = 0
+    for key, size in sizes.items():
+        if size > max_shard_size:
+            shards.append([key])
+            continue
+        if current_size + size > max_shard_size:
+            shards.append(current)
+            current, current_size = [], 0
+        current.append(key)
+        current_size += size
+    if current:
+        shards.append(current)
+    return shards or [[]]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _referenced(directory: str) -> set[str]:
+    try:
+        with open(os.path.join(directory, INDEX_NAME), encoding="utf-8") as f:
+            return set(json.load(f).get("weight_map", {}).values())
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def remove_stale_temporaries(directory: str) -> None:
+    """Removes temporaries that killed saves left in ``directory`` (their process is gone, and
+    no index names them)."""
+    keep = _referenced(directory)
+    for name in os.listdir(directory):
+        if not _native.is_temporary_name(name) or name in keep:
+            continue
+        try:
+            pid = int(name[len(".gpufile-tmp-"):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if not _pid_alive(pid):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+
+
+def _publish_json(path: str, obj: Any, durable: bool) -> None:
+    pending = _native.PendingFile(path)
+    try:
+        pending.file.write(memoryview((json.dumps(obj, indent=2, sort_keys=True) + "\n")
+                                      .encode()))
+        pending.publish(durable)
+    except BaseException as e:
+        pending.discard()
+        _annotate(e, path)
+        raise
+
+
+def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
+                    max_shard_size: int | str = "5GB", *, metadata: Any = None,
+                    durable: bool = True, sizes: Mapping[str, int] | None = None
+                    ) -> dict[str, Any]:
+    """``sizes``: each tensor's size for sharding where ``state_dict`` holds staged copies
+    (views of one buffer) of the tensors the caller gave."""
+    from . import _save_remote  # imports this module
+
+    if _save_remote.is_url(directory):
+        return _save_remote.save_checkpoint(state_dict, directory, max_shard_size,
+                                            metadata=metadata, sizes=sizes)
+    rows = describe(state_dict)
+    if sizes is None:
+        sizes = {k: _storage_size(v) for k, v in state_dict.items()}
+    meta = _check_metadata(metadata) or {}
+    limit = parse_size(max_shard_size)
+    directory = os.fsdecode(directory)
+    shards = split(sizes, limit)
+    sync_producers(state_dict)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, exist_ok=True)
+        if durable:
+            _native.sync_dir(os.path.dirname(os.path.abspath(directory)))
+    remove_stale_temporaries(directory)
+    by_name = {r[0]: r for r in rows}
+    total = sum(sizes.values())
+    n = len(shards)
+    names = ([SINGLE_NAME] if n == 1 else
+             [f"model-{k + 1:05d}-of-{n:05d}.safetensors" for k in range(n)])
+    file_meta = {"format": "pt", **meta} if n == 1 else {"format": "pt"}
+    weight_map = {key: names[k] for k, keys in enumerate(shards) for key in keys}
+    index = {"metadata": {"total_size": total, **meta}, "weight_map": weight_map}
+    pending = []
+    try:
+        # Every shard whole and synced under its temporary name before anything is published:
+        # until then the directory holds the previous checkpoint, untouched.
+        for name, keys in zip(names, shards):
+            p = _native.PendingFile(os.path.join(directory, name))
+            pending.append(p)
+            _native.write_safetensors(p.file, [by_name[k] for k in keys], file_meta)
+            if durable:
+                p.sync()
+        if n == 1:
+            pending[0].publish(durable)
+        else:
+            # The commit: an index naming the temporaries (each complete) replaces the previous
+            # index in one rename. The shards then take their final names, each keeping its
+            # temporary name meanwhile, and a second index names them: at every moment the
+            # index in the directory names complete files of one checkpoint.
+            temp_names = {name: os.path.basename(p.temp_path) for name, p in zip(names, pending)}
+            first = {"metadata": index["metadata"],
+                     "weight_map": {k: temp_names[v] for k, v in weight_map.items()}}
+            _publish_json(os.path.join(directory, INDEX_NAME), first, durable)
+            for p in pending:
+                p.publish(False, keep_temp=True)
+            if durable:
+                _native.sync_dir(directory)
+            _publish_json(os.path.join(directory, INDEX_NAME), index, durable)
+    except BaseException as e:
+        for p in pending:
+            p.discard()
+        _annotate(e, directory)
+        raise
+    for p in pending:
+        p.discard()
+    # What the previous checkpoint had and this one has not: its single file or its index,
+    # and shards of another count. Removed only now, after the new checkpoint is published.
+    stale = [SINGLE_NAME] if n > 1 else [INDEX_NAME]
+    stale += [f for f in os.listdir(directory) if _SHARD_RE.fullmatch(f) and f not in names]
+    for f in stale:
+        try:
+            os.unlink(os.path.join(directory, f))
+        except FileNotFoundError:
+            pass
+    # Temporaries of a killed save that its index named (kept above) are no one's now.
+    remove_stale_temporaries(directory)
+    if durable:
+        _native.sync_dir(directory)
+    return index
+
+
+# --- async_save ---------------------------------------------------------------------------------
+
+
+class SaveFuture:
+    """The background part of an :func:`async_save`: ``result()`` waits (and raises what the
+    write raised), ``done()``, and ``await``."""
+
+    def __init__(self, target: Any, args: tuple, kwargs: dict) -> None:
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._callbacks: list = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, args=(target, args, kwargs),
+                                        name="gpufile-async-save", daemon=False)
+        self._thread.start()
+
+    def _run(self, target: Any, args: tuple, kwargs: dict) -> None:
+        try:
+            self._result = target(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to result()
+            self._error = e
+        with self._lock:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb(self)
+
+    def done(self) -> bool:
+        """Whether the file is published (or the save failed)."""
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Waits for the save; raises its error. ``TimeoutError`` after ``timeout`` seconds."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the save did not end within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The save's error, or None, once it ended."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the save did not end within {timeout} s")
+        return self._error
+
+    def add_done_callback(self, fn: Any) -> None:
+        """Calls ``fn(future)`` when the save ends (at once if it has)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def __await__(self):
+        import asyncio
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def wake(_: "SaveFuture") -> None:
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
+        self.add_done_callback(wake)
+        yield from fut.__await__()
+        return self.result()
+
+
+_pinned_lock = threading.Lock()
+_pinned: Any = None  # the pinned staging buffer async saves reuse (a torch uint8 tensor)
+_pinned_user: SaveFuture | None = None  # the save whose background write still reads it
+
+
+def _staging_buffer(nbytes: int) -> Any:
+    """A host buffer of at least ``nbytes`` for staging: the pinned one of the last save,
+    reused once that save's background write is done (pinning is slow: ~GB/s), or a new one."""
+    global _pinned
+    import torch
+    if _pinned_user is not None and not _pinned_user.done():
+        _pinned_user.exception()  # waits; the error is the earlier save's to report
+    if _pinned is None or _pinned.numel() < nbytes:
+        _pinned = None
+        _pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+    return _pinned
+
+
+_ALIGN = 256
+
+
+def stage(tensors: Mapping[str, Any], limit: int) -> dict[str, Any]:
+    """Copies of ``tensors`` that later changes to them do not reach. PyTorch tensors (CUDA or
+    CPU) are copied into one pinned host buffer (CUDA ones by the copy engine, every copy queued
+    then one wait per device), at most ``limit`` bytes (``async_save_pinned_limit``; a larger
+    save is a ``ValueError`` before anything is copied); NumPy and CuPy arrays into host
+    arrays of their own. Call with ``_pinned_lock`` held."""
+    torch_items = [(k, v) for k, v in tensors.items() if _is_torch(v)]
+    spans = []
+    total = 0
+    for _, v in torch_items:
+        spans.append(total)
+        total += -(-int(v.numel() * v.element_size()) // _ALIGN) * _ALIGN
+    if total > limit:
+        raise ValueError(f"async_save needs {total} bytes of pinned host memory to stage its "
+                         f"PyTorch tensors, more than async_save_pinned_limit ({limit} bytes); "
+                         "raise the setting (gpufile.defaults.set) or save with save_file")
+    out: dict[str, Any] = {}
+    devices = set()
+    if torch_items:
+        buf = _staging_buffer(max(total, 1))
+        for (name, v), off in zip(torch_items, spans):
+            n = int(v.numel() * v.element_size())
+            dst = buf[off:off + n].view(v.dtype).reshape(v.shape)
+            dst.copy_(v.detach(), non_blocking=v.device.type == "cuda")
+            if v.device.type == "cuda":
+                devices.add(v.device)
+            out[name] = dst
+    for name, v in tensors.items():
+        if name in out:
+            continue
+        if _is_cupy(v):
+            out[name] = v.get()
+        else:
+            out[name] = v.copy() if hasattr(v, "copy") else v
+    if devices:
+        import torch
+        for d in devices:
+            torch.cuda.current_stream(d).synchronize()
+    return {k: out[k] for k in tensors}
+
+
+def async_save(tensors: Mapping[str, Any], path: Any, metadata: Any, sharded: bool,
+               max_shard_size: int | str, durable: bool, limit: int) -> SaveFuture:
+    global _pinned_user
+    describe(tensors)  # every refusal before anything is copied
+    meta = _check_metadata(metadata)
+    if sharded:
+        parse_size(max_shard_size)
+    sizes = {k: _storage_size(v) for k, v in tensors.items()}
+    with _pinned_lock:
+        staged = stage(tensors, limit)
+        if sharded:
+            fut = SaveFuture(save_checkpoint, (staged, path, max_shard_size),
+                             {"metadata": meta, "durable": durable, "sizes": sizes})
+        else:
+            fut = SaveFuture(save_file, (staged, path, meta), {"durable": durable})
+        if any(_is_torch(v) for v in tensors.values()):
+            _pinned_user = fut
+    return fut

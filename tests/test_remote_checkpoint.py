@@ -1,0 +1,292 @@
+"""Safetensors checkpoints loaded by URL (load_checkpoint, load_file, safe_open, `gpufile load`)
+from moto's S3 server and gpufile's range server on 127.0.0.1, checked against the
+``safetensors`` package's own reading of the same files."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from http.server import BaseHTTPRequestHandler
+
+import numpy as np
+import pytest
+
+import gpufile
+from gpufile.safetensors import SafetensorError, load_checkpoint, load_file, safe_open
+from gpufile._http_server import LocalHttpServer
+
+st_numpy = pytest.importorskip("safetensors.numpy")
+
+SECRET = "ckpt-secret-never-shown"
+
+
+def tensors(seed: int, n: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in range(n):
+        shape = (int(rng.integers(1, 40)), int(rng.integers(1, 70)))
+        out[f"model.layers.{seed}.w{i}"] = rng.standard_normal(shape).astype(
+            [np.float32, np.float16, np.int64][i % 3]
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def checkpoint_dir(tmp_path_factory):
+    """A sharded checkpoint (two shards + index), a single-file one, and a broken file."""
+    root = tmp_path_factory.mktemp("ck")
+    shards = {"model-00001-of-00002.safetensors": tensors(1, 7), "model-00002-of-00002.safetensors": tensors(2, 5)}
+    (root / "sharded").mkdir()
+    weight_map = {}
+    for name, ts in shards.items():
+        st_numpy.save_file(ts, str(root / "sharded" / name), metadata={"format": "np"})
+        weight_map.update({k: name for k in ts})
+    (root / "sharded" / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map})
+    )
+    (root / "single").mkdir()
+    # A header longer than the first ranged request (64 KiB): a long metadata value.
+    single = tensors(3, 4)
+    st_numpy.save_file(single, str(root / "single" / "model.safetensors"), metadata={"pad": "x" * 100_000})
+    (root / "empty").mkdir()
+    (root / "empty" / "README").write_text("nothing here")
+    (root / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    expected = {k: v for ts in shards.values() for k, v in ts.items()}
+    return root, expected, single
+
+
+def check(got: dict, want: dict) -> None:
+    assert set(got) == set(want)
+    for k, v in want.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+        assert np.array_equal(got[k], v), k
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_endpoint, checkpoint_dir, monkeypatch):
+    boto3 = pytest.importorskip("boto3")
+    env = {
+        "AWS_ACCESS_KEY_ID": "AKIDCKPT",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": moto_endpoint,
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="models")
+    root = checkpoint_dir[0]
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            full = os.path.join(dirpath, n)
+            client.upload_file(full, "models", os.path.relpath(full, root))
+    return env
+
+
+def test_load_checkpoint_from_s3_by_prefix_index_and_file(s3, checkpoint_dir):
+    _, expected, single = checkpoint_dir
+    with gpufile.defaults.set({"num_threads": 4, "task_size": 4096}):
+        check(load_checkpoint("s3://models/sharded/", framework="numpy"), expected)
+        check(load_checkpoint("s3://models/sharded", framework="numpy"), expected)
+        check(load_checkpoint("s3://models/sharded/model.safetensors.index.json", framework="numpy"), expected)
+    shard = "s3://models/sharded/model-00002-of-00002.safetensors"
+    want = {k: v for k, v in expected.items() if k.startswith("model.layers.2.")}
+    check(load_file(shard, framework="numpy"), want)
+    # A prefix without an index: its model.safetensors (whose header is longer than 64 KiB).
+    check(load_checkpoint("s3://models/single/", framework="numpy"), single)
+    # Only the selected tensors.
+    name = sorted(expected)[3]
+    got = load_checkpoint("s3://models/sharded/", framework="numpy", filter=[name])
+    check(got, {name: expected[name]})
+
+
+def test_safe_open_by_url(s3, checkpoint_dir):
+    _, _, single = checkpoint_dir
+    with safe_open("s3://models/single/model.safetensors", framework="numpy") as f:
+        assert f.keys() == sorted(single)
+        assert f.metadata()["pad"] == "x" * 100_000
+        for k, v in single.items():
+            assert np.array_equal(f.get_tensor(k), v)
+        k = sorted(single)[0]
+        assert np.array_equal(f.get_slice(k)[1:3], single[k][1:3])
+    # Reads after close reopen nothing: the remote files stay usable.
+    assert np.array_equal(f.get_tensor(k), single[k])
+
+
+def test_load_by_http_url(checkpoint_dir):
+    root, expected, _ = checkpoint_dir
+    with LocalHttpServer(root, max_lifetime=60) as server:
+        got = load_checkpoint(f"{server.url}/sharded/model.safetensors.index.json", framework="numpy")
+        check(got, expected)
+        check(load_checkpoint(f"{server.url}/sharded/", framework="numpy"), expected)
+
+
+def test_load_by_gs_url_through_the_emulator_variable(checkpoint_dir, monkeypatch, tmp_path):
+    root, expected, _ = checkpoint_dir
+    bucket = tmp_path / "bkt"
+    os.symlink(root / "sharded", bucket)
+    with LocalHttpServer(tmp_path, max_lifetime=60) as server:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
+        check(load_checkpoint("gs://bkt/model.safetensors.index.json", framework="numpy"), expected)
+
+
+def test_bad_remote_checkpoints_say_what_and_where(s3):
+    with pytest.raises(SafetensorError, match=r"s3://models/broken.safetensors|models/broken.safetensors"):
+        load_file("s3://models/broken.safetensors", framework="numpy")
+    with pytest.raises(SafetensorError, match="no model.safetensors.index.json and no model.safetensors"):
+        load_checkpoint("s3://models/empty/", framework="numpy")
+    with pytest.raises(RuntimeError, match="404") as e:
+        load_file("s3://models/missing.safetensors", framework="numpy")
+    assert SECRET not in str(e.value) and "AKIDCKPT" not in str(e.value)
+
+
+def cli(*args, env=None):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    clean.update(env or {})
+    return subprocess.run([sys.executable, "-m", "gpufile", *args], capture_output=True, env=clean, timeout=120)
+
+
+def test_cli_load_s3_checkpoint(s3, checkpoint_dir):
+    _, expected, _ = checkpoint_dir
+    r = cli("load", "s3://models/sharded/", "--host", "--verify", "--json", env=s3)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["tensors"] == len(expected)
+    assert out["checkpoint_bytes"] == sum(v.nbytes for v in expected.values())
+    text = r.stdout.decode() + r.stderr.decode()
+    assert SECRET not in text and "AKIDCKPT" not in text
+    r = cli("load", "s3://models/empty/", "--host", "--json", env=s3)
+    assert r.returncode == 1
+    err = json.loads(r.stdout)["error"]
+    assert err["type"] == "safetensors" and "no model.safetensors.index.json" in err["message"]
+
+
+# ---------------------------------------------------------------- saving by URL
+
+
+def big_tensors(n_mib: int) -> dict:
+    rng = np.random.default_rng(n_mib)
+    return {f"t{i}": rng.standard_normal((1 << 18,)).astype(np.float32) for i in range(n_mib)}
+
+
+def test_save_file_to_s3_is_byte_identical_to_safetensors(s3):
+    import boto3
+    from gpufile.safetensors import save_file
+
+    client = boto3.client("s3", region_name="us-east-1")
+    small = tensors(5, 6)
+    save_file(small, "s3://models/saved/small.safetensors", metadata={"k": "v"})
+    got = client.get_object(Bucket="models", Key="saved/small.safetensors")["Body"].read()
+    assert got == st_numpy.save(small, metadata={"k": "v"})
+    # Large enough for a multipart upload of three parts.
+    big = big_tensors(11)
+    with gpufile.defaults.set("remote_part_size", 5 << 20):
+        save_file(big, "s3://models/saved/big.safetensors")
+    got = client.get_object(Bucket="models", Key="saved/big.safetensors")["Body"].read()
+    assert got == st_numpy.save(big)
+    etag = client.head_object(Bucket="models", Key="saved/big.safetensors")["ETag"]
+    assert etag.strip('"').endswith("-3"), etag
+    assert client.list_multipart_uploads(Bucket="models").get("Uploads", []) == []
+    check(load_file("s3://models/saved/big.safetensors", framework="numpy"), big)
+
+
+class RecordingPut(BaseHTTPRequestHandler):
+    """Stores PUT bodies in ``store`` (path → bytes) and records the order; answers GET and HEAD
+    with ranges of what it stored; fails the PUTs ``fail(path)`` picks with 500."""
+
+    protocol_version = "HTTP/1.1"
+
+    def __init__(self, *args, store=None, order=None, fail=None, **kw):
+        self.store, self.order, self.fail = store, order, fail
+        super().__init__(*args, **kw)
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_PUT(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.fail(self.path):
+            return self._send(500)
+        self.store[self.path] = body
+        self.order.append(self.path)
+        self._send(201)
+
+    def do_GET(self):
+        data = self.store.get(self.path)
+        if data is None:
+            return self._send(404)
+        rng = self.headers.get("Range")
+        if rng:
+            a, b = (int(x) for x in rng.split("=")[1].split("-"))
+            return self._send(206, data[a : b + 1], [("Content-Range", f"bytes {a}-{b}/{len(data)}")])
+        self._send(200, data, [("Accept-Ranges", "bytes")])
+
+    do_HEAD = do_GET
+
+
+@pytest.fixture
+def put_server():
+    from http.server import ThreadingHTTPServer
+    import threading
+
+    servers = []
+
+    def start(fail=lambda path: False):
+        store, order = {}, []
+        handler = lambda *a, **k: RecordingPut(*a, store=store, order=order, fail=fail, **k)  # noqa: E731
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        httpd.daemon_threads = True
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        servers.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}", store, order
+
+    yield start
+    for h in servers:
+        h.shutdown()
+        h.server_close()
+
+
+def test_save_checkpoint_by_url_uploads_shards_then_the_index(put_server):
+    from gpufile.safetensors import save_checkpoint
+
+    url, store, order = put_server()
+    state = big_tensors(5)  # 1 MiB tensors: five shards of at most 1 MiB
+    index = save_checkpoint(state, f"{url}/run/step-10/", max_shard_size=1 << 20)
+    assert order[-1] == "/run/step-10/model.safetensors.index.json"  # the index is the commit
+    assert len(order) == 6
+    assert json.loads(store[order[-1]]) == index
+    check(load_checkpoint(f"{url}/run/step-10/", framework="numpy"), state)
+
+
+def test_a_failing_shard_leaves_no_index(put_server):
+    from gpufile.safetensors import save_checkpoint
+
+    url, store, order = put_server(fail=lambda p: p.endswith("model-00002-of-00003.safetensors"))
+    with gpufile.defaults.set("http_max_attempts", 1):
+        with pytest.raises(RuntimeError, match="500") as e:
+            save_checkpoint(big_tensors(3), f"{url}/run/", max_shard_size=1 << 20)
+    assert "/run/model.safetensors.index.json" not in store
+    assert any("index of" in n and "was not written" in n for n in e.value.__notes__)
