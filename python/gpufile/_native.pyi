@@ -88,9 +88,9 @@ __all__ = [
     "stream_synchronize",
     "submit_batch",
     "sync_dir",
-    "when_all",
     "take_env_warnings",
     "take_notices",
+    "when_all",
     "write_safetensors",
     "write_safetensors_remote",
 ]
