@@ -84,6 +84,7 @@ __all__ = [
     "stream_synchronize",
     "submit_batch",
     "when_all",
+    "callbacks_close",
     "take_env_warnings",
     "take_notices",
 ]
@@ -140,6 +141,7 @@ class NativeBatchFuture:
 def submit_batch(entries: Any, write: bool = False) -> NativeBatchFuture: ...
 def when_all(futures: list[NativeFuture | NativeBatchFuture],
              callback: Callable[[], object]) -> bool: ...
+def callbacks_close() -> bool: ...
 
 @final
 class NativeRemoteFile:

@@ -162,6 +162,7 @@ impl NativeFile {
             view: Mutex::new(None),
             _owners: Vec::new(),
             stream_order: Some((ordering.order.as_str().to_owned(), ordering.reason)),
+            callbacks: Default::default(),
         })
     }
 
@@ -182,6 +183,7 @@ impl NativeFile {
             view: Mutex::new(Some(view)),
             _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
             stream_order: None,
+            callbacks: Default::default(),
         })
     }
 }
@@ -410,6 +412,7 @@ pub(crate) struct NativeFuture {
     _owners: Vec<Py<PyAny>>,
     /// How a stream-ordered request's stream waits, and why.
     stream_order: Option<(String, String)>,
+    callbacks: crate::callbacks::Callbacks,
 }
 
 impl NativeFuture {
@@ -421,6 +424,7 @@ impl NativeFuture {
             view: Mutex::new(Some(view)),
             _owners: owners,
             stream_order: None,
+            callbacks: Default::default(),
         }
     }
 }
@@ -441,9 +445,10 @@ impl NativeFuture {
     }
 
     /// Arranges for `callback()` to run (GIL held, on gpufile's callback thread) once the
-    /// request has ended; `False`, and nothing arranged, when it has ended already.
+    /// request has ended, after the callbacks added before it; `False`, and nothing arranged,
+    /// when it has ended and those have run.
     fn add_done_callback(&self, callback: Py<PyAny>) -> bool {
-        crate::callbacks::when_done(&self.fut, callback)
+        self.callbacks.add(&self.fut, callback)
     }
 
     /// `(how, reason)` of a stream-ordered request; `None` for others.
@@ -606,6 +611,7 @@ pub(crate) fn submit_batch(
         fut: fut.map_err(to_py)?,
         views: Mutex::new(views),
         _owners: owners,
+        callbacks: Default::default(),
     })
 }
 
@@ -626,6 +632,7 @@ pub(crate) struct NativeBatchFuture {
     fut: IoFuture,
     views: Mutex<Vec<BufferView>>,
     _owners: Vec<Py<PyAny>>,
+    callbacks: crate::callbacks::Callbacks,
 }
 
 #[pymethods]
@@ -644,7 +651,7 @@ impl NativeBatchFuture {
 
     /// As `NativeFuture.add_done_callback`, once every request has ended.
     fn add_done_callback(&self, callback: Py<PyAny>) -> bool {
-        crate::callbacks::when_done(&self.fut, callback)
+        self.callbacks.add(&self.fut, callback)
     }
 }
 
