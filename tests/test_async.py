@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -52,6 +53,33 @@ def test_callbacks_run_once_each_in_order_with_the_future(data_file):
         where = []
         fut.add_done_callback(lambda g: where.append(threading.get_ident()))
         assert where == [threading.get_ident()]
+
+
+def test_a_callback_added_once_done_still_runs_after_the_earlier_ones(data_file, no_faults):
+    """The request has ended but its first callback is still running on the callback thread: a
+    callback added now runs after it, not at once on this thread."""
+    path, _ = data_file
+    order = []
+    first_runs = threading.Event()
+    both = threading.Event()
+
+    def first(_fut):
+        first_runs.set()
+        time.sleep(0.3)
+        order.append("first")
+
+    # The read is held in its pread until a second read arrives.
+    _native._inject_faults([("read", 0, "enospc_together", 2)])
+    with gpufile.CuFile(path) as f:
+        fut = f.pread(np.empty(4096, dtype=np.uint8))
+        fut.add_done_callback(first)
+        assert not fut.done()
+        with pytest.raises(OSError):
+            f.read(np.empty(4096, dtype=np.uint8))  # the second arrival: both end
+        assert first_runs.wait(30) and fut.done()
+        fut.add_done_callback(lambda _: (order.append("second"), both.set()))
+        assert both.wait(30)
+    assert order == ["first", "second"]
 
 
 def test_a_callback_that_raises_is_logged_and_the_next_still_runs(data_file, caplog):
@@ -322,3 +350,43 @@ def test_callbacks_run_in_a_forked_child(data_file, no_faults):
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+_EXIT_SCRIPT = r"""
+import sys, threading, time
+import numpy as np
+import gpufile
+from gpufile import _native
+
+f = gpufile.CuFile(sys.argv[1])
+_native._inject_faults([("read", 0, "enospc_together", 2)])
+fut = f.pread(np.empty(4096, dtype=np.uint8))
+started = threading.Event()
+
+def slow(_fut):
+    started.set()
+    time.sleep(0.3)
+    print("slow callback done", flush=True)
+
+fut.add_done_callback(slow)
+try:
+    f.read(np.empty(4096, dtype=np.uint8))  # the second arrival: both reads end
+except OSError:
+    pass
+assert started.wait(10)
+print("main exits", flush=True)
+"""
+
+
+def test_a_callback_running_at_exit_finishes_before_the_interpreter_finalizes(data_file):
+    """The main thread ends while a callback runs on the callback thread: gpufile's exit handler
+    lets it finish, then no callback enters Python (a thread that does while the interpreter
+    finalizes kills the process: "PyGILState_Release: thread state ... must be current")."""
+    import subprocess
+
+    path, _ = data_file
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(path)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.split() == ["main", "exits", "slow", "callback", "done"], r.stdout

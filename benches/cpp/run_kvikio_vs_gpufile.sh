@@ -8,7 +8,8 @@
 #
 # Environment: CUDA_HOME (default /usr/local/cuda: nvcc's toolkit, for cuda_runtime_api.h,
 # cufile.h and libcudart), KVIKIO_WHEEL_DIR (default .whl in the checkout: the libkvikio and
-# rapids_logger wheels), OUT (default target/bench-cpp: builds, JSON).
+# rapids_logger wheels), OUT (default target/bench-cpp: builds, JSON), GPUFILE_PREFIX (an
+# install of gpufile to use instead of building one here with cmake and cargo).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -30,11 +31,14 @@ kv_lib=$kv/libkvikio/lib64
 kv_libs=$(ls -d "$kv"/libkvikio*.libs 2>/dev/null | head -1 || true)
 rl_lib=$kv/rapids_logger/lib64
 
-echo "-- gpufile (release) into $out/gpufile-prefix"
-cmake -S . -B "$out/gpufile-build" >/dev/null
-cmake --build "$out/gpufile-build" >/dev/null
-cmake --install "$out/gpufile-build" --prefix "$out/gpufile-prefix" >/dev/null
-gp=$out/gpufile-prefix
+echo "-- gpufile (release): ${GPUFILE_PREFIX:-built into $out/gpufile-prefix}"
+gp=${GPUFILE_PREFIX:-}
+if [ -z "$gp" ]; then  # a machine without cargo takes an install made elsewhere (GPUFILE_PREFIX)
+  cmake -S . -B "$out/gpufile-build" >/dev/null
+  cmake --build "$out/gpufile-build" >/dev/null
+  cmake --install "$out/gpufile-build" --prefix "$out/gpufile-prefix" >/dev/null
+  gp=$out/gpufile-prefix
+fi
 gp_lib=$(dirname "$(find "$gp" -name libgpufile.so | head -1)")
 
 common=(-O2 -std=c++17 -I"$cuda/include" "$root/benches/cpp/kvikio_read.cpp"

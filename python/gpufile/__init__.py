@@ -132,7 +132,10 @@ def _at_exit() -> None:
     # Requests still in flight write into memory the interpreter is about to free: stop taking
     # new ones (daemon threads get an error), wait a bounded time for those in flight, then close
     # the cuFile driver if gpufile opened it and nothing uses it any more.
-    if not _native.shutdown():
+    done = _native.shutdown()
+    # The callbacks due run now, then none: no thread may enter Python once it finalizes.
+    _native.callbacks_close()
+    if not done:
         return
     try:
         _native.cufile_driver_close()

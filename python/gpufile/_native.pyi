@@ -88,6 +88,7 @@ __all__ = [
     "stream_synchronize",
     "submit_batch",
     "sync_dir",
+    "callbacks_close",
     "take_env_warnings",
     "take_notices",
     "when_all",
@@ -149,6 +150,7 @@ class NativeBatchFuture:
 def submit_batch(entries: Any, write: bool = False) -> NativeBatchFuture: ...
 def when_all(futures: list[NativeFuture | NativeBatchFuture],
              callback: Callable[[], object]) -> bool: ...
+def callbacks_close() -> bool: ...
 
 @final
 class NativeRemoteFile:

@@ -170,6 +170,7 @@ impl NativeFile {
             _owners: Vec::new(),
             report: None,
             stream_order: Some((ordering.order.as_str().to_owned(), ordering.reason)),
+            callbacks: Default::default(),
         })
     }
 
@@ -216,6 +217,7 @@ impl NativeFile {
             _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
             report: Some(report),
             stream_order: None,
+            callbacks: Default::default(),
         })
     }
 }
@@ -489,6 +491,7 @@ pub(crate) struct NativeFuture {
     report: Option<gpufile::PathReport>,
     /// How a stream-ordered request's stream waits, and why.
     stream_order: Option<(String, String)>,
+    callbacks: crate::callbacks::Callbacks,
 }
 
 impl NativeFuture {
@@ -501,6 +504,7 @@ impl NativeFuture {
             _owners: owners,
             report: None,
             stream_order: None,
+            callbacks: Default::default(),
         }
     }
 }
@@ -536,9 +540,10 @@ impl NativeFuture {
     }
 
     /// Arranges for `callback()` to run (GIL held, on gpufile's callback thread) once the
-    /// request has ended; `False`, and nothing arranged, when it has ended already.
+    /// request has ended, after the callbacks added before it; `False`, and nothing arranged,
+    /// when it has ended and those have run.
     fn add_done_callback(&self, callback: Py<PyAny>) -> bool {
-        crate::callbacks::when_done(&self.fut, callback)
+        self.callbacks.add(&self.fut, callback)
     }
 
     /// `(how, reason)` of a stream-ordered request; `None` for others.
@@ -701,6 +706,7 @@ pub(crate) fn submit_batch(
         fut: fut.map_err(to_py)?,
         views: Mutex::new(views),
         _owners: owners,
+        callbacks: Default::default(),
     })
 }
 
@@ -721,6 +727,7 @@ pub(crate) struct NativeBatchFuture {
     fut: IoFuture,
     views: Mutex<Vec<BufferView>>,
     _owners: Vec<Py<PyAny>>,
+    callbacks: crate::callbacks::Callbacks,
 }
 
 #[pymethods]
@@ -739,7 +746,7 @@ impl NativeBatchFuture {
 
     /// As `NativeFuture.add_done_callback`, once every request has ended.
     fn add_done_callback(&self, callback: Py<PyAny>) -> bool {
-        crate::callbacks::when_done(&self.fut, callback)
+        self.callbacks.add(&self.fut, callback)
     }
 }
 

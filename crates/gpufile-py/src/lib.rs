@@ -76,6 +76,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(tools::cli_main, m)?,
         wrap_pyfunction!(file::submit_batch, m)?,
         wrap_pyfunction!(file::when_all, m)?,
+        wrap_pyfunction!(callbacks::callbacks_close, m)?,
     ] {
         m.add_function(f)?;
     }
