@@ -290,3 +290,111 @@ def test_a_failing_shard_leaves_no_index(put_server):
             save_checkpoint(big_tensors(3), f"{url}/run/", max_shard_size=1 << 20)
     assert "/run/model.safetensors.index.json" not in store
     assert any("index of" in n and "was not written" in n for n in e.value.__notes__)
+
+
+class WebHdfsStore(BaseHTTPRequestHandler):
+    """A WebHDFS name node and data node over an in-memory store (path under ``/webhdfs/v1`` →
+    bytes): CREATE answers 307 to the data node, which stores the body; GETFILESTATUS and OPEN
+    (``offset``, ``length``) serve what was stored; ``order`` records each file made."""
+
+    protocol_version = "HTTP/1.1"
+
+    def __init__(self, *args, store=None, order=None, users=None, **kw):
+        self.store, self.order, self.users = store, order, users
+        super().__init__(*args, **kw)
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _parse(self):
+        import urllib.parse
+
+        parsed = urllib.parse.urlsplit(self.path)
+        q = dict(urllib.parse.parse_qsl(parsed.query))
+        if parsed.path.startswith("/webhdfs/v1/"):  # the data node's URL is the name node's
+            self.users.append(q.get("user.name"))
+        return parsed.path, q
+
+    def do_PUT(self):
+        path, q = self._parse()
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if path.startswith("/webhdfs/v1/") and q.get("op") == "CREATE":
+            port = self.server.server_address[1]
+            where = f"http://127.0.0.1:{port}/datanode{path[len('/webhdfs/v1'):]}?op=CREATE"
+            return self._send(307, headers=[("Location", where)])
+        if path.startswith("/datanode/"):
+            name = path[len("/datanode"):]
+            self.store[name] = body
+            self.order.append(name)
+            return self._send(201)
+        self._send(400)
+
+    def do_GET(self):
+        path, q = self._parse()
+        data = self.store.get(path[len("/webhdfs/v1"):]) if path.startswith("/webhdfs/v1/") else None
+        if data is None:
+            msg = b'{"RemoteException":{"exception":"FileNotFoundException","message":"no file"}}'
+            return self._send(404, msg, [("Content-Type", "application/json")])
+        if q.get("op") == "GETFILESTATUS":
+            body = json.dumps({"FileStatus": {"length": len(data), "type": "FILE"}}).encode()
+            return self._send(200, body, [("Content-Type", "application/json")])
+        if q.get("op") == "OPEN":
+            off = int(q.get("offset", 0))
+            n = int(q.get("length", len(data) - off))
+            return self._send(200, data[off : off + n])
+        self._send(400)
+
+
+@pytest.fixture
+def webhdfs_store():
+    from http.server import ThreadingHTTPServer
+    import threading
+
+    store, order, users = {}, [], []
+    handler = lambda *a, **k: WebHdfsStore(*a, store=store, order=order, users=users, **k)  # noqa: E731
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/webhdfs/v1", store, order, users
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_webhdfs_checkpoint_round_trip_shards_first_index_last(webhdfs_store, monkeypatch):
+    """save_checkpoint to a WebHDFS prefix: every shard made through CREATE's two steps, the
+    index last; load_checkpoint of the prefix and load_file of a shard read them back, each
+    name-node request carrying the user of KVIKIO_WEBHDFS_USERNAME."""
+    from gpufile.safetensors import save_checkpoint, save_file
+
+    base, store, order, users = webhdfs_store
+    monkeypatch.setenv("KVIKIO_WEBHDFS_USERNAME", "carol")
+    state = big_tensors(3)
+    index = save_checkpoint(state, f"{base}/ckpt/step-7/", max_shard_size=1 << 20)
+    names = [f"/ckpt/step-7/model-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
+    assert sorted(order[:-1]) == names and order[-1] == "/ckpt/step-7/model.safetensors.index.json"
+    assert json.loads(store[order[-1]]) == index
+    for name in names:  # each shard is what safetensors writes for its tensors
+        keys = [k for k, v in index["weight_map"].items() if v == name.rsplit("/", 1)[1]]
+        assert store[name] == st_numpy.save({k: state[k] for k in keys}, metadata={"format": "pt"})
+    check(load_checkpoint(f"{base}/ckpt/step-7/", framework="numpy"), state)
+    second = {k: state[k] for k, v in index["weight_map"].items() if names[1].endswith("/" + v)}
+    assert second
+    check(load_file(f"{base}{names[1]}", framework="numpy"), second)
+    small = tensors(9, 4)
+    save_file(small, f"{base}/one/small.safetensors", metadata={"k": "v"})
+    assert store["/one/small.safetensors"] == st_numpy.save(small, metadata={"k": "v"})
+    assert set(users) == {"carol"}
+
+
+def test_a_webhdfs_checkpoint_that_is_not_there_names_the_prefix(webhdfs_store):
+    base, _, _, _ = webhdfs_store
+    with pytest.raises(SafetensorError, match="no model.safetensors.index.json and no model.safetensors"):
+        load_checkpoint(f"{base}/nothing/", framework="numpy")

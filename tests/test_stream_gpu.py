@@ -157,23 +157,30 @@ def test_caller_waits_does_wait(tmp_path):
     np.testing.assert_array_equal(cp.asnumpy(buf), data)
 
 
-@pytest.mark.parametrize("order", ORDERS)
-def test_a_write_after_a_producing_kernel_writes_its_result(tmp_path, order):
+def test_a_write_waits_for_the_producing_kernel_and_says_so(tmp_path):
+    """A stream-ordered write waits for the caller (a write queued behind the stream's wait
+    deadlocked on this device): the call returns after the kernel and the write, the file holds
+    the kernel's result, and the future says why it waited. Asking for a queued order for a
+    write is an error that says the same."""
     path = tmp_path / "w.bin"
     np.zeros(4 << 20, dtype=np.uint8).tofile(path)
     stream = cp.cuda.Stream(non_blocking=True)
     src = cp.zeros(4 << 20, dtype=cp.uint8)
     with gpufile.CuFile(path, "r+") as f:
-        warm_up(f, stream, order)
         spin(stream, src, 42)  # the producer: 42s after 200 ms
         t0 = time.perf_counter()
-        fut = queue(f, "write", src, stream, order)
+        fut = within(30, lambda: f.raw_write_async(src, stream))
         took = time.perf_counter() - t0
+        assert fut.done() and fut.check_bytes_done() == src.size
+        how, why = fut.stream_order
+        assert how == "caller-waits" and "a write waits for the caller" in why, why
         with stream:
             src.fill(1)  # queued after the write: must not be what lands in the file
-        assert within(30, fut.check_bytes_done) == src.size
         within(30, stream.synchronize)
-    assert took < 0.05, took
+        for order in ORDERS:
+            with pytest.raises(ValueError, match="a write waits for the caller"):
+                f._file.raw_write_async(src, stream.ptr, None, 0, 0, order)
+    assert took > 0.15, took
     got = np.fromfile(path, dtype=np.uint8)
     assert (got == 42).all(), np.unique(got)
 

@@ -25,8 +25,8 @@ cudart_dir=$cuda/lib64
 echo "-- KvikIO's headers and library from the wheels in $wheels"
 kv=$out/kvikio
 rm -rf "$kv" && mkdir -p "$kv"
-unzip -q -o "$(ls "$wheels"/libkvikio*.whl | head -1)" -d "$kv"
-unzip -q -o "$(ls "$wheels"/rapids_logger*.whl | head -1)" -d "$kv"
+python3 -m zipfile -e "$(ls "$wheels"/libkvikio*.whl | head -1)" "$kv"
+python3 -m zipfile -e "$(ls "$wheels"/rapids_logger*.whl | head -1)" "$kv"
 kv_lib=$kv/libkvikio/lib64
 kv_libs=$(ls -d "$kv"/libkvikio*.libs 2>/dev/null | head -1 || true)
 rl_lib=$kv/rapids_logger/lib64

@@ -186,13 +186,11 @@ impl NativeFile {
         let (fut, view) = slf
             .get()
             .start(py, dir, buf, size, file_offset, task_size, false)?;
-        Ok(NativeFuture {
+        Ok(NativeFuture::new(
             fut,
-            view: Mutex::new(Some(view)),
-            _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
-            report: None,
-            stream_order: None,
-        })
+            view,
+            vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
+        ))
     }
 
     /// Starts the request of `ranges` on `buf` (one request, its ranges checked against the

@@ -21,9 +21,10 @@
 //!   lacks stream memory operations). The driver may run the host functions of several streams
 //!   on one thread, so such requests of different streams may run one after another.
 //!
-//! Where neither can run (no driver, no `cuLaunchHostFunc`, or a cuFile transfer on a stream
-//! that the legacy default stream orders, where cuFile's own copies could queue behind the
-//! wait), the calling thread waits for the stream, then for the request (`CallerWaits`).
+//! Where neither can run (a write, whose staging was seen to deadlock behind the stream's wait;
+//! no driver, no `cuLaunchHostFunc`, or a cuFile transfer on a stream that the legacy default
+//! stream orders, where cuFile's own copies could queue behind the wait), the calling thread
+//! waits for the stream, then for the request (`CallerWaits`).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -35,6 +36,7 @@ use crate::cuda::{self, Context, PinnedBuffer, StreamOpsSupport};
 use crate::error::{Error, Result};
 use crate::future::{lock, Completion};
 use crate::plan::Backend;
+use crate::request::Direction;
 use crate::source::Endpoint;
 use crate::{Engine, IoFuture, Request, Settings};
 
@@ -207,6 +209,12 @@ pub unsafe fn submit(
             choose(support, prefer)?
         }
     };
+    if req.direction == Direction::Write && ordering.order != StreamOrder::CallerWaits {
+        if prefer.is_some() {
+            return Err(unable(prefer, WRITES_WAIT));
+        }
+        ordering = StreamOrdering::new(StreamOrder::CallerWaits, WRITES_WAIT);
+    }
     if let (Some((ctx, _)), StreamOrder::WaitValue | StreamOrder::HostFunction) =
         (stream.device, ordering.order)
     {
@@ -264,6 +272,15 @@ pub unsafe fn submit(
         }
     }
 }
+
+/// Why a stream-ordered write waits for the caller. A write queued behind the stream's wait was
+/// seen to deadlock on an H200 (its device-to-host staging never finished while the stream
+/// waited for the write's end), where reads queued the same way ran; until the cause is found
+/// and tested, a write is ordered the way that cannot deadlock: the caller waits for the stream,
+/// then for the write.
+const WRITES_WAIT: &str = "a write waits for the caller: the stream is synchronized, then the \
+     write runs (a write queued behind the stream's wait could deadlock on its device-to-host \
+     staging)";
 
 /// Whether `req` would take cuFile on a stream that the legacy default stream orders.
 fn cufile_behind_legacy_stream(
