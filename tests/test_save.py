@@ -208,6 +208,48 @@ def test_a_failed_write_names_the_file_keeps_the_old_one_and_removes_the_tempora
     assert torch.equal(gs.load_file(target)["t7"], big["t7"])
 
 
+def _write_behind_threads() -> int:
+    """gpufile's write-behind threads alive in this process (Linux shows 15 characters of a
+    thread's name)."""
+    n = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                n += f.read().strip() == "gpufile-write-b"
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def test_a_durable_save_writes_behind_and_leaves_no_thread_when_it_ends_or_fails(tmp_path):
+    """The write-behind of a durable save runs while the file is written (a thread of its
+    own), and ends with the save, whether it publishes or fails."""
+    target = tmp_path / "m.safetensors"
+    big = {f"t{i}": torch.full((1 << 18,), float(i)) for i in range(8)}  # 8 MiB
+    pending = _native.PendingFile(target)
+    pending.start_write_behind()
+    pending.start_write_behind()  # idempotent: still one thread
+    for _ in range(200):  # a thread names itself once it runs
+        if _write_behind_threads():
+            break
+        time.sleep(0.01)
+    assert _write_behind_threads() == 1
+    pending.discard()
+    assert _write_behind_threads() == 0
+    gs.save_file(big, target)
+    gs.save_checkpoint(big, tmp_path / "ckpt", max_shard_size=3 << 20)
+    assert _write_behind_threads() == 0
+    _native._inject_faults([("write", 3, "eio", 1)])
+    try:
+        with pytest.raises(OSError):
+            gs.save_file(big, tmp_path / "f.safetensors")
+    finally:
+        _native._inject_faults([])
+    assert _write_behind_threads() == 0
+    assert torch.equal(gs.load_file(target)["t7"], big["t7"])
+    assert torch.equal(gs.load_checkpoint(tmp_path / "ckpt")["t5"], big["t5"])
+
+
 def test_a_real_efbig_from_the_file_size_limit(tmp_path):
     # RLIMIT_FSIZE makes the kernel refuse the write past the limit (EFBIG, SIGXFSZ ignored).
     code = textwrap.dedent(f"""

@@ -201,6 +201,8 @@ def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | No
     """Writes ``rows`` to ``filename`` under a temporary name, then publishes it."""
     pending = _native.PendingFile(filename)
     try:
+        if durable:
+            pending.start_write_behind()
         _native.write_safetensors(pending.file, list(rows), metadata)
         pending.publish(durable)
     except BaseException as e:
@@ -395,6 +397,8 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
         for name, keys in zip(names, shards):
             p = _native.PendingFile(os.path.join(directory, name))
             pending.append(p)
+            if durable:
+                p.start_write_behind()
             _native.write_safetensors(p.file, [by_name[k] for k in keys], file_meta)
             if durable:
                 p.sync()

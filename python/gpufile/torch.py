@@ -201,6 +201,8 @@ class FileSystemWriter(_fs.FileSystemWriter):
                 name = f"{prefix}{n}.{self.save_id}{_fs.DEFAULT_SUFFIX}"
                 p = _native.PendingFile(os.path.join(directory, name))
                 pending.append(p)
+                if self.sync_files:
+                    p.start_write_behind()
                 pos = 0
                 host = bytearray()  # host bytes not yet queued, ending at `pos`
                 for item in ([i for i in items if i.type == WriteItemType.BYTE_IO]

@@ -274,11 +274,23 @@ fn write_safetensors(
 struct PendingFile {
     inner: Mutex<gpufile::publish::PendingFile>,
     file: Py<NativeFile>,
+    /// Running while the file is written for a durable publish (`start_write_behind`).
+    write_behind: Mutex<Option<gpufile::publish::WriteBehind>>,
 }
 
 impl PendingFile {
     fn lock(&self) -> std::sync::MutexGuard<'_, gpufile::publish::PendingFile> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the write-behind (waits for its thread: call with the GIL released).
+    fn stop_write_behind(&self) {
+        let running = self
+            .write_behind
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(running);
     }
 }
 
@@ -294,7 +306,18 @@ impl PendingFile {
         Ok(PendingFile {
             inner: Mutex::new(pending),
             file,
+            write_behind: Mutex::new(None),
         })
+    }
+
+    /// Has the disk write the file's pages while it is written, until `publish` or `discard`
+    /// (`gpufile::publish::PendingFile::write_behind`): for a durable save, so that its final
+    /// `fsync` finds little left to write. Idempotent.
+    fn start_write_behind(&self) {
+        let mut running = self.write_behind.lock().unwrap_or_else(|e| e.into_inner());
+        if running.is_none() {
+            *running = Some(self.lock().write_behind());
+        }
     }
 
     /// The file to write through (a `NativeFile`; errors name the final path).
@@ -315,18 +338,25 @@ impl PendingFile {
         self.lock().temp_path().to_owned()
     }
 
-    /// `fsync` of the file (its bytes on the disk, still under the temporary name).
+    /// `fsync` of the file (its bytes on the disk, still under the temporary name); stops the
+    /// write-behind first.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.lock().sync())
-            .map_err(crate::errors::to_py)
+        py.detach(|| {
+            self.stop_write_behind();
+            self.lock().sync()
+        })
+        .map_err(crate::errors::to_py)
     }
 
     /// Publishes under the final name (`durable`: fsync file and directory); `keep_temp`
     /// keeps the temporary name as a second name until `discard()`. Closes the file.
     #[pyo3(signature = (durable=true, keep_temp=false))]
     fn publish(&self, py: Python<'_>, durable: bool, keep_temp: bool) -> PyResult<()> {
-        py.detach(|| self.lock().publish(durable, keep_temp))
-            .map_err(crate::errors::to_py)?;
+        py.detach(|| {
+            self.stop_write_behind();
+            self.lock().publish(durable, keep_temp)
+        })
+        .map_err(crate::errors::to_py)?;
         self.file.get().close();
         Ok(())
     }
@@ -334,8 +364,11 @@ impl PendingFile {
     /// Removes the temporary name (idempotent); closes the file.
     fn discard(&self, py: Python<'_>) -> PyResult<()> {
         self.file.get().close();
-        py.detach(|| self.lock().discard())
-            .map_err(crate::errors::to_py)
+        py.detach(|| {
+            self.stop_write_behind();
+            self.lock().discard()
+        })
+        .map_err(crate::errors::to_py)
     }
 }
 
