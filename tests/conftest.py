@@ -56,3 +56,19 @@ def _restore_settings():
         yield
     finally:
         snapshot.restore()
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    """moto's S3 server on 127.0.0.1, one per test module (each module's buckets its own)."""
+    import socket
+
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()

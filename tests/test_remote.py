@@ -554,19 +554,6 @@ def test_webhdfs(webhdfs, monkeypatch):
 # ---------------------------------------------------------------- S3 (moto)
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
 @pytest.fixture
 def s3(moto_endpoint, monkeypatch):
     boto3 = pytest.importorskip("boto3")

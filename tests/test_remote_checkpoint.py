@@ -4,7 +4,6 @@ from moto's S3 server and gpufile's range server on 127.0.0.1, checked against t
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from http.server import BaseHTTPRequestHandler
@@ -61,19 +60,6 @@ def check(got: dict, want: dict) -> None:
     for k, v in want.items():
         assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
         assert np.array_equal(got[k], v), k
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
 
 
 @pytest.fixture

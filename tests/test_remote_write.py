@@ -6,7 +6,6 @@ import http.client
 import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -29,19 +28,6 @@ KEY_ID = "AKIDWRITETEST"
 
 
 # ---------------------------------------------------------------- servers
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint():
-    moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
 
 
 @pytest.fixture

@@ -74,7 +74,7 @@ impl NativeRemoteFile {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn s3_options(
+pub(crate) fn s3_options(
     region: Option<String>,
     access_key_id: Option<String>,
     secret_access_key: Option<String>,

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use gpufile::{Direction, Engine, Error};
-use gpufile_remote::{RemoteEndpointType, RemoteWriter, S3Options};
+use gpufile_remote::{RemoteEndpointType, RemoteWriter};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg};
 use crate::file::NativeFuture;
+use crate::remote::s3_options;
 use crate::request::{self, Args, SendRequest};
 
 /// Errors of opening: as for reading, KvikIO's RuntimeError for bad URLs and missing
@@ -67,13 +68,13 @@ impl NativeRemoteWriter {
         aws_session_token: Option<String>,
     ) -> PyResult<Self> {
         let n = uint_arg("nbytes", nbytes, None)?;
-        let o = S3Options {
-            region: aws_region_name,
-            access_key_id: aws_access_key_id,
-            secret_access_key: aws_secret_access_key,
-            endpoint_url: aws_endpoint_url,
-            session_token: aws_session_token,
-        };
+        let o = s3_options(
+            aws_region_name,
+            aws_access_key_id,
+            aws_secret_access_key,
+            aws_endpoint_url,
+            aws_session_token,
+        );
         Self::wrap(py.detach(|| RemoteWriter::create_s3(&bucket_name, &object_name, n, &o)))
     }
 
@@ -92,13 +93,13 @@ impl NativeRemoteWriter {
         aws_session_token: Option<String>,
     ) -> PyResult<Self> {
         let n = uint_arg("nbytes", nbytes, None)?;
-        let o = S3Options {
-            region: aws_region_name,
-            access_key_id: aws_access_key_id,
-            secret_access_key: aws_secret_access_key,
-            endpoint_url: aws_endpoint_url,
-            session_token: aws_session_token,
-        };
+        let o = s3_options(
+            aws_region_name,
+            aws_access_key_id,
+            aws_secret_access_key,
+            aws_endpoint_url,
+            aws_session_token,
+        );
         Self::wrap(py.detach(|| RemoteWriter::create_s3_url(&url, n, &o)))
     }
 
