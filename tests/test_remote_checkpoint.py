@@ -190,15 +190,10 @@ def test_save_file_to_s3_is_byte_identical_to_safetensors(s3):
     check(load_file("s3://models/saved/big.safetensors", framework="numpy"), big)
 
 
-class RecordingPut(BaseHTTPRequestHandler):
-    """Stores PUT bodies in ``store`` (path → bytes) and records the order; answers GET and HEAD
-    with ranges of what it stored; fails the PUTs ``fail(path)`` picks with 500."""
+class Replies(BaseHTTPRequestHandler):
+    """HTTP/1.1 replies with a body and headers, no logging: the base of the servers here."""
 
     protocol_version = "HTTP/1.1"
-
-    def __init__(self, *args, store=None, order=None, fail=None, **kw):
-        self.store, self.order, self.fail = store, order, fail
-        super().__init__(*args, **kw)
 
     def log_message(self, *args):
         pass
@@ -211,6 +206,15 @@ class RecordingPut(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+class RecordingPut(Replies):
+    """Stores PUT bodies in ``store`` (path → bytes) and records the order; answers GET and HEAD
+    with ranges of what it stored; fails the PUTs ``fail(path)`` picks with 500."""
+
+    def __init__(self, *args, store=None, order=None, fail=None, **kw):
+        self.store, self.order, self.fail = store, order, fail
+        super().__init__(*args, **kw)
 
     def do_PUT(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -278,27 +282,14 @@ def test_a_failing_shard_leaves_no_index(put_server):
     assert any("index of" in n and "was not written" in n for n in e.value.__notes__)
 
 
-class WebHdfsStore(BaseHTTPRequestHandler):
+class WebHdfsStore(Replies):
     """A WebHDFS name node and data node over an in-memory store (path under ``/webhdfs/v1`` →
     bytes): CREATE answers 307 to the data node, which stores the body; GETFILESTATUS and OPEN
     (``offset``, ``length``) serve what was stored; ``order`` records each file made."""
 
-    protocol_version = "HTTP/1.1"
-
     def __init__(self, *args, store=None, order=None, users=None, **kw):
         self.store, self.order, self.users = store, order, users
         super().__init__(*args, **kw)
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, status, body=b"", headers=()):
-        self.send_response(status)
-        for k, v in headers:
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def _parse(self):
         import urllib.parse
