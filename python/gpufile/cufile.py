@@ -214,7 +214,8 @@ class IOFuture:
         the order added; a callback added to a finished future whose earlier callbacks have run
         is called at once, on the calling thread. Otherwise it runs on gpufile's callback
         thread (one for the process, holding the GIL; the I/O workers never wait for Python),
-        in the order the requests finish. An exception raised by ``fn`` is logged (logger ``"gpufile"``) and ignored.
+        in the order the requests finish. An exception raised by ``fn`` is logged (logger
+        ``"gpufile"``) and ignored.
         ``fn`` may call ``future.get()`` (it returns at once) and start or wait for other
         requests, but a callback that blocks delays the callbacks after it.
 
