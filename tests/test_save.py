@@ -331,6 +331,21 @@ def test_checkpoint_shards_as_huggingface_hub_and_loads_back(tmp_path, limit):
             assert h.metadata() == {"format": "pt"}
 
 
+def test_shards_written_together_in_small_pieces_are_each_what_safetensors_writes(tmp_path):
+    """The shards of a checkpoint are written as one batch, their pieces interleaved: with a
+    task size of 4 KiB every tensor is many pieces at odd offsets, and each shard is still
+    byte for byte what safetensors writes for its tensors."""
+    state = {f"w{i}": torch.randn(5000 + 37 * i) for i in range(7)}  # 20 kB each, odd sizes
+    with defaults.set({"task_size": 4096, "num_threads": 4}):
+        index = gs.save_checkpoint(state, tmp_path / "ck", 45_000)
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) >= 3
+    for f in shards:
+        keys = [k for k, v in index["weight_map"].items() if v == f]
+        want = stt.save({k: state[k] for k in keys}, metadata={"format": "pt"})
+        assert (tmp_path / "ck" / f).read_bytes() == want, f
+
+
 def test_a_new_checkpoint_replaces_one_of_another_layout_and_leaves_other_files(tmp_path):
     d = tmp_path / "ck"
     d.mkdir()

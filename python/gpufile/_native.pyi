@@ -92,7 +92,7 @@ __all__ = [
     "take_env_warnings",
     "take_notices",
     "when_all",
-    "write_safetensors",
+    "write_safetensors", "write_safetensors_files",
     "write_safetensors_remote",
 ]
 
@@ -374,5 +374,8 @@ def safetensors_header(tensors: list[tuple[str, str, list[int], int]],
                        path: _StrOrBytesPath | None = None) -> tuple[bytes, list[int], int]: ...
 def write_safetensors(file: NativeFile, tensors: list[tuple[str, str, list[int], Any]],
                       metadata: dict[str, str] | None = None) -> int: ...
+def write_safetensors_files(
+    files: list[tuple[NativeFile, list[tuple[str, str, list[int], Any]], dict[str, str] | None]],
+) -> list[int]: ...
 def sync_dir(path: _StrOrBytesPath) -> None: ...
 def is_temporary_name(name: str | PathLike[str]) -> bool: ...

@@ -394,13 +394,17 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
     try:
         # Every shard whole and synced under its temporary name before anything is published:
         # until then the directory holds the previous checkpoint, untouched.
-        for name, keys in zip(names, shards):
+        # The shards are written together (one batch, their writes interleaved: one file's
+        # page-cache writes go one writer at a time), then synced.
+        for name in names:
             p = _native.PendingFile(os.path.join(directory, name))
             pending.append(p)
             if durable:
                 p.start_write_behind()
-            _native.write_safetensors(p.file, [by_name[k] for k in keys], file_meta)
-            if durable:
+        _native.write_safetensors_files(
+            [(p.file, [by_name[k] for k in keys], file_meta) for p, keys in zip(pending, shards)])
+        if durable:
+            for p in pending:
                 p.sync()
         if n == 1:
             pending[0].publish(durable)

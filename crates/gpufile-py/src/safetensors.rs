@@ -216,6 +216,16 @@ fn safetensors_header(
     ))
 }
 
+/// A tensor to write as Python gives it: (name, dtype name, logical shape, buffer).
+type SaveRow<'py> = (String, String, Vec<u64>, Bound<'py, PyAny>);
+
+/// A file to write: the open file, its tensors and its metadata.
+type SaveFile<'py> = (
+    Bound<'py, NativeFile>,
+    Vec<SaveRow<'py>>,
+    Option<BTreeMap<String, String>>,
+);
+
 /// Writes a safetensors file into `file` (an open, empty `NativeFile`): the header, then every
 /// tensor's bytes at its offset, all as one batch of requests, from each buffer's own memory
 /// (host or device). `tensors` are (name, dtype, logical shape, buffer). The file's size.
@@ -223,36 +233,75 @@ fn safetensors_header(
 #[pyo3(signature = (file, tensors, metadata=None))]
 fn write_safetensors(
     py: Python<'_>,
-    file: &Bound<'_, NativeFile>,
-    tensors: Vec<(String, String, Vec<u64>, Bound<'_, PyAny>)>,
+    file: Bound<'_, NativeFile>,
+    tensors: Vec<SaveRow<'_>>,
     metadata: Option<BTreeMap<String, String>>,
 ) -> PyResult<u64> {
-    let handle = file.get().handle()?;
-    let mut views = Vec::with_capacity(tensors.len());
-    let mut rows = Vec::with_capacity(tensors.len());
-    for (name, dtype, shape, buf) in tensors {
-        let view = BufferView::for_request(&buf, false)?;
-        rows.push(((name, dtype, shape), view.len() as u64));
-        views.push(view);
+    let sizes = write_safetensors_files(py, vec![(file, tensors, metadata)])?;
+    Ok(sizes[0])
+}
+
+/// Writes several safetensors files (`(file, tensors, metadata)` each, as `write_safetensors`)
+/// as one batch; their sizes. The files' writes are interleaved, a `task_size` piece of each
+/// file in turn, so that the workers write to every file at once: buffered writes to one file
+/// take its inode lock one writer at a time (ext4, XFS), so one file's page-cache write rate is
+/// about one core's, and several files go faster together than one after the other.
+#[pyfunction]
+fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult<Vec<u64>> {
+    let mut views = Vec::new();
+    let mut per_file = Vec::with_capacity(files.len());
+    let mut sizes = Vec::with_capacity(files.len());
+    for (file, tensors, metadata) in files {
+        let handle = file.get().handle()?;
+        let first = views.len();
+        let mut rows = Vec::with_capacity(tensors.len());
+        for (name, dtype, shape, buf) in tensors {
+            let view = BufferView::for_request(&buf, false)?;
+            rows.push(((name, dtype, shape), view.len() as u64));
+            views.push(view);
+        }
+        let specs = specs(rows)?;
+        let plan = plan_save(handle.path(), &specs, metadata.as_ref()).map_err(to_py)?;
+        sizes.push(plan.file_size);
+        per_file.push((handle, first, plan));
     }
-    let specs = specs(rows)?;
-    let plan = plan_save(handle.path(), &specs, metadata.as_ref()).map_err(to_py)?;
-    let header = plan.header.clone();
-    let h = handle.clone();
-    py.detach(move || h.write(&header, 0, None))
-        .map_err(crate::errors::to_py)?;
-    let endpoint = handle.endpoint(Direction::Write);
-    let batch: Vec<_> = views
-        .iter()
-        .zip(&plan.offsets)
-        .filter(|(v, _)| v.len() > 0)
-        .map(|(v, &off)| {
-            (
-                endpoint.clone(),
-                v.request(Direction::Write, 0, v.len(), off),
-            )
-        })
-        .collect();
+    let task_size = Engine::global()
+        .map_err(crate::errors::to_py)?
+        .shared_settings()
+        .task_size;
+    let mut queues = Vec::with_capacity(per_file.len());
+    for (handle, first, plan) in &per_file {
+        let header = plan.header.clone();
+        let h = handle.clone();
+        py.detach(move || h.write(&header, 0, None))
+            .map_err(crate::errors::to_py)?;
+        let endpoint = handle.endpoint(Direction::Write);
+        let mut pieces = Vec::new();
+        for (v, &off) in views[*first..].iter().zip(&plan.offsets) {
+            // One file's requests whole (a request per tensor); several files' in pieces, so
+            // that they can be interleaved.
+            let step = if per_file.len() > 1 {
+                task_size
+            } else {
+                v.len()
+            }
+            .max(1);
+            for at in (0..v.len()).step_by(step) {
+                let n = step.min(v.len() - at);
+                let req = v.request(Direction::Write, at, n, off + at as u64);
+                pieces.push((endpoint.clone(), req));
+            }
+        }
+        queues.push(pieces.into_iter());
+    }
+    let mut batch = Vec::new();
+    loop {
+        let before = batch.len();
+        batch.extend(queues.iter_mut().filter_map(Iterator::next));
+        if batch.len() == before {
+            break;
+        }
+    }
     let batch = SendBatch(batch);
     let fut = py.detach(move || -> gpufile::Result<gpufile::IoFuture> {
         let engine = Engine::global()?;
@@ -265,7 +314,7 @@ fn write_safetensors(
     let result = wait_interruptibly(py, &fut);
     drop(views);
     result?;
-    Ok(plan.file_size)
+    Ok(sizes)
 }
 
 /// A file written under a temporary name and published by renaming it over its final name
@@ -392,6 +441,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PendingFile>()?;
     m.add_function(wrap_pyfunction!(safetensors_header, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
+    m.add_function(wrap_pyfunction!(write_safetensors_files, m)?)?;
     m.add_function(wrap_pyfunction!(sync_dir, m)?)?;
     m.add_function(wrap_pyfunction!(is_temporary_name, m)?)?;
     Ok(())
