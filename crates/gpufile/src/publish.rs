@@ -252,18 +252,21 @@ impl WriteBehind {
             .name("gpufile-write-behind".into())
             .spawn(move || {
                 let (lock, cv) = &*flag;
-                let mut stopped = crate::future::lock(lock);
-                while !*stopped {
-                    stopped = cv
-                        .wait_timeout(stopped, WRITE_BEHIND_EVERY)
+                loop {
+                    let stopped = *cv
+                        .wait_timeout(crate::future::lock(lock), WRITE_BEHIND_EVERY)
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
-                    // SAFETY: the handle is held by this thread, so the descriptor stays open;
-                    // no memory is passed. An error (a file system without write-back control)
-                    // only means the final fsync does all the writing, as without this.
+                    // Called without the lock, so that a drop never waits behind the disk's
+                    // queue. SAFETY: the handle is held by this thread, so the descriptor stays
+                    // open; no memory is passed. An error (a file system without write-back
+                    // control) only means the final fsync does all the writing, as without this.
                     unsafe {
                         libc::sync_file_range(handle.fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE)
                     };
+                    if stopped {
+                        break;
+                    }
                 }
             });
         // Without a thread (none can be made), the save runs as it would without write-behind.
