@@ -10,6 +10,7 @@ every row) by:
     torch.save               ``torch.save`` then ``fsync``
     gpufile save_file        ``gpufile.safetensors.save_file`` (durable: fsync, rename, dir fsync)
     gpufile save_file, not durable   ``durable=False`` (page cache only)
+    gpufile save_checkpoint  four shards (written together), durable and not
     safetensors / torch.save without fsync  (the page-cache peers of the row above)
     async_save blocked       time ``gpufile.safetensors.async_save`` blocks its caller, beside
                              the D2H copy of the same bytes into pinned memory
@@ -142,8 +143,12 @@ def main() -> None:
     measure("gpufile save_file, durable=False", lambda: gst.save_file(sd, path, durable=False),
             setup=rm, verify=lambda: check(gst.load_file(path, device=dev)))
     ck = os.path.join(base, "ckpt")
-    measure("gpufile save_checkpoint (durable, 2 GB shards)",
-            lambda: gst.save_checkpoint(sd, ck, max_shard_size="2GB"),
+    shard = max(1, nbytes // 4)  # four shards, written together
+    measure("gpufile save_checkpoint (durable, 4 shards)",
+            lambda: gst.save_checkpoint(sd, ck, max_shard_size=shard),
+            setup=lambda: rm(ck), verify=lambda: check(gst.load_checkpoint(ck, device=dev)))
+    measure("gpufile save_checkpoint, durable=False, 4 shards",
+            lambda: gst.save_checkpoint(sd, ck, max_shard_size=shard, durable=False),
             setup=lambda: rm(ck), verify=lambda: check(gst.load_checkpoint(ck, device=dev)))
     rm(ck)
 
