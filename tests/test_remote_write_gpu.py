@@ -11,7 +11,7 @@ import gpufile
 from gpufile._http_server import LocalHttpServer
 from conftest import pattern
 from test_gpu import REASON as GPU_REASON
-from test_remote_write import MiB, moto_endpoint, s3, stored, uploads_left  # noqa: F401 - fixtures
+from test_remote_write import MiB, s3, stored, uploads_left  # noqa: F401 - fixtures
 from test_remote_checkpoint import check, checkpoint_dir  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU_REASON is not None, reason=GPU_REASON or "")]
