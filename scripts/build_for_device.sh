@@ -2,6 +2,8 @@
 # Here (with cargo): build what a GPU machine round needs, under ignored paths to carry:
 #   target/wheels/gpufile-*.whl   the abi3 wheel (release)
 #   target/gpu-tests/             Rust test binaries that touch the GPU
+#   target/gpu-tests-cpp/         the C++ API's device tests (GoogleTest, built with CMake) and the
+#                                 libgpufile.so they load (the GPU machine has no GoogleTest)
 # KvikIO's wheels for side-by-side runs go to .whl/ (downloaded once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,9 +19,19 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["executable"])' | xargs -I{} cp {} target/gpu-tests/
+rm -rf target/gpu-tests-cpp
+if command -v cmake >/dev/null && [ -e /usr/include/gtest/gtest.h ]; then
+  cmake -S . -B target/cmake-device -DGPUFILE_BUILD_TESTS=ON >target/cmake-device.log 2>&1 \
+    && cmake --build target/cmake-device --target test_device >>target/cmake-device.log 2>&1 \
+    || { cat target/cmake-device.log; exit 1; }
+  mkdir -p target/gpu-tests-cpp
+  cp target/cmake-device/tests/cpp/test_device target/release/libgpufile.so target/gpu-tests-cpp/
+else
+  echo "no cmake or GoogleTest here: the C++ device tests are not built"
+fi
 if [ ! -d .whl ] || ! ls .whl/kvikio_cu13-*.whl >/dev/null 2>&1; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
     -d .whl kvikio-cu13==26.10.0 libkvikio-cu13==26.10.0 rapids-logger==0.3.0
 fi
-ls -la target/wheels target/gpu-tests .whl
+ls -la target/wheels target/gpu-tests target/gpu-tests-cpp .whl

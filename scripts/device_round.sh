@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One whole round on the GPU machine (run there from the repository root, after
-# scripts/build_for_device.sh here; carry target/wheels, target/gpu-tests and .whl):
+# scripts/build_for_device.sh here; carry target/wheels, target/gpu-tests, target/gpu-tests-cpp
+# and .whl):
 # install, GPU tests (pytest and Rust), then the benchmark; a short table last; JSON under $OUT.
 #   bash scripts/device_round.sh [--quick] [--sanitize] [--only-bench] [--before WHEEL_DIR]
 #                                [--conformance DIR] [--extra WHEEL_DIR] [--safetensors]
@@ -78,6 +79,11 @@ if [ $only_bench = 1 ]; then
 fi
 echo "== Rust GPU tests"
 for t in target/gpu-tests/*; do "$t" --test-threads=1 2>&1 | tail -4 || status=1; done
+if [ -x target/gpu-tests-cpp/test_device ]; then
+  echo "== C++ device tests (GoogleTest)"
+  LD_LIBRARY_PATH=target/gpu-tests-cpp target/gpu-tests-cpp/test_device 2>&1 | tail -12 \
+    || status=1
+fi
 if [ $sanitize = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck over the Rust GPU tests"
   for t in target/gpu-tests/*; do
