@@ -265,10 +265,11 @@ fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult
         sizes.push(plan.file_size);
         per_file.push((handle, first, plan));
     }
-    let task_size = Engine::global()
-        .map_err(crate::errors::to_py)?
-        .shared_settings()
-        .task_size;
+    // One engine and one snapshot of the settings: the pieces are cut with the task size the
+    // batch then runs with.
+    let engine = Engine::global().map_err(crate::errors::to_py)?;
+    let settings = engine.shared_settings();
+    let task_size = settings.task_size;
     let mut queues = Vec::with_capacity(per_file.len());
     for (handle, first, plan) in &per_file {
         let header = plan.header.clone();
@@ -304,8 +305,6 @@ fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult
     }
     let batch = SendBatch(batch);
     let fut = py.detach(move || -> gpufile::Result<gpufile::IoFuture> {
-        let engine = Engine::global()?;
-        let settings = engine.shared_settings();
         // SAFETY: `views` hold every buffer's export (host) or array object (device) until
         // the wait below has seen every request end.
         unsafe { engine.submit_batch(batch.requests(), &settings) }
