@@ -333,6 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     if "kvikio" in args.libs.split(","):
         try:
             import kvikio
+            import kvikio.defaults
             # Its POSIX path (compat ON), as gpufile's rows run: AUTO would take cuFile's own
             # compat path where nvidia-fs is not loaded, an order of magnitude slower.
             kvikio.defaults.set({"num_threads": args.num_threads,
