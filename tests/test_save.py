@@ -504,7 +504,8 @@ def test_save_from_gpu_memory_is_byte_identical():
             assert a.read() == b.read()
         fut = gs.async_save(state, os.path.join(d, "c"))
         for v in state.values():
-            v.zero_()
+            # Through bytes: CUDA has no fill for every dtype saved here (float4 pairs).
+            (v.view(torch.uint8) if v.element_size() == 1 else v).zero_()
         fut.result()
         with open(os.path.join(d, "c"), "rb") as c, open(os.path.join(d, "b"), "rb") as b:
             assert c.read() == b.read()
