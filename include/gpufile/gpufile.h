@@ -67,6 +67,9 @@ typedef enum {
   // A remote object's server or network failed (an HTTP error status, a refused
   // connection, missing credentials); the message says which.
   GPUFILE_REMOTE = 10,
+  // A range outside what an object covers: an `Mmap` region or offset past the end of the
+  // file, a read outside the mapped region (KvikIO's `std::out_of_range`).
+  GPUFILE_OUT_OF_RANGE = 11,
 } gpufile_status;
 
 // What moves the bytes of a request (`gpufile_file_io_path`).
@@ -484,9 +487,10 @@ size_t gpufile_last_error_path(char *buf, size_t len);
 
 // Maps `initial_map_size` bytes (-1: to the end of the file) at `initial_map_offset` of
 // `path`, opened with `flags` ("r" or "r+"), as KvikIO's `MmapHandle`; `mode` is the
-// permission of a file the open creates; `map_flags` 0 is `MAP_PRIVATE`. A zero-byte region,
-// a region past the end of the file or bad flags are `GPUFILE_BAD_ARGUMENT` with KvikIO's
-// messages; a missing file `GPUFILE_NOT_FOUND`.
+// permission of a file the open creates; `map_flags` 0 is `MAP_PRIVATE`. An offset at or past
+// the end of the file, or a region past it, is `GPUFILE_OUT_OF_RANGE`; a zero-byte region or bad
+// flags `GPUFILE_BAD_ARGUMENT`, both with KvikIO's messages; a missing file
+// `GPUFILE_NOT_FOUND`.
 //
 // # Safety
 // `path` and `flags` are null or NUL-terminated; `out` is null or valid for a write of a
@@ -514,8 +518,9 @@ gpufile_status gpufile_mmap_info(const gpufile_mmap *m,
 
 // Starts reading `size` bytes (-1: to the end of the file) at `offset` of the mapped region
 // into the buffer of `buf_size` bytes at `buf` (host or device memory); `task_size` 0 takes
-// the setting. A read outside the region is `GPUFILE_BAD_ARGUMENT` (KvikIO's "Read is out of
-// bound"), one larger than the buffer too, before any byte moves.
+// the setting. An offset past the end of the file or a read outside the region is
+// `GPUFILE_OUT_OF_RANGE` (KvikIO's "Offset is past the end of file", "Read is out of bound"),
+// one larger than the buffer `GPUFILE_BAD_ARGUMENT`, before any byte moves.
 //
 // # Safety
 // As `gpufile_file_pread`, for `buf_size` bytes.

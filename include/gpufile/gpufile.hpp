@@ -69,6 +69,14 @@ class EndOfFileError : public Error {
 class BadArgumentError : public Error {
   using Error::Error;
 };
+/**
+ * A range outside what an object covers: an Mmap region or offset past the end of the file, a
+ * read outside the mapped region (Python's IndexError). A BadArgumentError too, so a handler of
+ * bad arguments catches it.
+ */
+class OutOfRangeError : public BadArgumentError {
+  using BadArgumentError::BadArgumentError;
+};
 /** The CUDA driver failed (gpufile.CudaError). */
 class CudaError : public Error {
   using Error::Error;
@@ -116,6 +124,7 @@ std::string copy_text(Call&& call, std::size_t first_size = 256)
     case GPUFILE_IS_A_DIRECTORY: throw IsADirectoryError(status, err, message, path);
     case GPUFILE_END_OF_FILE: throw EndOfFileError(status, err, message, path);
     case GPUFILE_BAD_ARGUMENT: throw BadArgumentError(status, err, message, path);
+    case GPUFILE_OUT_OF_RANGE: throw OutOfRangeError(status, err, message, path);
     case GPUFILE_CUDA: throw CudaError(status, err, message, path);
     case GPUFILE_CUFILE: throw CufileError(status, err, message, path);
     case GPUFILE_TIMEOUT: throw TimeoutError(status, err, message, path);

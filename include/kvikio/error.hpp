@@ -103,14 +103,17 @@ void cuda_driver_try(CUresult error, int line_number, char const* filename)
 
 /**
  * Calls `f`, turning gpufile's errors into what KvikIO throws for the same failure: an OS
- * error is a GenericSystemError (errno kept), a bad argument std::invalid_argument, an end of
- * file or anything else a CUfileException (KvikIO's type for its failures).
+ * error is a GenericSystemError (errno kept), a range outside a mapping std::out_of_range, a bad
+ * argument std::invalid_argument, an end of file or anything else a CUfileException (KvikIO's
+ * type for its failures).
  */
 template <typename F>
 decltype(auto) as_kvikio(F&& f)
 {
   try {
     return std::forward<F>(f)();
+  } catch (gpufile::OutOfRangeError const& e) {
+    throw std::out_of_range(e.what());
   } catch (gpufile::BadArgumentError const& e) {
     throw std::invalid_argument(e.what());
   } catch (gpufile::NotFoundError const& e) {

@@ -4,12 +4,16 @@
  */
 #pragma once
 
+#include <sys/mman.h>
 #include <sys/types.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <future>
+#include <iomanip>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -32,6 +36,7 @@ class MmapHandle {
              mode_t mode                                 = FileHandle::m644,
              std::optional<int> map_flags                = std::nullopt)
   {
+    if (map_flags) { check_mapping_type(*map_flags); }
     _m = detail::as_kvikio([&] {
       return gpufile::Mmap(file_path,
                            flags,
@@ -86,6 +91,27 @@ class MmapHandle {
   }
 
  private:
+  /**
+   * KvikIO hands `map_flags` to mmap(2), which refuses flags without a mapping type with EINVAL:
+   * the same GenericSystemError here, before the file opens. Flags gpufile itself refuses
+   * (MAP_FIXED, MAP_FIXED_NOREPLACE, MAP_ANONYMOUS) are std::invalid_argument, from the core.
+   */
+  static void check_mapping_type(int map_flags)
+  {
+    int const type = map_flags & MAP_TYPE;
+    bool const known = type == MAP_SHARED || type == MAP_PRIVATE
+#ifdef MAP_SHARED_VALIDATE
+                       || type == MAP_SHARED_VALIDATE
+#endif
+      ;
+    if (known) { return; }
+    std::ostringstream msg;
+    msg << "map_flags 0x" << std::hex << static_cast<unsigned>(map_flags)
+        << " have no mapping type (MAP_SHARED, MAP_PRIVATE or MAP_SHARED_VALIDATE), which "
+           "mmap(2) refuses";
+    throw GenericSystemError(EINVAL, msg.str());
+  }
+
   template <typename F>
   static std::size_t noexcept_info(F&& f) noexcept
   {

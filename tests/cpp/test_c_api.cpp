@@ -1,6 +1,7 @@
 // The C API (gpufile.h) on CPU: host memory, many-range requests, Mmap, remote objects from a
 // local HTTP server, the path reports, check and observe, and every bad input the issue names,
 // each asserting the status, the errno where it says something, and the message.
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -266,9 +267,18 @@ TEST_F(CApi, mmap_reads_the_region_and_refuses_reads_outside_it)
   ASSERT_EQ(gpufile_future_wait(fut, &n), GPUFILE_OK);
   gpufile_future_free(fut);
   EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 5000, 100));
+  std::fill(buf.begin(), buf.end(), 7);
   expect_error(gpufile_mmap_pread(m, buf.data(), buf.size(), 100, 0, 0, &fut),
-               GPUFILE_BAD_ARGUMENT,
+               GPUFILE_OUT_OF_RANGE,
                "Read is out of bound");
+  EXPECT_EQ(gpufile_last_error_errno(), EINVAL);
+  expect_error(gpufile_mmap_pread(m, buf.data(), buf.size(), 0, 4096 + 8192 + 1, 0, &fut),
+               GPUFILE_OUT_OF_RANGE,
+               "Read is out of bound");
+  expect_error(gpufile_mmap_pread(m, buf.data(), buf.size(), 0, data.size() + 1, 0, &fut),
+               GPUFILE_OUT_OF_RANGE,
+               "Offset is past the end of file");
+  EXPECT_EQ(buf, std::vector<unsigned char>(100, 7));
   expect_error(gpufile_mmap_pread(m, buf.data(), 10, 100, 5000, 0, &fut),
                GPUFILE_BAD_ARGUMENT,
                "larger than the buffer (10 bytes)");
@@ -277,6 +287,16 @@ TEST_F(CApi, mmap_reads_the_region_and_refuses_reads_outside_it)
   expect_error(gpufile_mmap_open(path.c_str(), "r", 0, 0, 0644, 0, &m),
                GPUFILE_BAD_ARGUMENT,
                "should not be zero byte");
+  auto const past_end = static_cast<int64_t>(data.size()) + 1;
+  expect_error(gpufile_mmap_open(path.c_str(), "r", past_end, 0, 0644, 0, &m),
+               GPUFILE_OUT_OF_RANGE,
+               "Mapped region is past the end of file");
+  expect_error(gpufile_mmap_open(path.c_str(), "r", -1, data.size(), 0644, 0, &m),
+               GPUFILE_OUT_OF_RANGE,
+               "Offset must be less than the file size");
+  expect_error(gpufile_mmap_open(path.c_str(), "r", -1, 0, 0644, -1, &m),
+               GPUFILE_BAD_ARGUMENT,
+               "map_flags 0xffffffff");
 }
 
 TEST_F(CApi, a_remote_object_reads_from_a_local_server_and_the_allow_list_refuses)

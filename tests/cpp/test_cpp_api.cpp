@@ -1,9 +1,17 @@
 // The C++ API (gpufile.hpp) and KvikIO's C++ names (kvikio/*.hpp) on CPU: RAII handles,
 // std::future results, the exception types with their messages and paths, scoped settings,
 // Mmap, RemoteFile from a local HTTP server, the path report and observe.
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstring>
+#include <functional>
 #include <future>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -125,7 +133,18 @@ TEST_F(CppApi, mmap_reads_and_refuses_out_of_bound)
   std::vector<unsigned char> buf(100);
   EXPECT_EQ(m.read(buf.data(), buf.size(), 100, 777), 100u);
   EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 777, 100));
-  EXPECT_THROW((void)m.read(buf.data(), buf.size(), 100, data.size()), gpufile::BadArgumentError);
+  EXPECT_THROW((void)m.read(buf.data(), buf.size(), 100, data.size()), gpufile::OutOfRangeError);
+  try {
+    (void)m.read(buf.data(), buf.size(), 0, data.size() + 1);
+    FAIL() << "read past the end of the file";
+  } catch (gpufile::BadArgumentError const& e) {  // an OutOfRangeError is one too
+    EXPECT_EQ(e.status(), GPUFILE_OUT_OF_RANGE);
+    EXPECT_EQ(e.errno_value(), EINVAL);
+    EXPECT_NE(std::string(e.what()).find("Offset is past the end of file"), std::string::npos);
+  }
+  EXPECT_THROW(gpufile::Mmap(path, "r", data.size() + 1), gpufile::OutOfRangeError);
+  EXPECT_THROW(gpufile::Mmap(path, "r", std::nullopt, data.size()), gpufile::OutOfRangeError);
+  EXPECT_THROW(gpufile::Mmap(path, "r", 0), gpufile::BadArgumentError);
 }
 
 TEST_F(CppApi, remote_file_reads_a_local_server_and_observe_counts_it)
@@ -193,4 +212,67 @@ TEST_F(CppApi, kvikio_mmap_and_remote_handle)
   EXPECT_THROW((void)r.read(buf.data(), 100, data.size()), std::invalid_argument);
   kvikio::RemoteHandle h(std::make_unique<kvikio::HttpEndpoint>(server.url() + "/data.bin"));
   EXPECT_EQ(h.nbytes(), data.size());
+}
+
+namespace {
+
+/** Runs `f`, expecting an exception of type E whose what() holds `text`. */
+template <typename E>
+void expect_throw(std::function<void()> const& f, std::string const& text)
+{
+  try {
+    f();
+    ADD_FAILURE() << "nothing thrown; expected: " << text;
+  } catch (E const& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << "what(): " << e.what();
+  } catch (std::exception const& e) {
+    ADD_FAILURE() << "another exception type: " << e.what();
+  }
+}
+
+}  // namespace
+
+TEST_F(CppApi, kvikio_mmap_handle_refuses_bad_regions_and_flags_with_kvikios_types)
+{
+  auto const size = data.size();
+  expect_throw<std::out_of_range>([&] { kvikio::MmapHandle(path, "r", size + 1); },
+                                  "Mapped region is past the end of file");
+  expect_throw<std::out_of_range>([&] { kvikio::MmapHandle(path, "r", std::nullopt, size); },
+                                  "Offset must be less than the file size");
+  expect_throw<std::invalid_argument>([&] { kvikio::MmapHandle(path, "r", 0); },
+                                      "Mapped region should not be zero byte");
+  // No mapping type: what mmap(2) answers (EINVAL), as KvikIO hands the flags to it.
+  for (int flags : {-1, 0, MAP_POPULATE}) {
+    try {
+      kvikio::MmapHandle(path, "r", std::nullopt, 0, kvikio::FileHandle::m644, flags);
+      ADD_FAILURE() << "map_flags " << flags << " accepted";
+    } catch (kvikio::GenericSystemError const& e) {
+      EXPECT_EQ(e.code().value(), EINVAL);
+      EXPECT_NE(std::string(e.what()).find("Invalid argument"), std::string::npos) << e.what();
+    }
+  }
+  // A mapping type with a flag gpufile refuses: the core's bad argument.
+  expect_throw<std::invalid_argument>(
+    [&] {
+      kvikio::MmapHandle(path, "r", std::nullopt, 0, kvikio::FileHandle::m644,
+                         MAP_PRIVATE | MAP_FIXED);
+    },
+    "MAP_FIXED");
+  kvikio::MmapHandle shared(path, "r", 4096, 0, kvikio::FileHandle::m644, MAP_SHARED);
+  EXPECT_EQ(shared.initial_map_size(), 4096u);
+
+  kvikio::MmapHandle m(path, "r", 1024, 512);
+  std::vector<unsigned char> buf(size, 7);
+  for (auto [n, offset] : {std::pair<std::size_t, std::size_t>{1024, size},  // right bound
+                           {0, 512 + 1024 + 1},                               // left bound
+                           {1024, 512 - 128},                                 // before the region
+                           {1024 + 128, 512}}) {                              // too long
+    expect_throw<std::out_of_range>([&] { m.read(buf.data(), n, offset); }, "Read is out of bound");
+  }
+  kvikio::MmapHandle whole(path, "r");
+  expect_throw<std::out_of_range>([&] { whole.read(buf.data(), 0, size + 1); },
+                                  "Offset is past the end of file");
+  EXPECT_EQ(buf, std::vector<unsigned char>(size, 7));
+  EXPECT_EQ(m.read(buf.data(), 0, 512 + 1024), 0u);
+  EXPECT_EQ(whole.read(buf.data(), 0, size), 0u);
 }

@@ -36,6 +36,9 @@ pub enum gpufile_status {
     /// A remote object's server or network failed (an HTTP error status, a refused
     /// connection, missing credentials); the message says which.
     GPUFILE_REMOTE = 10,
+    /// A range outside what an object covers: an `Mmap` region or offset past the end of the
+    /// file, a read outside the mapped region (KvikIO's `std::out_of_range`).
+    GPUFILE_OUT_OF_RANGE = 11,
 }
 
 use gpufile_status::*;
@@ -103,11 +106,11 @@ impl From<Error> for CallError {
             Error::NotReadable { .. } | Error::NotWritable { .. } => GPUFILE_PERMISSION,
             Error::Closed
             | Error::InvalidArgument(_)
-            | Error::OutOfRange(_)
             | Error::UnknownSetting { .. }
             | Error::InvalidSetting { .. }
             | Error::InvalidEnv { .. }
             | Error::NotSeekable { .. } => GPUFILE_BAD_ARGUMENT,
+            Error::OutOfRange(_) => GPUFILE_OUT_OF_RANGE,
             Error::Cuda { .. } | Error::CudaUnavailable { .. } => GPUFILE_CUDA,
             Error::Cufile { .. } | Error::CufileUnavailable { .. } | Error::CufileBusy { .. } => {
                 GPUFILE_CUFILE
@@ -116,7 +119,7 @@ impl From<Error> for CallError {
             _ => GPUFILE_OTHER,
         };
         let errno = match (errno, status) {
-            (0, GPUFILE_BAD_ARGUMENT) => libc::EINVAL,
+            (0, GPUFILE_BAD_ARGUMENT | GPUFILE_OUT_OF_RANGE) => libc::EINVAL,
             (0, GPUFILE_PERMISSION) => libc::EBADF,
             (0, GPUFILE_END_OF_FILE) => 0,
             (n, _) => n,
