@@ -118,8 +118,8 @@ impl NativeFile {
             .map(|o| {
                 StreamOrder::parse(o).ok_or_else(|| {
                     PyValueError::new_err(format!(
-                        "order must be \"wait-value\", \"host-function\" or \"caller-waits\", \
-                         got {o:?}"
+                        "order must be \"wait-value\", \"host-function\", \"staged\" or \
+                         \"caller-waits\", got {o:?}"
                     ))
                 })
             })
@@ -155,7 +155,7 @@ impl NativeFile {
         let keep = (view, buf.clone().unbind(), slf.clone().into_any().unbind());
         // Dropped with the GIL held, on the callback thread, once the request has ended.
         fut.on_done(move || crate::callbacks::post(Box::new(move |_py| drop(keep))));
-        if ordering.order != StreamOrder::WaitValue {
+        if !matches!(ordering.order, StreamOrder::WaitValue | StreamOrder::Staged) {
             gpufile::observe::notice(
                 "stream-order",
                 format!(

@@ -450,6 +450,53 @@ pub fn synchronize_stream(handle: u64, ctx: Context) -> Result<()> {
     })
 }
 
+/// A copy queued on an application's stream by [`copy_on_stream`].
+#[derive(Clone, Copy, Debug)]
+pub enum StreamCopy {
+    /// `len` bytes from host memory at `src` to device address `dst` (`cuMemcpyHtoDAsync`).
+    ToDevice {
+        /// Device address of the first byte written.
+        dst: u64,
+        /// Host address of the first byte read.
+        src: *const u8,
+        /// Bytes.
+        len: usize,
+    },
+    /// `len` bytes from device address `src` to host memory at `dst` (`cuMemcpyDtoHAsync`).
+    ToHost {
+        /// Host address of the first byte written.
+        dst: *mut u8,
+        /// Device address of the first byte read.
+        src: u64,
+        /// Bytes.
+        len: usize,
+    },
+}
+
+/// Queues `copy` on the stream `handle` (as for [`synchronize_stream`]) in `ctx`, made current
+/// unless it is already.
+///
+/// # Safety
+/// The host side must be page-locked memory that stays valid (and, for a copy to the device,
+/// unchanged; for one to the host, untouched by others) until the stream has passed the copy;
+/// the device side must be valid device memory of `ctx` for `len` bytes; `handle` must be a
+/// live stream of `ctx` or a special handle.
+pub unsafe fn copy_on_stream(handle: u64, ctx: Context, copy: StreamCopy) -> Result<()> {
+    let api = api()?;
+    let _g = push_unless_current(api, ctx)?;
+    let stream = handle as sys::CUstream;
+    match copy {
+        // SAFETY: the caller's contract.
+        StreamCopy::ToDevice { dst, src, len } => check("cuMemcpyHtoDAsync", unsafe {
+            (api.memcpy_htod_async)(dst, src.cast(), len, stream)
+        }),
+        // SAFETY: the caller's contract.
+        StreamCopy::ToHost { dst, src, len } => check("cuMemcpyDtoHAsync", unsafe {
+            (api.memcpy_dtoh_async)(dst.cast(), src, len, stream)
+        }),
+    }
+}
+
 /// `ctx` made current on this thread until the guard drops, unless it is already (an
 /// application thread that made the array usually has it: no push, no pop).
 fn push_unless_current(api: &CudaApi, ctx: Context) -> Result<Option<ContextGuard>> {

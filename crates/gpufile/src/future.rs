@@ -107,6 +107,11 @@ impl Completion {
         })
     }
 
+    /// Whether every task has finished (the request has ended).
+    pub fn is_done(&self) -> bool {
+        lock(&self.state).remaining == 0
+    }
+
     /// True once a task failed or the request was cancelled: tasks not yet started are skipped.
     pub fn stopped(&self) -> bool {
         self.stop.is_set()

@@ -1,7 +1,7 @@
 //! Stream-ordered requests (KvikIO's `raw_read_async` / `raw_write_async`): a request queued on
 //! an application's CUDA stream starts once the work queued on the stream before it has
-//! finished, the work queued on the stream after it waits for its end, and the call that queues
-//! it returns at once.
+//! finished, the work queued on the stream after it waits for what it needs of it, and the call
+//! that queues it returns at once.
 //!
 //! How to use:
 //! 1. [`ordering_for`] a device (or [`choose`], a pure function of what the driver offers) says
@@ -10,21 +10,45 @@
 //!    the request itself (past the end of the file as it is when the stream gets there, a failed
 //!    `pread`) end that future; they never fail the call.
 //!
-//! How it works. A host function (`cuLaunchHostFunc`) queued on the stream hands the request to
-//! gpufile's launcher thread when the stream reaches it (a host function may make no CUDA call,
-//! so it only hands over); the launcher submits it to the engine, so the file is looked at when
-//! the stream gets there, not when the call was made. The stream's later work waits for the
-//! request's end in one of two ways ([`StreamOrder`]):
-//! - `WaitValue`: `cuStreamWaitValue32` on a flag in pinned, device-mapped memory that gpufile
-//!   sets when the request ends. Nothing blocks: neither the caller nor the driver's thread.
-//! - `HostFunction`: the host function blocks until the request has ended (where the driver
-//!   lacks stream memory operations). The driver may run the host functions of several streams
-//!   on one thread, so such requests of different streams may run one after another.
+//! How it works. Every GPU operation of a request goes on the application's stream itself, and
+//! gpufile's own part is host work only, which makes no CUDA call. That is what keeps it free
+//! of deadlocks: while a stream waits for gpufile, the application may do anything that waits
+//! for the whole context (CUDA loads a kernel's module on its first launch and synchronizes the
+//! context to do it; `cudaFree`; a device synchronize), and such a wait, holding the driver,
+//! would block a CUDA call of gpufile's that the stream's wait depends on. (That deadlock was
+//! seen on an H200: a write staged on gpufile's own stream, a CuPy kernel launched for the first
+//! time behind it.)
 //!
-//! Where neither can run (a write, whose staging was seen to deadlock behind the stream's wait;
-//! no driver, no `cuLaunchHostFunc`, or a cuFile transfer on a stream that the legacy default
-//! stream orders, where cuFile's own copies could queue behind the wait), the calling thread
-//! waits for the stream, then for the request (`CallerWaits`).
+//! - A read into device memory reads the file into pinned staging memory, then the stream copies
+//!   it to the destination. A host function (`cuLaunchHostFunc`) queued on the stream hands the
+//!   host read to gpufile's launcher thread when the stream reaches it (a host function may make
+//!   no CUDA call, so it only hands over); the file is looked at when the stream gets there, not
+//!   when the call was made. The stream then waits for the host read's end in one of two ways
+//!   ([`StreamOrder`]), then copies the staging to the destination, then a last host function
+//!   ends the future:
+//!   - `WaitValue`: `cuStreamWaitValue32` on a flag in pinned, device-mapped memory that gpufile
+//!     sets when the host read ends. Nothing blocks: neither the caller nor the driver's thread.
+//!   - `HostFunction`: the host function blocks until the host read ends (where the driver
+//!     lacks stream memory operations). The driver may run the host functions of several
+//!     streams on one thread, so such requests of different streams may run one after another.
+//! - A write from device memory (`Staged`): the stream copies the source into pinned staging
+//!   memory, then a host function hands the file write to the launcher. The stream's later work
+//!   follows the copy, not the file write: it may change the source at once. The future ends
+//!   when the file write has.
+//! - A request on host memory needs no staging: the host read or write runs where the stream
+//!   reaches its host function, and the stream waits for its end as for a read.
+//!
+//! The requests queued on one stream reach the file in their order: each waits for the staged
+//! writes queued before it on the same stream (whose file writes the stream does not wait for).
+//! Staging comes from a pool of pinned buffers that is never freed while the process runs
+//! (freeing pinned memory synchronizes the device: it would wait for the very streams that wait
+//! for gpufile), at most [`STAGING_MAX`] bytes in all. Where a request cannot be queued this way
+//! (more staging than that, no driver, no `cuLaunchHostFunc`), the calling thread waits for the
+//! stream, then for the request (`CallerWaits`), and the reason says why.
+//!
+//! A read whose host part fails (the file shrank before the stream got there, a failed `pread`)
+//! still lets the stream go: its destination range is then written with zeros, and the future
+//! holds the error.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -32,40 +56,49 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-use crate::cuda::{self, Context, PinnedBuffer, StreamOpsSupport};
+use crate::cuda::{self, Context, PinnedBuffer, StreamCopy, StreamOpsSupport};
 use crate::error::{Error, Result};
 use crate::future::{lock, Completion};
-use crate::plan::Backend;
-use crate::request::Direction;
+use crate::request::{Buffer, Direction, Range};
 use crate::source::Endpoint;
 use crate::{Engine, IoFuture, Request, Settings};
 
-/// How the work queued on a stream after a stream-ordered request waits for its end.
+/// How the work queued on a stream after a stream-ordered request waits for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamOrder {
-    /// `cuStreamWaitValue32` on a flag gpufile sets when the request ends.
+    /// `cuStreamWaitValue32` on a flag gpufile sets when the host part ends.
     WaitValue,
-    /// A host function on the stream blocks until the request ends.
+    /// A host function on the stream blocks until the host part ends.
     HostFunction,
+    /// A write: the stream copies the source into pinned staging; its later work follows the
+    /// copy, and the file write runs after it, off the stream.
+    Staged,
     /// The calling thread waits for the stream, then for the request.
     CallerWaits,
 }
 
 impl StreamOrder {
-    /// The name shown in reports (`"wait-value"`, `"host-function"`, `"caller-waits"`).
+    /// The name shown in reports (`"wait-value"`, `"host-function"`, `"staged"`,
+    /// `"caller-waits"`).
     pub fn as_str(self) -> &'static str {
         match self {
             StreamOrder::WaitValue => "wait-value",
             StreamOrder::HostFunction => "host-function",
+            StreamOrder::Staged => "staged",
             StreamOrder::CallerWaits => "caller-waits",
         }
     }
 
     /// The order a name says, `None` for an unknown name.
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::WaitValue, Self::HostFunction, Self::CallerWaits]
-            .into_iter()
-            .find(|o| o.as_str() == name)
+        [
+            Self::WaitValue,
+            Self::HostFunction,
+            Self::Staged,
+            Self::CallerWaits,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == name)
     }
 }
 
@@ -93,8 +126,18 @@ impl StreamOrdering {
     }
 }
 
-/// How stream-ordered requests wait, given what the driver offers (`Err`: no usable driver, and
-/// why) and an order asked for (`prefer`; an order the driver cannot do is an error).
+/// Most bytes of pinned staging that stream-ordered requests keep (in use or free for the
+/// next): a request that needs more waits for the caller instead. Staging is never freed (see
+/// the module's header), so this bounds what the process keeps pinned for them.
+pub const STAGING_MAX: usize = 256 << 20;
+
+/// Smallest staging buffer: sizes are rounded up to a power of two from here, so that buffers
+/// are reused by requests of nearby sizes.
+const STAGING_MIN: usize = 64 << 10;
+
+/// How stream-ordered reads wait, given what the driver offers (`Err`: no usable driver, and
+/// why) and an order asked for (`prefer`; an order the driver cannot do is an error). Writes
+/// from device memory take [`StreamOrder::Staged`] wherever reads can be queued.
 pub fn choose(
     support: std::result::Result<StreamOpsSupport, String>,
     prefer: Option<StreamOrder>,
@@ -141,6 +184,7 @@ pub fn choose(
             format!("the driver ({major}.{minor}) has no cuLaunchHostFunc"),
         )),
         (Some(HostFunction), true, _) => Ok(StreamOrdering::new(HostFunction, "asked for")),
+        (Some(Staged), true, _) => Ok(StreamOrdering::new(Staged, "asked for")),
         (Some(WaitValue), true, Err(why)) => Err(unable(prefer, &why)),
         (_, true, Ok(how)) => Ok(StreamOrdering::new(WaitValue, how)),
         (_, true, Err(why)) => Ok(StreamOrdering::new(
@@ -155,7 +199,7 @@ fn unable(prefer: Option<StreamOrder>, why: &str) -> Error {
     Error::InvalidArgument(format!("stream order {asked} cannot be used here: {why}"))
 }
 
-/// How stream-ordered requests on device `ordinal` wait (asked of the driver once per device).
+/// How stream-ordered reads on device `ordinal` wait (asked of the driver once per device).
 pub fn ordering_for(ordinal: i32) -> StreamOrdering {
     static KNOWN: Mutex<Option<HashMap<i32, StreamOrdering>>> = Mutex::new(None);
     let mut known = lock(&KNOWN);
@@ -168,6 +212,36 @@ pub fn ordering_for(ordinal: i32) -> StreamOrdering {
                 .unwrap_or_else(|e| StreamOrdering::new(StreamOrder::CallerWaits, e.to_string()))
         })
         .clone()
+}
+
+/// The order a request takes, from the device's (or the asked) order for reads: a write from
+/// device memory is staged wherever a read could be queued; `Staged` is for such writes only.
+fn order_for_request(
+    base: StreamOrdering,
+    asked: bool,
+    write: bool,
+    device: bool,
+) -> Result<StreamOrdering> {
+    use StreamOrder::*;
+    match (base.order, write && device) {
+        (CallerWaits, _) => Ok(base),
+        (Staged, false) => Err(Error::InvalidArgument(
+            "stream order staged is for writes from device memory: a read, or a transfer of \
+             host memory, waits on the stream (wait-value or host-function)"
+                .into(),
+        )),
+        (Staged, true) => Ok(base),
+        (WaitValue | HostFunction, true) if asked => Err(unable(
+            Some(base.order),
+            "a write from device memory is staged (the stream copies its source, then goes on)",
+        )),
+        (WaitValue | HostFunction, true) => Ok(StreamOrdering::new(
+            Staged,
+            "the stream copies the source into pinned staging and goes on; the file write runs \
+             after the copy, off the stream",
+        )),
+        (WaitValue | HostFunction, false) => Ok(base),
+    }
 }
 
 /// Where a stream-ordered request is queued.
@@ -199,7 +273,7 @@ pub unsafe fn submit(
     prefer: Option<StreamOrder>,
 ) -> Result<(IoFuture, StreamOrdering)> {
     let req = req.after(None).caller_waits(false);
-    let mut ordering = match (stream.device, prefer) {
+    let base = match (stream.device, prefer) {
         (Some((_, ordinal)), None) => ordering_for(ordinal),
         (device, _) => {
             let support = match device {
@@ -209,91 +283,354 @@ pub unsafe fn submit(
             choose(support, prefer)?
         }
     };
-    if req.direction == Direction::Write && ordering.order != StreamOrder::CallerWaits {
-        if prefer.is_some() {
-            return Err(unable(prefer, WRITES_WAIT));
+    let write = req.direction == Direction::Write;
+    let device = matches!(req.buffer, Buffer::Device { .. });
+    let mut ordering = order_for_request(base, prefer.is_some(), write, device)?;
+    let mut staging = None;
+    if let (Some((_, ordinal)), true, false) = (
+        stream.device,
+        device,
+        ordering.order == StreamOrder::CallerWaits,
+    ) {
+        match Staging::take(req.buffer.len(), ordinal)? {
+            Some(s) => staging = Some(s),
+            None if prefer.is_some() => {
+                return Err(unable(prefer, &staging_full(req.buffer.len())));
+            }
+            None => {
+                ordering =
+                    StreamOrdering::new(StreamOrder::CallerWaits, staging_full(req.buffer.len()))
+            }
         }
-        ordering = StreamOrdering::new(StreamOrder::CallerWaits, WRITES_WAIT);
     }
-    if let (Some((ctx, _)), StreamOrder::WaitValue | StreamOrder::HostFunction) =
-        (stream.device, ordering.order)
-    {
-        if cufile_behind_legacy_stream(&endpoint, &req, &settings, stream.handle, ctx) {
-            ordering = StreamOrdering::new(
-                StreamOrder::CallerWaits,
-                "a cuFile transfer on a stream the legacy default stream orders: cuFile's own \
-                 copies could queue behind the stream's wait",
-            );
-        }
-    }
-    let job = Job {
-        engine: Arc::clone(engine),
-        endpoint,
-        req: SendRequest(req),
-        settings,
-    };
     let Some((ctx, _)) = stream.device else {
+        let job = Job::new(engine, endpoint, req, settings, None);
         return Ok((job.run_here(), ordering));
     };
-    match ordering.order {
-        StreamOrder::CallerWaits => {
-            cuda::synchronize_stream(stream.handle, ctx)?;
-            Ok((job.run_here(), ordering))
+    if ordering.order == StreamOrder::CallerWaits {
+        cuda::synchronize_stream(stream.handle, ctx)?;
+        let job = Job::new(engine, endpoint, req, settings, None);
+        return Ok((job.run_here(), ordering));
+    }
+    let on = Queued {
+        handle: stream.handle,
+        ctx,
+    };
+    let fut = match staging {
+        Some(staging) if write => {
+            on.staged_write(engine, endpoint, req, settings, staging, &mut ordering)?
         }
-        StreamOrder::WaitValue => match Flag::take(ctx) {
-            Ok(flag) => {
-                let target = (flag.dev, flag.target);
-                let fut = job.queue(stream.handle, ctx, Release::Flag(flag))?;
-                // SAFETY: the flag's page is never freed; the stream is the caller's live one.
-                let waited =
-                    unsafe { cuda::stream_wait_value32(stream.handle, ctx, target.0, target.1) };
-                if let Err(e) = waited {
-                    // The request is queued: wait for it here, so that later work still follows.
-                    fut.wait().ok();
-                    ordering = StreamOrdering::new(
-                        StreamOrder::CallerWaits,
-                        format!("cuStreamWaitValue32 failed ({e}): the caller waited"),
-                    );
+        Some(staging) => on.staged_read(engine, endpoint, req, settings, staging, &mut ordering)?,
+        None => on.host(engine, endpoint, req, settings, &mut ordering)?,
+    };
+    Ok((fut, ordering))
+}
+
+fn staging_full(len: usize) -> String {
+    format!(
+        "the caller waits: {len} bytes of pinned staging are not to be had within the \
+         {STAGING_MAX} bytes that stream-ordered requests keep"
+    )
+}
+
+/// The stream a request is queued on.
+struct Queued {
+    handle: u64,
+    ctx: Context,
+}
+
+impl Queued {
+    /// A request on host memory: the host function hands it over, the stream waits for its end.
+    fn host(
+        &self,
+        engine: &Arc<Engine>,
+        endpoint: Endpoint,
+        req: Request,
+        settings: Arc<Settings>,
+        ordering: &mut StreamOrdering,
+    ) -> Result<IoFuture> {
+        let job = Job::new(engine, endpoint, req, settings, self.last_write());
+        Ok(self.queue_waited(job, None, ordering)?.0)
+    }
+
+    /// A read into device memory: the host read into staging (the stream waiting for it), the
+    /// stream's copies to the destination, and a host function that ends the future.
+    fn staged_read(
+        &self,
+        engine: &Arc<Engine>,
+        endpoint: Endpoint,
+        req: Request,
+        settings: Arc<Settings>,
+        staging: Staging,
+        ordering: &mut StreamOrdering,
+    ) -> Result<IoFuture> {
+        let Buffer::Device { addr, .. } = req.buffer else {
+            unreachable!("staged only for device memory")
+        };
+        let ranges: Vec<Range> = req.ranges.as_slice().to_vec();
+        let host_req = staging.request(&req);
+        let job = Job::new(engine, endpoint, host_req, settings, self.last_write());
+        let zero = Some(SendPtr(staging.ptr(), staging.len()));
+        let (read, read_done) = self.queue_waited(job, zero, ordering)?;
+        let user = Completion::new(1, |_| {});
+        let copied = (|| {
+            for r in &ranges {
+                let copy = StreamCopy::ToDevice {
+                    dst: addr + r.buf_offset as u64,
+                    // SAFETY: the range lies in the staging buffer, which mirrors the request's
+                    // buffer and holds buffer.len() bytes.
+                    src: unsafe { staging.ptr().add(r.buf_offset) },
+                    len: r.len,
+                };
+                // SAFETY: the staging stays valid and unchanged until the future ends (after the
+                // host function below); the destination is the caller's, valid until then.
+                unsafe { cuda::copy_on_stream(self.handle, self.ctx, copy) }?;
+            }
+            Ok(())
+        })();
+        let end = Ended {
+            read: Arc::clone(&read_done),
+            user: Arc::clone(&user),
+            staging: Some(staging),
+            copy_error: copied.err(),
+        };
+        if end.copy_error.is_some() {
+            // Nothing more is queued: the read still runs when the stream gets there; the
+            // caller waits for it, so that the staging goes back only once nothing uses it.
+            let _ = read.wait();
+            cuda::synchronize_stream(self.handle, self.ctx).ok();
+            end.run();
+            return Ok(IoFuture::pending(user));
+        }
+        let data = Box::into_raw(Box::new(end)).cast::<c_void>();
+        // SAFETY: `on_copied` makes no CUDA call and takes the box back exactly once; on an
+        // error the driver never calls it, and the box is taken back here.
+        if let Err(e) = unsafe { cuda::launch_host_func(self.handle, self.ctx, on_copied, data) } {
+            // SAFETY: not handed to the driver: this is the only owner.
+            let end = unsafe { Box::from_raw(data.cast::<Ended>()) };
+            // The copies are queued: wait for them here, then end the future.
+            let _ = read.wait();
+            cuda::synchronize_stream(self.handle, self.ctx).ok();
+            *ordering = StreamOrdering::new(
+                StreamOrder::CallerWaits,
+                format!(
+                    "cuLaunchHostFunc failed after the copies were queued ({e}): the caller waited"
+                ),
+            );
+            end.run();
+        }
+        Ok(IoFuture::pending(user))
+    }
+
+    /// A write from device memory: the stream copies the source into staging, then hands the
+    /// file write over; the stream does not wait for it.
+    fn staged_write(
+        &self,
+        engine: &Arc<Engine>,
+        endpoint: Endpoint,
+        req: Request,
+        settings: Arc<Settings>,
+        staging: Staging,
+        ordering: &mut StreamOrdering,
+    ) -> Result<IoFuture> {
+        let Buffer::Device { addr, .. } = req.buffer else {
+            unreachable!("staged only for device memory")
+        };
+        for r in req.ranges.as_slice() {
+            let copy = StreamCopy::ToHost {
+                // SAFETY: the range lies in the staging buffer (buffer.len() bytes).
+                dst: unsafe { staging.ptr().add(r.buf_offset) },
+                src: addr + r.buf_offset as u64,
+                len: r.len,
+            };
+            // SAFETY: nobody else touches the staging until the write ends; the source is the
+            // caller's device memory, valid until the future ends.
+            if let Err(e) = unsafe { cuda::copy_on_stream(self.handle, self.ctx, copy) } {
+                // Copies queued before this one may still run into the staging: wait for them
+                // before it goes back.
+                cuda::synchronize_stream(self.handle, self.ctx).ok();
+                staging.give_back();
+                return Err(e);
+            }
+        }
+        let host_req = staging.request(&req);
+        let mut job = Job::new(engine, endpoint, host_req, settings, self.last_write());
+        job.staging = Some(staging);
+        let proxy = Completion::new(1, |_| {});
+        let sender = launcher()?;
+        let reached = Box::new(Reached {
+            job,
+            proxy: Arc::clone(&proxy),
+            release: Release::None,
+            sender,
+            gate: None,
+            zero: None,
+        });
+        let data = Box::into_raw(reached).cast::<c_void>();
+        // SAFETY: `on_reached` makes no CUDA call and takes back the box exactly once; on an
+        // error the driver never calls it, and the box is taken back here.
+        if let Err(e) = unsafe { cuda::launch_host_func(self.handle, self.ctx, on_reached, data) } {
+            // SAFETY: not handed to the driver: this is the only owner.
+            let reached = unsafe { Box::from_raw(data.cast::<Reached>()) };
+            // The copies are queued: the write runs once they are done, from this thread.
+            cuda::synchronize_stream(self.handle, self.ctx).ok();
+            *ordering = StreamOrdering::new(
+                StreamOrder::CallerWaits,
+                format!(
+                    "cuLaunchHostFunc failed after the copy was queued ({e}): the caller \
+                         waited for the copy"
+                ),
+            );
+            reached.launch();
+        }
+        self.remember_write(Arc::clone(&proxy));
+        Ok(IoFuture::pending(proxy))
+    }
+
+    /// Queues `job` behind a host function and a wait of the stream for its end (a flag, or a
+    /// blocking host function); `zero`: the staging to clear where the job fails. The future
+    /// and the completion behind it.
+    fn queue_waited(
+        &self,
+        job: Job,
+        zero: Option<SendPtr>,
+        ordering: &mut StreamOrdering,
+    ) -> Result<(IoFuture, Arc<Completion>)> {
+        match ordering.order {
+            StreamOrder::WaitValue => match Flag::take(self.ctx) {
+                Ok(flag) => {
+                    let target = (flag.dev, flag.target);
+                    let (fut, proxy) = job.queue(self, Release::Flag(flag), zero)?;
+                    // SAFETY: the flag's page is never freed; the stream is the caller's live
+                    // one.
+                    let waited = unsafe {
+                        cuda::stream_wait_value32(self.handle, self.ctx, target.0, target.1)
+                    };
+                    if let Err(e) = waited {
+                        // The request is queued: wait for it here, so that later work still
+                        // follows.
+                        fut.wait().ok();
+                        *ordering = StreamOrdering::new(
+                            StreamOrder::CallerWaits,
+                            format!("cuStreamWaitValue32 failed ({e}): the caller waited"),
+                        );
+                    }
+                    Ok((fut, proxy))
                 }
-                Ok((fut, ordering))
-            }
-            Err(e) => {
-                let reason = format!(
-                    "no flag for cuStreamWaitValue32 ({e}): a host function on the stream blocks \
-                     until the transfer ends"
-                );
-                let fut = job.queue(stream.handle, ctx, Release::Gate(Arc::default()))?;
-                Ok((fut, StreamOrdering::new(StreamOrder::HostFunction, reason)))
-            }
-        },
-        StreamOrder::HostFunction => {
-            let fut = job.queue(stream.handle, ctx, Release::Gate(Arc::default()))?;
-            Ok((fut, ordering))
+                Err(e) => {
+                    *ordering = StreamOrdering::new(
+                        StreamOrder::HostFunction,
+                        format!(
+                            "no flag for cuStreamWaitValue32 ({e}): a host function on the \
+                             stream blocks until the transfer ends"
+                        ),
+                    );
+                    job.queue(self, Release::Gate(Arc::default()), zero)
+                }
+            },
+            _ => job.queue(self, Release::Gate(Arc::default()), zero),
         }
+    }
+
+    /// The last staged write queued on this stream, while it has not ended.
+    fn last_write(&self) -> Option<Arc<Completion>> {
+        let writes = lock(&LAST_WRITES);
+        writes
+            .as_ref()
+            .and_then(|w| w.get(&self.handle))
+            .filter(|c| !c.is_done())
+            .cloned()
+    }
+
+    /// Makes `write` the one the stream's later requests wait for.
+    fn remember_write(&self, write: Arc<Completion>) {
+        let mut writes = lock(&LAST_WRITES);
+        let writes = writes.get_or_insert_with(HashMap::new);
+        writes.retain(|_, c| !c.is_done());
+        writes.insert(self.handle, write);
     }
 }
 
-/// Why a stream-ordered write waits for the caller. A write queued behind the stream's wait was
-/// seen to deadlock on an H200 (its device-to-host staging never finished while the stream
-/// waited for the write's end), where reads queued the same way ran; until the cause is found
-/// and tested, a write is ordered the way that cannot deadlock: the caller waits for the stream,
-/// then for the write.
-const WRITES_WAIT: &str = "a write waits for the caller: the stream is synchronized, then the \
-     write runs (a write queued behind the stream's wait could deadlock on its device-to-host \
-     staging)";
+/// Per stream handle, the last write queued on it that the stream does not wait for: the
+/// stream's later requests start after it, so that they see its bytes in the file.
+static LAST_WRITES: Mutex<Option<HashMap<u64, Arc<Completion>>>> = Mutex::new(None);
 
-/// Whether `req` would take cuFile on a stream that the legacy default stream orders.
-fn cufile_behind_legacy_stream(
-    endpoint: &Endpoint,
-    req: &Request,
-    settings: &Settings,
-    handle: u64,
-    ctx: Context,
-) -> bool {
-    let cufile = Engine::io_path(endpoint, req.buffer.memory(), req.len(), settings)
-        .is_ok_and(|p| p.backend == Backend::Cufile);
-    cufile && cuda::stream_is_blocking(handle, ctx)
+/// Pinned staging of one stream-ordered request, back to the pool when dropped by
+/// [`Staging::give_back`].
+struct Staging {
+    buf: PinnedBuffer,
+    len: usize,
 }
+
+/// The staging pool: free buffers, and the bytes of every buffer made (free or in use).
+struct StagingPool {
+    free: Vec<PinnedBuffer>,
+    made: usize,
+}
+
+static STAGING: Mutex<StagingPool> = Mutex::new(StagingPool {
+    free: Vec::new(),
+    made: 0,
+});
+
+impl Staging {
+    /// `len` bytes of staging for a request on device `ordinal`, `None` where the pool's limit
+    /// leaves none (a buffer of the pool is reused where one is large enough).
+    fn take(len: usize, ordinal: i32) -> Result<Option<Staging>> {
+        let size = len.max(STAGING_MIN).checked_next_power_of_two();
+        let Some(size) = size.filter(|s| *s <= STAGING_MAX) else {
+            return Ok(None);
+        };
+        let mut pool = lock(&STAGING);
+        let fit = (pool.free.iter().enumerate())
+            .filter(|(_, b)| b.len() >= size)
+            .min_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i);
+        if let Some(i) = fit {
+            let buf = pool.free.swap_remove(i);
+            return Ok(Some(Staging { buf, len }));
+        }
+        if pool.made + size > STAGING_MAX {
+            return Ok(None);
+        }
+        let buf = PinnedBuffer::new(size, cuda::primary_context(ordinal)?)?;
+        pool.made += size;
+        Ok(Some(Staging { buf, len }))
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        self.buf.as_ptr()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `req` on this staging (host memory laid out as the request's buffer).
+    fn request(&self, req: &Request) -> Request {
+        let host = Buffer::Host {
+            ptr: self.ptr(),
+            len: self.len,
+        };
+        Request {
+            buffer: host,
+            pointer_info: None,
+            after: None,
+            ..req.clone()
+        }
+    }
+
+    /// Back to the pool (never freed: see the module's header).
+    fn give_back(self) {
+        lock(&STAGING).free.push(self.buf);
+    }
+}
+
+/// A staging range to clear where its read fails.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8, usize);
+// SAFETY: the staging it points into is owned by the request until its future ends.
+unsafe impl Send for SendPtr {}
 
 /// A request moved to the launcher thread: its raw addresses stay valid because the caller of
 /// [`submit`] keeps the buffer until the future is done.
@@ -307,9 +644,30 @@ struct Job {
     endpoint: Endpoint,
     req: SendRequest,
     settings: Arc<Settings>,
+    /// A write queued before it on the same stream, which it starts after.
+    after: Option<Arc<Completion>>,
+    /// A staged write's staging, back to the pool when the write has ended.
+    staging: Option<Staging>,
 }
 
 impl Job {
+    fn new(
+        engine: &Arc<Engine>,
+        endpoint: Endpoint,
+        req: Request,
+        settings: Arc<Settings>,
+        after: Option<Arc<Completion>>,
+    ) -> Self {
+        Job {
+            engine: Arc::clone(engine),
+            endpoint,
+            req: SendRequest(req),
+            settings,
+            after,
+            staging: None,
+        }
+    }
+
     /// Submits now, on this thread, and waits: the future comes back done.
     fn run_here(self) -> IoFuture {
         let req = self.req.0.caller_waits(true);
@@ -321,13 +679,19 @@ impl Job {
     }
 
     /// Queues a host function on the stream that hands the job to the launcher when the stream
-    /// reaches it; `release` lets the stream's later work go once the request has ended.
-    fn queue(self, handle: u64, ctx: Context, release: Release) -> Result<IoFuture> {
+    /// reaches it; `release` lets the stream's later work go once the request has ended (after
+    /// `zero`, where it failed, is cleared).
+    fn queue(
+        self,
+        on: &Queued,
+        release: Release,
+        zero: Option<SendPtr>,
+    ) -> Result<(IoFuture, Arc<Completion>)> {
         let proxy = Completion::new(1, |_| {});
         let sender = launcher()?;
         let gate = match &release {
             Release::Gate(g) => Some(Arc::clone(g)),
-            Release::Flag(_) => None,
+            Release::Flag(_) | Release::None => None,
         };
         let reached = Box::new(Reached {
             job: self,
@@ -335,17 +699,21 @@ impl Job {
             release,
             sender,
             gate,
+            zero,
         });
         let data = Box::into_raw(reached).cast::<c_void>();
         // SAFETY: `on_reached` makes no CUDA call and takes back the box exactly once; on an
         // error the driver never calls it, and the box is taken back here.
-        if let Err(e) = unsafe { cuda::launch_host_func(handle, ctx, on_reached, data) } {
+        if let Err(e) = unsafe { cuda::launch_host_func(on.handle, on.ctx, on_reached, data) } {
             // SAFETY: not handed to the driver: this is the only owner.
             let reached = unsafe { Box::from_raw(data.cast::<Reached>()) };
             reached.release.signal();
+            if let Some(s) = reached.job.staging {
+                s.give_back();
+            }
             return Err(e);
         }
-        Ok(IoFuture::pending(proxy))
+        Ok((IoFuture::pending(Arc::clone(&proxy)), proxy))
     }
 }
 
@@ -354,41 +722,136 @@ struct Reached {
     job: Job,
     proxy: Arc<Completion>,
     release: Release,
-    sender: Sender<Box<Reached>>,
+    sender: Sender<Msg>,
     /// The gate a blocking host function waits on (HostFunction).
     gate: Option<Arc<Gate>>,
+    /// Staging to clear where the request fails, before the stream goes on.
+    zero: Option<SendPtr>,
 }
 
 impl Reached {
-    /// Submits the request (on the launcher thread) and arranges its end.
-    fn launch(self: Box<Self>) {
+    /// Submits the request (on the launcher thread, or after the stream's earlier write) and
+    /// arranges its end.
+    fn launch(mut self: Box<Self>) {
+        if let Some(before) = self.job.after.take() {
+            let sender = self.sender.clone();
+            // The earlier write's end sends this back to the launcher (never run on the
+            // thread that ends that write, which may be a worker).
+            before.on_done(move || {
+                if let Err(back) = sender.send(Msg::Launch(self)) {
+                    if let Msg::Launch(r) = back.0 {
+                        r.end(Err(Error::Closed));
+                    }
+                }
+            });
+            return;
+        }
+        if self.proxy.stopped() {
+            return self.end(Err(Error::Cancelled));
+        }
         let Reached {
             job,
             proxy,
             release,
+            zero,
             ..
         } = *self;
-        if proxy.stopped() {
-            return finish(release, &proxy, Err(Error::Cancelled));
-        }
+        let Job {
+            engine,
+            endpoint,
+            req,
+            settings,
+            staging,
+            ..
+        } = job;
         // SAFETY: the caller of `submit` keeps the buffer valid until the proxy is done, which
-        // is after this request's future is.
-        match unsafe { job.engine.submit(&job.endpoint, job.req.0, &job.settings) } {
-            Err(e) => finish(release, &proxy, Err(e)),
+        // is after this request's future is; staging is owned here until then.
+        match unsafe { engine.submit(&endpoint, req.0, &settings) } {
+            Err(e) => finish(release, &proxy, zero, staging, Err(e)),
             Ok(fut) => {
                 let fut = Arc::new(fut);
                 let ended = Arc::clone(&fut);
-                fut.on_done(move || finish(release, &proxy, ended.wait()));
+                fut.on_done(move || finish(release, &proxy, zero, staging, ended.wait()));
             }
         }
     }
+
+    /// Ends the request without running it.
+    fn end(self: Box<Self>, result: Result<usize>) {
+        let Reached {
+            job,
+            proxy,
+            release,
+            zero,
+            ..
+        } = *self;
+        finish(release, &proxy, zero, job.staging, result);
+    }
 }
 
-/// The end of a stream-ordered request: the stream's later work is let go first, then the
-/// future ends (so a caller that saw it done knows the stream is free to go on).
-fn finish(release: Release, proxy: &Completion, result: Result<usize>) {
+/// The end of a stream-ordered request's host part: a failed read's staging is cleared, the
+/// stream's later work is let go, then the future ends (so a caller that saw it done knows the
+/// stream is free to go on), then a staged write's staging goes back.
+fn finish(
+    release: Release,
+    proxy: &Completion,
+    zero: Option<SendPtr>,
+    staging: Option<Staging>,
+    result: Result<usize>,
+) {
+    if let (Some(SendPtr(p, n)), Err(_)) = (zero, &result) {
+        // SAFETY: the request's own staging of `n` bytes; nothing else writes it, and the
+        // stream copies it only once released below.
+        unsafe { std::ptr::write_bytes(p, 0, n) };
+    }
     release.signal();
     proxy.finish_task(result);
+    if let Some(s) = staging {
+        s.give_back();
+    }
+}
+
+/// A staged read, once the stream has copied its staging to the destination.
+struct Ended {
+    read: Arc<Completion>,
+    user: Arc<Completion>,
+    staging: Option<Staging>,
+    copy_error: Option<Error>,
+}
+
+impl Ended {
+    /// Ends the user's future with the read's result (or the copy's error) once the read's
+    /// completion has counted down, and gives the staging back.
+    fn run(mut self) {
+        let read = Arc::clone(&self.read);
+        read.on_done(move || {
+            let result = match self.copy_error.take() {
+                Some(e) => Err(e),
+                None => IoFuture::pending(Arc::clone(&self.read)).wait(),
+            };
+            if let Some(s) = self.staging.take() {
+                s.give_back();
+            }
+            self.user.finish_task(result);
+        });
+    }
+}
+
+/// The host function queued after a staged read's copies.
+unsafe extern "C" fn on_copied(data: *mut c_void) {
+    // SAFETY: `data` is the box `staged_read` leaked for this one call.
+    let end = unsafe { Box::from_raw(data.cast::<Ended>()) };
+    // No panic may unwind into the driver; the future's callbacks run on the launcher, never
+    // on the driver's thread (they may make CUDA calls).
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        if let Ok(sender) = launcher() {
+            if let Err(back) = sender.send(Msg::Ended(end)) {
+                if let Msg::Ended(end) = back.0 {
+                    end.run();
+                }
+            }
+        }
+    }));
 }
 
 /// The host function queued on the stream.
@@ -399,9 +862,10 @@ unsafe extern "C" fn on_reached(data: *mut c_void) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         let gate = reached.gate.clone();
         let sender = reached.sender.clone();
-        if let Err(back) = sender.send(reached) {
-            let r = back.0;
-            finish(r.release, &r.proxy, Err(Error::Closed));
+        if let Err(back) = sender.send(Msg::Launch(reached)) {
+            if let Msg::Launch(r) = back.0 {
+                r.end(Err(Error::Closed));
+            }
             return;
         }
         if let Some(gate) = gate {
@@ -410,15 +874,27 @@ unsafe extern "C" fn on_reached(data: *mut c_void) {
     }));
 }
 
+/// What the launcher thread is handed.
+enum Msg {
+    /// A request the stream has reached (or whose earlier write has ended).
+    Launch(Box<Reached>),
+    /// A staged read whose copies the stream has done.
+    Ended(Box<Ended>),
+}
+
 /// The launcher thread's queue (started on first use).
-fn launcher() -> Result<Sender<Box<Reached>>> {
-    static LAUNCHER: OnceLock<std::result::Result<Mutex<Sender<Box<Reached>>>, String>> =
-        OnceLock::new();
+fn launcher() -> Result<Sender<Msg>> {
+    static LAUNCHER: OnceLock<std::result::Result<Mutex<Sender<Msg>>, String>> = OnceLock::new();
     let started = LAUNCHER.get_or_init(|| {
-        let (tx, rx) = channel::<Box<Reached>>();
+        let (tx, rx) = channel::<Msg>();
         std::thread::Builder::new()
             .name("gpufile-stream".into())
-            .spawn(move || rx.into_iter().for_each(Reached::launch))
+            .spawn(move || {
+                rx.into_iter().for_each(|m| match m {
+                    Msg::Launch(r) => r.launch(),
+                    Msg::Ended(e) => e.run(),
+                })
+            })
             .map(|_| Mutex::new(tx))
             .map_err(|e| e.to_string())
     });
@@ -434,6 +910,8 @@ fn launcher() -> Result<Sender<Box<Reached>>> {
 enum Release {
     Flag(Flag),
     Gate(Arc<Gate>),
+    /// Nothing waits (a staged write).
+    None,
 }
 
 impl Release {
@@ -441,6 +919,7 @@ impl Release {
         match self {
             Release::Flag(f) => f.set(),
             Release::Gate(g) => g.open(),
+            Release::None => {}
         }
     }
 }
@@ -595,6 +1074,33 @@ mod tests {
     }
 
     #[test]
+    fn a_write_from_device_memory_is_staged_and_only_it() {
+        use StreamOrder::*;
+        let wv = || StreamOrdering::new(WaitValue, "cuStreamWaitValue32 ...");
+        let got = |base, asked, write, device| order_for_request(base, asked, write, device);
+        // A device write: staged, with why; a host write or any read keeps the stream's wait.
+        let w = got(wv(), false, true, true).unwrap();
+        assert_eq!(w.order, Staged);
+        assert!(w.reason.contains("copies the source"), "{}", w.reason);
+        assert_eq!(got(wv(), false, true, false).unwrap().order, WaitValue);
+        assert_eq!(got(wv(), false, false, true).unwrap().order, WaitValue);
+        // Asking for a wait on a device write, or staging for anything else, says why not.
+        let e = got(wv(), true, true, true).unwrap_err();
+        assert!(e.to_string().contains("is staged"), "{e}");
+        let staged = StreamOrdering::new(Staged, "asked for");
+        let e = got(staged.clone(), true, false, true).unwrap_err();
+        assert!(
+            e.to_string().contains("for writes from device memory"),
+            "{e}"
+        );
+        assert_eq!(got(staged, true, true, true).unwrap().order, Staged);
+        // Where nothing can be queued, every request waits for the caller.
+        let cw = StreamOrdering::new(CallerWaits, "no CUDA driver");
+        assert_eq!(got(cw, false, true, true).unwrap().order, CallerWaits);
+        assert_eq!(choose(Ok(cuda12()), Some(Staged)).unwrap().order, Staged);
+    }
+
+    #[test]
     fn an_order_asked_for_is_used_or_refused_with_why() {
         use StreamOrder::*;
         assert_eq!(
@@ -622,7 +1128,7 @@ mod tests {
                 .order,
             CallerWaits
         );
-        for o in [WaitValue, HostFunction, CallerWaits] {
+        for o in [WaitValue, HostFunction, Staged, CallerWaits] {
             assert_eq!(StreamOrder::parse(o.as_str()), Some(o));
         }
         assert_eq!(StreamOrder::parse("soon"), None);
