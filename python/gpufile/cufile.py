@@ -277,10 +277,12 @@ class IOFutureStream(IOFuture):
     def stream_order(self) -> tuple[str, str]:
         """``(how, reason)``: how later work on the stream waits for this transfer.
 
-        ``"wait-value"`` (the stream waits on a flag gpufile sets when the transfer ends,
-        ``cuStreamWaitValue32``), ``"host-function"`` (a host function on the stream blocks
-        until the transfer ends), or ``"caller-waits"`` (the call itself waited: no CUDA
-        device, or the driver cannot do either), with the reason.
+        ``"wait-value"`` (the stream waits on a flag gpufile sets when the file read ends,
+        ``cuStreamWaitValue32``, then copies the bytes), ``"host-function"`` (a host function
+        on the stream blocks until the file read ends), ``"staged"`` (a write: the stream
+        copies the source into pinned memory and goes on; the file write follows), or
+        ``"caller-waits"`` (the call itself waited: no CUDA device, the driver cannot queue, or
+        more staging than gpufile keeps), with the reason.
         """
         return self._fut.stream_order
 
@@ -789,9 +791,10 @@ class CuFile:
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
         """Stream-ordered ``raw_write()``, queued on ``stream``; returns at once.
 
-        The write reads ``buf`` once the work queued on ``stream`` before the call (the kernel
-        producing the data) has finished; the work queued after the call waits for the write's
-        end (it may overwrite ``buf``). The arguments, result and errors are
+        The stream copies ``buf`` into pinned memory once the work queued on it before the
+        call (the kernel producing the data) has finished, and goes on: the work queued after
+        the call may overwrite ``buf`` at once. The file write follows the copy; the stream's
+        next stream-ordered transfer starts after it. The arguments, result and errors are
         ``raw_read_async()``'s.
 
         Returns
