@@ -80,6 +80,23 @@ typedef enum {
   GPUFILE_BACKEND_CUFILE = 1,
 } gpufile_backend;
 
+// How the work queued on a stream after a stream-ordered request waits for it
+// (`gpufile_file_read_async`, `gpufile_file_write_async`).
+typedef enum {
+  // The stream waits on a flag gpufile sets when the file read ends (`cuStreamWaitValue32`),
+  // then copies the bytes to the buffer.
+  GPUFILE_STREAM_WAIT_VALUE = 0,
+  // A host function on the stream blocks until the file read ends (no stream memory
+  // operations), then the stream copies the bytes.
+  GPUFILE_STREAM_HOST_FUNCTION = 1,
+  // A write: the stream copies the source into pinned staging and goes on; the file write
+  // follows the copy, and the stream's next stream-ordered request follows the file write.
+  GPUFILE_STREAM_STAGED = 2,
+  // The call waited for the stream, then for the request (no CUDA driver, no
+  // `cuLaunchHostFunc`, or more staging than gpufile keeps).
+  GPUFILE_STREAM_CALLER_WAITS = 3,
+} gpufile_stream_order;
+
 // An open local file (opaque; from `gpufile_file_open`, freed by `gpufile_file_close`). A
 // handle closed already is refused with `GPUFILE_BAD_ARGUMENT`.
 typedef struct gpufile_file gpufile_file;
@@ -636,6 +653,43 @@ gpufile_status gpufile_remote_s3_object_url(const char *url,
                                             char *buf,
                                             size_t len,
                                             size_t *needed);
+
+// Queues a read of `size` bytes at `file_offset` of `file` into `buf` (device or host memory)
+// on the CUDA stream `cuda_stream` (a `CUstream`/`cudaStream_t`; NULL is the legacy default
+// stream) and returns at once with a future in `*out`: the read starts once the work queued
+// on the stream before the call has finished, and the work queued after the call sees its
+// bytes. `*out_order` (if not null) says how the stream waits. Errors of the read itself (past
+// the end of the file when the stream gets there) end the future, and the buffer's range then
+// holds zeros; bad arguments are refused here, with nothing queued. Freeing the future waits
+// for the read, and so for the stream to get there.
+//
+// # Safety
+// `buf` is null or valid for writes of `size` bytes until the future is done, and not used
+// otherwise meanwhile; `cuda_stream` is a live stream of the buffer's context (or NULL);
+// `out` is null or valid for a write of a pointer; `out_order` is null or valid for a write.
+gpufile_status gpufile_file_read_async(const gpufile_file *file,
+                                       void *buf,
+                                       size_t size,
+                                       uint64_t file_offset,
+                                       void *cuda_stream,
+                                       gpufile_future **out,
+                                       gpufile_stream_order *out_order);
+
+// Queues a write of `size` bytes of `buf` (device or host memory) at `file_offset` of `file`
+// on `cuda_stream`, returning at once with a future in `*out`. From device memory it is
+// staged: the stream copies the source after the work queued before the call and goes on
+// (the work queued after the call may change `buf` at once); the file write follows, and the
+// future ends with it. Otherwise as `gpufile_file_read_async`.
+//
+// # Safety
+// As `gpufile_file_read_async`, the buffer read (not written) until the future is done.
+gpufile_status gpufile_file_write_async(const gpufile_file *file,
+                                        const void *buf,
+                                        size_t size,
+                                        uint64_t file_offset,
+                                        void *cuda_stream,
+                                        gpufile_future **out,
+                                        gpufile_stream_order *out_order);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -180,6 +180,20 @@ inline std::future<std::size_t> to_std_future(gpufile_future* raw)
 /** What moves a request's bytes. */
 enum class Backend { Posix = GPUFILE_BACKEND_POSIX, Cufile = GPUFILE_BACKEND_CUFILE };
 
+/** How the work queued on a stream after a stream-ordered transfer waits for it. */
+enum class StreamOrder {
+  WaitValue    = GPUFILE_STREAM_WAIT_VALUE,
+  HostFunction = GPUFILE_STREAM_HOST_FUNCTION,
+  Staged       = GPUFILE_STREAM_STAGED,
+  CallerWaits  = GPUFILE_STREAM_CALLER_WAITS,
+};
+
+/** A transfer queued on a CUDA stream: its bytes (a future) and how the stream waits. */
+struct StreamTransfer {
+  std::future<std::size_t> bytes;
+  StreamOrder order;
+};
+
 /** The kind of memory a path report is asked for. */
 enum class Memory { Host = GPUFILE_MEMORY_HOST, Device = GPUFILE_MEMORY_DEVICE };
 
@@ -296,6 +310,38 @@ class File {
   {
     Range r{offset, size, 0};
     return pwrite_ranges(buf, size, &r, 1, opts);
+  }
+
+  /**
+   * Queues a read of `size` bytes at `offset` into `buf` on `cuda_stream` (a CUstream /
+   * cudaStream_t; nullptr: the legacy default stream) and returns at once: the read starts
+   * after the work queued on the stream before the call, the work queued after it sees the
+   * bytes. The transfer's own errors come from `bytes.get()` (the range then holds zeros).
+   */
+  StreamTransfer read_async(void* buf,
+                            std::size_t size,
+                            std::uint64_t offset,
+                            void* cuda_stream) const
+  {
+    gpufile_future* fut       = nullptr;
+    gpufile_stream_order order = GPUFILE_STREAM_CALLER_WAITS;
+    detail::check(gpufile_file_read_async(file_, buf, size, offset, cuda_stream, &fut, &order));
+    return {detail::to_std_future(fut), static_cast<StreamOrder>(order)};
+  }
+  /**
+   * Queues a write of `size` bytes of `buf` at `offset` on `cuda_stream`, returning at once.
+   * From device memory it is staged: the stream copies `buf` and goes on (later work may
+   * change it at once); `bytes` is ready when the file has the bytes.
+   */
+  StreamTransfer write_async(void const* buf,
+                             std::size_t size,
+                             std::uint64_t offset,
+                             void* cuda_stream) const
+  {
+    gpufile_future* fut       = nullptr;
+    gpufile_stream_order order = GPUFILE_STREAM_CALLER_WAITS;
+    detail::check(gpufile_file_write_async(file_, buf, size, offset, cuda_stream, &fut, &order));
+    return {detail::to_std_future(fut), static_cast<StreamOrder>(order)};
   }
 
   /** One read of many ranges of the file into one buffer of `buf_size` bytes. */

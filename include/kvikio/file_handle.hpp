@@ -143,17 +143,18 @@ class FileHandle {
     stream_ordered(false, devPtr_base, size_p, file_offset_p, devPtr_offset_p, bytes_read_p, stream);
   }
 
-  /** As the by-reference read_async, its arguments held in the returned StreamFuture. */
+  /**
+   * KvikIO's stream-ordered read, queued on `stream` and returning at once (gpufile's
+   * `gpufile_file_read_async`): the read starts after the work queued on the stream before
+   * the call, the work queued after it sees the bytes; `check_bytes_done()` waits for it.
+   */
   [[nodiscard]] StreamFuture read_async(void* devPtr_base,
                                         std::size_t size,
                                         off_t file_offset   = 0,
                                         off_t devPtr_offset = 0,
                                         CUstream stream     = nullptr)
   {
-    StreamFuture ret(devPtr_base, size, file_offset, devPtr_offset, stream);
-    auto [p, s, f, d, n, st] = ret.get_args();
-    read_async(p, s, f, d, n, st);
-    return ret;
+    return queued(false, devPtr_base, size, file_offset, devPtr_offset, stream);
   }
 
   void write_async(void* devPtr_base,
@@ -167,16 +168,18 @@ class FileHandle {
       true, devPtr_base, size_p, file_offset_p, devPtr_offset_p, bytes_written_p, stream);
   }
 
+  /**
+   * KvikIO's stream-ordered write, queued on `stream` and returning at once: the stream copies
+   * the source after the work queued before the call and goes on (the work queued after it may
+   * change the source); `check_bytes_done()` waits for the file write.
+   */
   [[nodiscard]] StreamFuture write_async(void* devPtr_base,
                                          std::size_t size,
                                          off_t file_offset   = 0,
                                          off_t devPtr_offset = 0,
                                          CUstream stream     = nullptr)
   {
-    StreamFuture ret(devPtr_base, size, file_offset, devPtr_offset, stream);
-    auto [p, s, f, d, n, st] = ret.get_args();
-    write_async(p, s, f, d, n, st);
-    return ret;
+    return queued(true, devPtr_base, size, file_offset, devPtr_offset, stream);
   }
 
   /** Whether device I/O on this file takes gpufile's POSIX path rather than cuFile. */
@@ -233,6 +236,41 @@ class FileHandle {
       gpufile::detail::FutureHandle fut(raw);
       return fut.wait();
     });
+  }
+
+  StreamFuture queued(bool write,
+                      void* devPtr_base,
+                      std::size_t size,
+                      off_t file_offset,
+                      off_t devPtr_offset,
+                      CUstream stream)
+  {
+    KVIKIO_EXPECT(file_offset >= 0 && devPtr_offset >= 0,
+                  "file_offset and devPtr_offset must not be negative",
+                  std::invalid_argument);
+    void* buf           = static_cast<char*>(devPtr_base) + devPtr_offset;
+    gpufile_future* raw = nullptr;
+    auto const status   = write ? gpufile_file_write_async(_file.handle(),
+                                                         buf,
+                                                         size,
+                                                         static_cast<std::uint64_t>(file_offset),
+                                                         static_cast<void*>(stream),
+                                                         &raw,
+                                                         nullptr)
+                                : gpufile_file_read_async(_file.handle(),
+                                                        buf,
+                                                        size,
+                                                        static_cast<std::uint64_t>(file_offset),
+                                                        static_cast<void*>(stream),
+                                                        &raw,
+                                                        nullptr);
+    detail::as_kvikio([&] { gpufile::detail::check(status); });
+    return StreamFuture(devPtr_base,
+                        size,
+                        file_offset,
+                        devPtr_offset,
+                        stream,
+                        std::make_shared<gpufile::detail::FutureHandle>(raw));
   }
 
   void stream_ordered(bool write,

@@ -69,6 +69,51 @@ TEST_F(CApi, blocking_and_future_reads_give_the_file_s_bytes)
   EXPECT_EQ(gpufile_future_free(fut), GPUFILE_OK);
 }
 
+TEST_F(CApi, stream_ordered_calls_without_a_driver_wait_for_the_caller_and_say_so)
+{
+  // No CUDA driver here (or host memory and the legacy stream on a GPU machine): the transfer
+  // still runs in stream order; without a driver the call itself waits, as the order says.
+  std::vector<unsigned char> buf(5000, 0);
+  gpufile_future* fut       = nullptr;
+  gpufile_stream_order order = GPUFILE_STREAM_STAGED;
+  ASSERT_EQ(gpufile_file_read_async(file, buf.data(), buf.size(), 123, nullptr, &fut, &order),
+            GPUFILE_OK);
+  size_t n = 0;
+  ASSERT_EQ(gpufile_future_wait(fut, &n), GPUFILE_OK);
+  EXPECT_EQ(n, buf.size());
+  EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 123, buf.size()));
+  EXPECT_NE(order, GPUFILE_STREAM_STAGED);  // host memory is never staged
+  ASSERT_EQ(gpufile_future_free(fut), GPUFILE_OK);
+
+  auto const out = dir.file("async.bin");
+  gpufile_file* w = nullptr;
+  ASSERT_EQ(gpufile_file_open(out.c_str(), "w", &w), GPUFILE_OK);
+  ASSERT_EQ(gpufile_file_write_async(w, data.data(), 4096, 10, nullptr, &fut, nullptr), GPUFILE_OK);
+  ASSERT_EQ(gpufile_future_wait(fut, &n), GPUFILE_OK);
+  EXPECT_EQ(n, 4096u);
+  ASSERT_EQ(gpufile_future_free(fut), GPUFILE_OK);
+  ASSERT_EQ(gpufile_file_close(w), GPUFILE_OK);
+  auto const written = support::read_file(out);
+  ASSERT_EQ(written.size(), 4106u);
+  EXPECT_EQ(0, std::memcmp(written.data() + 10, data.data(), 4096));
+
+  // A read past the end fails on the future, not the call; bad arguments fail the call.
+  ASSERT_EQ(gpufile_file_read_async(file, buf.data(), buf.size(), data.size() - 10, nullptr, &fut,
+                                    nullptr),
+            GPUFILE_OK);
+  expect_error(gpufile_future_wait(fut, &n), GPUFILE_END_OF_FILE, "");
+  ASSERT_EQ(gpufile_future_free(fut), GPUFILE_OK);
+  expect_error(gpufile_file_read_async(file, buf.data(), buf.size(), 0, nullptr, nullptr, nullptr),
+               GPUFILE_BAD_ARGUMENT,
+               "out");
+  expect_error(gpufile_file_read_async(file, nullptr, buf.size(), 0, nullptr, &fut, nullptr),
+               GPUFILE_BAD_ARGUMENT,
+               "buf is NULL");
+  expect_error(gpufile_file_write_async(w, data.data(), 10, 0, nullptr, &fut, nullptr),
+               GPUFILE_BAD_ARGUMENT,
+               "is not an open gpufile_file");
+}
+
 TEST_F(CApi, a_many_range_read_gathers_each_range_at_its_buffer_offset)
 {
   std::vector<unsigned char> buf(300, 0xEE);

@@ -16,6 +16,7 @@ mod error;
 mod handles;
 mod mmap;
 mod remote;
+mod stream;
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -40,6 +41,7 @@ pub use remote::{
     GPUFILE_REMOTE_AUTO, GPUFILE_REMOTE_HTTP, GPUFILE_REMOTE_S3, GPUFILE_REMOTE_S3_PRESIGNED_URL,
     GPUFILE_REMOTE_S3_PUBLIC, GPUFILE_REMOTE_WEBHDFS,
 };
+pub use stream::gpufile_stream_order;
 
 /// The ABI version this header describes; `gpufile_abi_version()` gives the library's. It
 /// changes when a function's signature or a type's layout changes.
@@ -189,7 +191,10 @@ pub unsafe extern "C" fn gpufile_file_nbytes(
 /// The core's description of `size` bytes at `ptr`: device memory where the CUDA driver says
 /// the address is device or managed memory, else host memory (also wherever there is no
 /// driver or no device: then no address is device memory).
-fn buffer(ptr: *mut c_void, size: usize) -> Result<(Buffer, Option<PointerInfo>), CallError> {
+pub(crate) fn buffer(
+    ptr: *mut c_void,
+    size: usize,
+) -> Result<(Buffer, Option<PointerInfo>), CallError> {
     if ptr.is_null() {
         return Err(CallError::bad("buf is NULL"));
     }
