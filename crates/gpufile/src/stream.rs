@@ -307,15 +307,19 @@ pub unsafe fn submit(
         let job = Job::new(engine, endpoint, req, settings, None);
         return Ok((job.run_here(), ordering));
     };
-    if ordering.order == StreamOrder::CallerWaits {
-        cuda::synchronize_stream(stream.handle, ctx)?;
-        let job = Job::new(engine, endpoint, req, settings, None);
-        return Ok((job.run_here(), ordering));
-    }
     let on = Queued {
         handle: stream.handle,
         ctx,
     };
+    if ordering.order == StreamOrder::CallerWaits {
+        cuda::synchronize_stream(stream.handle, ctx)?;
+        // The stream's staged writes are past the stream but perhaps not in the file yet.
+        if let Some(write) = on.last_write() {
+            let _ = IoFuture::pending(write).wait();
+        }
+        let job = Job::new(engine, endpoint, req, settings, None);
+        return Ok((job.run_here(), ordering));
+    }
     let fut = match staging {
         Some(staging) if write => {
             on.staged_write(engine, endpoint, req, settings, staging, &mut ordering)?
@@ -436,6 +440,9 @@ impl Queued {
         let Buffer::Device { addr, .. } = req.buffer else {
             unreachable!("staged only for device memory")
         };
+        // Before any copy is queued: a failure after would leave a copy writing into staging
+        // that went back to the pool.
+        let sender = launcher()?;
         for r in req.ranges.as_slice() {
             let copy = StreamCopy::ToHost {
                 // SAFETY: the range lies in the staging buffer (buffer.len() bytes).
@@ -449,7 +456,7 @@ impl Queued {
                 // Copies queued before this one may still run into the staging: wait for them
                 // before it goes back.
                 cuda::synchronize_stream(self.handle, self.ctx).ok();
-                staging.give_back();
+                drop(staging);
                 return Err(e);
             }
         }
@@ -457,7 +464,6 @@ impl Queued {
         let mut job = Job::new(engine, endpoint, host_req, settings, self.last_write());
         job.staging = Some(staging);
         let proxy = Completion::new(1, |_| {});
-        let sender = launcher()?;
         let reached = Box::new(Reached {
             job,
             proxy: Arc::clone(&proxy),
@@ -555,11 +561,19 @@ impl Queued {
 /// stream's later requests start after it, so that they see its bytes in the file.
 static LAST_WRITES: Mutex<Option<HashMap<u64, Arc<Completion>>>> = Mutex::new(None);
 
-/// Pinned staging of one stream-ordered request, back to the pool when dropped by
-/// [`Staging::give_back`].
+/// Pinned staging of one stream-ordered request; dropping it puts it back in the pool (never
+/// freed: see the module's header).
 struct Staging {
-    buf: PinnedBuffer,
+    buf: Option<PinnedBuffer>,
     len: usize,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            lock(&STAGING).free.push(buf);
+        }
+    }
 }
 
 /// The staging pool: free buffers, and the bytes of every buffer made (free or in use).
@@ -588,18 +602,26 @@ impl Staging {
             .map(|(i, _)| i);
         if let Some(i) = fit {
             let buf = pool.free.swap_remove(i);
-            return Ok(Some(Staging { buf, len }));
+            return Ok(Some(Staging {
+                buf: Some(buf),
+                len,
+            }));
         }
         if pool.made + size > STAGING_MAX {
             return Ok(None);
         }
         let buf = PinnedBuffer::new(size, cuda::primary_context(ordinal)?)?;
         pool.made += size;
-        Ok(Some(Staging { buf, len }))
+        Ok(Some(Staging {
+            buf: Some(buf),
+            len,
+        }))
     }
 
     fn ptr(&self) -> *mut u8 {
-        self.buf.as_ptr()
+        self.buf
+            .as_ref()
+            .map_or(std::ptr::null_mut(), PinnedBuffer::as_ptr)
     }
 
     fn len(&self) -> usize {
@@ -618,11 +640,6 @@ impl Staging {
             after: None,
             ..req.clone()
         }
-    }
-
-    /// Back to the pool (never freed: see the module's header).
-    fn give_back(self) {
-        lock(&STAGING).free.push(self.buf);
     }
 }
 
@@ -707,10 +724,8 @@ impl Job {
         if let Err(e) = unsafe { cuda::launch_host_func(on.handle, on.ctx, on_reached, data) } {
             // SAFETY: not handed to the driver: this is the only owner.
             let reached = unsafe { Box::from_raw(data.cast::<Reached>()) };
+            // Nothing was queued: the staging (dropped with the box) goes back unused.
             reached.release.signal();
-            if let Some(s) = reached.job.staging {
-                s.give_back();
-            }
             return Err(e);
         }
         Ok((IoFuture::pending(Arc::clone(&proxy)), proxy))
@@ -806,9 +821,7 @@ fn finish(
     }
     release.signal();
     proxy.finish_task(result);
-    if let Some(s) = staging {
-        s.give_back();
-    }
+    drop(staging);
 }
 
 /// A staged read, once the stream has copied its staging to the destination.
@@ -829,9 +842,8 @@ impl Ended {
                 Some(e) => Err(e),
                 None => IoFuture::pending(Arc::clone(&self.read)).wait(),
             };
-            if let Some(s) = self.staging.take() {
-                s.give_back();
-            }
+            // The stream has copied it (or the caller waited for the stream): back to the pool.
+            drop(self.staging.take());
             self.user.finish_task(result);
         });
     }
