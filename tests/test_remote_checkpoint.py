@@ -210,10 +210,11 @@ class Replies(BaseHTTPRequestHandler):
 
 class RecordingPut(Replies):
     """Stores PUT bodies in ``store`` (path → bytes) and records the order; answers GET and HEAD
-    with ranges of what it stored; fails the PUTs ``fail(path)`` picks with 500."""
+    with ranges of what it stored, each recorded in ``seen`` as (method, path, Range header);
+    fails the PUTs ``fail(path)`` picks with 500."""
 
-    def __init__(self, *args, store=None, order=None, fail=None, **kw):
-        self.store, self.order, self.fail = store, order, fail
+    def __init__(self, *args, store=None, order=None, fail=None, seen=None, **kw):
+        self.store, self.order, self.fail, self.seen = store, order, fail, seen
         super().__init__(*args, **kw)
 
     def do_PUT(self):
@@ -225,6 +226,7 @@ class RecordingPut(Replies):
         self._send(201)
 
     def do_GET(self):
+        self.seen.append((self.command, self.path, self.headers.get("Range")))
         data = self.store.get(self.path)
         if data is None:
             return self._send(404)
@@ -244,9 +246,10 @@ def put_server():
 
     servers = []
 
-    def start(fail=lambda path: False):
+    def start(fail=lambda path: False, seen=None):
         store, order = {}, []
-        handler = lambda *a, **k: RecordingPut(*a, store=store, order=order, fail=fail, **k)  # noqa: E731
+        seen = [] if seen is None else seen
+        handler = lambda *a, **k: RecordingPut(*a, store=store, order=order, fail=fail, seen=seen, **k)  # noqa: E731
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         httpd.daemon_threads = True
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -269,6 +272,35 @@ def test_save_checkpoint_by_url_uploads_shards_then_the_index(put_server):
     assert len(order) == 6
     assert json.loads(store[order[-1]]) == index
     check(load_checkpoint(f"{url}/run/step-10/", framework="numpy"), state)
+
+
+def test_a_checkpoint_load_asks_task_size_ranges_however_many_workers_idle(put_server):
+    """A load from a server asks each file's size once (HEAD), its header with one ranged GET,
+    and each shard's data in ranges of task_size: a request per task costs a round trip and the
+    server's fixed cost, so a remote read is not cut smaller for idle workers (two 4 MiB shards,
+    2 MiB tasks, 16 workers: two GETs a shard, not four of 1 MiB)."""
+    from gpufile.safetensors import save_checkpoint
+
+    seen: list = []
+    url, store, _ = put_server(seen=seen)
+    state = big_tensors(8)  # 1 MiB tensors: two shards of 4 MiB
+    save_checkpoint(state, f"{url}/ck/", max_shard_size=4 << 20)
+    shards = sorted(p for p in store if p.endswith(".safetensors"))
+    assert len(shards) == 2
+    seen.clear()
+    with gpufile.defaults.set({"num_threads": 16, "task_size": 2 << 20}):
+        check(load_checkpoint(f"{url}/ck/", framework="numpy"), state)
+    index = "/ck/model.safetensors.index.json"
+    heads = sorted(p for m, p, _ in seen if m == "HEAD")
+    assert heads == sorted([index, *shards])
+    for shard in shards:
+        gets = sorted(int(r.split("=")[1].split("-")[0]) for m, p, r in seen if m == "GET" and p == shard)
+        assert gets[0] == 0  # the header, then the data from its end in 2 MiB ranges
+        data_start = gets[1]
+        assert gets[1:] == list(range(data_start, len(store[shard]), 2 << 20)), (shard, gets)
+        assert len(gets) == 1 + 2
+    assert [p for m, p, _ in seen if m == "GET" and p == index] == [index]
+    assert len(seen) == 3 + 1 + 2 * 3
 
 
 def test_a_failing_shard_leaves_no_index(put_server):

@@ -281,6 +281,7 @@ pub fn explain_with(
         caller_waits: false,
         alone: true,
         local_file: true,
+        request_per_task: false,
     };
     let planned = plan::plan_request(&shape, &s, availability, || match (file, req.cufile) {
         (Some(f), CufileAssumption::Probe) => f.cufile_registration().map_err(|e| e.to_string()),

@@ -170,15 +170,15 @@ impl RemoteFile {
 
     /// Whether a read of `len` bytes with tasks of `task_size` should learn first whether the
     /// server honours `Range`: no answer has said so yet (a HEAD without `Accept-Ranges`, or
-    /// `nbytes` given) and the engine may split the read (larger than `task_size`, or than
-    /// [`gpufile::plan::ALONE_SPLIT`], which it cuts to use every worker). A read of byte 0
+    /// `nbytes` given) and the engine splits the read (larger than `task_size`: a remote read
+    /// is never cut smaller, see [`Source::request_per_task`]). A read of byte 0
     /// ([`RemoteFile::probe_ranges`], or any 1-byte read through the engine, which a caller
     /// can interrupt) tells, so that a server that ignores ranges sends the object once, not
     /// once per task.
     pub fn wants_range_probe(&self, len: usize, task_size: usize) -> bool {
         !matches!(self.access, Access::WebHdfs { .. })
             && self.client.range_support() == RangeSupport::Unknown
-            && len > task_size.min(gpufile::plan::ALONE_SPLIT)
+            && len > task_size
             && self.nbytes > 0
     }
 
@@ -500,6 +500,12 @@ impl Source for RemoteFile {
 
     fn size(&self) -> Result<u64> {
         Ok(self.nbytes)
+    }
+
+    /// Every task is a GET of its own: a read runs in `task_size` ranges, as KvikIO's
+    /// `RemoteHandle` asks them, never cut smaller for idle workers.
+    fn request_per_task(&self) -> bool {
+        true
     }
 
     fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {

@@ -315,6 +315,7 @@ impl Engine {
             caller_waits: false,
             alone: false,
             local_file: local.is_some(),
+            request_per_task: endpoint.request_per_task(),
         };
         Self::plan(endpoint, local.as_ref(), &shape, settings).map(|planned| planned.path)
     }
@@ -449,6 +450,7 @@ impl Engine {
             // Asked only where it matters (the in-flight count takes a lock).
             alone: device_read && self.in_flight() == 0,
             local_file: local.is_some(),
+            request_per_task: endpoint.request_per_task(),
         };
         let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
         let gathered = plan.tasks.is_grouped();

@@ -624,6 +624,10 @@ pub struct Shape<'a> {
     /// The endpoint is a local file: cuFile can read and write it, and the split of a device
     /// read alone applies (a remote source pays one request per task, so it keeps its tasks).
     pub local_file: bool,
+    /// Each task is a request of its own to a server (a remote object's ranged GET,
+    /// [`crate::source::Source::request_per_task`]): the settings' `task_size` is not cut for
+    /// idle workers.
+    pub request_per_task: bool,
 }
 
 /// How one request runs.
@@ -685,7 +689,7 @@ pub fn plan_request(
         shape.len,
         shape.task_size.unwrap_or(settings.task_size),
         settings.num_threads,
-        shape.task_size.is_some(),
+        shape.task_size.is_some() || shape.request_per_task,
     );
     let bounce = matches!(&path, Ok(p) if p.backend == Backend::GpufilePosix);
     let read = shape.direction == Direction::Read;
@@ -1008,6 +1012,7 @@ mod tests {
             caller_waits: true,
             alone: true,
             local_file,
+            request_per_task: false,
         }
     }
 
@@ -1068,6 +1073,35 @@ mod tests {
         );
         assert_eq!(p.path.unwrap().reason, Reason::NotALocalFile);
         assert_eq!((p.task_size, p.tasks.count()), (MIN_SPLIT, 4));
+        // A source that pays a request per task (a remote object) keeps the settings' task
+        // size, into host or device memory, however many workers idle: a 32 MiB shard with
+        // 16 MiB tasks on 16 workers is two GETs, not sixteen of 2 MiB.
+        let wide = crate::Settings {
+            task_size: 16 << 20,
+            ..s.clone()
+        };
+        let shard = Ranges::One(Range {
+            file_offset: 0,
+            len: 32 << 20,
+            buf_offset: 0,
+        });
+        for memory in [Memory::Host, Memory::Device] {
+            let mapped = Shape {
+                ranges: &shard,
+                len: 32 << 20,
+                alone: false,
+                ..shape(memory, 32 << 20, false)
+            };
+            let p = plan_request(&mapped, &wide, never, no_registration);
+            assert_eq!((p.task_size, p.tasks.count()), (2 << 20, 16));
+            let remote = Shape {
+                request_per_task: true,
+                ..mapped
+            };
+            let p = plan_request(&remote, &wide, never, no_registration);
+            assert_eq!((p.task_size, p.task_size_busy), (16 << 20, 16 << 20));
+            assert_eq!(p.tasks.count(), 2);
+        }
         // A path that cannot be honoured is an error; the tasks are still planned (explain
         // shows them).
         let gone = || Availability::Unavailable("libcufile.so.0 not found".into());
@@ -1266,6 +1300,7 @@ mod tests {
             caller_waits: false,
             alone: true,
             local_file: true,
+            request_per_task: false,
         };
         // 4 KiB ranges are below gds_threshold each: gpufile's path, never asking cuFile,
         // though the whole request is 4 MB.

@@ -69,6 +69,16 @@ pub trait Source: Send + Sync {
         None
     }
 
+    /// Whether each task costs the source a request of its own to a server (a remote object's
+    /// ranged GET: a round trip and the server's fixed cost per request, whatever its size). The
+    /// engine then runs a read in tasks of `task_size` as they are, not cut smaller so that idle
+    /// workers help: more, smaller requests cost more than the workers gain (a checkpoint's
+    /// shards on 16 workers: 2 MiB GETs instead of 16 MiB ones, docs/performance.md, "Object
+    /// stores both ways").
+    fn request_per_task(&self) -> bool {
+        false
+    }
+
     /// Reads exactly `dst.len()` bytes at `offset` into `dst`, or fails; a source that ends early
     /// returns `Error::UnexpectedEof` naming the offset where it ended.
     fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()>;
@@ -140,6 +150,15 @@ impl Endpoint {
         match self {
             Endpoint::Read(s) => s.check(ranges),
             Endpoint::Write(s) => s.check(ranges),
+        }
+    }
+
+    /// Whether each task is a request of its own to a server ([`Source::request_per_task`]); a
+    /// sink's tasks are its parts, sized by the request's own task size.
+    pub fn request_per_task(&self) -> bool {
+        match self {
+            Endpoint::Read(s) => s.request_per_task(),
+            Endpoint::Write(_) => false,
         }
     }
 
