@@ -274,33 +274,55 @@ def test_save_checkpoint_by_url_uploads_shards_then_the_index(put_server):
     check(load_checkpoint(f"{url}/run/step-10/", framework="numpy"), state)
 
 
-def test_a_checkpoint_load_asks_task_size_ranges_however_many_workers_idle(put_server):
+def test_a_checkpoint_load_asks_each_size_once_and_the_data_in_16_mib_ranges(put_server):
     """A load from a server asks each file's size once (HEAD), its header with one ranged GET,
-    and each shard's data in ranges of task_size: a request per task costs a round trip and the
-    server's fixed cost, so a remote read is not cut smaller for idle workers (two 4 MiB shards,
-    2 MiB tasks, 16 workers: two GETs a shard, not four of 1 MiB)."""
+    and each shard's data in ranges of 16 MiB (a request costs a round trip and the server's
+    fixed cost; `task_size`'s 4 MiB is KvikIO's default for any remote read), the ranges never
+    cut smaller for idle workers (16 workers: two 20 MiB shards are two GETs each)."""
     from gpufile.safetensors import save_checkpoint
 
     seen: list = []
     url, store, _ = put_server(seen=seen)
-    state = big_tensors(8)  # 1 MiB tensors: two shards of 4 MiB
-    save_checkpoint(state, f"{url}/ck/", max_shard_size=4 << 20)
+    state = big_tensors(40)  # 1 MiB tensors: two shards of 20 MiB
+    save_checkpoint(state, f"{url}/ck/", max_shard_size=20 << 20)
     shards = sorted(p for p in store if p.endswith(".safetensors"))
     assert len(shards) == 2
     seen.clear()
-    with gpufile.defaults.set({"num_threads": 16, "task_size": 2 << 20}):
+    with gpufile.defaults.set({"num_threads": 16, "task_size": 4 << 20}):
         check(load_checkpoint(f"{url}/ck/", framework="numpy"), state)
     index = "/ck/model.safetensors.index.json"
     heads = sorted(p for m, p, _ in seen if m == "HEAD")
     assert heads == sorted([index, *shards])
     for shard in shards:
         gets = sorted(int(r.split("=")[1].split("-")[0]) for m, p, r in seen if m == "GET" and p == shard)
-        assert gets[0] == 0  # the header, then the data from its end in 2 MiB ranges
+        assert gets[0] == 0  # the header, then the data from its end in 16 MiB ranges
         data_start = gets[1]
-        assert gets[1:] == list(range(data_start, len(store[shard]), 2 << 20)), (shard, gets)
+        assert gets[1:] == list(range(data_start, len(store[shard]), 16 << 20)), (shard, gets)
         assert len(gets) == 1 + 2
     assert [p for m, p, _ in seen if m == "GET" and p == index] == [index]
     assert len(seen) == 3 + 1 + 2 * 3
+
+
+def test_a_remote_read_keeps_task_size_ranges_however_many_workers_idle(put_server):
+    """RemoteFile reads in task_size ranges, as KvikIO's RemoteHandle asks them: a 4 MiB object
+    with 2 MiB tasks on 16 workers is two GETs, not sixteen of 256 KiB."""
+    from gpufile.safetensors import save_checkpoint
+
+    seen: list = []
+    url, store, _ = put_server(seen=seen)
+    save_checkpoint(big_tensors(4), f"{url}/one/", max_shard_size=8 << 20)
+    (name,) = [p for p in store if p.endswith(".safetensors")]
+    size = len(store[name])
+    seen.clear()
+    with gpufile.defaults.set({"num_threads": 16, "task_size": 2 << 20}):
+        with gpufile.RemoteFile.open_http(f"{url}{name}", nbytes=size) as f:
+            buf = np.empty(size, dtype=np.uint8)
+            assert f.read(buf) == size
+    assert bytes(buf) == store[name]
+    gets = sorted(int(r.split("=")[1].split("-")[0]) for m, p, r in seen if m == "GET")
+    assert gets[-1] > 0, gets  # not one whole-object GET
+    body = [g for g in gets if g > 0]
+    assert [0, *body] == list(range(0, size, 2 << 20)), gets
 
 
 def test_a_failing_shard_leaves_no_index(put_server):

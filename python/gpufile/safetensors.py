@@ -36,7 +36,8 @@ By URL: every function takes an ``s3://``, ``gs://``, ``http(s)://`` or WebHDFS 
 path (a file, an index, or a prefix holding ``model.safetensors.index.json`` or
 ``model.safetensors``): each header is read with one small ranged request, then the tensors'
 ranges go to the destination (a GPU through the pinned bounce buffers) as ranged requests over
-the workers, as ``RemoteFile`` reads them::
+the workers, of at least 16 MiB each (``task_size`` where it is larger: a server's cost is per
+request)::
 
     state = load_checkpoint("s3://models/llama/", device="cuda:0")
 
@@ -168,17 +169,31 @@ def _is_url(path: Any) -> bool:
     return isinstance(path, str) and _URL.match(path) is not None
 
 
+# A checkpoint's shards on a server are read in ranges of at least this many bytes (the
+# `task_size` setting where it is larger): each range is a request, and a server's cost is per
+# request (S3's time to first byte, moto's cost of a GET, which grows with the object). boto3
+# and the S3 tools move 8-16 MiB parts; over moto, 16 MiB ranges made 0.98x a plain
+# 16-connection client where the 4 MiB of `task_size`'s default made 0.3x
+# (docs/performance.md, "Object stores both ways"). `RemoteFile` itself keeps KvikIO's
+# `task_size` ranges.
+_REMOTE_RANGE_MIN = 16 << 20
+
+
 class _SharedRemote:
-    """A checkpoint's remote file, lent to a load: ``close()`` leaves it open for the next."""
+    """A checkpoint's remote file, lent to a load: ``close()`` leaves it open for the next;
+    reads go in ranges of at least ``_REMOTE_RANGE_MIN``."""
 
     def __init__(self, f: RemoteFile) -> None:
         self._f = f
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
-        return self._f.pread(buf, size, file_offset)
+        from . import defaults
+        from .cufile import IOFuture
+        task = max(int(defaults.get("task_size")), _REMOTE_RANGE_MIN)
+        return IOFuture(self._f._handle.pread(buf, size, file_offset, task))
 
     def read(self, buf: Any, size: int | None = None, file_offset: int = 0) -> int:
-        return self._f.read(buf, size, file_offset)
+        return self.pread(buf, size, file_offset).get()
 
     def close(self) -> None:
         pass
