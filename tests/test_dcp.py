@@ -158,3 +158,44 @@ def test_kill_9_during_dcp_save_leaves_the_previous_checkpoint_whole(tmp_path):
         mid_save += bool(left - before)
         before = left
     assert mid_save >= 2, mid_save  # the kills did land in the middle of saves
+
+
+def test_several_files_are_written_together_in_task_size_pieces(tmp_path, monkeypatch):
+    import gpufile
+    sd = {f"t{k}": torch.full((1 << 15,), float(k)) for k in range(6)}  # 128 KiB each
+    batches = []
+    real_batch = gt.write_batch
+    monkeypatch.setattr(gt, "write_batch", lambda e: batches.append(list(e)) or real_batch(e))
+    dir_syncs = []
+    real_sync = gt._native.sync_dir
+    monkeypatch.setattr(gt._native, "sync_dir", lambda d: dir_syncs.append(d) or real_sync(d))
+    with gpufile.defaults.set({"task_size": 32 << 10}):
+        dcp.save(sd, storage_writer=gt.FileSystemWriter(tmp_path / "ck", thread_count=3))
+    [entries] = batches
+    assert all(size <= 32 << 10 for _, _, size, _ in entries)
+    # A piece of each of the three files in turn, from the first piece on.
+    handles = [f for f, *_ in entries]
+    assert len({id(f) for f in handles[:3]}) == 3
+    assert [id(f) for f in handles[3:6]] == [id(f) for f in handles[:3]]
+    # The data files are renamed after all of them are synced, with one sync of the directory.
+    assert len(dir_syncs) == 1
+    out = {k: torch.zeros_like(v) for k, v in sd.items()}
+    dcp.load(out, storage_reader=dcp.FileSystemReader(tmp_path / "ck"))
+    assert all(torch.equal(out[k], sd[k]) for k in sd)
+    assert len([f for f in os.listdir(tmp_path / "ck") if f.endswith(".distcp")]) == 3
+
+
+def test_a_record_is_made_once_per_dtype_and_shape(tmp_path, monkeypatch):
+    made = []
+    real = gt._save_record
+    monkeypatch.setattr(gt, "_save_record", lambda t: made.append((t.dtype, t.shape)) or real(t))
+    sd = {f"w{k}": torch.randn(8, 3) for k in range(20)}
+    sd |= {f"b{k}": torch.randn(3).to(torch.bfloat16) for k in range(20)}
+    sd["h"] = torch.randn(8, 3).half()
+    dcp.save(sd, storage_writer=gt.FileSystemWriter(tmp_path / "ck"))
+    assert sorted(map(str, made)) == sorted(map(str, [
+        (torch.float32, torch.Size([8, 3])), (torch.bfloat16, torch.Size([3])),
+        (torch.float16, torch.Size([8, 3]))]))
+    out = {k: torch.zeros_like(v) for k, v in sd.items()}
+    dcp.load(out, storage_reader=dcp.FileSystemReader(tmp_path / "ck"))
+    assert all(torch.equal(out[k], sd[k]) for k in sd)
