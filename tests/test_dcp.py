@@ -132,13 +132,15 @@ _CHILD = textwrap.dedent("""
     while True:
         i += 1
         v = float(i % 2 + 1)
-        sd = {f"t{k}": torch.full((1 << 16,), v) for k in range(16)}
+        sd = {f"t{k}": torch.full((1 << 20,), v) for k in range(16)}
         dcp.save(sd, storage_writer=gt.FileSystemWriter(sys.argv[1]))
         print(i, flush=True)
 """)
 
 
 def test_kill_9_during_dcp_save_leaves_the_previous_checkpoint_whole(tmp_path):
+    # 64 MiB a save: its data files (written, then synced) are open for most of each save, so
+    # random kills land in the middle of one.
     target = str(tmp_path / "ck")
     rng = random.Random(7)
     mid_save, before = 0, set()
@@ -150,7 +152,7 @@ def test_kill_9_during_dcp_save_leaves_the_previous_checkpoint_whole(tmp_path):
         p.send_signal(signal.SIGKILL)
         p.wait()
         p.stdout.close()
-        out = {f"t{k}": torch.zeros(1 << 16) for k in range(16)}
+        out = {f"t{k}": torch.zeros(1 << 20) for k in range(16)}
         dcp.load(out, storage_reader=dcp.FileSystemReader(target))
         values = {float(t[0]) for t in out.values()} | {float(t[-1]) for t in out.values()}
         assert len(values) == 1 and values <= {1.0, 2.0}, values
