@@ -48,6 +48,30 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
                           text=True, timeout=120)
 
 
+TMP_PREFIX = ".gpufile-tmp-"
+
+
+def kill_during_a_save(proc, directory: str, rng, round_: int, poll_s: float = 5.0) -> None:
+    """SIGKILLs `proc`, a child saving into `directory` in a loop: on even rounds at a random
+    moment (0-250 ms), on odd rounds as soon as one of its saves has a temporary open (then
+    0-2 ms later), so that some kills land in the middle of a save however fast saves are on
+    this machine. Waits for the child to end."""
+    import signal
+    import time
+
+    if round_ % 2 == 0:
+        time.sleep(rng.uniform(0.0, 0.25))
+    else:
+        old = {f for f in os.listdir(directory) if f.startswith(TMP_PREFIX)}
+        deadline = time.monotonic() + poll_s
+        while time.monotonic() < deadline:
+            if any(f.startswith(TMP_PREFIX) and f not in old for f in os.listdir(directory)):
+                time.sleep(rng.uniform(0.0, 0.002))
+                break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 @pytest.fixture(autouse=True)
 def _restore_settings():
     """No test leaks settings into the next."""

@@ -5,12 +5,10 @@ a previous checkpoint intact after kill -9 at random moments."""
 import os
 import pickle
 import random
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -21,6 +19,7 @@ if not dist.is_available() or not dist.is_gloo_available():
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 import gpufile.torch as gt  # noqa: E402
+from conftest import kill_during_a_save  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(__file__), "dcp_worker.py")
 
@@ -144,13 +143,11 @@ def test_kill_9_during_dcp_save_leaves_the_previous_checkpoint_whole(tmp_path):
     target = str(tmp_path / "ck")
     rng = random.Random(7)
     mid_save, before = 0, set()
-    for _ in range(6):
+    for round_ in range(6):
         p = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _CHILD, target],
                              stdout=subprocess.PIPE, text=True)
         p.stdout.readline()
-        time.sleep(rng.uniform(0.0, 0.4))
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        kill_during_a_save(p, target, rng, round_)
         p.stdout.close()
         out = {f"t{k}": torch.zeros(1 << 20) for k in range(16)}
         dcp.load(out, storage_reader=dcp.FileSystemReader(target))

@@ -18,6 +18,7 @@ import safetensors.numpy as stn
 
 import gpufile.safetensors as gs
 from gpufile import _native, defaults
+from conftest import kill_during_a_save
 
 torch = pytest.importorskip("torch")
 stt = pytest.importorskip("safetensors.torch")
@@ -427,9 +428,7 @@ def test_kill_9_at_random_moments_leaves_a_whole_old_or_new_checkpoint(tmp_path,
                              stdout=subprocess.PIPE, text=True)
         first = p.stdout.readline()  # one save complete: there is a previous checkpoint
         assert first.strip() == "1" or round_ > 0 or first, first
-        time.sleep(rng.uniform(0.0, 0.25))
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        kill_during_a_save(p, os.path.dirname(target) if mode == "file" else target, rng, round_)
         p.stdout.close()
         seen.add(_check_whole(target))
         directory = os.path.dirname(target) if mode == "file" else target
