@@ -60,8 +60,8 @@ import os
 import re
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from . import _native, _save
-from .cufile import CuFile
+from . import _native, _save, defaults
+from .cufile import CuFile, IOFuture
 from .remote_file import RemoteFile
 
 SafetensorError = _native.SafetensorError
@@ -187,8 +187,6 @@ class _SharedRemote:
         self._f = f
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
-        from . import defaults
-        from .cufile import IOFuture
         task = max(int(defaults.get("task_size")), _REMOTE_RANGE_MIN)
         return IOFuture(self._f._handle.pread(buf, size, file_offset, task))
 
@@ -604,7 +602,6 @@ def async_save(tensors: Mapping[str, Any], path: PathArg,
     is a ``ValueError`` before anything is copied. A save started while the previous one still
     writes from that buffer waits for it first.
     """
-    from . import defaults
     limit = int(defaults.get("async_save_pinned_limit"))
     return _save.async_save(tensors, path, metadata, sharded, max_shard_size, durable, limit)
 
