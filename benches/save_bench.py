@@ -5,7 +5,8 @@
 One bf16 state dict of --gb GB on cuda:0 (tensors of 64 MiB), written into --dir (same disk for
 every row) by:
 
-    dd                       the disk's own write limit: ``dd oflag=direct conv=fsync bs=16M``
+    dd                       the disk's own write limit: ``dd oflag=direct conv=fsync bs=16M``,
+                             and its read limit: ``dd iflag=direct bs=16M`` of the DCP files
     safetensors save_file    ``safetensors.torch.save_file`` then ``fsync``
     torch.save               ``torch.save`` then ``fsync``
     gpufile save_file        ``gpufile.safetensors.save_file`` (durable: fsync, rename, dir fsync)
@@ -61,7 +62,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where files go (default: a new folder in /tmp)")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--skip", default="", help="comma list: dcp,peers,async")
+    ap.add_argument("--skip", default="", help="comma list: dd,peers,save,ckpt,async,dcp")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
 
@@ -117,10 +118,11 @@ def main() -> None:
     # The disk's write limit.
     ddf = os.path.join(base, "dd.bin")
     count = max(1, nbytes // (16 << 20))
-    measure("dd oflag=direct conv=fsync bs=16M", lambda: subprocess.run(
-        ["dd", "if=/dev/zero", f"of={ddf}", "bs=16M", f"count={count}", "oflag=direct",
-         "conv=fsync"], check=True, capture_output=True), setup=lambda: rm(ddf))
-    rm(ddf)
+    if "dd" not in skip:
+        measure("dd oflag=direct conv=fsync bs=16M", lambda: subprocess.run(
+            ["dd", "if=/dev/zero", f"of={ddf}", "bs=16M", f"count={count}", "oflag=direct",
+             "conv=fsync"], check=True, capture_output=True), setup=lambda: rm(ddf))
+        rm(ddf)
 
     if "peers" not in skip:
         def st_save(sync=True):
@@ -138,19 +140,21 @@ def main() -> None:
         measure("torch.save + fsync", torch_save, setup=rm)
         measure("safetensors save_file, no fsync", lambda: st_save(False), setup=rm)
         measure("torch.save, no fsync", lambda: torch_save(False), setup=rm)
-    measure("gpufile save_file (durable)", lambda: gst.save_file(sd, path), setup=rm,
-            verify=lambda: check(st.load_file(path)))
-    measure("gpufile save_file, durable=False", lambda: gst.save_file(sd, path, durable=False),
-            setup=rm, verify=lambda: check(gst.load_file(path, device=dev)))
+    if "save" not in skip:
+        measure("gpufile save_file (durable)", lambda: gst.save_file(sd, path), setup=rm,
+                verify=lambda: check(st.load_file(path)))
+        measure("gpufile save_file, durable=False", lambda: gst.save_file(sd, path, durable=False),
+                setup=rm, verify=lambda: check(gst.load_file(path, device=dev)))
     ck = os.path.join(base, "ckpt")
     shard = max(1, nbytes // 4)  # four shards, written together
-    measure("gpufile save_checkpoint (durable, 4 shards)",
-            lambda: gst.save_checkpoint(sd, ck, max_shard_size=shard),
-            setup=lambda: rm(ck), verify=lambda: check(gst.load_checkpoint(ck, device=dev)))
-    measure("gpufile save_checkpoint, durable=False, 4 shards",
-            lambda: gst.save_checkpoint(sd, ck, max_shard_size=shard, durable=False),
-            setup=lambda: rm(ck), verify=lambda: check(gst.load_checkpoint(ck, device=dev)))
-    rm(ck)
+    if "ckpt" not in skip:
+        measure("gpufile save_checkpoint (durable, 4 shards)",
+                lambda: gst.save_checkpoint(sd, ck, max_shard_size=shard),
+                setup=lambda: rm(ck), verify=lambda: check(gst.load_checkpoint(ck, device=dev)))
+        measure("gpufile save_checkpoint, durable=False, 4 shards",
+                lambda: gst.save_checkpoint(sd, ck, max_shard_size=shard, durable=False),
+                setup=lambda: rm(ck), verify=lambda: check(gst.load_checkpoint(ck, device=dev)))
+        rm(ck)
 
     if "async" not in skip and dev.startswith("cuda"):
         pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
@@ -191,6 +195,11 @@ def main() -> None:
         measure("dcp.save, gpufile's FileSystemWriter", lambda: dcp.save(
             sd, storage_writer=FileSystemWriter(gdir)), setup=lambda: rm(gdir),
             verify=lambda: load_check(gdir, fs.FileSystemReader))
+        # The disk's read limit, on the same files: O_DIRECT reads of 16 MiB, one file after
+        # another (what a cold load can reach with one stream of requests).
+        measure("dd iflag=direct bs=16M (the disk's read limit)", lambda: [subprocess.run(
+            ["dd", f"if={f}", "of=/dev/null", "bs=16M", "iflag=direct"], check=True,
+            capture_output=True) for f in _files(gdir)])
         for name, d, reader in (("torch's", tdir, fs.FileSystemReader),
                                 ("gpufile's", gdir, FileSystemReader)):
             t = target()

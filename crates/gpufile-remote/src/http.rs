@@ -783,12 +783,13 @@ impl Client {
     pub fn range_probe_size(&self, t: &Target<'_>) -> Result<u64> {
         self.retrying(t, "GET", |p| {
             let mut resp = self.send(t, "GET", p)?;
-            self.set_range_support(match resp.status().as_u16() {
+            let status = ranged_status(&resp);
+            self.set_range_support(match status {
                 206 => RangeSupport::Honoured,
                 200 => RangeSupport::Ignored,
                 _ => RangeSupport::Unknown,
             });
-            let size = if resp.status().as_u16() == 206 {
+            let size = if status == 206 {
                 let cr = header_str(&resp, "content-range").unwrap_or_default();
                 match cr.rsplit_once('/').map(|(_, s)| s.trim().parse::<u64>()) {
                     Some(Ok(n)) => n,
@@ -808,7 +809,7 @@ impl Client {
                     ))
                 })?
             };
-            if resp.status().as_u16() == 206 {
+            if status == 206 {
                 // Read the one byte and the body's end, so that the connection is reused.
                 // (At most two reads: a server that sends more is not waited for.)
                 let mut one = [0u8; 1];
@@ -970,7 +971,7 @@ impl Client {
         }
         self.retrying(t, "GET", |p| {
             let resp = self.send(t, "GET", p)?;
-            let status = resp.status().as_u16();
+            let status = if t.range.is_some() { ranged_status(&resp) } else { resp.status().as_u16() };
             let announced = header_u64(&resp, "content-length");
             refuse_encoded(t, "GET", &resp)?;
             let no_ranges = |n: Option<u64>| {
@@ -1196,6 +1197,26 @@ fn parse_content_range(value: &str) -> Option<(u64, u64, Option<u64>)> {
         n => Some(n.parse::<u64>().ok()?),
     };
     (a <= b && total.is_none_or(|n| b < n)).then_some((a, b, total))
+}
+
+/// The status of an answer to a ranged `GET`, where a `200` that carries a `Content-Range`
+/// counts as the `206` it means: some S3-compatible servers (rclone's `serve s3`, built on
+/// gofakes3) send the range asked for with status 200 and its `Content-Range`. The range is then
+/// checked as for a `206`; a `200` without one, or with one of the whole object, is the whole
+/// object.
+fn ranged_status(resp: &Response<Body>) -> u16 {
+    let status = resp.status().as_u16();
+    let partial = || {
+        header_str(resp, "content-range")
+            .as_deref()
+            .and_then(parse_content_range)
+            .is_some_and(|(a, b, total)| !(a == 0 && total == Some(b + 1)))
+    };
+    if status == 200 && partial() {
+        206
+    } else {
+        status
+    }
 }
 
 /// A `206` answer must carry the range asked for, of an object of the size known.
