@@ -313,6 +313,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             src = os.path.join(tmp, "src")
             os.mkdir(src)
+            print("setting up: the checkpoint written and uploaded (boto3)", flush=True)
             files, tensors = make_checkpoint(src, args.ckpt_size)
             for f in files:
                 client.upload_file(os.path.join(src, f), bucket, f"ckpt/{f}", Config=transfer)
@@ -391,6 +392,9 @@ def main() -> int:
                         dt = time.perf_counter() - t0
                         check(result)
                         del result
+                        # Each run as it ends, so that a run cut short still shows its rows.
+                        print(f"  {group} round {round_}: {name}: {dt:.3f} s "
+                              f"({nbytes / dt / 1e9:.2f} GB/s)", flush=True)
                         if round_ > 0:  # the first round is untimed
                             times[name].append(dt)
                 for name, _, _ in cases:
