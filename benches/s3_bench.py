@@ -301,6 +301,9 @@ def main() -> int:
     elif endpoint is None:
         endpoint, proc = start_moto()
     os.environ["AWS_ENDPOINT_URL"] = endpoint
+    # Run:ai's streamer addresses buckets as host names unless told otherwise; a loopback
+    # server takes path-style requests.
+    os.environ.setdefault("RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING", "0")
     gpu = gpu_present(args.host_only)
     # SigV4 presigned URLs (boto3's default for presigning is SigV2, which rclone refuses).
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
