@@ -28,6 +28,13 @@ cmake --install target/cmake-plain --prefix "$prefix" >/dev/null
 cmake -S examples/cpp -B "$prefix/build" -DCMAKE_PREFIX_PATH="$prefix" >"$prefix/example.log" 2>&1 \
   && cmake --build "$prefix/build" >>"$prefix/example.log" 2>&1 || { cat "$prefix/example.log"; exit 1; }
 "$prefix/build/gpufile_example" "$prefix/example.bin"
+# An install without the static library (a distribution's shared-only package) still serves
+# find_package for the shared targets.
+rm "$(find "$prefix" -name libgpufile.a | head -1)"
+cmake -S examples/cpp -B "$prefix/build-shared-only" -DCMAKE_PREFIX_PATH="$prefix" \
+  >"$prefix/example-shared.log" 2>&1 && cmake --build "$prefix/build-shared-only" \
+  >>"$prefix/example-shared.log" 2>&1 || { cat "$prefix/example-shared.log"; exit 1; }
+"$prefix/build-shared-only/gpufile_example" "$prefix/example2.bin"
 pc_dir=$(dirname "$(find "$prefix" -name gpufile.pc | head -1)")
 PKG_CONFIG_PATH="$pc_dir" pkg-config --libs --cflags gpufile >/dev/null \
   || { echo "gpufile.pc is not readable by pkg-config"; exit 1; }
