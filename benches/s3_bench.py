@@ -123,10 +123,10 @@ def start_rclone(root: str) -> tuple[str, subprocess.Popen]:
     key = f"{os.environ['AWS_ACCESS_KEY_ID']},{os.environ['AWS_SECRET_ACCESS_KEY']}"
     # No rclone config is read or written: the served folder is a plain local path.
     env = {**os.environ, "RCLONE_CONFIG": os.path.join(root, "rclone.conf")}
+    os.mkdir(os.path.join(root, "data"))
     proc = subprocess.Popen([exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", key,
                              "--log-level", "ERROR", os.path.join(root, "data")],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.mkdir(os.path.join(root, "data"))
     for _ in range(300):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):

@@ -190,10 +190,10 @@ def _interleaved(files: list[_DataFile]) -> list[tuple]:
 
 # The data files a rank writes when ``thread_count`` is not given (torch's default is one).
 # Buffered writes to one file go one writer at a time (ext4 and XFS take the inode's lock for
-# each): one file fills the page cache at about one core's rate whatever the thread count
-# (H200: 3.2-3.5 GB/s from 1 to 16 threads, by pwrite or by a shared mapping), while separate
-# files scale (12.7 GB/s from 4 threads into 4 files). Four files written together make a
-# durable save the disk's rate instead of one file's copy followed by its sync.
+# each): one file fills the page cache at about one core's rate whatever the thread count, by
+# pwrite or by a shared mapping, while separate files scale with the writers
+# (docs/performance.md, "What one file can take"). Four files written together also let a
+# durable save reach the disk's rate.
 _FILES_PER_RANK = 4
 
 

@@ -1205,14 +1205,17 @@ fn parse_content_range(value: &str) -> Option<(u64, u64, Option<u64>)> {
 /// checked as for a `206`; a `200` without one, or with one of the whole object, is the whole
 /// object.
 fn ranged_status(resp: &Response<Body>) -> u16 {
-    let status = resp.status().as_u16();
-    let partial = || {
-        header_str(resp, "content-range")
-            .as_deref()
-            .and_then(parse_content_range)
-            .is_some_and(|(a, b, total)| !(a == 0 && total == Some(b + 1)))
-    };
-    if status == 200 && partial() {
+    ranged_status_of(
+        resp.status().as_u16(),
+        header_str(resp, "content-range").as_deref(),
+    )
+}
+
+fn ranged_status_of(status: u16, content_range: Option<&str>) -> u16 {
+    let partial = content_range
+        .and_then(parse_content_range)
+        .is_some_and(|(a, b, total)| !(a == 0 && total == Some(b + 1)));
+    if status == 200 && partial {
         206
     } else {
         status
@@ -1531,6 +1534,18 @@ mod tests {
             RetryCause::Timeout(1).reason(),
             "Operation timed out after 1 s (http_timeout)"
         );
+    }
+
+    #[test]
+    fn a_200_with_the_range_s_content_range_counts_as_206() {
+        assert_eq!(ranged_status_of(200, Some("bytes 100-199/1000")), 206);
+        assert_eq!(ranged_status_of(200, Some("bytes 5-9/*")), 206);
+        // The whole object, or no Content-Range: a whole body.
+        assert_eq!(ranged_status_of(200, Some("bytes 0-999/1000")), 200);
+        assert_eq!(ranged_status_of(200, None), 200);
+        assert_eq!(ranged_status_of(200, Some("nonsense")), 200);
+        assert_eq!(ranged_status_of(206, Some("bytes 0-9/10")), 206);
+        assert_eq!(ranged_status_of(416, Some("bytes */10")), 416);
     }
 
     #[test]
