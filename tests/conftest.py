@@ -82,6 +82,18 @@ def _restore_settings():
         snapshot.restore()
 
 
+def set_s3_env(monkeypatch, endpoint: str, key_id: str, secret: str) -> None:
+    """S3 credentials and endpoint in the environment for one test (no session token)."""
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": key_id,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+
+
 @pytest.fixture(scope="module")
 def moto_endpoint():
     """moto's S3 server on 127.0.0.1, one per test module (each module's buckets its own)."""

@@ -19,7 +19,7 @@ import pytest
 
 import gpufile
 from gpufile._http_server import LocalHttpServer
-from conftest import pattern
+from conftest import pattern, set_s3_env
 
 RET = gpufile.RemoteEndpointType
 MiB = 1 << 20
@@ -34,14 +34,7 @@ KEY_ID = "AKIDWRITETEST"
 def s3(moto_endpoint, monkeypatch):
     """moto with a bucket ``bkt`` and credentials in the environment: (endpoint, boto3 client)."""
     boto3 = pytest.importorskip("boto3")
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": KEY_ID,
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": moto_endpoint,
-    }.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    set_s3_env(monkeypatch, moto_endpoint, KEY_ID, SECRET)
     client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
     client.create_bucket(Bucket="bkt")
     yield moto_endpoint, client

@@ -16,7 +16,7 @@ import pytest
 
 import gpufile
 from gpufile.safetensors import load_checkpoint, load_file, save_checkpoint, save_file
-from conftest import pattern
+from conftest import pattern, set_s3_env
 
 MiB = 1 << 20
 SECRET = "rclone-secret-never-shown"
@@ -60,14 +60,7 @@ def rclone_endpoint(tmp_path_factory):
 @pytest.fixture
 def s3(rclone_endpoint, monkeypatch):
     endpoint, data = rclone_endpoint
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": KEY_ID,
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-    }.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    set_s3_env(monkeypatch, endpoint, KEY_ID, SECRET)
     return endpoint, data
 
 
