@@ -7,6 +7,7 @@ Run on a machine with an NVIDIA GPU and CuPy (`pytest -m gpu`); elsewhere every 
 with the reason.
 """
 
+import os
 import threading
 import time
 
@@ -246,25 +247,73 @@ def test_a_read_after_a_staged_write_on_the_stream_sees_the_written_bytes(tmp_pa
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_an_error_ends_the_future_and_lets_the_stream_go(tmp_path, order):
+def test_what_is_known_at_the_call_fails_the_call_and_moves_nothing(tmp_path, order):
+    """A read past the end of the file as it is at the call, or of a file opened "w", raises
+    at the call with nothing queued: the destination keeps its bytes (KvikIO's own
+    test_async_io.py::test_read_write reads the same array back after such a call)."""
     path = tmp_path / "e.bin"
     pattern(4096, 23).tofile(path)
     stream = cp.cuda.Stream(non_blocking=True)
-    buf = cp.zeros(8192, dtype=cp.uint8)
+    buf = cp.full(8192, 7, dtype=cp.uint8)
     with gpufile.CuFile(path) as f:
         spin(stream, ns=20_000_000)
-        buf.fill(7)
-        fut = queue(f, "read", buf, stream, order)  # 8 KiB of a 4 KiB file
+        with pytest.raises(gpufile.EndOfFileError):
+            queue(f, "read", buf, stream, order)  # 8 KiB of a 4 KiB file
+        within(30, stream.synchronize)
+        assert (cp.asnumpy(buf) == 7).all()
+    with gpufile.CuFile(path, "w") as f:
+        with pytest.raises(RuntimeError, match="Operation not permitted"):
+            queue(f, "read", buf, stream, order)
+        within(30, stream.synchronize)
+        assert (cp.asnumpy(buf) == 7).all()
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_read_that_fails_when_the_stream_gets_there_leaves_unread_bytes_as_they_were(
+        tmp_path, order):
+    """The file shrinks after the call and before the stream reaches the read: the future
+    raises, the stream's later work is let go, and every byte of the destination holds what it
+    held or what the read read, never zeros or stale staging."""
+    path = tmp_path / "s.bin"
+    data = pattern(8192, 29)
+    data.tofile(path)
+    before = pattern(8192, 31)
+    stream = cp.cuda.Stream(non_blocking=True)
+    buf = cp.asarray(before)
+    cp.cuda.Device().synchronize()
+    with gpufile.CuFile(path) as f:
+        warm_up(f, stream, order)
+        spin(stream, ns=SPIN_NS)
+        fut = queue(f, "read", buf, stream, order)  # the whole file: accepted at the call
+        os.truncate(path, 1000)  # while the stream still spins
         with pytest.raises(gpufile.EndOfFileError):
             within(30, fut.check_bytes_done)
-        within(30, stream.synchronize)  # the stream is not left waiting
-        # The stream's copy ran anyway: the destination holds zeros, never stale staging.
-        assert not cp.asnumpy(buf).any()
-    with gpufile.CuFile(path, "w") as f:
-        fut = queue(f, "read", buf, stream, order)
-        with pytest.raises(RuntimeError, match="Operation not permitted"):
-            within(30, fut.check_bytes_done)
         within(30, stream.synchronize)
+    got = cp.asnumpy(buf)
+    np.testing.assert_array_equal(got[1000:], before[1000:])
+    assert ((got[:1000] == before[:1000]) | (got[:1000] == data[:1000])).all()
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_read_of_what_an_earlier_write_on_the_stream_appends_is_not_refused_at_the_call(
+        tmp_path, order):
+    """The file is empty at the call, but a write queued before on the same stream makes it
+    long enough by the time the stream gets to the read."""
+    path = tmp_path / "grow.bin"
+    path.touch()
+    data = pattern(1 << 20, 30)
+    src = cp.asarray(data)
+    back = cp.zeros_like(src)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with gpufile.CuFile(path, "r+") as f:
+        warm_up(f, stream, order)
+        spin(stream, ns=50_000_000)
+        w = within(30, lambda: f.raw_write_async(src, stream))
+        r = queue(f, "read", back, stream, order)
+        assert within(30, r.check_bytes_done) == src.size
+        assert w.check_bytes_done() == src.size
+        within(30, stream.synchronize)
+    np.testing.assert_array_equal(cp.asnumpy(back), data)
 
 
 @pytest.mark.parametrize("order", ORDERS)

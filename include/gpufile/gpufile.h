@@ -658,10 +658,12 @@ gpufile_status gpufile_remote_s3_object_url(const char *url,
 // on the CUDA stream `cuda_stream` (a `CUstream`/`cudaStream_t`; NULL is the legacy default
 // stream) and returns at once with a future in `*out`: the read starts once the work queued
 // on the stream before the call has finished, and the work queued after the call sees its
-// bytes. `*out_order` (if not null) says how the stream waits. Errors of the read itself (past
-// the end of the file when the stream gets there) end the future, and the buffer's range then
-// holds zeros; bad arguments are refused here, with nothing queued. Freeing the future waits
-// for the read, and so for the stream to get there.
+// bytes. `*out_order` (if not null) says how the stream waits. Bad arguments, a file not open
+// for reading and a read past the end of the file as it is now (unless a write queued earlier
+// on the stream is still running) are refused here, with nothing queued. Errors found when the
+// stream gets there (the file shrank, a failed `pread`) end the future, and every byte of the
+// buffer the read did not read keeps its value. Freeing the future waits for the read, and so
+// for the stream to get there.
 //
 // # Safety
 // `buf` is null or valid for writes of `size` bytes until the future is done, and not used

@@ -46,9 +46,13 @@
 //! (more staging than that, no driver, no `cuLaunchHostFunc`), the calling thread waits for the
 //! stream, then for the request (`CallerWaits`), and the reason says why.
 //!
-//! A read whose host part fails (the file shrank before the stream got there, a failed `pread`)
-//! still lets the stream go: its destination range is then written with zeros, and the future
-//! holds the error.
+//! What is known when the call is made fails the call, with nothing queued: the handle's mode,
+//! and a read past the end of the file as it is then (unless a write queued earlier on the same
+//! stream may still make the file longer). A read whose host part fails later (the file shrank
+//! before the stream got there, a failed `pread`) still lets the stream go, and leaves every
+//! byte of the destination that it did not read as it was: the stream copies the destination's
+//! ranges into the staging before the host read (the restore copy), so the copy back writes
+//! the old bytes where the read wrote none. The future holds the error.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -286,6 +290,17 @@ pub unsafe fn submit(
     let write = req.direction == Direction::Write;
     let device = matches!(req.buffer, Buffer::Device { .. });
     let mut ordering = order_for_request(base, prefer.is_some(), write, device)?;
+    // What is known now fails the call, before anything is queued: the handle's mode, and a
+    // read past the end of the file as it is now, unless a write queued earlier on the same
+    // stream may still make the file longer before the stream gets there.
+    let sure_now = !write
+        && stream
+            .device
+            .is_none_or(|_| last_write(stream.handle).is_none());
+    match sure_now {
+        true => endpoint.check(req.ranges.as_slice())?,
+        false => endpoint.check(&[])?,
+    }
     let mut staging = None;
     if let (Some((_, ordinal)), true, false) = (
         stream.device,
@@ -353,8 +368,13 @@ impl Queued {
         settings: Arc<Settings>,
         ordering: &mut StreamOrdering,
     ) -> Result<IoFuture> {
+        let write = req.direction == Direction::Write;
         let job = Job::new(engine, endpoint, req, settings, self.last_write());
-        Ok(self.queue_waited(job, None, ordering)?.0)
+        let (fut, proxy) = self.queue_waited(job, ordering)?;
+        if write {
+            self.remember_write(proxy);
+        }
+        Ok(fut)
     }
 
     /// A read into device memory: the host read into staging (the stream waiting for it), the
@@ -372,10 +392,31 @@ impl Queued {
             unreachable!("staged only for device memory")
         };
         let ranges: Vec<Range> = req.ranges.as_slice().to_vec();
+        // The restore copy: the stream first copies the destination's ranges into the staging,
+        // so that the copy back after the host read leaves every byte the read did not write as
+        // it was, whatever part of the read fails. (The copy back cannot be skipped or cut short
+        // by the host part: its length is fixed when it is queued, and the host part may make
+        // no CUDA call; see docs/async.md for what this costs.)
+        for r in &ranges {
+            let copy = StreamCopy::ToHost {
+                // SAFETY: the range lies in the staging buffer (buffer.len() bytes).
+                dst: unsafe { staging.ptr().add(r.buf_offset) },
+                src: addr + r.buf_offset as u64,
+                len: r.len,
+            };
+            // SAFETY: nobody else touches the staging until the read ends; the source is the
+            // caller's device memory, valid until the future ends.
+            if let Err(e) = unsafe { cuda::copy_on_stream(self.handle, self.ctx, copy) } {
+                // Copies queued before this one may still run into the staging: wait for them
+                // before it goes back.
+                cuda::synchronize_stream(self.handle, self.ctx).ok();
+                drop(staging);
+                return Err(e);
+            }
+        }
         let host_req = staging.request(&req);
         let job = Job::new(engine, endpoint, host_req, settings, self.last_write());
-        let zero = Some(SendPtr(staging.ptr(), staging.len()));
-        let (read, read_done) = self.queue_waited(job, zero, ordering)?;
+        let (read, read_done) = self.queue_waited(job, ordering)?;
         let user = Completion::new(1, |_| {});
         let copied = (|| {
             for r in &ranges {
@@ -470,7 +511,6 @@ impl Queued {
             release: Release::None,
             sender,
             gate: None,
-            zero: None,
         });
         let data = Box::into_raw(reached).cast::<c_void>();
         // SAFETY: `on_reached` makes no CUDA call and takes back the box exactly once; on an
@@ -494,19 +534,17 @@ impl Queued {
     }
 
     /// Queues `job` behind a host function and a wait of the stream for its end (a flag, or a
-    /// blocking host function); `zero`: the staging to clear where the job fails. The future
-    /// and the completion behind it.
+    /// blocking host function). The future and the completion behind it.
     fn queue_waited(
         &self,
         job: Job,
-        zero: Option<SendPtr>,
         ordering: &mut StreamOrdering,
     ) -> Result<(IoFuture, Arc<Completion>)> {
         match ordering.order {
             StreamOrder::WaitValue => match Flag::take(self.ctx) {
                 Ok(flag) => {
                     let target = (flag.dev, flag.target);
-                    let (fut, proxy) = job.queue(self, Release::Flag(flag), zero)?;
+                    let (fut, proxy) = job.queue(self, Release::Flag(flag))?;
                     // SAFETY: the flag's page is never freed; the stream is the caller's live
                     // one.
                     let waited = unsafe {
@@ -531,21 +569,16 @@ impl Queued {
                              stream blocks until the transfer ends"
                         ),
                     );
-                    job.queue(self, Release::Gate(Arc::default()), zero)
+                    job.queue(self, Release::Gate(Arc::default()))
                 }
             },
-            _ => job.queue(self, Release::Gate(Arc::default()), zero),
+            _ => job.queue(self, Release::Gate(Arc::default())),
         }
     }
 
-    /// The last staged write queued on this stream, while it has not ended.
+    /// The last write queued on this stream, while it has not ended.
     fn last_write(&self) -> Option<Arc<Completion>> {
-        let writes = lock(&LAST_WRITES);
-        writes
-            .as_ref()
-            .and_then(|w| w.get(&self.handle))
-            .filter(|c| !c.is_done())
-            .cloned()
+        last_write(self.handle)
     }
 
     /// Makes `write` the one the stream's later requests wait for.
@@ -557,9 +590,21 @@ impl Queued {
     }
 }
 
-/// Per stream handle, the last write queued on it that the stream does not wait for: the
-/// stream's later requests start after it, so that they see its bytes in the file.
+/// Per stream handle, the last write queued on it, while it has not ended: the stream's later
+/// requests start after it, so that they see its bytes in the file (a staged write's file write
+/// is not waited for by the stream), and a read queued after it is not refused at the call for
+/// a file that the write will make longer. Writes of one stream end in their order.
 static LAST_WRITES: Mutex<Option<HashMap<u64, Arc<Completion>>>> = Mutex::new(None);
+
+/// The last write queued on stream `handle`, while it has not ended ([`LAST_WRITES`]).
+fn last_write(handle: u64) -> Option<Arc<Completion>> {
+    let writes = lock(&LAST_WRITES);
+    writes
+        .as_ref()
+        .and_then(|w| w.get(&handle))
+        .filter(|c| !c.is_done())
+        .cloned()
+}
 
 /// Pinned staging of one stream-ordered request; dropping it puts it back in the pool (never
 /// freed: see the module's header).
@@ -624,10 +669,6 @@ impl Staging {
             .map_or(std::ptr::null_mut(), PinnedBuffer::as_ptr)
     }
 
-    fn len(&self) -> usize {
-        self.len
-    }
-
     /// `req` on this staging (host memory laid out as the request's buffer).
     fn request(&self, req: &Request) -> Request {
         let host = Buffer::Host {
@@ -642,12 +683,6 @@ impl Staging {
         }
     }
 }
-
-/// A staging range to clear where its read fails.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8, usize);
-// SAFETY: the staging it points into is owned by the request until its future ends.
-unsafe impl Send for SendPtr {}
 
 /// A request moved to the launcher thread: its raw addresses stay valid because the caller of
 /// [`submit`] keeps the buffer until the future is done.
@@ -696,14 +731,8 @@ impl Job {
     }
 
     /// Queues a host function on the stream that hands the job to the launcher when the stream
-    /// reaches it; `release` lets the stream's later work go once the request has ended (after
-    /// `zero`, where it failed, is cleared).
-    fn queue(
-        self,
-        on: &Queued,
-        release: Release,
-        zero: Option<SendPtr>,
-    ) -> Result<(IoFuture, Arc<Completion>)> {
+    /// reaches it; `release` lets the stream's later work go once the request has ended.
+    fn queue(self, on: &Queued, release: Release) -> Result<(IoFuture, Arc<Completion>)> {
         let proxy = Completion::new(1, |_| {});
         let sender = launcher()?;
         let gate = match &release {
@@ -716,7 +745,6 @@ impl Job {
             release,
             sender,
             gate,
-            zero,
         });
         let data = Box::into_raw(reached).cast::<c_void>();
         // SAFETY: `on_reached` makes no CUDA call and takes back the box exactly once; on an
@@ -740,8 +768,6 @@ struct Reached {
     sender: Sender<Msg>,
     /// The gate a blocking host function waits on (HostFunction).
     gate: Option<Arc<Gate>>,
-    /// Staging to clear where the request fails, before the stream goes on.
-    zero: Option<SendPtr>,
 }
 
 impl Reached {
@@ -768,7 +794,6 @@ impl Reached {
             job,
             proxy,
             release,
-            zero,
             ..
         } = *self;
         let Job {
@@ -782,11 +807,11 @@ impl Reached {
         // SAFETY: the caller of `submit` keeps the buffer valid until the proxy is done, which
         // is after this request's future is; staging is owned here until then.
         match unsafe { engine.submit(&endpoint, req.0, &settings) } {
-            Err(e) => finish(release, &proxy, zero, staging, Err(e)),
+            Err(e) => finish(release, &proxy, staging, Err(e)),
             Ok(fut) => {
                 let fut = Arc::new(fut);
                 let ended = Arc::clone(&fut);
-                fut.on_done(move || finish(release, &proxy, zero, staging, ended.wait()));
+                fut.on_done(move || finish(release, &proxy, staging, ended.wait()));
             }
         }
     }
@@ -797,28 +822,16 @@ impl Reached {
             job,
             proxy,
             release,
-            zero,
             ..
         } = *self;
-        finish(release, &proxy, zero, job.staging, result);
+        finish(release, &proxy, job.staging, result);
     }
 }
 
-/// The end of a stream-ordered request's host part: a failed read's staging is cleared, the
-/// stream's later work is let go, then the future ends (so a caller that saw it done knows the
-/// stream is free to go on), then a staged write's staging goes back.
-fn finish(
-    release: Release,
-    proxy: &Completion,
-    zero: Option<SendPtr>,
-    staging: Option<Staging>,
-    result: Result<usize>,
-) {
-    if let (Some(SendPtr(p, n)), Err(_)) = (zero, &result) {
-        // SAFETY: the request's own staging of `n` bytes; nothing else writes it, and the
-        // stream copies it only once released below.
-        unsafe { std::ptr::write_bytes(p, 0, n) };
-    }
+/// The end of a stream-ordered request's host part: the stream's later work is let go, then
+/// the future ends (so a caller that saw it done knows the stream is free to go on), then a
+/// staged write's staging goes back.
+fn finish(release: Release, proxy: &Completion, staging: Option<Staging>, result: Result<usize>) {
     release.signal();
     proxy.finish_task(result);
     drop(staging);
