@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,8 +173,55 @@ def test_bad_arguments_are_refused_before_a_file_appears(tmp_path):
         gs.save_file({"__metadata__": torch.zeros(1)}, target)
     with pytest.raises(FileNotFoundError) as e:
         gs.save_file({"a": torch.zeros(1)}, tmp_path / "no" / "such.safetensors")
-    assert e.value.filename == str(tmp_path / "no" / "such.safetensors")
+    # The directory is what refused: the error names it, and says that nothing was published.
+    assert e.value.filename == str(tmp_path / "no")
+    assert "Unable to create a file in the directory" in str(e.value)
+    assert any("nothing was published" in n for n in e.value.__notes__)
     assert _names(tmp_path) == []
+
+
+def test_a_directory_that_refuses_new_files_is_named_and_nothing_is_published():
+    """Run as a user without write permission on the directory (root is made nobody in a
+    child process, whose permissions are then checked)."""
+    code = textwrap.dedent("""
+        import os, sys
+        import numpy as np
+        import gpufile.safetensors as gs
+        d = sys.argv[1]
+        if os.getuid() == 0:
+            os.setgid(65534)
+            os.setuid(65534)
+        for call in (lambda: gs.save_file({"a": np.zeros(3)}, os.path.join(d, "m.safetensors")),
+                     lambda: gs.save_checkpoint({"a": np.zeros(3)}, d)):
+            try:
+                call()
+            except PermissionError as e:
+                assert e.filename == d, e.filename
+                assert "Unable to create a file in the directory" in str(e), str(e)
+                assert any("nothing was published" in n for n in e.__notes__), e.__notes__
+            else:
+                raise AssertionError("saved into a read-only directory")
+        print("ok")
+    """)
+    import shutil
+    import tempfile
+    top = tempfile.mkdtemp()  # pytest's own folder is closed to other users
+    d = Path(top) / "ro"
+    d.mkdir()
+    (d / "m.safetensors").write_bytes(b"old")
+    os.chmod(top, 0o755)
+    d.chmod(0o555)
+    try:
+        out = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        d.chmod(0o755)
+    try:
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+        assert sorted(os.listdir(d)) == ["m.safetensors"]
+        assert (d / "m.safetensors").read_bytes() == b"old"
+    finally:
+        shutil.rmtree(top)
 
 
 def test_a_symlink_at_the_target_is_replaced_not_written_through(tmp_path):

@@ -38,6 +38,7 @@ __all__ = [
     "Observation",
     "OutOfRangeError",
     "PendingFile",
+    "DirLock",
     "PermissionError",
     "ProcessLookupError",
     "SafetensorError",
@@ -70,6 +71,7 @@ __all__ = [
     "in_flight",
     "infer_remote_endpoint_type",
     "is_temporary_name",
+    "remove_stale_temporaries",
     "redact_url",
     "safetensors_header",
     "memory_deregister",
@@ -378,4 +380,12 @@ def write_safetensors_files(
     files: list[tuple[NativeFile, list[tuple[str, str, list[int], Any]], dict[str, str] | None]],
 ) -> list[int]: ...
 def sync_dir(path: _StrOrBytesPath) -> None: ...
+
+class DirLock:
+    def __new__(cls, path: _StrOrBytesPath) -> DirLock: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> DirLock: ...
+    def __exit__(self, ty: object, value: object, tb: object) -> bool: ...
+
+def remove_stale_temporaries(directory: _StrOrBytesPath, keep: list[str]) -> int: ...
 def is_temporary_name(name: str | PathLike[str]) -> bool: ...

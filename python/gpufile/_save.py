@@ -192,14 +192,18 @@ def _check_metadata(metadata: Any) -> dict[str, str] | None:
 
 def _annotate(e: BaseException, what: str) -> None:
     if isinstance(e, OSError):
-        e.add_note(f"gpufile: nothing was published at {what} (what was there is as it was); "
-                   "the temporary file was removed")
+        e.add_note(f"gpufile: nothing was published at {what} (what was there is as it was; "
+                   "no temporary file is left)")
 
 
 def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | None,
                durable: bool) -> None:
     """Writes ``rows`` to ``filename`` under a temporary name, then publishes it."""
-    pending = _native.PendingFile(filename)
+    try:
+        pending = _native.PendingFile(filename)
+    except OSError as e:
+        _annotate(e, os.fsdecode(filename))
+        raise
     try:
         if durable:
             pending.start_write_behind()
@@ -310,16 +314,6 @@ def split(sizes: Mapping[str, int], max_shard_size: int) -> list[list[str]]:
     return shards or [[]]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _referenced(directory: str) -> set[str]:
     try:
         with open(os.path.join(directory, INDEX_NAME), encoding="utf-8") as f:
@@ -329,21 +323,10 @@ def _referenced(directory: str) -> set[str]:
 
 
 def remove_stale_temporaries(directory: str) -> None:
-    """Removes temporaries that killed saves left in ``directory`` (their process is gone, and
-    no index names them)."""
-    keep = _referenced(directory)
-    for name in os.listdir(directory):
-        if not _native.is_temporary_name(name) or name in keep:
-            continue
-        try:
-            pid = int(name[len(".gpufile-tmp-"):].split("-", 1)[0])
-        except ValueError:
-            continue
-        if not _pid_alive(pid):
-            try:
-                os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:
-                pass
+    """Removes temporaries that killed saves left in ``directory``: written by a process of
+    this host that is gone, held by no writer, and named by no index. Call it holding the
+    directory's ``_native.DirLock``."""
+    _native.remove_stale_temporaries(directory, sorted(_referenced(directory)))
 
 
 def _publish_json(path: str, obj: Any, durable: bool) -> None:
@@ -381,7 +364,6 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
         os.makedirs(directory, exist_ok=True)
         if durable:
             _native.sync_dir(os.path.dirname(os.path.abspath(directory)))
-    remove_stale_temporaries(directory)
     by_name = {r[0]: r for r in rows}
     total = sum(sizes.values())
     n = len(shards)
@@ -392,6 +374,8 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
     index = {"metadata": {"total_size": total, **meta}, "weight_map": weight_map}
     pending = []
     try:
+        with _native.DirLock(directory):
+            remove_stale_temporaries(directory)  # room on the disk before this save writes
         # Every shard whole and synced under its temporary name before anything is published:
         # until then the directory holds the previous checkpoint, untouched.
         # The shards are written together (one batch, their writes interleaved: one file's
@@ -406,31 +390,45 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
         if durable:
             for p in pending:
                 p.sync()
-        if n == 1:
-            pending[0].publish(durable)
-        else:
-            # The commit: an index naming the temporaries (each complete) replaces the previous
-            # index in one rename. The shards then take their final names, each keeping its
-            # temporary name meanwhile, and a second index names them: at every moment the
-            # index in the directory names complete files of one checkpoint.
-            temp_names = {name: os.path.basename(p.temp_path) for name, p in zip(names, pending)}
-            first = {"metadata": index["metadata"],
-                     "weight_map": {k: temp_names[v] for k, v in weight_map.items()}}
-            _publish_json(os.path.join(directory, INDEX_NAME), first, durable)
-            for p in pending:
-                p.publish(False, keep_temp=True)
-            if durable:
-                _native.sync_dir(directory)
-            _publish_json(os.path.join(directory, INDEX_NAME), index, durable)
+        # The commit and the removal of what the replaced checkpoint had, one save at a time
+        # (threads, processes, hosts sharing the directory): a save never removes files that a
+        # commit after its own published.
+        with _native.DirLock(directory):
+            _commit(directory, names, pending, index, weight_map, durable)
     except BaseException as e:
         for p in pending:
             p.discard()
         _annotate(e, directory)
         raise
+    return index
+
+
+def _commit(directory: str, names: list[str], pending: list, index: dict, weight_map: dict,
+            durable: bool) -> None:
+    """Publishes a checkpoint whose shards are written and synced under their temporary names,
+    then removes what the checkpoint it replaces had. Call it holding the directory's lock."""
+    n = len(names)
+    if n == 1:
+        pending[0].publish(durable)
+    else:
+        # An index naming the temporaries (each complete) replaces the previous index in one
+        # rename. The shards then take their final names, each keeping its temporary name
+        # meanwhile, and a second index names them: at every moment the index in the directory
+        # names complete files of one checkpoint.
+        temp_names = {name: os.path.basename(p.temp_path) for name, p in zip(names, pending)}
+        first = {"metadata": index["metadata"],
+                 "weight_map": {k: temp_names[v] for k, v in weight_map.items()}}
+        _publish_json(os.path.join(directory, INDEX_NAME), first, durable)
+        for p in pending:
+            p.publish(False, keep_temp=True)
+        if durable:
+            _native.sync_dir(directory)
+        _publish_json(os.path.join(directory, INDEX_NAME), index, durable)
     for p in pending:
         p.discard()
     # What the previous checkpoint had and this one has not: its single file or its index,
-    # and shards of another count. Removed only now, after the new checkpoint is published.
+    # and shards of another count. Under the lock, final shard names are only ever those of
+    # committed checkpoints.
     stale = [SINGLE_NAME] if n > 1 else [INDEX_NAME]
     stale += [f for f in os.listdir(directory) if _SHARD_RE.fullmatch(f) and f not in names]
     for f in stale:
@@ -438,11 +436,10 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
             os.unlink(os.path.join(directory, f))
         except FileNotFoundError:
             pass
-    # Temporaries of a killed save that its index named (kept above) are no one's now.
+    # Temporaries of a killed save that its index named (kept until now) are no one's now.
     remove_stale_temporaries(directory)
     if durable:
         _native.sync_dir(directory)
-    return index
 
 
 # --- async_save ---------------------------------------------------------------------------------

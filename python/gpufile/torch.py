@@ -25,7 +25,9 @@ What changes:
 * Crash-safe: data files are written under temporary names and published under names of their
   own per save (``__0_0.<save id>.distcp``: a new save never rewrites a file that the previous
   checkpoint's metadata names); ``finish`` publishes ``.metadata`` last, in one rename, as the
-  commit, then removes data files no metadata names any more. ``sync_files`` syncs files and
+  commit, then removes the data files that the metadata it replaced named and the new one does
+  not. Commits of saves sharing the directory take turns (``.gpufile-lock``, docs/checkpoints.md),
+  and a data file named by no published metadata (a save still running) is never removed. ``sync_files`` syncs files and
   directory (torch's meaning): a durable save writes behind while it writes, syncs every data
   file, renames them, and syncs the directory once.
 * ``read_data`` reads each tensor's bytes straight into the target tensor on its device (the
@@ -39,6 +41,7 @@ What changes:
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import pickle
@@ -58,7 +61,8 @@ from .cufile import CuFile, read_batch, write_batch
 
 __all__ = ["FileSystemReader", "FileSystemWriter"]
 
-_DATA_FILE = re.compile(r"__\d+_\d+.*\.distcp")
+# A data file's name inside a pickled ``.metadata`` (names are ASCII, without separators).
+_DATA_FILE_BYTES = re.compile(rb"__\d+_\d+[A-Za-z0-9_.-]*?\.distcp")
 
 
 def _sync_devices(tensors: list) -> None:
@@ -353,31 +357,51 @@ class FileSystemWriter(_fs.FileSystemWriter):
         per_rank = not self.use_collectives and self.rank is not None
         path = os.fspath(self._get_metadata_path(self.rank if per_rank else None))
         data = pickle.dumps(metadata)
-        pending = _native.PendingFile(path)
-        try:
-            pending.file.write(memoryview(data))
-            pending.publish(self.sync_files)
-        except BaseException:
-            pending.discard()
-            raise
-        # Data files of earlier saves that no metadata names now (this rank's only, where each
-        # rank keeps its own metadata).
-        named = {getattr(s, "relative_path", None) for s in storage_md.values()}
-        mine = f"__{self.rank}_" if per_rank else "__"
+        named = {getattr(s, "relative_path", None) for s in storage_md.values()} - {None}
         directory = os.fspath(self.path)
-        removed = False
-        for f in os.listdir(directory):
-            if _DATA_FILE.fullmatch(f) and f.startswith(mine) and f not in named:
+        # The commit, one save at a time (threads, processes, hosts sharing the directory).
+        # What it removes after is what the metadata it replaces named and this one does not:
+        # never a data file of a save still running (named by no metadata yet), nor one that a
+        # later commit named.
+        with _native.DirLock(directory):
+            missing = sorted(f for f in named if not os.path.exists(os.path.join(directory, f)))
+            if missing:
+                raise FileNotFoundError(
+                    errno.ENOENT, f"gpufile: nothing was published at {path}: data files of "
+                    f"this save are gone (removed by something other than a gpufile save): "
+                    f"{missing[:3]}", os.path.join(directory, missing[0]))
+            replaced = _names_in_metadata(path)
+            pending = _native.PendingFile(path)
+            try:
+                pending.file.write(memoryview(data))
+                pending.publish(self.sync_files)
+            except BaseException:
+                pending.discard()
+                raise
+            removed = False
+            for f in sorted(replaced - named):
                 try:
                     os.unlink(os.path.join(directory, f))
                     removed = True
                 except FileNotFoundError:
                     pass
-        # And temporaries that killed saves left (their process is gone).
-        from ._save import remove_stale_temporaries
-        remove_stale_temporaries(directory)
-        if removed and self.sync_files:
-            _native.sync_dir(directory)
+            # And temporaries that killed saves left (their process is gone).
+            from ._save import remove_stale_temporaries
+            remove_stale_temporaries(directory)
+            if removed and self.sync_files:
+                _native.sync_dir(directory)
+
+
+def _names_in_metadata(path: str) -> set[str]:
+    """The data files a published ``.metadata`` names, found in its bytes without unpickling it
+    (a save must not run code from the directory it writes to): each name is a plain string of
+    the pickle, of the form DCP gives data files."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return set()
+    return {m.decode() for m in _DATA_FILE_BYTES.findall(raw)}
 
 
 # --- reading -------------------------------------------------------------------------------

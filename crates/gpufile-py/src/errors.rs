@@ -203,6 +203,7 @@ fn to_py_with(e: Error, more: &str) -> PyErr {
                     format!("{op} of {len} bytes at offset {offset}: {reason}")
                 }
                 Op::Open => format!("Unable to open file: {reason}"),
+                Op::Create => format!("Unable to create a file in the directory: {reason}"),
                 _ => format!("{op}: {reason}"),
             } + more;
             let args = (errno, what, path.to_string_lossy().into_owned());

@@ -433,11 +433,68 @@ fn is_temporary_name(name: PathBuf) -> bool {
     gpufile::publish::is_temporary(name.as_os_str())
 }
 
+/// The commit lock of a directory (`gpufile::publish::DirLock`): held from the constructor
+/// (which waits for it, GIL released) until `release()` or the end of a `with` block.
+#[pyclass(frozen, module = "gpufile._native")]
+struct DirLock {
+    held: Mutex<Option<gpufile::publish::DirLock>>,
+}
+
+#[pymethods]
+impl DirLock {
+    #[new]
+    fn new(py: Python<'_>, path: PathArg) -> PyResult<Self> {
+        let held = py
+            .detach(|| gpufile::publish::DirLock::acquire(&path.0))
+            .map_err(crate::errors::to_py)?;
+        Ok(DirLock {
+            held: Mutex::new(Some(held)),
+        })
+    }
+
+    /// Lets the lock go (idempotent).
+    fn release(&self, py: Python<'_>) {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
+        py.detach(move || drop(held));
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _ty: &Bound<'_, PyAny>,
+        _value: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> bool {
+        self.release(py);
+        false
+    }
+}
+
+/// Removes the temporaries of `directory` that no save will publish (written by a process of
+/// this host that is gone, unlocked, not in `keep`); returns how many
+/// (`gpufile::publish::remove_stale_temporaries`). Call it holding the directory's `DirLock`.
+#[pyfunction]
+fn remove_stale_temporaries(
+    py: Python<'_>,
+    directory: PathArg,
+    keep: Vec<PathBuf>,
+) -> PyResult<usize> {
+    let keep = keep.into_iter().map(PathBuf::into_os_string).collect();
+    py.detach(|| gpufile::publish::remove_stale_temporaries(&directory.0, &keep))
+        .map_err(crate::errors::to_py)
+}
+
 /// Adds the safetensors classes to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SafetensorError", m.py().get_type::<SafetensorError>())?;
     m.add_class::<SafetensorsCheckpoint>()?;
     m.add_class::<PendingFile>()?;
+    m.add_class::<DirLock>()?;
+    m.add_function(wrap_pyfunction!(remove_stale_temporaries, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors_header, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors_files, m)?)?;

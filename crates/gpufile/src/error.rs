@@ -30,6 +30,12 @@ pub enum Op {
     Rename,
     /// `unlink(2)`.
     Remove,
+    /// `flock(2)`.
+    Lock,
+    /// `fchmod(2)`.
+    Chmod,
+    /// `open(2)` of a new file in a directory (the path is the directory's).
+    Create,
 }
 
 impl fmt::Display for Op {
@@ -43,6 +49,9 @@ impl fmt::Display for Op {
             Op::Sync => "fsync",
             Op::Rename => "rename",
             Op::Remove => "unlink",
+            Op::Lock => "flock",
+            Op::Chmod => "fchmod",
+            Op::Create => "create a file in",
         })
     }
 }

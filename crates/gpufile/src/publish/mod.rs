@@ -23,7 +23,9 @@
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +35,9 @@ use std::time::Duration;
 
 use crate::error::{Error, Op, Result};
 use crate::file::{FileHandle, OpenMode};
+
+mod dir;
+pub use dir::{host_tag, remove_stale_temporaries, temp_owner, DirLock, TempOwner, LOCK_NAME};
 
 /// What every temporary name starts with (after the dot that hides it).
 pub const TEMP_PREFIX: &str = ".gpufile-tmp-";
@@ -68,8 +73,9 @@ fn parent_dir(path: &Path) -> PathBuf {
     }
 }
 
-/// A temporary name for `final_name` that no other process or thread picks: the process id,
-/// a counter and the clock, then the final name (so the extension stays the same).
+/// A temporary name for `final_name` that no other process or thread picks: the host, the
+/// process id, a counter and the clock, then the final name (so the extension stays the
+/// same). Host and process say whose it is ([`temp_owner`]).
 fn temp_name(final_name: &std::ffi::OsStr) -> OsString {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
@@ -78,7 +84,8 @@ fn temp_name(final_name: &std::ffi::OsStr) -> OsString {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let mut name = OsString::from(format!(
-        "{TEMP_PREFIX}{}-{seq:x}-{nanos:08x}.",
+        "{TEMP_PREFIX}h{}-{}-{seq:x}-{nanos:08x}.",
+        host_tag(),
         crate::posix::pid()
     ));
     name.push(final_name);
@@ -88,7 +95,7 @@ fn temp_name(final_name: &std::ffi::OsStr) -> OsString {
 impl PendingFile {
     /// Creates the temporary file for `path` in `path`'s directory, opened for writing (and
     /// reading); `path` itself is not touched. A directory that does not exist is an error
-    /// naming `path`.
+    /// naming the directory ([`Op::Create`]), as is one that refuses new files.
     pub fn create(path: impl AsRef<Path>) -> Result<PendingFile> {
         let final_path = path.as_ref().to_owned();
         let Some(name) = final_path.file_name() else {
@@ -112,6 +119,11 @@ impl PendingFile {
                 .open(&temp_path);
             match opened {
                 Ok(file) => {
+                    // The writer's mark: a temporary held by a `flock` is work in progress,
+                    // whoever asks (remove_stale_temporaries). Where the file system has no
+                    // flock, the owner in the name still protects it.
+                    // SAFETY: flock on the descriptor `file` owns (kept by the handle).
+                    let _ = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
                     let meta = file
                         .metadata()
                         .map_err(|e| Error::os(Op::Stat, &final_path, 0, 0, e))?;
@@ -126,11 +138,13 @@ impl PendingFile {
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(Error::os(Op::Open, &final_path, 0, 0, e)),
+                // The directory refused a new file: it is what the error names, not the final
+                // name, which was not opened.
+                Err(e) => return Err(Error::os(Op::Create, &dir, 0, 0, e)),
             }
         }
         let e = last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EEXIST));
-        Err(Error::os(Op::Open, &final_path, 0, 0, e))
+        Err(Error::os(Op::Create, &dir, 0, 0, e))
     }
 
     /// The handle to write through (errors name the final path).
@@ -173,6 +187,7 @@ impl PendingFile {
                 self.final_path.display()
             )));
         }
+        self.take_over_mode()?;
         if durable {
             self.sync()?;
         }
@@ -201,6 +216,44 @@ impl PendingFile {
                 },
                 other => other,
             })?;
+        }
+        Ok(())
+    }
+
+    /// Gives the file the owner, group and mode of the regular file it replaces, as an
+    /// overwrite in place would keep them (a 0600 file stays 0600). The owner and group are set
+    /// where the process may (root; a group it is in), and quietly kept otherwise. A new file
+    /// keeps what its creation gave it: 0666 less the umask.
+    fn take_over_mode(&self) -> Result<()> {
+        let old = match std::fs::symlink_metadata(&self.final_path) {
+            Ok(m) if m.file_type().is_file() => m,
+            _ => return Ok(()),
+        };
+        let fd = self.handle.fd();
+        // SAFETY: a zeroed stat (plain integers) is a valid value.
+        let mut mine: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on the descriptor the handle owns, into a stat that outlives the call.
+        if unsafe { libc::fstat(fd, &mut mine) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(Error::os(Op::Stat, &self.final_path, 0, 0, e));
+        }
+        if (mine.st_uid, mine.st_gid) != (old.uid(), old.gid()) {
+            // First, as a change of owner clears the set-user-ID and set-group-ID bits.
+            // SAFETY: fchown on the descriptor the handle owns; no memory is passed.
+            let rc = unsafe { libc::fchown(fd, old.uid(), old.gid()) };
+            if rc != 0 {
+                // Not permitted: try the group alone (a group the process is in).
+                // SAFETY: as above; -1 leaves the owner.
+                let _ = unsafe { libc::fchown(fd, u32::MAX, old.gid()) };
+            }
+        }
+        let mode = old.mode() & 0o7777;
+        if mine.st_mode & 0o7777 != mode {
+            // SAFETY: fchmod on the descriptor the handle owns; no memory is passed.
+            if unsafe { libc::fchmod(fd, mode) } != 0 {
+                let e = io::Error::last_os_error();
+                return Err(Error::os(Op::Chmod, &self.final_path, 0, 0, e));
+            }
         }
         Ok(())
     }
@@ -441,13 +494,55 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_directory_is_an_error_naming_the_final_path() {
+    fn a_missing_directory_is_an_error_naming_the_directory() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("no/such/dir/f.bin");
         let e = PendingFile::create(&path).unwrap_err();
+        let want = dir.path().join("no/such/dir");
         assert!(
-            matches!(&e, Error::Os { errno, path: p, .. } if *errno == libc::ENOENT && *p == path),
+            matches!(&e, Error::Os { errno, op: Op::Create, path: p, .. }
+                if *errno == libc::ENOENT && *p == want),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_mode_and_a_new_one_gets_the_umasks() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret.safetensors");
+        std::fs::write(&path, b"old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut p = PendingFile::create(&path).unwrap();
+        p.handle().write(b"new", 0, None).unwrap();
+        p.publish(false, false).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+
+        // The process's mask, read by setting it and putting it back at once (umask has no
+        // read-only form; other tests see the same mask throughout).
+        // SAFETY: umask only sets the process's mask.
+        let mask = unsafe { libc::umask(0o022) };
+        // SAFETY: as above.
+        unsafe { libc::umask(mask) };
+        let fresh = dir.path().join("fresh.bin");
+        let mut p = PendingFile::create(&fresh).unwrap();
+        p.publish(false, false).unwrap();
+        let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o666 & !mask);
+    }
+
+    #[test]
+    fn temporaries_carry_this_host_and_process_and_are_locked_while_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = PendingFile::create(dir.path().join("a.bin")).unwrap();
+        let owner = temp_owner(p.temp_path().file_name().unwrap()).unwrap();
+        assert_eq!(owner.host.as_deref(), Some(host_tag()));
+        assert_eq!(owner.pid, std::process::id());
+        let other = File::open(p.temp_path()).unwrap();
+        // SAFETY: flock on a descriptor the test owns.
+        let rc = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        assert_ne!(rc, 0, "the writer holds the temporary's lock");
     }
 }
