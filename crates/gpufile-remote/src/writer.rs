@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use gpufile::future::StopFlag;
 use gpufile::request::Range;
 use gpufile::source::{IoContext, Sink};
 use gpufile::{Error, Result};
@@ -89,8 +90,11 @@ struct State {
     aborted: bool,
     /// What the abort request answered, where it failed.
     abort_error: Option<Error>,
-    /// `Some(true)`: completed; `Some(false)`: aborted.
+    /// `Some(true)`: completed; `Some(false)`: aborted, or ended by an interrupted close.
     closed: Option<bool>,
+    /// Why the last close or abort stopped before the server answered (a second close
+    /// returns it); cleared by an abort that the server answers.
+    interrupted: Option<Error>,
 }
 
 /// A remote object opened for writing. Share it in an `Arc`; safe to write from several
@@ -464,10 +468,10 @@ impl RemoteWriter {
             };
             match ready {
                 None => {
-                    self.upload_part(k, piece, Some(call.stop))?;
+                    self.upload_part(k, piece, Some(call.stop), true)?;
                     lock(&self.state).written += piece.len() as u64;
                 }
-                Some(data) => self.upload_part(k, &data, Some(call.stop))?,
+                Some(data) => self.upload_part(k, &data, Some(call.stop), true)?,
             }
             at = part_end;
         }
@@ -475,14 +479,10 @@ impl RemoteWriter {
         Ok(())
     }
 
-    /// Uploads part `k` (S3's part number `k + 1`); a failure fails the writer, and the last
-    /// upload to end after a failure aborts the multipart upload.
-    fn upload_part(
-        &self,
-        k: u64,
-        data: &[u8],
-        stop: Option<&gpufile::future::StopFlag>,
-    ) -> Result<()> {
+    /// Uploads part `k` (S3's part number `k + 1`); a failure fails the writer, and, where
+    /// `abort`, the last upload to end after a failure aborts the multipart upload (close
+    /// aborts on its own, under its caller's stop flag).
+    fn upload_part(&self, k: u64, data: &[u8], stop: Option<&StopFlag>, abort: bool) -> Result<()> {
         {
             let mut st = lock(&self.state);
             if let Some(e) = &st.failed {
@@ -504,14 +504,14 @@ impl RemoteWriter {
                     }
                 }
             }
-            let abort = st.failed.is_some() && st.inflight == 0 && !st.aborted;
+            let abort = abort && st.failed.is_some() && st.inflight == 0 && !st.aborted;
             if abort {
                 st.aborted = true;
             }
             abort
         };
         if abort {
-            self.send_abort();
+            self.send_abort(None);
         }
         self.idle.notify_all();
         r.map(|_| ())
@@ -527,7 +527,13 @@ impl RemoteWriter {
         }
     }
 
-    fn target<'a>(&'a self, url: &'a str, label: &'a str) -> Target<'a> {
+    /// A request of this object, stopped soon after `stop` is set.
+    fn target<'a>(
+        &'a self,
+        url: &'a str,
+        label: &'a str,
+        stop: Option<&'a StopFlag>,
+    ) -> Target<'a> {
         Target {
             url,
             shown: &self.shown,
@@ -537,7 +543,7 @@ impl RemoteWriter {
                 _ => None,
             },
             size: None,
-            stop: None,
+            stop,
             label: Some(label),
         }
     }
@@ -550,16 +556,13 @@ impl RemoteWriter {
     }
 
     /// The multipart upload's id: created (`POST ?uploads`) by the first caller.
-    fn upload_id(&self, stop: Option<&gpufile::future::StopFlag>) -> Result<String> {
+    fn upload_id(&self, stop: Option<&StopFlag>) -> Result<String> {
         let mut id = lock(&self.upload_id);
         if let Some(id) = id.as_ref() {
             return Ok(id.clone());
         }
         let url = self.s3_url("uploads")?;
-        let t = Target {
-            stop,
-            ..self.target(&url, "POST (CreateMultipartUpload)")
-        };
+        let t = self.target(&url, "POST (CreateMultipartUpload)", stop);
         let answer = self.client.send_body(&t, "POST", &[], None, false)?;
         let created = xml_text(&answer.body, "UploadId").ok_or_else(|| {
             self.bad_answer(format!(
@@ -581,12 +584,7 @@ impl RemoteWriter {
     }
 
     /// `PUT ?partNumber&uploadId` of part `k`; its ETag.
-    fn send_part(
-        &self,
-        k: u64,
-        data: &[u8],
-        stop: Option<&gpufile::future::StopFlag>,
-    ) -> Result<String> {
+    fn send_part(&self, k: u64, data: &[u8], stop: Option<&StopFlag>) -> Result<String> {
         let id = self.upload_id(stop)?;
         let query = form(&[("partNumber", &(k + 1).to_string()), ("uploadId", &id)]);
         let url = self.s3_url(&query)?;
@@ -596,39 +594,50 @@ impl RemoteWriter {
             k + 1,
             start + (data.len() as u64).max(1) - 1
         );
-        let t = Target {
-            stop,
-            ..self.target(&url, &label)
-        };
+        let t = self.target(&url, &label, stop);
         let answer = self.client.send_body(&t, "PUT", data, None, false)?;
         answer
             .etag
             .ok_or_else(|| self.bad_answer(format!("{label}: the answer has no ETag")))
     }
 
-    /// `DELETE ?uploadId` (AbortMultipartUpload), once no part upload is under way; sent
-    /// without the request's stop flag, since a cancelled upload must be aborted too.
-    fn send_abort(&self) {
+    /// `DELETE ?uploadId` (AbortMultipartUpload), once no part upload is under way. A
+    /// cancelled write sends it without the request's stop flag, since a cancelled upload must
+    /// be aborted too; [`Self::abort_with_stop`] sends it under its caller's flag. False where
+    /// that flag stopped it before the server answered (the upload may still be there).
+    fn send_abort(&self, stop: Option<&StopFlag>) -> bool {
         let Some(id) = lock(&self.upload_id).clone() else {
-            return;
+            return true;
         };
         let r = self.s3_url(&form(&[("uploadId", &id)])).and_then(|url| {
-            let t = self.target(&url, "DELETE (AbortMultipartUpload)");
+            let t = self.target(&url, "DELETE (AbortMultipartUpload)", stop);
             self.client.send_body(&t, "DELETE", &[], None, false)
         });
-        if let Err(e) = r {
-            lock(&self.state).abort_error = Some(e);
+        match r {
+            Ok(_) => true,
+            Err(_) if stop.is_some_and(StopFlag::is_set) => false,
+            Err(e) => {
+                lock(&self.state).abort_error = Some(e);
+                true
+            }
         }
     }
 
     /// Ends the writer without making the object: aborts the multipart upload (if any) once
     /// the part uploads under way have ended. Idempotent; nothing happens after a close.
     pub fn abort(&self) -> Result<()> {
+        self.abort_with_stop(None)
+    }
+
+    /// [`Self::abort`] whose AbortMultipartUpload stops soon after `stop` is set (Ctrl-C), as a
+    /// read does. Stopped before the server answered: [`RemoteFailure::Interrupted`], the
+    /// writer ended all the same, and a later abort sends the request again.
+    pub fn abort_with_stop(&self, stop: Option<&StopFlag>) -> Result<()> {
         let mut st = lock(&self.state);
         while st.inflight > 0 {
             st = self.idle.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        if st.closed.is_some() {
+        if st.closed == Some(true) {
             return Ok(());
         }
         st.closed = Some(false);
@@ -640,12 +649,51 @@ impl RemoteWriter {
         st.aborted = true;
         drop(st);
         if send {
-            self.send_abort();
+            if !self.send_abort(stop) {
+                let e = self.interrupted(
+                    "abort() was interrupted before the server answered AbortMultipartUpload: \
+                     the multipart upload may still be there (its parts stored); abort() again \
+                     removes it",
+                );
+                let mut st = lock(&self.state);
+                st.aborted = false;
+                st.interrupted = Some(e.clone());
+                return Err(e);
+            }
+            lock(&self.state).interrupted = None;
         }
         match lock(&self.state).abort_error.clone() {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    fn interrupted(&self, reason: &str) -> Error {
+        RemoteError {
+            url: self.shown.clone(),
+            kind: RemoteFailure::Interrupted,
+            reason: reason.to_owned(),
+        }
+        .into()
+    }
+
+    /// What an interrupted close leaves on the server.
+    fn interrupted_close(&self, multipart: bool) -> Error {
+        let holds = match (&self.dest, multipart) {
+            (Dest::S3(_), true) => {
+                "S3 holds an incomplete multipart upload (its parts stored) until abort() \
+                 removes it, unless a CompleteMultipartUpload it received still makes the object"
+            }
+            (Dest::S3(_), false) => "S3 makes the object from the PutObject it received, or none",
+            (Dest::Put { .. }, _) => "the server may still store what it received of the PUT",
+            (Dest::WebHdfs { .. }, _) => {
+                "the file may be created, with what the data node received of the bytes"
+            }
+        };
+        self.interrupted(&format!(
+            "close() was interrupted before the server answered: the object is not known to \
+             be made; {holds}"
+        ))
     }
 
     /// Makes the object from the bytes written, once every write has returned (the caller
@@ -654,23 +702,33 @@ impl RemoteWriter {
     /// failed or the writes do not tile the object from byte 0 to its end
     /// ([`RemoteFailure::NotTiled`]). A second close does nothing.
     pub fn close(&self) -> Result<()> {
+        self.close_with_stop(None)
+    }
+
+    /// [`Self::close`] whose requests (the last parts, CompleteMultipartUpload, the one `PUT` /
+    /// `CREATE`, the abort after a failure) stop soon after `stop` is set (Ctrl-C), as a read
+    /// does, however long the server stalls. Stopped before the server answered:
+    /// [`RemoteFailure::Interrupted`], saying what the server may hold; the writer has ended
+    /// without the object known to be made (a second close returns the same error), and no
+    /// abort was sent (a stalled server would hold it as long): [`Self::abort`] sends it.
+    pub fn close_with_stop(&self, stop: Option<&StopFlag>) -> Result<()> {
         let mut st = lock(&self.state);
         while st.inflight > 0 {
             st = self.idle.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         match st.closed {
             Some(true) => return Ok(()),
-            Some(false) => return Err(Error::Closed),
+            Some(false) => return Err(st.interrupted.clone().unwrap_or(Error::Closed)),
             None => {}
         }
         if let Some(e) = st.failed.clone() {
             drop(st);
-            let _ = self.abort();
+            let _ = self.abort_with_stop(stop);
             return Err(self.with_abort_note(e));
         }
         if let Some(gap) = self.gap(&st) {
             drop(st);
-            let _ = self.abort();
+            let _ = self.abort_with_stop(stop);
             return Err(self.with_abort_note(gap));
         }
         let extent = st.extent;
@@ -682,21 +740,29 @@ impl RemoteWriter {
         let r = match multipart {
             false => {
                 let body = buffers.pop().map(|(_, d)| d).unwrap_or_default();
-                self.send_whole(&body[..extent as usize])
+                self.send_whole(&body[..extent as usize], stop)
             }
-            true => self.finish_multipart(buffers),
+            true => self.finish_multipart(buffers, stop),
         };
         match r {
             Ok(()) => {
                 lock(&self.state).closed = Some(true);
                 Ok(())
             }
+            Err(_) if stop.is_some_and(StopFlag::is_set) => {
+                let e = self.interrupted_close(multipart);
+                let mut st = lock(&self.state);
+                st.failed.get_or_insert(Error::Cancelled);
+                st.closed = Some(false);
+                st.interrupted = Some(e.clone());
+                Err(e)
+            }
             Err(e) => {
                 {
                     let mut st = lock(&self.state);
                     st.failed.get_or_insert(e.clone());
                 }
-                let _ = self.abort();
+                let _ = self.abort_with_stop(stop);
                 Err(self.with_abort_note(e))
             }
         }
@@ -728,11 +794,16 @@ impl RemoteWriter {
             return e;
         };
         let had_upload = lock(&self.upload_id).is_some();
-        let note = match (had_upload, lock(&self.state).abort_error.as_ref()) {
-            (false, _) => " (nothing was written)".to_owned(),
-            (true, None) => " (the multipart upload was aborted)".to_owned(),
-            (true, Some(a)) => format!(" (aborting the multipart upload failed too: {a})"),
+        let st = lock(&self.state);
+        let note = match (had_upload, st.aborted, st.abort_error.as_ref()) {
+            (false, _, _) => " (nothing was written)".to_owned(),
+            (true, false, _) => " (the abort of the multipart upload was interrupted: the \
+                                 upload may still be there; abort() removes it)"
+                .to_owned(),
+            (true, true, None) => " (the multipart upload was aborted)".to_owned(),
+            (true, true, Some(a)) => format!(" (aborting the multipart upload failed too: {a})"),
         };
+        drop(st);
         RemoteError {
             reason: format!("{}{note}", r.reason),
             ..r.clone()
@@ -741,24 +812,24 @@ impl RemoteWriter {
     }
 
     /// The object in one request: PutObject (S3), `PUT`, or WebHDFS `CREATE`.
-    fn send_whole(&self, body: &[u8]) -> Result<()> {
+    fn send_whole(&self, body: &[u8], stop: Option<&StopFlag>) -> Result<()> {
         match &self.dest {
             Dest::S3(o) => {
                 let url = o.url.as_str().to_owned();
-                let t = self.target(&url, "PUT (PutObject)");
+                let t = self.target(&url, "PUT (PutObject)", stop);
                 self.client
                     .send_body(&t, "PUT", body, None, false)
                     .map(|_| ())
             }
             Dest::Put { url } => {
-                let t = self.target(url, "PUT");
+                let t = self.target(url, "PUT", stop);
                 self.client
                     .send_body(&t, "PUT", body, None, false)
                     .map(|_| ())
             }
             Dest::WebHdfs { base, user } => {
                 let url = format!("{base}?{}op=CREATE&overwrite=true", user_param(user));
-                let t = self.target(&url, "PUT (WebHDFS CREATE)");
+                let t = self.target(&url, "PUT (WebHDFS CREATE)", stop);
                 let answer = self.client.send_body(&t, "PUT", &[], None, true)?;
                 let location = match answer.location {
                     Some(l) => l,
@@ -785,7 +856,7 @@ impl RemoteWriter {
                     )));
                 }
                 let next = next.to_string();
-                let t = self.target(&next, "PUT (WebHDFS CREATE, data)");
+                let t = self.target(&next, "PUT (WebHDFS CREATE, data)", stop);
                 self.client
                     .send_body(&t, "PUT", body, Some("application/octet-stream"), false)?;
                 Ok(())
@@ -794,11 +865,15 @@ impl RemoteWriter {
     }
 
     /// Uploads the parts left in buffers, then CompleteMultipartUpload with every part's ETag.
-    fn finish_multipart(&self, buffers: Vec<(u64, Vec<u8>)>) -> Result<()> {
+    fn finish_multipart(
+        &self,
+        buffers: Vec<(u64, Vec<u8>)>,
+        stop: Option<&StopFlag>,
+    ) -> Result<()> {
         let extent = lock(&self.state).extent;
         for (k, data) in buffers {
             let len = (extent - k * self.part_size).min(self.part_size) as usize;
-            self.upload_part(k, &data[..len], None)?;
+            self.upload_part(k, &data[..len], stop, false)?;
         }
         let parts: String = lock(&self.state)
             .etags
@@ -812,9 +887,9 @@ impl RemoteWriter {
             })
             .collect();
         let body = format!("<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>");
-        let id = self.upload_id(None)?;
+        let id = self.upload_id(stop)?;
         let url = self.s3_url(&form(&[("uploadId", &id)]))?;
-        let t = self.target(&url, "POST (CompleteMultipartUpload)");
+        let t = self.target(&url, "POST (CompleteMultipartUpload)", stop);
         let answer =
             self.client
                 .send_body(&t, "POST", body.as_bytes(), Some("application/xml"), false)?;
@@ -939,6 +1014,7 @@ fn xml_unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn part_size_rises_to_fit_ten_thousand_parts() {
@@ -1031,5 +1107,61 @@ mod tests {
         w.reserve(&[r(S3_MIN_PART * S3_MAX_PARTS - 1, 1)]).unwrap();
         w.release(&[r(S3_MIN_PART * S3_MAX_PARTS - 1, 1)]);
         assert_eq!(w.nbytes(), 0);
+    }
+
+    /// A server that reads the `PUT` and never answers: a close under a stop flag ends soon
+    /// after the flag is set (not after `http_timeout` times `http_max_attempts`), as
+    /// [`RemoteFailure::Interrupted`], and the writer is not reported as made.
+    #[test]
+    fn a_close_stops_soon_after_its_flag_is_set_however_long_the_server_stalls() {
+        use std::io::Read;
+        use std::time::{Duration, Instant};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/o.bin", listener.local_addr().unwrap());
+        let (got, arrived) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.ends_with(b"\r\n\r\nabc") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = got.send(());
+            std::thread::sleep(Duration::from_secs(120)); // the connection open, unanswered
+        });
+        let w = RemoteWriter::create_http(&url).unwrap();
+        w.reserve(&[r(0, 3)]).unwrap();
+        let (progress, request_stop) = (AtomicU64::new(0), StopFlag::default());
+        let call = IoContext {
+            progress: &progress,
+            direct: false,
+            direct_uncached: false,
+            stop: &request_stop,
+        };
+        w.write_at(b"abc", 0, call).unwrap();
+        let stop = StopFlag::default();
+        let (e, took) = std::thread::scope(|s| {
+            let closing = s.spawn(|| w.close_with_stop(Some(&stop)));
+            arrived
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the PUT never arrived");
+            let set = Instant::now();
+            stop.set();
+            (closing.join().unwrap().unwrap_err(), set.elapsed())
+        });
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert_eq!(
+            RemoteError::of(&e).unwrap().kind,
+            RemoteFailure::Interrupted
+        );
+        assert!(
+            e.to_string().contains("the object is not known to be made"),
+            "{e}"
+        );
+        assert!(w.closed());
+        assert_eq!(w.close().unwrap_err().to_string(), e.to_string());
     }
 }
