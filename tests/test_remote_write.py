@@ -5,7 +5,9 @@ WebHDFS endpoint written here, and servers that count requests."""
 import http.client
 import io
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -524,3 +526,167 @@ def test_webhdfs_create_in_two_steps():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+# ---------------------------------------------------------------- Ctrl-C at close and abort
+
+
+class Silent:
+    """A server on 127.0.0.1 that reads each request (its head and its Content-Length body) and
+    never answers, holding the connection open: ``got`` is set once a whole request arrived,
+    whose request lines are in ``requests``."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.got, self.requests, self.conns = threading.Event(), [], []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                return
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+        while length and len(body) < int(length.group(1)):
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                return
+            body += chunk
+        self.requests.append(head.split(b"\r\n")[0].decode())
+        self.got.set()
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+# The subprocess waits up to a minute for each answer, once: before the fix Ctrl-C waited for
+# it (183 s at the defaults); the test gives up on it after 20 s.
+INTERRUPTED = """
+import numpy as np, gpufile
+gpufile.defaults.set({{"http_timeout": 60, "http_max_attempts": 1, "remote_part_size": 5 << 20}})
+f = {open}
+f.write(np.ones({size}, dtype=np.uint8))
+try:
+    f.{call}()
+except KeyboardInterrupt as e:
+    print("KeyboardInterrupt:", *getattr(e, "__notes__", []), flush=True)
+    print("closed:", f.closed, flush=True)
+    try:
+        f.close()
+        print("second close: returned", flush=True)
+    except Exception as e2:
+        print(f"second close: {{type(e2).__name__}}: {{e2}}", flush=True)
+    {after}
+    raise
+"""
+
+
+def interrupt_when(started, **script):
+    """Runs INTERRUPTED in a subprocess, sends SIGINT once ``started`` is set (the request the
+    call waits for has reached the server): (its stdout, stderr, seconds from SIGINT to exit)."""
+    code = textwrap.dedent(INTERRUPTED.format(**{"after": "", **script}))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert started.wait(60), "the request never reached the server"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            out = None
+        if out is None:
+            pytest.fail(f"still in {script['call']}() 20 s after Ctrl-C")
+        return out.decode(), err.decode(), time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_ctrl_c_stops_a_close_whose_put_gets_no_answer():
+    server = Silent()
+    try:
+        out, err, elapsed = interrupt_when(
+            server.got, open=f'gpufile.RemoteFile.open_http("{server.url}/o.bin", mode="w")',
+            size=1000, call="close")
+    finally:
+        server.close()
+    assert server.requests == ["PUT /o.bin HTTP/1.1"]
+    assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+    assert "KeyboardInterrupt: close() was interrupted before the server answered: the object " \
+           "is not known to be made; the server may still store what it received" in out, (out, err)
+    assert "KeyboardInterrupt" in err  # raised on, out of the script
+    # Never reported as written: a second close says so.
+    assert "closed: True" in out
+    assert "second close: RuntimeError: close() was interrupted" in out, out
+
+
+def stalled_proxy(proxy, stall):
+    """The proxy in front of moto, holding the first request ``stall(method, query)`` picks
+    until the test ends: (URL, the event set when it arrived, the event that releases it)."""
+    start, _ = proxy
+    arrived, release = threading.Event(), threading.Event()
+
+    def slow(method, path, query):
+        if stall(method, query) and not arrived.is_set():
+            arrived.set()
+            release.wait(60)
+        return 0.0
+
+    return start(lambda m, p, q: False, slow=slow), arrived, release
+
+
+def test_ctrl_c_stops_a_close_whose_completion_gets_no_answer_and_abort_cleans_up(s3, proxy):
+    _, client = s3
+    url, arrived, release = stalled_proxy(proxy, lambda m, q: m == "POST" and "uploadId" in q)
+    try:
+        out, err, elapsed = interrupt_when(
+            arrived, open=f'gpufile.RemoteFile.open_s3("bkt", "stalled.bin", aws_endpoint_url="{url}", mode="w")',
+            size=6 * MiB, call="close", after='f.abort(); print("aborted", flush=True)')
+        assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+        assert "S3 holds an incomplete multipart upload (its parts stored) until abort() removes it" \
+               in out, (out, err)
+        assert "second close: RuntimeError: close() was interrupted" in out
+        assert out.splitlines()[-1] == "aborted"  # abort() after the interrupt removes the upload
+        assert uploads_left(client) == []
+        assert absent(client, "stalled.bin")
+    finally:
+        release.set()
+    assert_no_secret(out, err)
+
+
+def test_ctrl_c_stops_an_abort_that_gets_no_answer_and_a_second_abort_sends_it(s3, proxy):
+    _, client = s3
+    url, arrived, release = stalled_proxy(proxy, lambda m, q: m == "DELETE")
+    _, log = proxy
+    try:
+        out, err, elapsed = interrupt_when(
+            arrived, open=f'gpufile.RemoteFile.open_s3("bkt", "gone.bin", aws_endpoint_url="{url}", mode="w")',
+            size=6 * MiB, call="abort", after='f.abort(); print("aborted again", flush=True)')
+        assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+        assert "KeyboardInterrupt: abort() was interrupted before the server answered " \
+               "AbortMultipartUpload: the multipart upload may still be there" in out, (out, err)
+        assert "second close: RuntimeError: abort() was interrupted" in out
+        assert out.splitlines()[-1] == "aborted again"
+        assert [m for m, p, _ in log if m == "DELETE"] == ["DELETE", "DELETE"]
+        assert uploads_left(client) == []
+        assert absent(client, "gone.bin")
+    finally:
+        release.set()

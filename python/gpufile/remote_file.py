@@ -457,13 +457,22 @@ class RemoteFile:
         ValueError
             The writes leave a gap (the object is then not made, the upload aborted).
         RuntimeError
-            A write or the completion failed (the upload is aborted).
+            A write or the completion failed (the upload is aborted); or an earlier close was
+            interrupted, so the object is not known to be made.
+        KeyboardInterrupt
+            Ctrl-C while the server is awaited, however long it stalls: the file ends without
+            the object known to be made, and no abort is sent; the exception's note says what
+            the server may hold (S3: an incomplete multipart upload, which ``abort()`` removes).
         """
         if not self._writing:
             self._handle.close()
             return
         if self._handle.closed and not self._pending:
-            return  # closed or aborted already
+            try:
+                self._handle.close()  # raises where a close or abort was interrupted
+            except ValueError:
+                pass  # made or aborted already: nothing to do
+            return
         pending, self._pending = self._pending, []
         for fut in pending:
             try:
@@ -474,7 +483,10 @@ class RemoteFile:
 
     def abort(self) -> None:
         """Ends a file opened for writing without making the object (S3: aborts the multipart
-        upload, once the parts in flight have ended). Nothing happens after a close."""
+        upload, once the parts in flight have ended). Nothing happens after a close.
+
+        Ctrl-C while the server is awaited raises ``KeyboardInterrupt`` at once; the upload may
+        then still be there, and a later ``abort()`` sends the request again."""
         self._need_writer()
         pending, self._pending = self._pending, []
         for fut in pending:

@@ -819,7 +819,7 @@ fn failed(py: Python<'_>, e: Error, fut: &IoFuture) -> PyErr {
 
 /// How often a blocking wait looks for signals (Ctrl-C): a KeyboardInterrupt arrives within
 /// about this long.
-const SIGNAL_POLL: Duration = Duration::from_millis(50);
+pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// Waits for `fut` with the GIL released, checking for signals: on one (KeyboardInterrupt), the
 /// request's tasks not yet started are cancelled and those running are waited for (so no worker

@@ -1,8 +1,11 @@
 //! Remote objects opened for writing (`gpufile.RemoteFile.open*(..., mode="w")`): conversion,
 //! GIL release and exception mapping over `gpufile_remote::RemoteWriter`.
 
-use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use gpufile::future::StopFlag;
 use gpufile::{Direction, Engine, Error};
 use gpufile_remote::{RemoteEndpointType, RemoteWriter};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -10,7 +13,7 @@ use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg};
-use crate::file::NativeFuture;
+use crate::file::{NativeFuture, SIGNAL_POLL};
 use crate::remote::s3_options;
 use crate::request::{self, Args, SendRequest};
 
@@ -206,20 +209,74 @@ impl NativeRemoteWriter {
         Ok(NativeFuture::new(fut, view, owners))
     }
 
-    /// Makes the object (the caller has waited for its writes); aborts it on failure.
+    /// Makes the object (the caller has waited for its writes); aborts it on failure. Ctrl-C
+    /// stops it however long the server stalls (KeyboardInterrupt, noting what the server may
+    /// hold).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let writer = Arc::clone(&self.writer);
-        py.detach(move || writer.close()).map_err(to_py)
+        let made = "close() had made the object before the interrupt took effect";
+        run_stoppable(py, made, move |stop| writer.close_with_stop(Some(stop)))
     }
 
-    /// Ends the writer without making the object (S3: AbortMultipartUpload).
+    /// Ends the writer without making the object (S3: AbortMultipartUpload); Ctrl-C stops it
+    /// as it does a close.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
         let writer = Arc::clone(&self.writer);
-        py.detach(move || writer.abort()).map_err(to_py)
+        let ended = "abort() had ended the upload before the interrupt took effect";
+        run_stoppable(py, ended, move |stop| writer.abort_with_stop(Some(stop)))
     }
 
     fn __str__(&self) -> String {
         self.writer.url().to_owned()
+    }
+}
+
+/// Runs `work` (a writer's close or abort) on a thread of its own while this thread looks for
+/// signals, the GIL let go between looks (a blocking call could not see Ctrl-C before its last
+/// request gave up: `http_timeout` times `http_max_attempts`). A signal sets the stop flag that
+/// `work`'s requests watch, waits for `work` to end (soon: they look at it every 20 ms) and
+/// raises the signal's exception (KeyboardInterrupt), noting what `work` said, or `done` where
+/// it finished all the same.
+fn run_stoppable(
+    py: Python<'_>,
+    done: &str,
+    work: impl FnOnce(&StopFlag) -> gpufile::Result<()> + Send + 'static,
+) -> PyResult<()> {
+    let stop = StopFlag::default();
+    let flag = stop.clone();
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("gpufile-remote-close".into())
+        .spawn(move || {
+            let _ = tx.send(work(&flag));
+        })
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
+    // A `Receiver` is not `Sync`: the detached closures borrow it through a lock.
+    let rx = Mutex::new(rx);
+    let recv = |wait: Option<Duration>| {
+        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+        match wait {
+            Some(d) => rx.recv_timeout(d),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    };
+    let panicked = || Error::InvalidArgument("the thread of the close panicked".into());
+    loop {
+        match py.detach(|| recv(Some(SIGNAL_POLL))) {
+            Ok(r) => return r.map_err(to_py),
+            Err(RecvTimeoutError::Disconnected) => return Err(to_py(panicked())),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if let Err(interrupt) = py.check_signals() {
+            stop.set();
+            let note = match py.detach(|| recv(None)) {
+                Ok(Ok(())) => done.to_owned(),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => panicked().to_string(),
+            };
+            let _ = interrupt.value(py).call_method1("add_note", (note,));
+            return Err(interrupt);
+        }
     }
 }
 

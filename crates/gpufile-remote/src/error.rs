@@ -46,6 +46,10 @@ pub enum RemoteFailure {
     /// A write ends past S3's 10,000 parts of `remote_part_size` (refused before any byte
     /// moves). A caller's error (Python's `ValueError`).
     PartLimit,
+    /// A writer's close or abort was stopped (Ctrl-C) before the server answered its last
+    /// request: the object is not known to be made, and what the server holds is said in the
+    /// reason.
+    Interrupted,
 }
 
 impl RemoteError {

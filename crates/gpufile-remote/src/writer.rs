@@ -31,15 +31,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use gpufile::future::StopFlag;
 use gpufile::request::Range;
 use gpufile::source::{IoContext, Sink};
 use gpufile::{Error, Result};
 
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
 use crate::error::{RemoteError, RemoteFailure};
-use crate::file::{self, check_http, process_env, user_param, Env};
+use crate::file::{self, check_http, process_env, Env};
 use crate::gcs;
 use crate::http::{Client, RemoteStats, Target};
+
+mod close;
 
 /// S3's smallest part, in bytes (every part but the last).
 pub const S3_MIN_PART: u64 = 5 << 20;
@@ -89,8 +92,11 @@ struct State {
     aborted: bool,
     /// What the abort request answered, where it failed.
     abort_error: Option<Error>,
-    /// `Some(true)`: completed; `Some(false)`: aborted.
+    /// `Some(true)`: completed; `Some(false)`: aborted, or ended by an interrupted close.
     closed: Option<bool>,
+    /// Why the last close or abort stopped before the server answered (a second close
+    /// returns it); cleared by an abort that the server answers.
+    interrupted: Option<Error>,
 }
 
 /// A remote object opened for writing. Share it in an `Arc`; safe to write from several
@@ -464,10 +470,10 @@ impl RemoteWriter {
             };
             match ready {
                 None => {
-                    self.upload_part(k, piece, Some(call.stop))?;
+                    self.upload_part(k, piece, Some(call.stop), true)?;
                     lock(&self.state).written += piece.len() as u64;
                 }
-                Some(data) => self.upload_part(k, &data, Some(call.stop))?,
+                Some(data) => self.upload_part(k, &data, Some(call.stop), true)?,
             }
             at = part_end;
         }
@@ -475,14 +481,10 @@ impl RemoteWriter {
         Ok(())
     }
 
-    /// Uploads part `k` (S3's part number `k + 1`); a failure fails the writer, and the last
-    /// upload to end after a failure aborts the multipart upload.
-    fn upload_part(
-        &self,
-        k: u64,
-        data: &[u8],
-        stop: Option<&gpufile::future::StopFlag>,
-    ) -> Result<()> {
+    /// Uploads part `k` (S3's part number `k + 1`); a failure fails the writer, and, where
+    /// `abort`, the last upload to end after a failure aborts the multipart upload (close
+    /// aborts on its own, under its caller's stop flag).
+    fn upload_part(&self, k: u64, data: &[u8], stop: Option<&StopFlag>, abort: bool) -> Result<()> {
         {
             let mut st = lock(&self.state);
             if let Some(e) = &st.failed {
@@ -504,14 +506,14 @@ impl RemoteWriter {
                     }
                 }
             }
-            let abort = st.failed.is_some() && st.inflight == 0 && !st.aborted;
+            let abort = abort && st.failed.is_some() && st.inflight == 0 && !st.aborted;
             if abort {
                 st.aborted = true;
             }
             abort
         };
         if abort {
-            self.send_abort();
+            self.send_abort(None);
         }
         self.idle.notify_all();
         r.map(|_| ())
@@ -527,7 +529,13 @@ impl RemoteWriter {
         }
     }
 
-    fn target<'a>(&'a self, url: &'a str, label: &'a str) -> Target<'a> {
+    /// A request of this object, stopped soon after `stop` is set.
+    fn target<'a>(
+        &'a self,
+        url: &'a str,
+        label: &'a str,
+        stop: Option<&'a StopFlag>,
+    ) -> Target<'a> {
         Target {
             url,
             shown: &self.shown,
@@ -537,7 +545,7 @@ impl RemoteWriter {
                 _ => None,
             },
             size: None,
-            stop: None,
+            stop,
             label: Some(label),
         }
     }
@@ -550,16 +558,13 @@ impl RemoteWriter {
     }
 
     /// The multipart upload's id: created (`POST ?uploads`) by the first caller.
-    fn upload_id(&self, stop: Option<&gpufile::future::StopFlag>) -> Result<String> {
+    fn upload_id(&self, stop: Option<&StopFlag>) -> Result<String> {
         let mut id = lock(&self.upload_id);
         if let Some(id) = id.as_ref() {
             return Ok(id.clone());
         }
         let url = self.s3_url("uploads")?;
-        let t = Target {
-            stop,
-            ..self.target(&url, "POST (CreateMultipartUpload)")
-        };
+        let t = self.target(&url, "POST (CreateMultipartUpload)", stop);
         let answer = self.client.send_body(&t, "POST", &[], None, false)?;
         let created = xml_text(&answer.body, "UploadId").ok_or_else(|| {
             self.bad_answer(format!(
@@ -581,12 +586,7 @@ impl RemoteWriter {
     }
 
     /// `PUT ?partNumber&uploadId` of part `k`; its ETag.
-    fn send_part(
-        &self,
-        k: u64,
-        data: &[u8],
-        stop: Option<&gpufile::future::StopFlag>,
-    ) -> Result<String> {
+    fn send_part(&self, k: u64, data: &[u8], stop: Option<&StopFlag>) -> Result<String> {
         let id = self.upload_id(stop)?;
         let query = form(&[("partNumber", &(k + 1).to_string()), ("uploadId", &id)]);
         let url = self.s3_url(&query)?;
@@ -596,237 +596,11 @@ impl RemoteWriter {
             k + 1,
             start + (data.len() as u64).max(1) - 1
         );
-        let t = Target {
-            stop,
-            ..self.target(&url, &label)
-        };
+        let t = self.target(&url, &label, stop);
         let answer = self.client.send_body(&t, "PUT", data, None, false)?;
         answer
             .etag
             .ok_or_else(|| self.bad_answer(format!("{label}: the answer has no ETag")))
-    }
-
-    /// `DELETE ?uploadId` (AbortMultipartUpload), once no part upload is under way; sent
-    /// without the request's stop flag, since a cancelled upload must be aborted too.
-    fn send_abort(&self) {
-        let Some(id) = lock(&self.upload_id).clone() else {
-            return;
-        };
-        let r = self.s3_url(&form(&[("uploadId", &id)])).and_then(|url| {
-            let t = self.target(&url, "DELETE (AbortMultipartUpload)");
-            self.client.send_body(&t, "DELETE", &[], None, false)
-        });
-        if let Err(e) = r {
-            lock(&self.state).abort_error = Some(e);
-        }
-    }
-
-    /// Ends the writer without making the object: aborts the multipart upload (if any) once
-    /// the part uploads under way have ended. Idempotent; nothing happens after a close.
-    pub fn abort(&self) -> Result<()> {
-        let mut st = lock(&self.state);
-        while st.inflight > 0 {
-            st = self.idle.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        if st.closed.is_some() {
-            return Ok(());
-        }
-        st.closed = Some(false);
-        st.buffers.clear();
-        if st.failed.is_none() {
-            st.failed = Some(Error::Cancelled);
-        }
-        let send = !st.aborted;
-        st.aborted = true;
-        drop(st);
-        if send {
-            self.send_abort();
-        }
-        match lock(&self.state).abort_error.clone() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    /// Makes the object from the bytes written, once every write has returned (the caller
-    /// waits for its requests first): the last parts and CompleteMultipartUpload (S3), or the
-    /// one `PUT` / WebHDFS `CREATE`. Refused, and the upload aborted, where an earlier write
-    /// failed or the writes do not tile the object from byte 0 to its end
-    /// ([`RemoteFailure::NotTiled`]). A second close does nothing.
-    pub fn close(&self) -> Result<()> {
-        let mut st = lock(&self.state);
-        while st.inflight > 0 {
-            st = self.idle.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        match st.closed {
-            Some(true) => return Ok(()),
-            Some(false) => return Err(Error::Closed),
-            None => {}
-        }
-        if let Some(e) = st.failed.clone() {
-            drop(st);
-            let _ = self.abort();
-            return Err(self.with_abort_note(e));
-        }
-        if let Some(gap) = self.gap(&st) {
-            drop(st);
-            let _ = self.abort();
-            return Err(self.with_abort_note(gap));
-        }
-        let extent = st.extent;
-        let multipart = st.multipart;
-        let mut buffers: Vec<(u64, Vec<u8>)> =
-            st.buffers.drain().map(|(k, b)| (k, b.data)).collect();
-        buffers.sort_by_key(|(k, _)| *k);
-        drop(st);
-        let r = match multipart {
-            false => {
-                let body = buffers.pop().map(|(_, d)| d).unwrap_or_default();
-                self.send_whole(&body[..extent as usize])
-            }
-            true => self.finish_multipart(buffers),
-        };
-        match r {
-            Ok(()) => {
-                lock(&self.state).closed = Some(true);
-                Ok(())
-            }
-            Err(e) => {
-                {
-                    let mut st = lock(&self.state);
-                    st.failed.get_or_insert(e.clone());
-                }
-                let _ = self.abort();
-                Err(self.with_abort_note(e))
-            }
-        }
-    }
-
-    /// Where the writes leave a hole, if anywhere.
-    fn gap(&self, st: &State) -> Option<Error> {
-        let mut next = 0u64;
-        for (&s, &e) in &st.reserved {
-            if s > next {
-                return Some(self.not_tiled(format!(
-                    "bytes {next}-{} were never written; the writes to an object must tile it \
-                     from byte 0 to its end",
-                    s - 1
-                )));
-            }
-            next = e;
-        }
-        (st.written != st.extent).then(|| {
-            self.not_tiled(format!(
-                "{} of the object's {} bytes were written: a write did not finish",
-                st.written, st.extent
-            ))
-        })
-    }
-
-    fn with_abort_note(&self, e: Error) -> Error {
-        let Some(r) = RemoteError::of(&e) else {
-            return e;
-        };
-        let had_upload = lock(&self.upload_id).is_some();
-        let note = match (had_upload, lock(&self.state).abort_error.as_ref()) {
-            (false, _) => " (nothing was written)".to_owned(),
-            (true, None) => " (the multipart upload was aborted)".to_owned(),
-            (true, Some(a)) => format!(" (aborting the multipart upload failed too: {a})"),
-        };
-        RemoteError {
-            reason: format!("{}{note}", r.reason),
-            ..r.clone()
-        }
-        .into()
-    }
-
-    /// The object in one request: PutObject (S3), `PUT`, or WebHDFS `CREATE`.
-    fn send_whole(&self, body: &[u8]) -> Result<()> {
-        match &self.dest {
-            Dest::S3(o) => {
-                let url = o.url.as_str().to_owned();
-                let t = self.target(&url, "PUT (PutObject)");
-                self.client
-                    .send_body(&t, "PUT", body, None, false)
-                    .map(|_| ())
-            }
-            Dest::Put { url } => {
-                let t = self.target(url, "PUT");
-                self.client
-                    .send_body(&t, "PUT", body, None, false)
-                    .map(|_| ())
-            }
-            Dest::WebHdfs { base, user } => {
-                let url = format!("{base}?{}op=CREATE&overwrite=true", user_param(user));
-                let t = self.target(&url, "PUT (WebHDFS CREATE)");
-                let answer = self.client.send_body(&t, "PUT", &[], None, true)?;
-                let location = match answer.location {
-                    Some(l) => l,
-                    None => serde_json::from_str::<serde_json::Value>(&answer.body)
-                        .ok()
-                        .and_then(|v| v.get("Location")?.as_str().map(str::to_owned))
-                        .ok_or_else(|| {
-                            self.bad_answer(format!(
-                                "WebHDFS CREATE: the name node answered {} without a Location \
-                                 for the data",
-                                answer.status
-                            ))
-                        })?,
-                };
-                let next = url::Url::parse(&url)
-                    .and_then(|b| b.join(&location))
-                    .map_err(|e| self.bad_answer(format!("WebHDFS CREATE: Location {e}")))?;
-                if url.starts_with("https://") && next.scheme() != "https" {
-                    return Err(self.bad_answer(format!(
-                        "WebHDFS CREATE: the name node redirects from https to {} ({}), refused: \
-                         the bytes would travel unencrypted",
-                        next.scheme(),
-                        endpoint::redact(next.as_str())
-                    )));
-                }
-                let next = next.to_string();
-                let t = self.target(&next, "PUT (WebHDFS CREATE, data)");
-                self.client
-                    .send_body(&t, "PUT", body, Some("application/octet-stream"), false)?;
-                Ok(())
-            }
-        }
-    }
-
-    /// Uploads the parts left in buffers, then CompleteMultipartUpload with every part's ETag.
-    fn finish_multipart(&self, buffers: Vec<(u64, Vec<u8>)>) -> Result<()> {
-        let extent = lock(&self.state).extent;
-        for (k, data) in buffers {
-            let len = (extent - k * self.part_size).min(self.part_size) as usize;
-            self.upload_part(k, &data[..len], None)?;
-        }
-        let parts: String = lock(&self.state)
-            .etags
-            .iter()
-            .map(|(k, etag)| {
-                format!(
-                    "<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>",
-                    k + 1,
-                    xml_escape(etag)
-                )
-            })
-            .collect();
-        let body = format!("<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>");
-        let id = self.upload_id(None)?;
-        let url = self.s3_url(&form(&[("uploadId", &id)]))?;
-        let t = self.target(&url, "POST (CompleteMultipartUpload)");
-        let answer =
-            self.client
-                .send_body(&t, "POST", body.as_bytes(), Some("application/xml"), false)?;
-        // S3 may answer 200 and report the failure in the body.
-        if answer.body.contains("<Error>") || !answer.body.contains("CompleteMultipartUploadResult")
-        {
-            return Err(self.bad_answer(format!(
-                "CompleteMultipartUpload failed{}",
-                s3_error(&answer.body)
-            )));
-        }
-        Ok(())
     }
 }
 
@@ -937,99 +711,4 @@ fn xml_unescape(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn part_size_rises_to_fit_ten_thousand_parts() {
-        assert_eq!(part_size_for(16 << 20, None), 16 << 20);
-        assert_eq!(part_size_for(1, None), S3_MIN_PART);
-        assert_eq!(part_size_for(16 << 20, Some(1 << 30)), 16 << 20);
-        let big = 1u64 << 40; // 1 TiB: 10,000 parts of at least 105 MiB
-        let p = part_size_for(16 << 20, Some(big));
-        assert!(p * S3_MAX_PARTS >= big && p % (1 << 20) == 0, "{p}");
-        assert_eq!(part_size_for(16 << 20, Some(u64::MAX)), S3_MAX_PART);
-    }
-
-    #[test]
-    fn range_sets_merge_and_split() {
-        let mut s = BTreeMap::new();
-        insert_range(&mut s, 10, 20);
-        insert_range(&mut s, 0, 10);
-        insert_range(&mut s, 30, 40);
-        assert_eq!(
-            s.iter().map(|(a, b)| (*a, *b)).collect::<Vec<_>>(),
-            [(0, 20), (30, 40)]
-        );
-        insert_range(&mut s, 20, 30);
-        assert_eq!(
-            s.iter().map(|(a, b)| (*a, *b)).collect::<Vec<_>>(),
-            [(0, 40)]
-        );
-        remove_range(&mut s, 5, 15);
-        assert_eq!(
-            s.iter().map(|(a, b)| (*a, *b)).collect::<Vec<_>>(),
-            [(0, 5), (15, 40)]
-        );
-    }
-
-    #[test]
-    fn s3_answers_are_read_without_their_other_fields() {
-        let body = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message>\
-                    <AWSAccessKeyId>AKIDSECRET</AWSAccessKeyId></Error>";
-        let shown = s3_error(body);
-        assert_eq!(shown, ": AccessDenied: Access Denied");
-        assert_eq!(
-            xml_text("<R><UploadId>a&amp;b</UploadId></R>", "UploadId").as_deref(),
-            Some("a&b")
-        );
-        assert_eq!(form(&[("uploadId", "a+b/c=")]), "uploadId=a%2Bb%2Fc%3D");
-    }
-
-    fn writer(part: u64) -> RemoteWriter {
-        let mut w = RemoteWriter::create_http("http://127.0.0.1:9/x").unwrap();
-        w.part_size = part;
-        w
-    }
-
-    fn r(file_offset: u64, len: usize) -> Range {
-        Range {
-            file_offset,
-            len,
-            buf_offset: 0,
-        }
-    }
-
-    #[test]
-    fn overlaps_are_refused_before_any_byte_and_gaps_at_close() {
-        let w = writer(u64::MAX);
-        w.reserve(&[r(0, 10)]).unwrap();
-        let e = w.reserve(&[r(5, 10)]).unwrap_err();
-        assert_eq!(RemoteError::of(&e).unwrap().kind, RemoteFailure::NotTiled);
-        assert!(
-            e.to_string().contains("bytes 5-14 overlaps bytes 0-9"),
-            "{e}"
-        );
-        // Nothing of the refused request was reserved.
-        w.reserve(&[r(10, 5)]).unwrap();
-        let e = w.reserve(&[r(20, 4), r(22, 4)]).unwrap_err();
-        assert!(e.to_string().contains("overlaps"), "{e}");
-        w.reserve(&[r(20, 4)]).unwrap();
-        let st = lock(&w.state);
-        let gap = w.gap(&st).unwrap();
-        assert!(
-            gap.to_string().contains("bytes 15-19 were never written"),
-            "{gap}"
-        );
-    }
-
-    #[test]
-    fn more_than_ten_thousand_parts_are_refused() {
-        let w = writer(S3_MIN_PART);
-        let e = w.reserve(&[r(S3_MIN_PART * S3_MAX_PARTS, 1)]).unwrap_err();
-        assert_eq!(RemoteError::of(&e).unwrap().kind, RemoteFailure::PartLimit);
-        w.reserve(&[r(S3_MIN_PART * S3_MAX_PARTS - 1, 1)]).unwrap();
-        w.release(&[r(S3_MIN_PART * S3_MAX_PARTS - 1, 1)]);
-        assert_eq!(w.nbytes(), 0);
-    }
-}
+mod tests;

@@ -70,7 +70,9 @@ impl StopFlag {
         self.0.load(Ordering::Relaxed)
     }
 
-    fn set(&self) {
+    /// Stops whatever watches the flag: a request's tasks, or the requests of a remote
+    /// writer's close or abort that a caller runs under its own flag (Ctrl-C in Python).
+    pub fn set(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
 }
