@@ -204,10 +204,9 @@ namespace detail {
 inline Future to_future(gpufile_future* raw)
 {
   auto pending = std::make_shared<Pending>(raw);
-  Future fut(pending->promise.get_future());
   // The callback owns a reference until it has run (on a worker, or here where the request has
   // ended already); it must not throw into the C library.
-  auto* ctx                          = new std::shared_ptr<Pending>(pending);
+  auto ctx = std::make_unique<std::shared_ptr<Pending>>(pending);
   void (*const on_done)(void*) = [](void* c) {
     std::unique_ptr<std::shared_ptr<Pending>> own(static_cast<std::shared_ptr<Pending>*>(c));
     auto& p = **own;
@@ -220,10 +219,17 @@ inline Future to_future(gpufile_future* raw)
       }
     }
   };
-  if (gpufile_future_on_done(raw, on_done, ctx) != GPUFILE_OK) {
-    delete ctx;
-    throw_last_error();
+  Future fut(pending->promise.get_future());
+  if (gpufile_future_on_done(raw, on_done, ctx.get()) != GPUFILE_OK) {
+    try {
+      throw_last_error();
+    } catch (...) {
+      // No callback will settle it: settled here, so that `fut`'s destructor does not wait.
+      pending->promise.set_exception(std::current_exception());
+      throw;
+    }
   }
+  (void)ctx.release();  // the callback owns it now
   return fut;
 }
 
