@@ -2,7 +2,8 @@
 # The C and C++ API tests of the README's test command: the root CMake project (driving cargo for
 # libgpufile, a debug build that `cargo test` built already) with its GoogleTest tests, once plain
 # and once under AddressSanitizer + UndefinedBehaviorSanitizer; then an install to a temporary
-# prefix and the downstream project examples/cpp built against it and run.
+# prefix and the downstream project examples/cpp built against it and run; then an install moved
+# to another place, and a C and a C++ program built with pkg-config's flags alone and run.
 # Needs cmake, a C++17 compiler and GoogleTest (Debian: cmake g++ libgtest-dev libgmock-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,19 @@ cmake -S examples/cpp -B "$prefix/build-shared-only" -DCMAKE_PREFIX_PATH="$prefi
   >"$prefix/example-shared.log" 2>&1 && cmake --build "$prefix/build-shared-only" \
   >>"$prefix/example-shared.log" 2>&1 || { cat "$prefix/example-shared.log"; exit 1; }
 "$prefix/build-shared-only/gpufile_example" "$prefix/example2.bin"
-pc_dir=$(dirname "$(find "$prefix" -name gpufile.pc | head -1)")
-PKG_CONFIG_PATH="$pc_dir" pkg-config --libs --cflags gpufile >/dev/null \
+
+echo "-- install to another prefix, move it, then build a C and a C++ program with pkg-config"
+# gpufile.pc names its prefix from where it lies (${pcfiledir}), so a moved prefix still serves.
+cmake --install target/cmake-plain --prefix "$prefix/installed" >/dev/null
+mv "$prefix/installed" "$prefix/moved"
+pc_dir=$(dirname "$(find "$prefix/moved" -name gpufile.pc | head -1)")
+pc_flags=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags --libs gpufile) \
   || { echo "gpufile.pc is not readable by pkg-config"; exit 1; }
+# The C program of docs/c-api.md, and examples/cpp with KvikIO's names.
+awk '/^```c$/ {on = 1; next} /^```/ {on = 0} on' docs/c-api.md >"$prefix/example.c"
+# shellcheck disable=SC2086 # the flags are words
+cc -std=c11 "$prefix/example.c" -o "$prefix/example_c" $pc_flags \
+  && c++ -std=c++17 examples/cpp/main.cpp -o "$prefix/example_cpp" $pc_flags \
+  || { echo "a program built with pkg-config's flags ($pc_flags) did not build"; exit 1; }
+"$prefix/example_c" "$prefix/pc-c.bin"
+"$prefix/example_cpp" "$prefix/pc-cpp.bin"

@@ -149,12 +149,24 @@ uint32_t gpufile_abi_version(void);
 
 // Opens the local file `path` with KvikIO's `flags` ("r", "r+", "w", "w+", each optionally
 // with "b"); stores the handle in `*out`. A missing file is `GPUFILE_NOT_FOUND` (errno 2), a
-// directory `GPUFILE_IS_A_DIRECTORY`, other flags `GPUFILE_BAD_ARGUMENT`.
+// directory `GPUFILE_IS_A_DIRECTORY`, other flags `GPUFILE_BAD_ARGUMENT`. A file the open
+// creates gets mode 0644, masked by the umask (`gpufile_file_open_mode` takes another).
 //
 // # Safety
 // `path` and `flags` are null or NUL-terminated strings; `out` is null or valid for a write
 // of a pointer.
 gpufile_status gpufile_file_open(const char *path, const char *flags, gpufile_file **out);
+
+// As `gpufile_file_open`, a file the open creates getting `mode` as open(2) gives it (its
+// third argument: masked by the umask, set-id bits as the kernel keeps them); an existing
+// file's mode is left alone. Bits outside 07777 are `GPUFILE_BAD_ARGUMENT`, nothing opened.
+//
+// # Safety
+// As `gpufile_file_open`.
+gpufile_status gpufile_file_open_mode(const char *path,
+                                      const char *flags,
+                                      uint32_t mode,
+                                      gpufile_file **out);
 
 // Closes `file` and frees its handle. Requests still running keep the file open until they
 // end (their futures stay valid). A handle closed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
@@ -250,106 +262,23 @@ gpufile_status gpufile_file_pwrite_ranges(const gpufile_file *file,
                                           const gpufile_io_options *opts,
                                           gpufile_future **out);
 
-// Waits until the request of `fut` ends; stores the bytes it moved in `*out_bytes` (if not
-// null), or returns its error. May be called again: it gives the same answer.
-//
-// # Safety
-// `out_bytes` is null or valid for a write of a `size_t`.
-gpufile_status gpufile_future_wait(const gpufile_future *fut, size_t *out_bytes);
-
-// As `gpufile_future_wait`, but gives up after `timeout_ns` nanoseconds with
-// `GPUFILE_TIMEOUT` (the request goes on; wait again later).
-//
-// # Safety
-// `out_bytes` is null or valid for a write of a `size_t`.
-gpufile_status gpufile_future_wait_for(const gpufile_future *fut,
-                                       uint64_t timeout_ns,
-                                       size_t *out_bytes);
-
-// Stores in `*out_done` whether the request of `fut` has ended (1) or not (0).
-//
-// # Safety
-// `out_done` is null or valid for a write of an `int`.
-gpufile_status gpufile_future_done(const gpufile_future *fut, int *out_done);
-
-// Frees `fut`. A request still running is waited for first (as the destructor of the
-// `std::future` of `std::async` does), so that no byte of its buffer is touched after this
-// returns; its result is dropped (call `gpufile_future_wait` first to learn it). A future
-// freed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
-gpufile_status gpufile_future_free(gpufile_future *fut);
-
-// Sets the setting `name` to the integer `value`, checked as Python's `defaults.set` checks
-// it: counts and sizes in their ranges, compat_mode OFF=0 / ON=1 / AUTO=2, a flag 0 or 1.
-// An unknown name or a value out of range is `GPUFILE_BAD_ARGUMENT`; nothing changes then.
-//
-// # Safety
-// `name` is null or a NUL-terminated string.
-gpufile_status gpufile_settings_set_int(const char *name, int64_t value);
-
-// Sets the setting `name` from text, as the environment variables are read: "AUTO" or "off"
-// for compat_mode, "4MiB" for a size, "true" for a flag, "429,503" for a list.
-//
-// # Safety
-// `name` and `value` are null or NUL-terminated strings.
-gpufile_status gpufile_settings_set_str(const char *name, const char *value);
-
-// Stores the setting `name` as an integer in `*out`: a count or size, compat_mode's number
-// (OFF=0, ON=1, AUTO=2), remote_io_backend's, a flag's 0 or 1. A list setting
-// (http_status_codes) is `GPUFILE_BAD_ARGUMENT`: read it with `gpufile_settings_get_str`.
-//
-// # Safety
-// `name` is null or a NUL-terminated string; `out` is null or valid for a write of an
-// `int64_t`.
-gpufile_status gpufile_settings_get_int(const char *name, int64_t *out);
-
-// Copies the setting `name` as text into `buf` (at most `len` bytes, NUL-terminated where
-// `len > 0`): "AUTO" for compat_mode, "4194304" for a size, "true", "429,500". Stores the
-// bytes the whole text and its NUL need in `*needed` (if not null); `buf` may be null to ask.
-//
-// # Safety
-// `name` is null or a NUL-terminated string; `buf` is null or valid for writes of `len`
-// bytes; `needed` is null or valid for a write of a `size_t`.
-gpufile_status gpufile_settings_get_str(const char *name, char *buf, size_t len, size_t *needed);
-
-// The path report of `file`: what would move the bytes of a read of `size` bytes into
-// `memory` (`GPUFILE_MEMORY_HOST` or `GPUFILE_MEMORY_DEVICE`) under the current settings
-// (`*out_backend`), and why (copied into `reason`, at most `len` bytes, NUL-terminated where
-// `len > 0`; the bytes the whole text and its NUL need in `*needed`, if not null). Where
-// compat_mode OFF cannot be honoured, the error says why (`GPUFILE_CUFILE`).
-//
-// # Safety
-// `out_backend` is null or valid for a write of a
-// `gpufile_backend`; `reason` is null or valid for writes of `len` bytes; `needed` is null or
-// valid for a write of a `size_t`.
-gpufile_status gpufile_file_io_path(const gpufile_file *file,
-                                    int memory,
-                                    size_t size,
-                                    gpufile_backend *out_backend,
-                                    char *reason,
-                                    size_t len,
-                                    size_t *needed);
-
-// The path report of a request before it runs: what would move the bytes of the read
-// (`is_write` 0) or write (1) of `nranges` ranges between `file` and the buffer of
-// `buf_size` bytes at `buf`, under the current settings and `opts` (may be NULL), and why.
-// The buffer's memory kind is asked of the CUDA driver as a request asks it; the ranges are
-// checked as the request checks them (a range past the buffer is `GPUFILE_BAD_ARGUMENT`).
-// Out-parameters as `gpufile_file_io_path`.
+// Checks a many-range request as `gpufile_file_pread_ranges` (`is_write` 0) or
+// `gpufile_file_pwrite_ranges` (1) checks it, and starts nothing: `GPUFILE_OK` where that call
+// would start it now, else the error it would give (a read past the end, a handle not open
+// for the direction, a range past the buffer, ...). A caller starting several requests as one
+// (KvikIO's `BatchHandle::submit`) checks them all first, so that a refusal moves no byte.
+// The file can still change before the request starts (another process truncating it).
 //
 // # Safety
 // `ranges` is null or valid for reads of `nranges` ranges; `opts` is null or valid for a
-// read; the out-parameters as `gpufile_file_io_path`'s. `buf` is not dereferenced.
-gpufile_status gpufile_file_request_io_path(const gpufile_file *file,
-                                            int is_write,
-                                            const void *buf,
-                                            size_t buf_size,
-                                            const gpufile_range *ranges,
-                                            size_t nranges,
-                                            const gpufile_io_options *opts,
-                                            gpufile_backend *out_backend,
-                                            char *reason,
-                                            size_t len,
-                                            size_t *needed);
+// read. `buf` is not dereferenced.
+gpufile_status gpufile_file_check_request(const gpufile_file *file,
+                                          int is_write,
+                                          const void *buf,
+                                          size_t buf_size,
+                                          const gpufile_range *ranges,
+                                          size_t nranges,
+                                          const gpufile_io_options *opts);
 
 // Probes the machine (and `path`, if not NULL) as `gpufile check --json` does, and copies
 // the report's JSON into `buf` (at most `len` bytes, NUL-terminated where `len > 0`); the
@@ -502,6 +431,87 @@ size_t gpufile_last_error_message(char *buf, size_t len);
 // `buf` is null or valid for writes of `len` bytes.
 size_t gpufile_last_error_path(char *buf, size_t len);
 
+// Waits until the request of `fut` ends; stores the bytes it moved in `*out_bytes` (if not
+// null), or returns its error. May be called again: it gives the same answer.
+//
+// # Safety
+// `out_bytes` is null or valid for a write of a `size_t`.
+gpufile_status gpufile_future_wait(const gpufile_future *fut, size_t *out_bytes);
+
+// As `gpufile_future_wait`, but gives up after `timeout_ns` nanoseconds with
+// `GPUFILE_TIMEOUT` (the request goes on; wait again later).
+//
+// # Safety
+// `out_bytes` is null or valid for a write of a `size_t`.
+gpufile_status gpufile_future_wait_for(const gpufile_future *fut,
+                                       uint64_t timeout_ns,
+                                       size_t *out_bytes);
+
+// Stores in `*out_done` whether the request of `fut` has ended (1) or not (0).
+//
+// # Safety
+// `out_done` is null or valid for a write of an `int`.
+gpufile_status gpufile_future_done(const gpufile_future *fut, int *out_done);
+
+// Frees `fut`. A request still running is waited for first (as the destructor of the
+// `std::future` of `std::async` does), so that no byte of its buffer is touched after this
+// returns; its result is dropped (call `gpufile_future_wait` first to learn it). A future
+// freed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
+gpufile_status gpufile_future_free(gpufile_future *fut);
+
+// Runs `callback(ctx)` once, when the request of `fut` has ended: on the thread that ends it
+// (one of gpufile's workers), or at once on the calling thread where it has ended already.
+// Its buffer is then no longer used, and `gpufile_future_wait` on `fut` answers at once. The
+// callback may wait on, ask about or free `fut`; it should return soon (it runs on a worker)
+// and must not unwind (a C++ exception leaving it ends the process). Any number of callbacks
+// may be added; freeing `fut` does not cancel them.
+//
+// # Safety
+// `callback` is null or a function that may be called once with `ctx` from any thread.
+gpufile_status gpufile_future_on_done(const gpufile_future *fut,
+                                      void (*callback)(void*),
+                                      void *ctx);
+
+// The path report of `file`: what would move the bytes of a read of `size` bytes into
+// `memory` (`GPUFILE_MEMORY_HOST` or `GPUFILE_MEMORY_DEVICE`) under the current settings
+// (`*out_backend`), and why (copied into `reason`, at most `len` bytes, NUL-terminated where
+// `len > 0`; the bytes the whole text and its NUL need in `*needed`, if not null). Where
+// compat_mode OFF cannot be honoured, the error says why (`GPUFILE_CUFILE`).
+//
+// # Safety
+// `out_backend` is null or valid for a write of a
+// `gpufile_backend`; `reason` is null or valid for writes of `len` bytes; `needed` is null or
+// valid for a write of a `size_t`.
+gpufile_status gpufile_file_io_path(const gpufile_file *file,
+                                    int memory,
+                                    size_t size,
+                                    gpufile_backend *out_backend,
+                                    char *reason,
+                                    size_t len,
+                                    size_t *needed);
+
+// The path report of a request before it runs: what would move the bytes of the read
+// (`is_write` 0) or write (1) of `nranges` ranges between `file` and the buffer of
+// `buf_size` bytes at `buf`, under the current settings and `opts` (may be NULL), and why.
+// The buffer's memory kind is asked of the CUDA driver as a request asks it; the ranges are
+// checked as the request checks them (a range past the buffer is `GPUFILE_BAD_ARGUMENT`).
+// Out-parameters as `gpufile_file_io_path`.
+//
+// # Safety
+// `ranges` is null or valid for reads of `nranges` ranges; `opts` is null or valid for a
+// read; the out-parameters as `gpufile_file_io_path`'s. `buf` is not dereferenced.
+gpufile_status gpufile_file_request_io_path(const gpufile_file *file,
+                                            int is_write,
+                                            const void *buf,
+                                            size_t buf_size,
+                                            const gpufile_range *ranges,
+                                            size_t nranges,
+                                            const gpufile_io_options *opts,
+                                            gpufile_backend *out_backend,
+                                            char *reason,
+                                            size_t len,
+                                            size_t *needed);
+
 // Maps `initial_map_size` bytes (-1: to the end of the file) at `initial_map_offset` of
 // `path`, opened with `flags` ("r" or "r+"), as KvikIO's `MmapHandle`; `mode` is the
 // permission of a file the open creates; `map_flags` 0 is `MAP_PRIVATE`. An offset at or past
@@ -653,6 +663,39 @@ gpufile_status gpufile_remote_s3_object_url(const char *url,
                                             char *buf,
                                             size_t len,
                                             size_t *needed);
+
+// Sets the setting `name` to the integer `value`, checked as Python's `defaults.set` checks
+// it: counts and sizes in their ranges, compat_mode OFF=0 / ON=1 / AUTO=2, a flag 0 or 1.
+// An unknown name or a value out of range is `GPUFILE_BAD_ARGUMENT`; nothing changes then.
+//
+// # Safety
+// `name` is null or a NUL-terminated string.
+gpufile_status gpufile_settings_set_int(const char *name, int64_t value);
+
+// Sets the setting `name` from text, as the environment variables are read: "AUTO" or "off"
+// for compat_mode, "4MiB" for a size, "true" for a flag, "429,503" for a list.
+//
+// # Safety
+// `name` and `value` are null or NUL-terminated strings.
+gpufile_status gpufile_settings_set_str(const char *name, const char *value);
+
+// Stores the setting `name` as an integer in `*out`: a count or size, compat_mode's number
+// (OFF=0, ON=1, AUTO=2), remote_io_backend's, a flag's 0 or 1. A list setting
+// (http_status_codes) is `GPUFILE_BAD_ARGUMENT`: read it with `gpufile_settings_get_str`.
+//
+// # Safety
+// `name` is null or a NUL-terminated string; `out` is null or valid for a write of an
+// `int64_t`.
+gpufile_status gpufile_settings_get_int(const char *name, int64_t *out);
+
+// Copies the setting `name` as text into `buf` (at most `len` bytes, NUL-terminated where
+// `len > 0`): "AUTO" for compat_mode, "4194304" for a size, "true", "429,500". Stores the
+// bytes the whole text and its NUL need in `*needed` (if not null); `buf` may be null to ask.
+//
+// # Safety
+// `name` is null or a NUL-terminated string; `buf` is null or valid for writes of `len`
+// bytes; `needed` is null or valid for a write of a `size_t`.
+gpufile_status gpufile_settings_get_str(const char *name, char *buf, size_t len, size_t *needed);
 
 // Queues a read of `size` bytes at `file_offset` of `file` into `buf` (device or host memory)
 // on the CUDA stream `cuda_stream` (a `CUstream`/`cudaStream_t`; NULL is the legacy default

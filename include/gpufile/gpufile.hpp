@@ -2,8 +2,8 @@
  * gpufile's C++ API: header-only, C++17, over the C API of gpufile.h (libgpufile).
  *
  *   gpufile::File f("data.bin", "r");
- *   std::future<std::size_t> n = f.pread(buf, size, offset);   // host or device memory
- *   n.get();                                                    // bytes, or throws
+ *   gpufile::Future n = f.pread(buf, size, offset);   // host or device memory
+ *   n.get();                                           // bytes, or throws
  *
  * Errors are exceptions that mirror Python's (gpufile::NotFoundError, EndOfFileError, ...), all
  * deriving from gpufile::Error (a std::runtime_error carrying the status, errno and path).
@@ -154,25 +154,83 @@ struct FutureHandle {
   }
 };
 
+/** A started request and the promise its completion settles. */
+struct Pending {
+  explicit Pending(gpufile_future* raw) : handle(raw) {}
+  FutureHandle handle;
+  std::promise<std::size_t> promise;
+};
+
+}  // namespace detail
+
 /**
- * A std::future of a started request. A request already done gives a ready future; otherwise
- * one thread of std::async waits for it, so that wait_for/wait_until see the request's real
- * state (a deferred future would not), and the destructor waits as std::async's does.
+ * A std::future of a started request, settled by the request's completion (a callback of the
+ * core on the thread that ends it: no thread per pending request). Its destructor waits for the
+ * request, as the std::future of std::async does, so a buffer is never used after its future
+ * is gone. Moved into a plain std::future (a container of them, say) it is KvikIO's future: that
+ * one's destructor does not wait.
  */
-inline std::future<std::size_t> to_std_future(gpufile_future* raw)
-{
-  auto handle = std::make_shared<FutureHandle>(raw);
-  int done    = 0;
-  if (gpufile_future_done(raw, &done) == GPUFILE_OK && done != 0) {
-    std::promise<std::size_t> ready;
-    try {
-      ready.set_value(handle->wait());
-    } catch (...) {
-      ready.set_exception(std::current_exception());
-    }
-    return ready.get_future();
+class Future : public std::future<std::size_t> {
+ public:
+  Future() noexcept = default;
+  /** `f`, whose destructor is to wait for it. */
+  explicit Future(std::future<std::size_t>&& f) noexcept : std::future<std::size_t>(std::move(f))
+  {
   }
-  return std::async(std::launch::async, [handle] { return handle->wait(); });
+  Future(Future&&) noexcept = default;
+  Future& operator=(Future&& o) noexcept
+  {
+    if (this != &o) {
+      finish();
+      std::future<std::size_t>::operator=(std::move(o));
+    }
+    return *this;
+  }
+  Future(Future const&)            = delete;
+  Future& operator=(Future const&) = delete;
+  ~Future() { finish(); }
+
+ private:
+  /** The promise is settled once the request has ended: after this no worker uses the buffer. */
+  void finish() noexcept
+  {
+    if (valid()) { wait(); }
+  }
+};
+
+namespace detail {
+
+/** The Future of a started request, settled by the core's completion callback. */
+inline Future to_future(gpufile_future* raw)
+{
+  auto pending = std::make_shared<Pending>(raw);
+  // The callback owns a reference until it has run (on a worker, or here where the request has
+  // ended already); it must not throw into the C library.
+  auto ctx = std::make_unique<std::shared_ptr<Pending>>(pending);
+  void (*const on_done)(void*) = [](void* c) {
+    std::unique_ptr<std::shared_ptr<Pending>> own(static_cast<std::shared_ptr<Pending>*>(c));
+    auto& p = **own;
+    try {
+      p.promise.set_value(p.handle.wait());
+    } catch (...) {
+      try {
+        p.promise.set_exception(std::current_exception());
+      } catch (...) {
+      }
+    }
+  };
+  Future fut(pending->promise.get_future());
+  if (gpufile_future_on_done(raw, on_done, ctx.get()) != GPUFILE_OK) {
+    try {
+      throw_last_error();
+    } catch (...) {
+      // No callback will settle it: settled here, so that `fut`'s destructor does not wait.
+      pending->promise.set_exception(std::current_exception());
+      throw;
+    }
+  }
+  (void)ctx.release();  // the callback owns it now
+  return fut;
 }
 
 }  // namespace detail
@@ -190,7 +248,7 @@ enum class StreamOrder {
 
 /** A transfer queued on a CUDA stream: its bytes (a future) and how the stream waits. */
 struct StreamTransfer {
-  std::future<std::size_t> bytes;
+  Future bytes;
   StreamOrder order;
 };
 
@@ -236,10 +294,18 @@ inline bool is_device_memory(void const* ptr)
 class File {
  public:
   File() noexcept = default;
-  /** Opens `path` with KvikIO's flags ("r", "r+", "w", "w+"). */
+  /** Opens `path` with KvikIO's flags ("r", "r+", "w", "w+"); a file it creates gets 0644. */
   File(std::string const& path, std::string const& flags = "r")
   {
     detail::check(gpufile_file_open(path.c_str(), flags.c_str(), &file_));
+  }
+  /**
+   * As above, a file the open creates getting `mode` as open(2) gives it (the umask applies);
+   * an existing file's mode is left alone. Bits outside 07777 are a BadArgumentError.
+   */
+  File(std::string const& path, std::string const& flags, std::uint32_t mode)
+  {
+    detail::check(gpufile_file_open_mode(path.c_str(), flags.c_str(), mode, &file_));
   }
   File(File const&)            = delete;
   File& operator=(File const&) = delete;
@@ -294,7 +360,7 @@ class File {
   }
 
   /** Starts reading `size` bytes at `offset` into `buf`; argument errors throw here. */
-  std::future<std::size_t> pread(void* buf,
+  Future pread(void* buf,
                                  std::size_t size,
                                  std::uint64_t offset = 0,
                                  IoOptions opts       = {}) const
@@ -303,7 +369,7 @@ class File {
     return pread_ranges(buf, size, &r, 1, opts);
   }
   /** Starts writing `size` bytes of `buf` at `offset`. */
-  std::future<std::size_t> pwrite(void const* buf,
+  Future pwrite(void const* buf,
                                   std::size_t size,
                                   std::uint64_t offset = 0,
                                   IoOptions opts       = {}) const
@@ -326,7 +392,7 @@ class File {
     gpufile_future* fut       = nullptr;
     gpufile_stream_order order = GPUFILE_STREAM_CALLER_WAITS;
     detail::check(gpufile_file_read_async(file_, buf, size, offset, cuda_stream, &fut, &order));
-    return {detail::to_std_future(fut), static_cast<StreamOrder>(order)};
+    return {detail::to_future(fut), static_cast<StreamOrder>(order)};
   }
   /**
    * Queues a write of `size` bytes of `buf` at `offset` on `cuda_stream`, returning at once.
@@ -341,11 +407,11 @@ class File {
     gpufile_future* fut       = nullptr;
     gpufile_stream_order order = GPUFILE_STREAM_CALLER_WAITS;
     detail::check(gpufile_file_write_async(file_, buf, size, offset, cuda_stream, &fut, &order));
-    return {detail::to_std_future(fut), static_cast<StreamOrder>(order)};
+    return {detail::to_future(fut), static_cast<StreamOrder>(order)};
   }
 
   /** One read of many ranges of the file into one buffer of `buf_size` bytes. */
-  std::future<std::size_t> pread_ranges(void* buf,
+  Future pread_ranges(void* buf,
                                         std::size_t buf_size,
                                         Range const* ranges,
                                         std::size_t n,
@@ -354,9 +420,9 @@ class File {
     auto o                = opts.c();
     gpufile_future* fut   = nullptr;
     detail::check(gpufile_file_pread_ranges(file_, buf, buf_size, ranges, n, &o, &fut));
-    return detail::to_std_future(fut);
+    return detail::to_future(fut);
   }
-  std::future<std::size_t> pread_ranges(void* buf,
+  Future pread_ranges(void* buf,
                                         std::size_t buf_size,
                                         std::vector<Range> const& ranges,
                                         IoOptions opts = {}) const
@@ -364,7 +430,7 @@ class File {
     return pread_ranges(buf, buf_size, ranges.data(), ranges.size(), opts);
   }
   /** One write of many ranges of one buffer. */
-  std::future<std::size_t> pwrite_ranges(void const* buf,
+  Future pwrite_ranges(void const* buf,
                                          std::size_t buf_size,
                                          Range const* ranges,
                                          std::size_t n,
@@ -373,9 +439,9 @@ class File {
     auto o              = opts.c();
     gpufile_future* fut = nullptr;
     detail::check(gpufile_file_pwrite_ranges(file_, buf, buf_size, ranges, n, &o, &fut));
-    return detail::to_std_future(fut);
+    return detail::to_future(fut);
   }
-  std::future<std::size_t> pwrite_ranges(void const* buf,
+  Future pwrite_ranges(void const* buf,
                                          std::size_t buf_size,
                                          std::vector<Range> const& ranges,
                                          IoOptions opts = {}) const
@@ -525,14 +591,14 @@ class RemoteFile {
       return needed;
     });
   }
-  std::future<std::size_t> pread(void* buf,
+  Future pread(void* buf,
                                  std::size_t size,
                                  std::uint64_t offset  = 0,
                                  std::size_t task_size = 0) const
   {
     gpufile_future* fut = nullptr;
     detail::check(gpufile_remote_pread(remote_, buf, size, offset, task_size, &fut));
-    return detail::to_std_future(fut);
+    return detail::to_future(fut);
   }
   std::size_t read(void* buf, std::size_t size, std::uint64_t offset = 0) const
   {
@@ -593,7 +659,7 @@ class Mmap {
   [[nodiscard]] std::uint64_t file_size() const { return info(2); }
 
   /** Starts reading `size` bytes (nullopt: to the end of the file) at `offset`. */
-  std::future<std::size_t> pread(void* buf,
+  Future pread(void* buf,
                                  std::size_t buf_size,
                                  std::optional<std::size_t> size = std::nullopt,
                                  std::uint64_t offset            = 0,
@@ -607,7 +673,7 @@ class Mmap {
                                      offset,
                                      task_size,
                                      &fut));
-    return detail::to_std_future(fut);
+    return detail::to_future(fut);
   }
   std::size_t read(void* buf,
                    std::size_t buf_size,
@@ -656,28 +722,40 @@ inline void set(std::string const& name, char const* value) { set(name, std::str
 
 /**
  * Settings changed for a scope: each is set (as text, as the environment variables are read)
- * when it is made, and every one is restored when it ends, also by an exception.
+ * when it is made, and every one is restored when it ends, also by an exception. An entry
+ * refused (an unknown name, a bad value) throws from the constructor, the entries before it
+ * restored first: a refused ScopedSettings changes nothing.
  */
 class ScopedSettings {
  public:
   ScopedSettings(std::initializer_list<std::pair<std::string, std::string>> values)
   {
-    for (auto const& [name, value] : values) {
-      auto old = settings::get_str(name);
-      settings::set(name, value);
-      saved_.emplace_back(name, std::move(old));
+    try {
+      for (auto const& [name, value] : values) {
+        std::pair<std::string, std::string> entry{name, settings::get_str(name)};
+        saved_.reserve(saved_.size() + 1);  // nothing can fail once the value is set
+        settings::set(name, value);
+        saved_.push_back(std::move(entry));
+      }
+    } catch (...) {
+      restore();  // the destructor of an object whose constructor threw does not run
+      throw;
     }
   }
   ScopedSettings(ScopedSettings const&)            = delete;
   ScopedSettings& operator=(ScopedSettings const&) = delete;
-  ~ScopedSettings() noexcept
+  ~ScopedSettings() noexcept { restore(); }
+
+ private:
+  /** Sets back what was saved, the last change first. */
+  void restore() noexcept
   {
     for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
       gpufile_settings_set_str(it->first.c_str(), it->second.c_str());
     }
+    saved_.clear();
   }
 
- private:
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 

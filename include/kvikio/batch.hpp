@@ -54,7 +54,11 @@ class BatchHandle {
     _initialized = false;
   }
 
-  /** Starts every operation of `operations`. */
+  /**
+   * Starts every operation of `operations`. Each is checked first (offsets, handle, direction,
+   * a read past the end, the buffer): a refused operation throws before any starts, so a
+   * refused batch moves no byte.
+   */
   void submit(std::vector<BatchOp> const& operations)
   {
     KVIKIO_EXPECT(_initialized, "cannot submit to a closed BatchHandle", std::invalid_argument);
@@ -62,13 +66,26 @@ class BatchHandle {
                   "cannot submit more than max_num_events",
                   std::invalid_argument);
     for (auto const& op : operations) {
-      char* buf = static_cast<char*>(op.devPtr_base) + op.devPtr_offset;
-      auto off  = static_cast<std::size_t>(op.file_offset);
-      // One task per operation, as one cuFile batch entry is one I/O.
-      auto task = op.size > 0 ? op.size : 1;
-      _pending.push_back(op.opcode == CUFILE_READ
-                           ? op.file_handle.pread(buf, op.size, off, task)
-                           : op.file_handle.pwrite(buf, op.size, off, task));
+      KVIKIO_EXPECT(op.file_offset >= 0 && op.devPtr_offset >= 0,
+                    "file_offset and devPtr_offset must not be negative",
+                    std::invalid_argument);
+      op.file_handle.check_request(
+        op.opcode == CUFILE_WRITE, buffer_of(op), op.size, offset_of(op), task_of(op));
+    }
+    _pending.reserve(_pending.size() + operations.size());
+    std::vector<gpufile::Future> started;
+    started.reserve(operations.size());
+    // A start refused after the checks (a file truncated meanwhile by another process) throws
+    // with the operations started so far waited for (their Futures' destructors), so none uses
+    // a buffer once the caller has the exception.
+    for (auto const& op : operations) {
+      auto* buf = buffer_of(op);
+      started.push_back(op.opcode == CUFILE_READ
+                          ? op.file_handle.pread(buf, op.size, offset_of(op), task_of(op))
+                          : op.file_handle.pwrite(buf, op.size, offset_of(op), task_of(op)));
+    }
+    for (auto& f : started) {
+      _pending.push_back(std::move(f));
     }
   }
 
@@ -120,9 +137,20 @@ class BatchHandle {
   }
 
  private:
+  static char* buffer_of(BatchOp const& op)
+  {
+    return static_cast<char*>(op.devPtr_base) + op.devPtr_offset;
+  }
+  static std::size_t offset_of(BatchOp const& op)
+  {
+    return static_cast<std::size_t>(op.file_offset);
+  }
+  /** One task per operation, as one cuFile batch entry is one I/O. */
+  static std::size_t task_of(BatchOp const& op) { return op.size > 0 ? op.size : 1; }
+
   bool _initialized{false};
   int _max_num_events{};
-  std::vector<std::future<std::size_t>> _pending;
+  std::vector<gpufile::Future> _pending;
 };
 
 }  // namespace kvikio

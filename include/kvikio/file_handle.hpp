@@ -33,8 +33,9 @@ class FileHandle {
 
   FileHandle() noexcept = default;
   /**
-   * Opens `file_path` with KvikIO's `flags`. A file the open creates gets `mode` (set with
-   * fchmod, so the umask does not apply to a mode other than m644).
+   * Opens `file_path` with KvikIO's `flags`. A file the open creates gets `mode` as KvikIO's
+   * open(2) gives it: masked by the umask, set-id bits as the kernel keeps them; an existing
+   * file's mode is left alone. Bits outside 07777 are std::invalid_argument, nothing opened.
    */
   FileHandle(std::string const& file_path,
              std::string const& flags = "r",
@@ -42,9 +43,9 @@ class FileHandle {
              CompatMode compat_mode   = defaults::compat_mode())
     : _compat_mode(compat_mode), _file_path(file_path)
   {
-    bool const existed = ::access(file_path.c_str(), F_OK) == 0;
-    _file = detail::as_kvikio([&] { return gpufile::File(file_path, flags); });
-    if (!existed && mode != m644) { ::fchmod(fd(), mode); }
+    _file = detail::as_kvikio([&] {
+      return gpufile::File(file_path, flags, static_cast<std::uint32_t>(mode));
+    });
   }
   FileHandle(FileHandle const&)            = delete;
   FileHandle& operator=(FileHandle const&) = delete;
@@ -101,7 +102,7 @@ class FileHandle {
   }
 
   /** Starts reading `size` bytes at `file_offset` into `buf` (host or device memory). */
-  std::future<std::size_t> pread(void* buf,
+  gpufile::Future pread(void* buf,
                                  std::size_t size,
                                  std::size_t file_offset   = 0,
                                  std::size_t task_size     = defaults::task_size(),
@@ -115,7 +116,7 @@ class FileHandle {
   }
 
   /** Starts writing `size` bytes of `buf` at `file_offset`. */
-  std::future<std::size_t> pwrite(void const* buf,
+  gpufile::Future pwrite(void const* buf,
                                   std::size_t size,
                                   std::size_t file_offset   = 0,
                                   std::size_t task_size     = defaults::task_size(),
@@ -194,6 +195,25 @@ class FileHandle {
     int yes = 0;
     return !closed() &&
            gpufile_file_is_direct_io_supported(_file.handle(), &yes) == GPUFILE_OK && yes != 0;
+  }
+
+  /**
+   * Checks a `pwrite` (`write`) or `pread` of these arguments as starting it would, starting
+   * nothing: throws what the call would throw (gpufile's addition; BatchHandle::submit checks
+   * every operation before it starts one).
+   */
+  void check_request(bool write,
+                     void const* buf,
+                     std::size_t size,
+                     std::size_t file_offset,
+                     std::size_t task_size     = defaults::task_size(),
+                     std::size_t gds_threshold = defaults::gds_threshold()) const
+  {
+    gpufile::Range range{file_offset, size, 0};
+    auto const opts   = options(task_size, gds_threshold).c();
+    auto const status = gpufile_file_check_request(
+      _file.handle(), write ? 1 : 0, buf, size, &range, 1, &opts);
+    detail::as_kvikio([&] { gpufile::detail::check(status); });
   }
 
   /** gpufile's File underneath (for its path report and many-range requests). */

@@ -78,7 +78,7 @@ class MmapHandle {
     return pread(buf, size, offset).get();
   }
 
-  std::future<std::size_t> pread(void* buf,
+  gpufile::Future pread(void* buf,
                                  std::optional<std::size_t> size = std::nullopt,
                                  std::size_t offset              = 0,
                                  std::size_t task_size           = defaults::task_size(),

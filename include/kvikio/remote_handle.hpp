@@ -309,7 +309,7 @@ class RemoteHandle {
     return pread(buf, size, file_offset).get();
   }
 
-  std::future<std::size_t> pread(void* buf,
+  gpufile::Future pread(void* buf,
                                  std::size_t size,
                                  std::size_t file_offset   = 0,
                                  std::size_t task_size     = defaults::task_size(),
@@ -337,11 +337,11 @@ class RemoteHandle {
       _file(std::move(file))
   {
   }
-  static std::future<std::size_t> make_ready(std::size_t n)
+  static gpufile::Future make_ready(std::size_t n)
   {
     std::promise<std::size_t> p;
     p.set_value(n);
-    return p.get_future();
+    return gpufile::Future(p.get_future());
   }
   std::unique_ptr<RemoteEndpoint> _endpoint;
   std::size_t _nbytes{0};

@@ -13,33 +13,43 @@
 mod diag;
 mod driver;
 mod error;
+mod future;
 mod handles;
+mod io_path;
 mod mmap;
 mod remote;
+mod settings;
 mod stream;
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::Duration;
 
-use gpufile_core::config::{CompatMode, Input, Name, Value};
+use gpufile_core::config::CompatMode;
 use gpufile_core::cuda::{self, MemoryKind, PointerInfo};
 use gpufile_core::request::{Range, Ranges};
 use gpufile_core::source::Endpoint;
-use gpufile_core::{
-    Backend, Buffer, Direction, Engine, Error, FileHandle, IoFuture, Memory, Request, Settings,
-};
+use gpufile_core::{Buffer, Direction, Engine, Error, FileHandle, IoFuture, Request, Settings};
 
-use error::{copy_out, guard, CallError};
 pub use error::{
     gpufile_last_error_errno, gpufile_last_error_message, gpufile_last_error_path,
     gpufile_last_error_type, gpufile_status,
 };
+use error::{guard, CallError};
+pub(crate) use future::give_future;
+pub use future::{
+    gpufile_future_done, gpufile_future_free, gpufile_future_on_done, gpufile_future_wait,
+    gpufile_future_wait_for,
+};
 use handles::Table;
+pub use io_path::{gpufile_file_io_path, gpufile_file_request_io_path};
 pub use remote::{
     GPUFILE_REMOTE_AUTO, GPUFILE_REMOTE_HTTP, GPUFILE_REMOTE_S3, GPUFILE_REMOTE_S3_PRESIGNED_URL,
     GPUFILE_REMOTE_S3_PUBLIC, GPUFILE_REMOTE_WEBHDFS,
+};
+pub use settings::{
+    gpufile_settings_get_int, gpufile_settings_get_str, gpufile_settings_set_int,
+    gpufile_settings_set_str,
 };
 pub use stream::gpufile_stream_order;
 
@@ -77,17 +87,10 @@ pub struct gpufile_future {
 
 /// The open files, by the number their `gpufile_file*` is.
 static FILES: Table<FileHandle> = Table::new("file");
-/// The futures, by the number their `gpufile_future*` is.
-static FUTURES: Table<IoFuture> = Table::new("future");
 
 /// The open file `file` names.
 pub(crate) fn file_of(file: *const gpufile_file) -> Result<std::sync::Arc<FileHandle>, CallError> {
     FILES.get(file as usize)
-}
-
-/// The future `fut` names.
-fn future_of(fut: *const gpufile_future) -> Result<std::sync::Arc<IoFuture>, CallError> {
-    FUTURES.get(fut as usize)
 }
 
 /// The ABI version of the library (compare with `GPUFILE_ABI_VERSION`).
@@ -129,7 +132,8 @@ pub(crate) fn out_arg<T>(out: *mut T, what: &str) -> Result<(), CallError> {
 
 /// Opens the local file `path` with KvikIO's `flags` ("r", "r+", "w", "w+", each optionally
 /// with "b"); stores the handle in `*out`. A missing file is `GPUFILE_NOT_FOUND` (errno 2), a
-/// directory `GPUFILE_IS_A_DIRECTORY`, other flags `GPUFILE_BAD_ARGUMENT`.
+/// directory `GPUFILE_IS_A_DIRECTORY`, other flags `GPUFILE_BAD_ARGUMENT`. A file the open
+/// creates gets mode 0644, masked by the umask (`gpufile_file_open_mode` takes another).
 ///
 /// # Safety
 /// `path` and `flags` are null or NUL-terminated strings; `out` is null or valid for a write
@@ -138,6 +142,23 @@ pub(crate) fn out_arg<T>(out: *mut T, what: &str) -> Result<(), CallError> {
 pub unsafe extern "C" fn gpufile_file_open(
     path: *const c_char,
     flags: *const c_char,
+    out: *mut *mut gpufile_file,
+) -> gpufile_status {
+    // SAFETY: the caller's contract.
+    unsafe { gpufile_file_open_mode(path, flags, 0o644, out) }
+}
+
+/// As `gpufile_file_open`, a file the open creates getting `mode` as open(2) gives it (its
+/// third argument: masked by the umask, set-id bits as the kernel keeps them); an existing
+/// file's mode is left alone. Bits outside 07777 are `GPUFILE_BAD_ARGUMENT`, nothing opened.
+///
+/// # Safety
+/// As `gpufile_file_open`.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_open_mode(
+    path: *const c_char,
+    flags: *const c_char,
+    mode: u32,
     out: *mut *mut gpufile_file,
 ) -> gpufile_status {
     guard(|| {
@@ -152,7 +173,7 @@ pub unsafe extern "C" fn gpufile_file_open(
         ));
         // SAFETY: the caller's contract.
         let flags = unsafe { text(flags, "flags")? };
-        let id = FILES.insert(FileHandle::open(path, flags)?);
+        let id = FILES.insert(FileHandle::open_with_mode(path, flags, mode)?);
         // SAFETY: checked non-null; valid by the caller's contract.
         unsafe { put(out, id as *mut gpufile_file) };
         Ok(())
@@ -343,6 +364,23 @@ pub(crate) unsafe fn start_on(
     task_size: Option<usize>,
     caller_waits: bool,
 ) -> Result<IoFuture, CallError> {
+    let req = request_of(endpoint, buf, size, what, task_size, caller_waits)?;
+    let engine = Engine::global()?;
+    // SAFETY: the buffer's validity is the caller's contract; `info` is what `cuda::classify`
+    // said of its first address.
+    Ok(unsafe { engine.submit(endpoint, req, settings) }?)
+}
+
+/// The core's request between the buffer of `size` bytes at `buf` and `endpoint`, its ranges
+/// checked against the buffer.
+fn request_of(
+    endpoint: &Endpoint,
+    buf: *mut c_void,
+    size: usize,
+    what: What,
+    task_size: Option<usize>,
+    caller_waits: bool,
+) -> Result<Request, CallError> {
     let (buffer, info) = buffer(buf, size)?;
     let req = match (endpoint.direction(), what) {
         (Direction::Read, What::Whole(off)) => Request::read(buffer, off),
@@ -351,14 +389,10 @@ pub(crate) unsafe fn start_on(
         (Direction::Write, What::Ranges(r)) => Request::write_ranges(buffer, r),
     };
     req.ranges.check(req.direction, size)?;
-    let req = req
+    Ok(req
         .pointer_info(info)
         .caller_waits(caller_waits)
-        .task_size(task_size);
-    let engine = Engine::global()?;
-    // SAFETY: the buffer's validity is the caller's contract; `info` is what `cuda::classify`
-    // said of its first address.
-    Ok(unsafe { engine.submit(endpoint, req, settings) }?)
+        .task_size(task_size))
 }
 
 /// Starts a request of `size` bytes between `buf` and `file` at `file_offset` on the process
@@ -474,16 +508,6 @@ unsafe fn nonblocking(
         unsafe { give_future(future, out) };
         Ok(())
     })
-}
-
-/// Stores `future` in the table and its handle in `*out`.
-///
-/// # Safety
-/// `out` is non-null and valid for a write of a pointer.
-pub(crate) unsafe fn give_future(future: IoFuture, out: *mut *mut gpufile_future) {
-    let id = FUTURES.insert(future);
-    // SAFETY: the caller's contract.
-    unsafe { put(out, id as *mut gpufile_future) };
 }
 
 /// Starts reading `size` bytes at `file_offset` of `file` into `buf` (host or device memory)
@@ -632,288 +656,18 @@ pub unsafe extern "C" fn gpufile_file_pwrite_ranges(
     }
 }
 
-/// Stores the bytes of an ended request in `*out_bytes` (if not null), or its error.
-///
-/// # Safety
-/// `out_bytes` is null or valid for a write of a `size_t`.
-unsafe fn ended(
-    result: gpufile_core::Result<usize>,
-    out_bytes: *mut usize,
-) -> Result<(), CallError> {
-    let n = result?;
-    if !out_bytes.is_null() {
-        // SAFETY: non-null; the caller's contract.
-        unsafe { put(out_bytes, n) };
-    }
-    Ok(())
-}
-
-/// Waits until the request of `fut` ends; stores the bytes it moved in `*out_bytes` (if not
-/// null), or returns its error. May be called again: it gives the same answer.
-///
-/// # Safety
-/// `out_bytes` is null or valid for a write of a `size_t`.
-#[no_mangle]
-pub unsafe extern "C" fn gpufile_future_wait(
-    fut: *const gpufile_future,
-    out_bytes: *mut usize,
-) -> gpufile_status {
-    guard(|| {
-        let fut = future_of(fut)?;
-        // SAFETY: the caller's contract.
-        unsafe { ended(fut.wait(), out_bytes) }
-    })
-}
-
-/// As `gpufile_future_wait`, but gives up after `timeout_ns` nanoseconds with
-/// `GPUFILE_TIMEOUT` (the request goes on; wait again later).
-///
-/// # Safety
-/// `out_bytes` is null or valid for a write of a `size_t`.
-#[no_mangle]
-pub unsafe extern "C" fn gpufile_future_wait_for(
-    fut: *const gpufile_future,
-    timeout_ns: u64,
-    out_bytes: *mut usize,
-) -> gpufile_status {
-    guard(|| {
-        let fut = future_of(fut)?;
-        match fut.wait_timeout(Duration::from_nanos(timeout_ns)) {
-            // SAFETY: the caller's contract.
-            Some(result) => unsafe { ended(result, out_bytes) },
-            None => Err(CallError::timeout(format!(
-                "the request is not done after {timeout_ns} ns"
-            ))),
-        }
-    })
-}
-
-/// Stores in `*out_done` whether the request of `fut` has ended (1) or not (0).
-///
-/// # Safety
-/// `out_done` is null or valid for a write of an `int`.
-#[no_mangle]
-pub unsafe extern "C" fn gpufile_future_done(
-    fut: *const gpufile_future,
-    out_done: *mut c_int,
-) -> gpufile_status {
-    guard(|| {
-        out_arg(out_done, "out_done")?;
-        let fut = future_of(fut)?;
-        // SAFETY: checked non-null; the caller's contract.
-        unsafe { put(out_done, c_int::from(fut.is_done())) };
-        Ok(())
-    })
-}
-
-/// Frees `fut`. A request still running is waited for first (as the destructor of the
-/// `std::future` of `std::async` does), so that no byte of its buffer is touched after this
-/// returns; its result is dropped (call `gpufile_future_wait` first to learn it). A future
-/// freed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
-#[no_mangle]
-pub extern "C" fn gpufile_future_free(fut: *mut gpufile_future) -> gpufile_status {
-    guard(|| {
-        let fut = FUTURES.remove(fut as usize)?;
-        let _ended = fut.wait();
-        Ok(())
-    })
-}
-
-/// The setting `name` (the names of Python's `gpufile.defaults` / KvikIO's `defaults`).
-///
-/// # Safety
-/// `name` is null or a NUL-terminated string.
-unsafe fn setting(name: *const c_char) -> Result<Name, CallError> {
-    // SAFETY: the caller's contract.
-    let name = unsafe { text(name, "name")? };
-    Ok(name.parse::<Name>()?)
-}
-
-/// Sets `name` to `input` in the process settings, checked as Python's `defaults.set` does.
-fn set(name: Name, input: Input<'_>) -> Result<(), CallError> {
-    Ok(Engine::global()?.set(&[(name, input)])?)
-}
-
-/// The current value of the setting `name`.
-fn get(name: Name) -> Result<Value, CallError> {
-    Ok(Engine::global()?.settings().get(name))
-}
-
-/// Sets the setting `name` to the integer `value`, checked as Python's `defaults.set` checks
-/// it: counts and sizes in their ranges, compat_mode OFF=0 / ON=1 / AUTO=2, a flag 0 or 1.
-/// An unknown name or a value out of range is `GPUFILE_BAD_ARGUMENT`; nothing changes then.
-///
-/// # Safety
-/// `name` is null or a NUL-terminated string.
-#[no_mangle]
-pub unsafe extern "C" fn gpufile_settings_set_int(
-    name: *const c_char,
-    value: i64,
-) -> gpufile_status {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let name = unsafe { setting(name)? };
-        set(name, Input::Int(i128::from(value)))
-    })
-}
-
-/// Sets the setting `name` from text, as the environment variables are read: "AUTO" or "off"
-/// for compat_mode, "4MiB" for a size, "true" for a flag, "429,503" for a list.
-///
-/// # Safety
-/// `name` and `value` are null or NUL-terminated strings.
-#[no_mangle]
-pub unsafe extern "C" fn gpufile_settings_set_str(
-    name: *const c_char,
-    value: *const c_char,
-) -> gpufile_status {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let (name, value) = unsafe { (setting(name)?, text(value, "value")?) };
-        set(name, Input::Text(value))
-    })
-}
-
-/// Stores the setting `name` as an integer in `*out`: a count or size, compat_mode's number
-/// (OFF=0, ON=1, AUTO=2), remote_io_backend's, a flag's 0 or 1. A list setting
-/// (http_status_codes) is `GPUFILE_BAD_ARGUMENT`: read it with `gpufile_settings_get_str`.
-///
-/// # Safety
-/// `name` is null or a NUL-terminated string; `out` is null or valid for a write of an
-/// `int64_t`.
-#[no_mangle]
-pub unsafe extern "C" fn gpufile_settings_get_int(
-    name: *const c_char,
-    out: *mut i64,
-) -> gpufile_status {
-    guard(|| {
-        out_arg(out, "out")?;
-        // SAFETY: the caller's contract.
-        let name = unsafe { setting(name)? };
-        let n = match get(name)? {
-            Value::Int(n) => i64::try_from(n).unwrap_or(i64::MAX),
-            Value::Bool(b) => i64::from(b),
-            Value::CompatMode(m) => i64::from(m as u8),
-            Value::RemoteIoBackend(b) => i64::from(b as u8),
-            Value::IntList(_) => {
-                return Err(CallError::bad(format!(
-                    "setting {name:?} is a list, not an integer: read it with \
-                     gpufile_settings_get_str"
-                )))
-            }
-        };
-        // SAFETY: checked non-null; the caller's contract.
-        unsafe { put(out, n) };
-        Ok(())
-    })
-}
-
-/// Copies the setting `name` as text into `buf` (at most `len` bytes, NUL-terminated where
-/// `len > 0`): "AUTO" for compat_mode, "4194304" for a size, "true", "429,500". Stores the
-/// bytes the whole text and its NUL need in `*needed` (if not null); `buf` may be null to ask.
-///
-/// # Safety
-/// `name` is null or a NUL-terminated string; `buf` is null or valid for writes of `len`
-/// bytes; `needed` is null or valid for a write of a `size_t`.
-#[no_mangle]
-pub unsafe extern "C" fn gpufile_settings_get_str(
-    name: *const c_char,
-    buf: *mut c_char,
-    len: usize,
-    needed: *mut usize,
-) -> gpufile_status {
-    guard(|| {
-        // SAFETY: the caller's contract.
-        let value = get(unsafe { setting(name)? })?.to_string();
-        // SAFETY: the caller's contract.
-        let n = unsafe { copy_out(&value, buf, len) };
-        if !needed.is_null() {
-            // SAFETY: non-null; the caller's contract.
-            unsafe { put(needed, n) };
-        }
-        Ok(())
-    })
-}
-
-/// The path report of `file`: what would move the bytes of a read of `size` bytes into
-/// `memory` (`GPUFILE_MEMORY_HOST` or `GPUFILE_MEMORY_DEVICE`) under the current settings
-/// (`*out_backend`), and why (copied into `reason`, at most `len` bytes, NUL-terminated where
-/// `len > 0`; the bytes the whole text and its NUL need in `*needed`, if not null). Where
-/// compat_mode OFF cannot be honoured, the error says why (`GPUFILE_CUFILE`).
-///
-/// # Safety
-/// `out_backend` is null or valid for a write of a
-/// `gpufile_backend`; `reason` is null or valid for writes of `len` bytes; `needed` is null or
-/// valid for a write of a `size_t`.
-#[no_mangle]
-pub unsafe extern "C" fn gpufile_file_io_path(
-    file: *const gpufile_file,
-    memory: c_int,
-    size: usize,
-    out_backend: *mut gpufile_backend,
-    reason: *mut c_char,
-    len: usize,
-    needed: *mut usize,
-) -> gpufile_status {
-    guard(|| {
-        out_arg(out_backend, "out_backend")?;
-        let file = file_of(file)?;
-        let memory = match memory {
-            GPUFILE_MEMORY_HOST => Memory::Host,
-            GPUFILE_MEMORY_DEVICE => Memory::Device,
-            other => {
-                return Err(CallError::bad(format!(
-                    "memory {other} is neither GPUFILE_MEMORY_HOST (0) nor \
-                     GPUFILE_MEMORY_DEVICE (1)"
-                )))
-            }
-        };
-        let settings = Engine::global()?.settings();
-        let path = file.io_path(memory, size, &settings)?;
-        // SAFETY: the caller's contract.
-        unsafe { report_path(&path, out_backend, reason, len, needed) };
-        Ok(())
-    })
-}
-
-/// Stores `path`'s backend in `*out_backend` (checked non-null) and copies its reason out.
-///
-/// # Safety
-/// As `gpufile_file_io_path`'s out-parameters.
-unsafe fn report_path(
-    path: &gpufile_core::plan::IoPath,
-    out_backend: *mut gpufile_backend,
-    reason: *mut c_char,
-    len: usize,
-    needed: *mut usize,
-) {
-    let backend = match path.backend {
-        Backend::GpufilePosix => gpufile_backend::GPUFILE_BACKEND_POSIX,
-        Backend::Cufile => gpufile_backend::GPUFILE_BACKEND_CUFILE,
-    };
-    // SAFETY: checked non-null by the caller; the caller's contract.
-    unsafe { put(out_backend, backend) };
-    // SAFETY: the caller's contract.
-    let n = unsafe { copy_out(&path.reason.to_string(), reason, len) };
-    if !needed.is_null() {
-        // SAFETY: non-null; the caller's contract.
-        unsafe { put(needed, n) };
-    }
-}
-
-/// The path report of a request before it runs: what would move the bytes of the read
-/// (`is_write` 0) or write (1) of `nranges` ranges between `file` and the buffer of
-/// `buf_size` bytes at `buf`, under the current settings and `opts` (may be NULL), and why.
-/// The buffer's memory kind is asked of the CUDA driver as a request asks it; the ranges are
-/// checked as the request checks them (a range past the buffer is `GPUFILE_BAD_ARGUMENT`).
-/// Out-parameters as `gpufile_file_io_path`.
+/// Checks a many-range request as `gpufile_file_pread_ranges` (`is_write` 0) or
+/// `gpufile_file_pwrite_ranges` (1) checks it, and starts nothing: `GPUFILE_OK` where that call
+/// would start it now, else the error it would give (a read past the end, a handle not open
+/// for the direction, a range past the buffer, ...). A caller starting several requests as one
+/// (KvikIO's `BatchHandle::submit`) checks them all first, so that a refusal moves no byte.
+/// The file can still change before the request starts (another process truncating it).
 ///
 /// # Safety
 /// `ranges` is null or valid for reads of `nranges` ranges; `opts` is null or valid for a
-/// read; the out-parameters as `gpufile_file_io_path`'s. `buf` is not dereferenced.
+/// read. `buf` is not dereferenced.
 #[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn gpufile_file_request_io_path(
+pub unsafe extern "C" fn gpufile_file_check_request(
     file: *const gpufile_file,
     is_write: c_int,
     buf: *const c_void,
@@ -921,35 +675,33 @@ pub unsafe extern "C" fn gpufile_file_request_io_path(
     ranges: *const gpufile_range,
     nranges: usize,
     opts: *const gpufile_io_options,
-    out_backend: *mut gpufile_backend,
-    reason: *mut c_char,
-    len: usize,
-    needed: *mut usize,
 ) -> gpufile_status {
     guard(|| {
-        out_arg(out_backend, "out_backend")?;
         let file = file_of(file)?;
-        let dir = match is_write {
-            0 => Direction::Read,
-            1 => Direction::Write,
-            other => {
-                return Err(CallError::bad(format!(
-                    "is_write {other} is neither 0 (a read) nor 1 (a write)"
-                )))
-            }
-        };
+        let dir = direction_of(is_write)?;
         // SAFETY: the caller's contract.
-        let (list, (settings, _)) = unsafe { (ranges_of(ranges, nranges)?, settings_for(opts)?) };
-        let (buffer, _) = buffer(buf.cast_mut(), buf_size)?;
-        list.check(dir, buf_size)?;
-        let path = Engine::io_path(
-            &file.endpoint(dir),
-            buffer.memory(),
-            list.bytes(),
-            &settings,
+        let (list, (settings, task_size)) =
+            unsafe { (ranges_of(ranges, nranges)?, settings_for(opts)?) };
+        let endpoint = file.endpoint(dir);
+        let req = request_of(
+            &endpoint,
+            buf.cast_mut(),
+            buf_size,
+            What::Ranges(list),
+            task_size,
+            false,
         )?;
-        // SAFETY: the caller's contract.
-        unsafe { report_path(&path, out_backend, reason, len, needed) };
-        Ok(())
+        Ok(Engine::global()?.check(&endpoint, &req, &settings)?)
     })
+}
+
+/// A read (`is_write` 0) or a write (1).
+fn direction_of(is_write: c_int) -> Result<Direction, CallError> {
+    match is_write {
+        0 => Ok(Direction::Read),
+        1 => Ok(Direction::Write),
+        other => Err(CallError::bad(format!(
+            "is_write {other} is neither 0 (a read) nor 1 (a write)"
+        ))),
+    }
 }

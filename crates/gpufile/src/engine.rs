@@ -432,27 +432,8 @@ impl Engine {
         settings: &Settings,
         report: bool,
     ) -> Result<(IoFuture, Option<PathReport>)> {
-        self.accept(endpoint, &req, settings)?;
-        let target = resolve(req.buffer, req.pointer_info)?;
+        let (target, local, plan) = self.checked(endpoint, &req, settings)?;
         let len = req.len();
-        endpoint.check(req.ranges.as_slice())?;
-        let local = endpoint.local_file();
-        let device_read = matches!(target, Target::Device { .. })
-            && req.direction == Direction::Read
-            && req.task_size.is_none();
-        let shape = Shape {
-            direction: req.direction,
-            memory: target.memory(),
-            ranges: &req.ranges,
-            len,
-            task_size: req.task_size,
-            caller_waits: req.caller_waits,
-            // Asked only where it matters (the in-flight count takes a lock).
-            alone: device_read && self.in_flight() == 0,
-            local_file: local.is_some(),
-            request_per_task: endpoint.request_per_task(),
-        };
-        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
         let gathered = plan.tasks.is_grouped();
         let device = matches!(target, Target::Device { .. });
         let host_io = gathered.then(|| host_io(settings, local.is_some()));
@@ -509,6 +490,44 @@ impl Engine {
             )?,
         };
         Ok((fut, report))
+    }
+
+    /// Whether [`Engine::submit`] would accept `req` now: every check a submission makes before
+    /// its first byte moves (the arguments, the direction, the ranges against the file, the
+    /// memory, the path the settings allow), with nothing started. A caller starting several
+    /// requests as one checks them all first, so that a refusal leaves every file as it was.
+    pub fn check(&self, endpoint: &Endpoint, req: &Request, settings: &Settings) -> Result<()> {
+        self.checked(endpoint, req, settings).map(|_| ())
+    }
+
+    /// The checks of a request and its plan: its memory resolved, its local file, the plan.
+    fn checked(
+        &self,
+        endpoint: &Endpoint,
+        req: &Request,
+        settings: &Settings,
+    ) -> Result<(Target, Option<Arc<LocalFile>>, Planned)> {
+        self.accept(endpoint, req, settings)?;
+        let target = resolve(req.buffer, req.pointer_info)?;
+        endpoint.check(req.ranges.as_slice())?;
+        let local = endpoint.local_file();
+        let device_read = matches!(target, Target::Device { .. })
+            && req.direction == Direction::Read
+            && req.task_size.is_none();
+        let shape = Shape {
+            direction: req.direction,
+            memory: target.memory(),
+            ranges: &req.ranges,
+            len: req.len(),
+            task_size: req.task_size,
+            caller_waits: req.caller_waits,
+            // Asked only where it matters (the in-flight count takes a lock).
+            alone: device_read && self.in_flight() == 0,
+            local_file: local.is_some(),
+            request_per_task: endpoint.request_per_task(),
+        };
+        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
+        Ok((target, local, plan))
     }
 
     /// Reads or writes many files as one stream of requests: every request is planned and queued

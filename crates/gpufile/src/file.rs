@@ -58,7 +58,9 @@ impl OpenMode {
         !matches!(self, OpenMode::Read)
     }
 
-    fn options(self) -> OpenOptions {
+    /// The options of an open with these flags; a file it creates gets `mode` (open(2)'s third
+    /// argument, so the umask applies).
+    fn options(self, mode: u32) -> OpenOptions {
         let mut o = OpenOptions::new();
         match self {
             OpenMode::Read => o.read(true),
@@ -66,7 +68,7 @@ impl OpenMode {
             OpenMode::Write => o.write(true).create(true).truncate(true),
             OpenMode::WriteRead => o.read(true).write(true).create(true).truncate(true),
         };
-        o.mode(0o644);
+        o.mode(mode);
         o
     }
 }
@@ -129,10 +131,23 @@ impl FileHandle {
     /// Python's `open`; a FIFO or a socket is [`Error::NotSeekable`], refused without waiting
     /// for the FIFO's other end.
     pub fn open(path: impl AsRef<Path>, flags: &str) -> Result<Self> {
+        Self::open_with_mode(path, flags, 0o644)
+    }
+
+    /// [`FileHandle::open`], a file it creates getting `mode` as open(2) gives it: masked by the
+    /// umask, set-id bits as the kernel keeps them; an existing file's mode is left alone (KvikIO's
+    /// `FileHandle(path, flags, mode)`). Bits outside the permission and set-id bits (`0o7777`)
+    /// are [`Error::InvalidArgument`], before anything is opened.
+    pub fn open_with_mode(path: impl AsRef<Path>, flags: &str, mode: u32) -> Result<Self> {
         let path = path.as_ref();
-        let mode: OpenMode = flags.parse()?;
-        let (file, meta) = crate::posix::open_file(&mut mode.options(), path)?;
-        Ok(Self::with_file(file, meta, path, mode))
+        let flags: OpenMode = flags.parse()?;
+        if mode & !0o7777 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "mode {mode:#o} has bits outside the permission and set-id bits (0o7777)"
+            )));
+        }
+        let (file, meta) = crate::posix::open_file(&mut flags.options(mode), path)?;
+        Ok(Self::with_file(file, meta, path, flags))
     }
 
     /// A handle on the file that the open descriptor `fd` refers to (a Python file object's,

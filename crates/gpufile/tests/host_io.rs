@@ -145,6 +145,31 @@ fn wrong_direction_and_flags_are_refused() {
     ));
 }
 
+/// `Engine::check` refuses what `submit` refuses (the same error) and accepts what it starts,
+/// moving no byte either way: a caller starting several requests checks them all first.
+#[test]
+fn check_refuses_what_submit_refuses_and_moves_nothing() {
+    use gpufile::Direction::{Read, Write};
+    let data = pattern(1000, 3);
+    let f = file_with(&data);
+    let rw = FileHandle::open(f.path(), "r+").unwrap();
+    let ro = FileHandle::open(f.path(), "r").unwrap();
+    let engine = Engine::global().unwrap();
+    let settings = engine.settings();
+    let mut buf = vec![0xAAu8; 1001];
+    let mut src = vec![0x55u8; 10];
+    let past_the_end = Request::read(Buffer::host(&mut buf), 0);
+    let err = engine.check(&rw.endpoint(Read), &past_the_end, &settings);
+    assert!(matches!(err, Err(Error::UnexpectedEof { .. })), "{err:?}");
+    let on_read_only = Request::write(Buffer::host(&mut src), 0);
+    let err = engine.check(&ro.endpoint(Write), &on_read_only, &settings);
+    assert!(matches!(err, Err(Error::NotWritable { .. })), "{err:?}");
+    let fits = Request::write(Buffer::host(&mut src), 990);
+    engine.check(&rw.endpoint(Write), &fits, &settings).unwrap();
+    assert!(buf.iter().all(|b| *b == 0xAA), "no byte read");
+    assert_eq!(std::fs::read(f.path()).unwrap(), data, "no byte written");
+}
+
 #[test]
 fn open_errors_carry_errno_and_path() {
     let dir = tempfile::tempdir().unwrap();
