@@ -297,10 +297,10 @@ def test_a_read_that_fails_when_the_stream_gets_there_leaves_unread_bytes_as_the
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_read_of_what_an_earlier_write_on_the_stream_appends_is_not_refused_at_the_call(
         tmp_path, order):
-    """The file is empty at the call, but a write queued before on the same stream makes it
+    """The file is 4 KiB at the call, but a write queued before on the same stream makes it
     long enough by the time the stream gets to the read."""
     path = tmp_path / "grow.bin"
-    path.touch()
+    np.zeros(4096, dtype=np.uint8).tofile(path)  # for warm_up's 4 KiB
     data = pattern(1 << 20, 30)
     src = cp.asarray(data)
     back = cp.zeros_like(src)
