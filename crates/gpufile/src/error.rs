@@ -30,6 +30,8 @@ pub enum Op {
     Rename,
     /// `unlink(2)`.
     Remove,
+    /// `posix_fadvise(2)`.
+    Advise,
 }
 
 impl fmt::Display for Op {
@@ -43,6 +45,7 @@ impl fmt::Display for Op {
             Op::Sync => "fsync",
             Op::Rename => "rename",
             Op::Remove => "unlink",
+            Op::Advise => "posix_fadvise",
         })
     }
 }
@@ -301,7 +304,7 @@ impl Error {
     pub fn os_context(&self) -> String {
         match self {
             Error::Os {
-                op: op @ (Op::Read | Op::Write | Op::Map),
+                op: op @ (Op::Read | Op::Write | Op::Map | Op::Advise),
                 path,
                 offset,
                 len,
