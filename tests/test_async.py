@@ -390,3 +390,31 @@ def test_a_callback_running_at_exit_finishes_before_the_interpreter_finalizes(da
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr[-2000:]
         assert r.stdout.split() == ["main", "exits", "slow", "callback", "done"], r.stdout
+
+
+def test_a_save_future_whose_callback_raises_runs_the_next_and_wakes_await(tmp_path, caplog):
+    """``async_save``'s future calls back as ``IOFuture`` does: a callback that raises is
+    logged, the callbacks after it still run, and ``await`` returns."""
+    import gpufile.safetensors as gs
+    state = {"a": np.arange(16 << 20, dtype=np.float32)}  # 64 MiB: the save is still running
+    ran = []
+
+    def bad(_fut):
+        raise ValueError("a callback's bug")
+
+    async def main():
+        fut = gs.async_save(state, tmp_path / "m.safetensors")
+        fut.add_done_callback(bad)
+        fut.add_done_callback(lambda f: ran.append(f.done()))
+        # Bounded: a future that never wakes fails here instead of hanging the suite.
+        assert await asyncio.wait_for(fut, 60) is None
+        fut.add_done_callback(bad)  # done: logged, not raised into the caller
+        fut.add_done_callback(lambda f: ran.append(f.done()))
+        return fut
+
+    with caplog.at_level(logging.ERROR, logger="gpufile"):
+        fut = asyncio.run(main())
+    assert fut.done() and ran == [True, True]
+    bugs = [r for r in caplog.records if "exception calling callback" in r.getMessage()]
+    assert len(bugs) == 2 and all(r.exc_info[0] is ValueError for r in bugs)
+    np.testing.assert_array_equal(gs.load_file(tmp_path / "m.safetensors")["a"], state["a"])

@@ -76,3 +76,83 @@ def test_small_reads_are_split_over_the_workers(tmp_path):
     with gpufile.defaults.set("num_threads", 4), gpufile.observe() as obs:
         gpufile.CuFile(p).read(out, task_size=4 << 20)  # a size given by the caller is kept
     assert obs.report["gpufile-posix"]["tasks"] == 1
+
+
+def test_a_refused_batch_handle_submit_writes_nothing(tmp_path):
+    """A write op first, then reads that overlap in their destination: the submit raises and
+    the 16 MiB write never reaches the file (every op is checked before any moves)."""
+    from gpufile.batch import OpCode
+    src_path, dst_path = tmp_path / "src.bin", tmp_path / "dst.bin"
+    pattern(8192, 1).tofile(src_path)
+    np.zeros(16 << 20, dtype=np.uint8).tofile(dst_path)
+    data = pattern(16 << 20, 2)
+    # Many small reads: the later group takes a while to be looked at.
+    n = 50_000
+    out = np.full(n, 0x5A, dtype=np.uint8)
+    with gpufile.CuFile(src_path) as r, gpufile.CuFile(dst_path, "r+") as w, \
+            gpufile.BatchHandle(n + 2) as batch:
+        ops = [gpufile.BatchOp(w, data, 0, 0, data.nbytes, OpCode.WRITE)]
+        ops += [gpufile.BatchOp(r, out, i % 8192, i, 1) for i in range(n)]
+        ops.append(gpufile.BatchOp(r, out, 0, 10, 1))
+        for _ in range(3):
+            with pytest.raises(ValueError, match="overlap in the buffer"):
+                batch.submit(ops)
+    assert not np.fromfile(dst_path, dtype=np.uint8).any()
+    assert (out == 0x5A).all()
+
+
+def test_read_batch_refuses_destinations_that_overlap_across_entries(tmp_path):
+    p = tmp_path / "d.bin"
+    data = pattern(1 << 20, 5)
+    data.tofile(p)
+    out = np.full(3000, 0x5A, dtype=np.uint8)
+    with pytest.raises(ValueError, match="overlap in the buffer") as e:
+        gpufile.read_batch([(p, out[0:1000], None, 0), (p, out[2000:3000], None, 0),
+                            (p, out[500:1500], None, 4096)])
+    assert "requests 0 and 2 of the batch" in str(e.value)  # entry i is request i
+    assert (out == 0x5A).all()
+    # The same buffer twice, and a bytearray and a memoryview of it.
+    whole = bytearray(1000)
+    with pytest.raises(ValueError, match="overlap in the buffer"):
+        gpufile.read_batch([(p, whole, None, 0), (p, memoryview(whole)[10:20], None, 0)])
+    assert whole == bytearray(1000)
+    # Adjacent destinations and several sources into one are fine; writes may share a source.
+    assert gpufile.read_batch([(p, out[0:1000], None, 0), (p, out[1000:3000], None, 8)]).get() \
+        == 3000
+    np.testing.assert_array_equal(out[1000:], data[8:2008])
+    q = tmp_path / "w.bin"
+    q.write_bytes(b"\0" * 4000)
+    assert gpufile.write_batch([(q, out[:1000], None, 0), (q, out[:1000], None, 2000)]).get() \
+        == 2000
+
+
+def test_a_batch_of_1100_entries_on_one_file_opens_it_once(tmp_path):
+    """Under a 1,024-descriptor limit, 1,100 entries naming one path read (and write) byte for
+    byte: the path is opened once, not once per entry."""
+    import subprocess
+    import sys
+    import textwrap
+    p = tmp_path / "one.bin"
+    pattern(1100 * 512, 9).tofile(p)
+    script = textwrap.dedent(f"""
+        import resource
+        import numpy as np
+        import gpufile
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+        path = {str(p)!r}
+        data = np.fromfile(path, dtype=np.uint8)
+        out = np.zeros_like(data)
+        n = gpufile.read_batch([(path, out[i * 512:(i + 1) * 512], None, i * 512)
+                                for i in range(1100)]).get()
+        assert n == data.nbytes, n
+        assert (out == data).all()
+        back = data[::-1].copy()
+        n = gpufile.write_batch([(path, back[i * 512:(i + 1) * 512], None, i * 512)
+                                 for i in range(1100)]).get()
+        assert n == data.nbytes, n
+        assert (np.fromfile(path, dtype=np.uint8) == back).all()
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]

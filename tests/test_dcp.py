@@ -216,3 +216,63 @@ def test_a_record_is_made_once_per_dtype_and_shape(tmp_path, monkeypatch):
     out = {k: torch.zeros_like(v) for k, v in sd.items()}
     dcp.load(out, storage_reader=dcp.FileSystemReader(tmp_path / "ck"))
     assert all(torch.equal(out[k], sd[k]) for k in sd)
+
+
+def _append_record(ck, fqn, record: bytes, offset=None):
+    """Appends ``record`` to the data file of ``fqn``'s item and points the checkpoint's
+    metadata at it (edited through torch's own classes); ``offset`` overrides where the
+    metadata says it starts."""
+    import dataclasses
+    with open(ck / ".metadata", "rb") as f:
+        meta = pickle.load(f)
+    (index, info), = [(k, v) for k, v in meta.storage_data.items() if k.fqn == fqn]
+    data = ck / info.relative_path
+    at = data.stat().st_size
+    with open(data, "ab") as f:
+        f.write(record)
+    meta.storage_data[index] = dataclasses.replace(
+        info, offset=at if offset is None else offset, length=len(record))
+    with open(ck / ".metadata", "wb") as f:
+        pickle.dump(meta, f)
+
+
+def _load_error(state_dict, reader):
+    """The error a load raised on rank 0 (DCP wraps it in a CheckpointException)."""
+    with pytest.raises(dcp.api.CheckpointException) as e:
+        dcp.load(state_dict, storage_reader=reader)
+    return e.value.failures[0][0]
+
+
+def test_a_record_with_a_negative_storage_offset_is_refused(tmp_path):
+    """A record whose tensor starts before its storage (a negative storage offset in its
+    pickle) would be read from earlier bytes of the data file; torch refuses it, and so does
+    gpufile's reader, as it refuses a record placed at a negative offset of its file."""
+    import io
+    import struct
+    ck = tmp_path / "ck"
+    dcp.save({"t": torch.arange(4.0)}, storage_writer=gt.FileSystemWriter(ck))
+    # torch.save of a view 70000 items into its storage: the offset is pickled as 4 bytes.
+    buf = io.BytesIO()
+    torch.save(torch.arange(70004.0)[70000:], buf)
+    good = buf.getvalue()
+    packed = b"J" + struct.pack("<i", 70000)
+    assert good.count(packed) == 1
+    _append_record(ck, "t", good.replace(packed, b"J" + struct.pack("<i", -1)))
+    out = {"t": torch.full((4,), 7.0)}
+    err = _load_error(out, gt.FileSystemReader(ck))
+    assert isinstance(err, ValueError), err
+    assert "'t' in __0_0." in str(err) and "storage offset -1: a negative" in str(err)
+    assert torch.equal(out["t"], torch.full((4,), 7.0))
+    # torch's own reader refuses the record too.
+    assert "storage offset" in str(_load_error({"t": torch.zeros(4)}, dcp.FileSystemReader(ck)))
+
+    # The same record, sound, loads; placed at a negative offset of its file, it is refused.
+    ck2 = tmp_path / "ck2"
+    dcp.save({"t": torch.arange(4.0)}, storage_writer=gt.FileSystemWriter(ck2))
+    _append_record(ck2, "t", good)
+    out = {"t": torch.zeros(4)}
+    dcp.load(out, storage_reader=gt.FileSystemReader(ck2))
+    assert torch.equal(out["t"], torch.arange(70000.0, 70004.0))
+    _append_record(ck2, "t", good, offset=-len(good))
+    err = _load_error({"t": torch.zeros(4)}, gt.FileSystemReader(ck2))
+    assert isinstance(err, ValueError) and "at a negative offset" in str(err), err

@@ -165,6 +165,28 @@ def test_bad_ranges_are_refused_before_any_byte_moves(table, offsets, sizes, buf
     assert (out == 0x5A).all()
 
 
+def test_offset_arrays_of_more_than_one_dimension_are_refused_naming_the_shape(table):
+    path, _ = table
+    out = np.full(100, 0x5A, dtype=np.uint8)
+    with gpufile.CuFile(path) as f:
+        with pytest.raises(ValueError, match=r"file_offsets must be one-dimensional, got an "
+                                             r"array of shape \(2, 2\)"):
+            f.read_ranges(out, np.array([[0, 10], [20, 30]]), 10)
+        with pytest.raises(ValueError, match=r"sizes must be one-dimensional, got an array of "
+                                             r"shape \(2, 1\)"):
+            f.read_ranges(out, [0, 50], np.array([[10], [10]]))
+        with pytest.raises(ValueError, match=r"buf_offsets .* shape \(1, 2\)"):
+            f.read_ranges(out, [0, 50], 10, np.array([[0, 10]]))
+        with pytest.raises(ValueError, match=r"file_offsets .* shape \(3, 2\)"):
+            f.read_ranges(out, np.zeros((2, 3), np.int64).T, 10)  # not contiguous either
+        with pytest.raises(ValueError, match=r"rows .* shape \(2, 1\)"):
+            f.read_rows(out, np.array([[0], [1]]), 10)
+    assert (out == 0x5A).all()
+    with gpufile.CuFile(path) as f:  # one dimension, any integer type, still taken
+        offsets, sizes = np.array([0, 10], np.int32), np.array([5, 5], np.uint16)
+        assert f.read_ranges(out, offsets, sizes).get() == 10
+
+
 def test_bad_rows_are_refused_before_any_byte_moves(table):
     path, _ = table
     out = np.full(1000, 0x5A, dtype=np.uint8)

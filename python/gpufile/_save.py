@@ -447,13 +447,15 @@ def _commit(directory: str, names: list[str], pending: list, index: dict, weight
 
 class SaveFuture:
     """The background part of an :func:`async_save`: ``result()`` waits (and raises what the
-    write raised), ``done()``, and ``await``."""
+    write raised), ``done()``, ``add_done_callback()`` and ``await``, which call back as
+    ``IOFuture`` does (the same helpers run the callbacks)."""
 
     def __init__(self, target: Any, args: tuple, kwargs: dict) -> None:
         self._result: Any = None
         self._error: BaseException | None = None
         self._done = threading.Event()
-        self._callbacks: list = []
+        # Callbacks not run yet, in the order added; None once every one has run.
+        self._callbacks: list | None = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, args=(target, args, kwargs),
                                         name="gpufile-async-save", daemon=False)
@@ -464,11 +466,24 @@ class SaveFuture:
             self._result = target(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001 - handed to result()
             self._error = e
+        self._done.set()
+        while True:
+            with self._lock:
+                if not self._callbacks:
+                    self._callbacks = None
+                    return
+                callback = self._callbacks.pop(0)
+            callback()  # a partial of _call_back or _wake, as IOFuture's: it never raises
+
+    def _add(self, callback: Any) -> bool:
+        """Arranges for ``callback()`` to run once the save has ended, after the callbacks
+        added before it, on the save's thread; False, and nothing arranged, once the save ended
+        and every earlier callback ran (the caller calls back itself)."""
         with self._lock:
-            self._done.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for cb in callbacks:
-            cb(self)
+            if self._callbacks is None:
+                return False
+            self._callbacks.append(callback)
+            return True
 
     def done(self) -> bool:
         """Whether the file is published (or the save failed)."""
@@ -489,22 +504,26 @@ class SaveFuture:
         return self._error
 
     def add_done_callback(self, fn: Any) -> None:
-        """Calls ``fn(future)`` when the save ends (at once if it has)."""
-        with self._lock:
-            if not self._done.is_set():
-                self._callbacks.append(fn)
-                return
-        fn(self)
+        """Calls ``fn(future)`` when the save ends, in the order added (at once, on the calling
+        thread, if it has ended and the earlier callbacks have run). An exception ``fn`` raises
+        is logged (logger ``"gpufile"``) and the next callbacks still run."""
+        import functools
+
+        from .cufile import _call_back
+        if not self._add(functools.partial(_call_back, fn, self)):
+            _call_back(fn, self)
 
     def __await__(self):
-        import asyncio
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+        import functools
 
-        def wake(_: "SaveFuture") -> None:
-            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
-        self.add_done_callback(wake)
-        yield from fut.__await__()
+        from .cufile import _wake
+        if not self.done():
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            if self._add(functools.partial(_wake, loop, waiter, self)):
+                yield from waiter
         return self.result()
 
 

@@ -157,7 +157,8 @@ class BatchHandle:
         ValueError
             More operations than ``max_num_events``; a handle closed, or with a submission
             whose events were not all returned (``RuntimeError``); a negative offset or size,
-            a range past its buffer, reads overlapping in one buffer.
+            a range past its buffer, reads whose destinations overlap (in one buffer or in
+            views of the same memory).
         TypeError
             An item that is not a ``BatchOp``.
         gpufile.EndOfFileError
@@ -187,27 +188,15 @@ class BatchHandle:
                 _check_read_in_file(i, op)
             key = (id(op.file_handle), id(op.devPtr_base), op.opcode)
             keyed.setdefault(key, (op, []))[1].append(i)
-        groups = []
-        try:
-            for first, cookies in keyed.values():
-                offsets = [ops[i].file_offset for i in cookies]
-                sizes = [ops[i].size for i in cookies]
-                bufs = [ops[i].devPtr_offset for i in cookies]
-                f = first.file_handle
-                start = f.read_ranges if first.opcode == OpCode.READ else f.write_ranges
-                groups.append(_Group(cookies, sizes, start(first.devPtr_base, offsets, sizes,
-                                                           bufs)))
-        except BaseException:
-            # A group refused (a range past its buffer, overlapping reads): the ones started
-            # are stopped and waited for, so no byte moves once the caller has the error.
-            for g in groups:
-                g.future._fut.cancel()
-            for g in groups:
-                try:
-                    g.future.get()
-                except Exception:  # noqa: BLE001 - cancelled on purpose
-                    pass
-            raise
+        # Every group is checked and planned before the first starts: a refused one (a range
+        # past its buffer, reads overlapping in their destination) moves no byte.
+        plan = [(first.file_handle._file, first.devPtr_base, first.opcode == OpCode.WRITE,
+                 [ops[i].file_offset for i in cookies], [ops[i].size for i in cookies],
+                 [ops[i].devPtr_offset for i in cookies]) for first, cookies in keyed.values()]
+        futures = _native.submit_ranges(plan)
+        groups = [_Group(cookies, sizes, IOFuture(f))
+                  for (_, _, _, _, sizes, _), (_, cookies), f
+                  in zip(plan, keyed.values(), futures)]
         self._groups = groups
         self._reported = set()
         self._total = len(ops)

@@ -842,7 +842,8 @@ def read_batch(entries: Any) -> IOFuture:
     """Reads many files (or ranges) as one stream of requests (gpufile's addition).
 
     Every request is checked and planned before any starts, then all are queued back to back,
-    so the workers go from one file to the next with no gap; paths are opened for you.
+    so the workers go from one file to the next with no gap; paths are opened for you, each
+    path once however many entries name it.
 
     Parameters
     ----------
@@ -859,8 +860,9 @@ def read_batch(entries: Any) -> IOFuture:
     Raises
     ------
     TypeError, ValueError, OSError
-        A malformed entry, a bad buffer or range, a file that does not open: before any
-        request starts.
+        A malformed entry, a bad buffer or range, a file that does not open, two entries
+        whose destinations overlap (``ValueError`` "requests i and j of the batch overlap in
+        the buffer": entry ``i`` is request ``i``): before any request starts.
 
     Examples
     --------

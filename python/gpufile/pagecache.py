@@ -16,30 +16,16 @@ class _FileArgumentError(TypeError, ValueError):
     """Not a path, a descriptor or a file object: a TypeError, and KvikIO's ValueError."""
 
 
-def _open(path: str) -> int:
-    """``os.open`` whose failure is also KvikIO's ``RuntimeError`` ("Unable to open file")."""
-    try:
-        return os.open(path, os.O_RDONLY)
-    except OSError as e:
-        twin = getattr(_native, type(e).__name__, None)
-        if twin is None or not issubclass(twin, type(e)):
-            raise
-        raise twin(e.errno, f"Unable to open file: {e.strerror}", e.filename) from None
-
-
 @contextlib.contextmanager
-def _descriptor(file: Any) -> Iterator[tuple[int, str]]:
-    """(fd, name) for a path, a descriptor or a file object; paths are opened and closed here."""
+def _descriptor(file: Any) -> Iterator[tuple[int | None, Any]]:
+    """(fd, name) for a descriptor or a file object; (None, path) for a path, which the native
+    call opens as every path is opened (a FIFO refused at once, never waited on)."""
     if isinstance(file, bool):
         raise _FileArgumentError("expected a path, a file descriptor or a file object, not bool")
     if isinstance(file, int):
         yield file, f"<fd {file}>"
-    elif isinstance(file, (str, os.PathLike)):
-        fd = _open(os.fspath(file))
-        try:
-            yield fd, os.fspath(file)
-        finally:
-            os.close(fd)
+    elif isinstance(file, (str, bytes, os.PathLike)):
+        yield None, os.fspath(file)
     elif isinstance(file, io.IOBase) or hasattr(file, "fileno"):
         yield file.fileno(), str(getattr(file, "name", "<file>"))
     else:
@@ -80,7 +66,7 @@ def get_page_cache_info(file: Any, offset: int = 0, length: int = 0) -> tuple[in
     ValueError
         A negative ``offset`` or ``length``.
     OSError
-        The file cannot be opened or mapped.
+        The file cannot be opened (a FIFO or a socket: ``ESPIPE``, at once) or mapped.
 
     Examples
     --------
@@ -110,7 +96,8 @@ def drop_file_page_cache(file: Any, offset: int = 0, length: int = 0,
     Raises
     ------
     TypeError, ValueError, OSError
-        As ``get_page_cache_info()``.
+        As ``get_page_cache_info()``; an ``offset`` or ``length`` past the largest file offset
+        (2**63 - 1) is a ``ValueError``.
     """
     offset, length = _range(offset, length)
     with _descriptor(file) as (fd, name):

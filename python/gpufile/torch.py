@@ -549,6 +549,12 @@ class FileSystemReader(_fs.FileSystemReader):
     def _read(self, plan: Any, planner: Any, handle: Any) -> None:
         import numpy
         items = [(req, self.storage_data[req.storage_index]) for req in plan.items]
+        for req, info in items:
+            if info.offset < 0 or info.length < 0:
+                raise ValueError(
+                    f"the checkpoint's metadata places the record of "
+                    f"{req.storage_index.fqn!r} at a negative offset ({info.offset}) or length "
+                    f"({info.length}) of {info.relative_path}")
         # First bytes of every record (zip headers, pickle), one stream of reads.
         heads = {}
         batch = []
@@ -573,6 +579,13 @@ class FileSystemReader(_fs.FileSystemReader):
             target = planner.resolve_tensor(req).detach()
             if found is not None:
                 layout, data_at = found
+                if layout.offset < 0:
+                    # The tensor would start before its storage: read from earlier bytes of
+                    # the data file. torch.load refuses such a record too.
+                    raise ValueError(
+                        f"the record of {req.storage_index.fqn!r} in {info.relative_path} (at "
+                        f"byte {info.offset}) gives its tensor storage offset {layout.offset}: "
+                        "a negative storage offset, which no tensor has")
                 whole = (all(o == 0 for o in req.storage_offsets)
                          and tuple(req.lengths) == layout.size)
                 nbytes = target.numel() * target.element_size()

@@ -2,6 +2,8 @@
 // std::future results, the exception types with their messages and paths, scoped settings,
 // Mmap, RemoteFile from a local HTTP server, the path report and observe.
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -225,6 +227,22 @@ TEST_F(CppApi, kvikio_file_handle_reads_writes_and_reports_like_kvikio)
   auto const [cached, total] = kvikio::get_page_cache_info(out);
   EXPECT_EQ(total, (data.size() + kvikio::get_page_size() - 1) / kvikio::get_page_size());
   EXPECT_LE(cached, total);
+}
+
+TEST_F(CppApi, kvikio_page_cache_helpers_refuse_a_fifo_at_once)
+{
+  auto const fifo = dir.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  alarm(30);  // an open that waits for a writer ends the program instead of hanging it
+  try {
+    (void)kvikio::get_page_cache_info(fifo);
+    ADD_FAILURE() << "a FIFO was taken";
+  } catch (kvikio::GenericSystemError const& e) {
+    EXPECT_EQ(e.code().value(), ESPIPE);
+    EXPECT_NE(std::string(e.what()).find("is a FIFO"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(kvikio::drop_file_page_cache(fifo), kvikio::GenericSystemError);
+  alarm(0);
 }
 
 TEST_F(CppApi, kvikio_mmap_and_remote_handle)

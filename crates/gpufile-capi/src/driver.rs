@@ -283,7 +283,8 @@ pub extern "C" fn gpufile_buffer_deregister(
 }
 
 /// The descriptor to use and the path errors name: `fd` where it is not negative, else
-/// `path` opened read-only (kept open in the returned file).
+/// `path` opened read-only (kept open in the returned file) as every path is opened: a FIFO or
+/// a socket is refused at once (`GPUFILE_BAD_ARGUMENT`, errno `ESPIPE`), never waited on.
 ///
 /// # Safety
 /// `path` is null or NUL-terminated.
@@ -304,16 +305,7 @@ unsafe fn fd_or_path(
     // SAFETY: non-null and NUL-terminated by the caller's contract.
     let bytes = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
     let p = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes));
-    let f = std::fs::File::open(&p).map_err(|e| match e.raw_os_error() {
-        Some(errno) => CallError::from(Error::Os {
-            op: gpufile_core::error::Op::Open,
-            path: p.clone(),
-            offset: 0,
-            len: 0,
-            errno,
-        }),
-        None => CallError::bad(format!("open {}: {e}", p.display())),
-    })?;
+    let f = gpufile_core::pagecache::open(&p)?;
     Ok((f.as_raw_fd(), p, Some(f)))
 }
 

@@ -87,8 +87,9 @@ pub unsafe extern "C" fn gpufile_settings_get_int(
             Value::RemoteIoBackend(b) => i64::from(b as u8),
             Value::IntList(_) => {
                 return Err(CallError::bad(format!(
-                    "setting {name:?} is a list, not an integer: read it with \
-                     gpufile_settings_get_str"
+                    "setting \"{}\" is a list, not an integer: read it with \
+                     gpufile_settings_get_str",
+                    name.as_str()
                 )))
             }
         };

@@ -91,6 +91,20 @@ impl HostBuffer {
         self.0.readonly != 0
     }
 
+    /// The export's shape: empty for a 0-d export (or one without a shape, which is 1-d).
+    pub(crate) fn shape(&self) -> Vec<isize> {
+        let ndim = usize::try_from(self.0.ndim).unwrap_or(0);
+        if self.0.shape.is_null() {
+            return if ndim == 0 {
+                Vec::new()
+            } else {
+                vec![self.0.len]
+            };
+        }
+        // SAFETY: a non-NULL shape holds `ndim` entries owned by the live export.
+        unsafe { std::slice::from_raw_parts(self.0.shape, ndim) }.to_vec()
+    }
+
     /// Bytes of one item.
     pub(crate) fn itemsize(&self) -> usize {
         usize::try_from(self.0.itemsize).unwrap_or(0)

@@ -199,7 +199,7 @@ fn to_py_with(e: Error, more: &str) -> PyErr {
             // failed open is kept ("Unable to open file").
             let reason = gpufile::error::os_message(errno);
             let what = match op {
-                Op::Read | Op::Write | Op::Map => {
+                Op::Read | Op::Write | Op::Map | Op::Advise => {
                     format!("{op} of {len} bytes at offset {offset}: {reason}")
                 }
                 Op::Open => format!("Unable to open file: {reason}"),

@@ -505,6 +505,12 @@ impl NativeFuture {
             callbacks: Default::default(),
         }
     }
+
+    /// The future, with what its request's plan decided (`report()`).
+    pub(crate) fn with_report(mut self, report: gpufile::PathReport) -> Self {
+        self.report = Some(report);
+        self
+    }
 }
 
 #[pymethods]
@@ -637,77 +643,6 @@ fn stream_device(view: &BufferView) -> PyResult<Option<(Context, i32)>> {
     }
 }
 
-/// Many files as one stream of requests (`gpufile.read_batch` / `write_batch`): `entries` are
-/// `(NativeFile or path, buf, size, file_offset)`; every request is checked and planned before
-/// any starts, then all are queued back to back; one future for all of them.
-#[pyfunction]
-#[pyo3(signature = (entries, write=false))]
-pub(crate) fn submit_batch(
-    py: Python<'_>,
-    entries: &Bound<'_, PyAny>,
-    write: bool,
-) -> PyResult<NativeBatchFuture> {
-    let dir = if write {
-        Direction::Write
-    } else {
-        Direction::Read
-    };
-    let flags = if write { "r+" } else { "r" };
-    let mut batch = Vec::new();
-    let mut views = Vec::new();
-    let mut owners = Vec::new();
-    for (i, entry) in entries.try_iter()?.enumerate() {
-        let entry = entry?;
-        let bad = || {
-            PyTypeError::new_err(format!(
-                "batch entry {i} must be (file, buf, size, file_offset), got {}",
-                crate::errors::type_name(&entry)
-            ))
-        };
-        let items: Vec<Bound<'_, PyAny>> = entry
-            .try_iter()
-            .map_err(|_| bad())?
-            .collect::<PyResult<_>>()?;
-        let [file, buf, size, offset] = items.as_slice() else {
-            return Err(bad());
-        };
-        let handle = match file.cast::<NativeFile>() {
-            Ok(f) => f.get().handle()?,
-            Err(_) => {
-                let PathArg(path) = file.extract().map_err(|_| bad())?;
-                py.detach(|| FileHandle::open(path, flags)).map_err(to_py)?
-            }
-        };
-        let view = BufferView::for_request(buf, dir == Direction::Read)?;
-        let args = Args {
-            dir,
-            len: view.request_len(Some(size))?,
-            buf_offset: 0,
-            file_offset: ("file_offset", Some(offset)),
-            task_size: None,
-            caller_waits: false,
-        };
-        batch.push((handle.endpoint(dir), request::build(&view, args)?));
-        views.push(view);
-        owners.push(buf.clone().unbind());
-        owners.push(file.clone().unbind());
-    }
-    let batch = SendBatch(batch);
-    let fut = py.detach(move || -> gpufile::Result<IoFuture> {
-        let engine = Engine::global()?;
-        let settings = engine.shared_settings();
-        // SAFETY: every buffer's view is held by the returned future until all requests are
-        // done.
-        unsafe { engine.submit_batch(batch.requests(), &settings) }
-    });
-    Ok(NativeBatchFuture {
-        fut: fut.map_err(to_py)?,
-        views: Mutex::new(views),
-        _owners: owners,
-        callbacks: Default::default(),
-    })
-}
-
 /// The batch moved into a GIL-free closure (see [`request::SendRequest`]).
 pub(crate) struct SendBatch(pub(crate) Vec<(Endpoint, Request)>);
 // SAFETY: as for SendRequest: the raw addresses stay valid while the views are held.
@@ -726,6 +661,19 @@ pub(crate) struct NativeBatchFuture {
     views: Mutex<Vec<BufferView>>,
     _owners: Vec<Py<PyAny>>,
     callbacks: crate::callbacks::Callbacks,
+}
+
+impl NativeBatchFuture {
+    /// The future of a batch over `fut`, holding every buffer's view until all requests are
+    /// done and `owners` for as long as it lives.
+    pub(crate) fn new(fut: IoFuture, views: Vec<BufferView>, owners: Vec<Py<PyAny>>) -> Self {
+        NativeBatchFuture {
+            fut,
+            views: Mutex::new(views),
+            _owners: owners,
+            callbacks: Default::default(),
+        }
+    }
 }
 
 #[pymethods]

@@ -4,6 +4,7 @@
 
 use pyo3::prelude::*;
 
+mod batch;
 mod buffer;
 mod callbacks;
 mod cufile;
@@ -74,7 +75,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(tools::compat_mode_preferred, m)?,
         wrap_pyfunction!(tools::shutdown, m)?,
         wrap_pyfunction!(tools::cli_main, m)?,
-        wrap_pyfunction!(file::submit_batch, m)?,
+        wrap_pyfunction!(batch::submit_batch, m)?,
+        wrap_pyfunction!(batch::submit_ranges, m)?,
         wrap_pyfunction!(file::when_all, m)?,
         wrap_pyfunction!(callbacks::callbacks_close, m)?,
     ] {

@@ -7,7 +7,7 @@
 
 use gpufile::engine::PathReport;
 use gpufile::{Direction, Ranges, Request};
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -66,6 +66,15 @@ fn from_buffer(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u64>>>
         [c] => (b'@', *c),
         _ => (b'@', b'?'),
     };
+    let shape = view.shape();
+    if shape.len() > 1 {
+        // Flattened, a table of offsets would be taken as one list of ranges.
+        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+        return Err(PyValueError::new_err(format!(
+            "{name} must be one-dimensional, got an array of shape ({})",
+            dims.join(", ")
+        )));
+    }
     if code == b'O' || !view.is_c_contiguous() {
         return Ok(None);
     }

@@ -98,31 +98,61 @@ pub(crate) fn _inject_faults(rules: Vec<(String, u64, Bound<'_, PyAny>, u64)>) -
     Ok(())
 }
 
-/// `(pages cached, pages)` of a range of the open descriptor `fd` (path for errors).
+/// The descriptor `fd`, or where it is `None` `path` opened as every path is
+/// ([`gpufile::pagecache::open`]: a FIFO is refused at once), for `f`; `path` names the file in
+/// errors.
+fn with_descriptor<T>(
+    fd: Option<i32>,
+    path: &std::path::Path,
+    f: impl FnOnce(i32) -> gpufile::Result<T>,
+) -> gpufile::Result<T> {
+    use std::os::fd::AsRawFd;
+    match fd {
+        Some(fd) => f(fd),
+        None => {
+            let file = gpufile::pagecache::open(path)?;
+            f(file.as_raw_fd())
+        }
+    }
+}
+
+/// `(pages cached, pages)` of a range of the open descriptor `fd`, or of `path` where `fd` is
+/// `None`.
 #[pyfunction]
 pub(crate) fn page_cache_info(
     py: Python<'_>,
-    fd: i32,
+    fd: Option<i32>,
     path: PathArg,
     offset: u64,
     length: u64,
 ) -> PyResult<(u64, u64)> {
-    py.detach(|| gpufile::pagecache::page_cache_info(fd, &path.0, offset, length))
-        .map_err(to_py)
+    let p = &path.0;
+    py.detach(|| {
+        with_descriptor(fd, p, |fd| {
+            gpufile::pagecache::page_cache_info(fd, p, offset, length)
+        })
+    })
+    .map_err(to_py)
 }
 
-/// Evicts a range of the open descriptor `fd` from the page cache.
+/// Evicts a range of the open descriptor `fd`, or of `path` where `fd` is `None`, from the page
+/// cache.
 #[pyfunction]
 pub(crate) fn drop_file_page_cache(
     py: Python<'_>,
-    fd: i32,
+    fd: Option<i32>,
     path: PathArg,
     offset: u64,
     length: u64,
     sync_first: bool,
 ) -> PyResult<()> {
-    py.detach(|| gpufile::pagecache::drop_file_page_cache(fd, &path.0, offset, length, sync_first))
-        .map_err(to_py)
+    let p = &path.0;
+    py.detach(|| {
+        with_descriptor(fd, p, |fd| {
+            gpufile::pagecache::drop_file_page_cache(fd, p, offset, length, sync_first)
+        })
+    })
+    .map_err(to_py)
 }
 
 /// Drops the system page cache (root); whether it worked.

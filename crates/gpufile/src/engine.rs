@@ -35,6 +35,8 @@ use crate::pool::ThreadPool;
 use crate::request::{Buffer, Direction, Memory, Ranges, Request};
 use crate::source::{Endpoint, LocalFile};
 
+mod batch;
+
 /// Requests started and not yet finished, with a condvar for [`Engine::shutdown`].
 #[derive(Default)]
 struct InFlight {
@@ -62,6 +64,19 @@ struct Planned {
     tasks: TaskSplit,
     caller: CallerPart,
     registered: Option<Arc<RegisteredFile>>,
+}
+
+/// A request checked and planned ([`Engine::prepare`]), not started.
+struct Prepared {
+    endpoint: Endpoint,
+    direction: Direction,
+    len: usize,
+    after: Option<cuda::StreamWait>,
+    target: Target,
+    plan: Planned,
+    local: Option<Arc<LocalFile>>,
+    host_io: Option<HostIo>,
+    report: Option<PathReport>,
 }
 
 /// The caller's memory, resolved: host memory, or GPU memory with its allocation and context.
@@ -432,8 +447,42 @@ impl Engine {
         settings: &Settings,
         report: bool,
     ) -> Result<(IoFuture, Option<PathReport>)> {
-        let (target, local, plan) = self.checked(endpoint, &req, settings)?;
+        let prepared = self.prepare(endpoint, req, settings, report, true)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(prepared, settings) }
+    }
+
+    /// Checks and plans `req` on `endpoint`, moving no byte: every argument error comes from
+    /// here. `may_be_alone`: no other request of the same call starts before this one.
+    fn prepare(
+        &self,
+        endpoint: &Endpoint,
+        req: Request,
+        settings: &Settings,
+        report: bool,
+        may_be_alone: bool,
+    ) -> Result<Prepared> {
+        self.accept(endpoint, &req, settings)?;
+        let target = resolve(req.buffer, req.pointer_info)?;
         let len = req.len();
+        endpoint.check(req.ranges.as_slice())?;
+        let local = endpoint.local_file();
+        let device_read = matches!(target, Target::Device { .. })
+            && req.direction == Direction::Read
+            && req.task_size.is_none();
+        let shape = Shape {
+            direction: req.direction,
+            memory: target.memory(),
+            ranges: &req.ranges,
+            len,
+            task_size: req.task_size,
+            caller_waits: req.caller_waits,
+            // Asked only where it matters (the in-flight count takes a lock).
+            alone: device_read && may_be_alone && self.in_flight() == 0,
+            local_file: local.is_some(),
+            request_per_task: endpoint.request_per_task(),
+        };
+        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
         let gathered = plan.tasks.is_grouped();
         let device = matches!(target, Target::Device { .. });
         let host_io = gathered.then(|| host_io(settings, local.is_some()));
@@ -445,40 +494,74 @@ impl Engine {
             host_io: host_io.clone(),
             copies: (gathered && device).then(|| plan::gather_copies(&plan.tasks)),
         });
+        Ok(Prepared {
+            endpoint: endpoint.clone(),
+            direction: req.direction,
+            len,
+            after: req.after,
+            target,
+            plan,
+            local,
+            host_io,
+            report,
+        })
+    }
+
+    /// Whether [`Engine::submit`] would accept `req` now: every check a submission makes before
+    /// its first byte moves (the arguments, the direction, the ranges against the file, the
+    /// memory, the path the settings allow), with nothing started. A caller starting several
+    /// requests as one checks them all first, so that a refusal leaves every file as it was.
+    pub fn check(&self, endpoint: &Endpoint, req: &Request, settings: &Settings) -> Result<()> {
+        self.prepare(endpoint, req.clone(), settings, false, true)
+            .map(drop)
+    }
+
+    /// Starts a prepared request on its executor.
+    ///
+    /// # Safety
+    /// As for [`Engine::submit`], for the request `prepared` was made of.
+    unsafe fn launch(
+        &self,
+        prepared: Prepared,
+        settings: &Settings,
+    ) -> Result<(IoFuture, Option<PathReport>)> {
+        let Prepared {
+            endpoint,
+            direction,
+            len,
+            after,
+            target,
+            plan,
+            local,
+            host_io,
+            report,
+        } = prepared;
         if len == 0 {
             return Ok((IoFuture::ready(Ok(0)), report));
         }
         let backend = plan.path.backend;
-        if let (Direction::Write, Some(local)) = (req.direction, &local) {
+        if let (Direction::Write, Some(local)) = (direction, &local) {
             self.dma.forget(local); // its pages must be unpinned for the write
         }
         let exec: Arc<dyn Executor> = match (target, plan.registered) {
             (Target::Device { device, base }, Some(registered)) => Arc::new(CufileExec {
                 registered,
-                direction: req.direction,
+                direction,
                 ctx: device.ctx,
                 base,
                 offset_in_allocation: device.addr - base,
                 path: endpoint.describe().into(),
             }),
-            (target, _) if gathered => {
+            (target, _) if plan.tasks.is_grouped() => {
                 let host_io = host_io.as_ref().map_or(HostIoBackend::Pread, |h| h.backend);
-                self.gather_executor(
-                    endpoint.clone(),
-                    local,
-                    target,
-                    req.direction,
-                    settings,
-                    host_io,
-                )
+                self.gather_executor(endpoint, local, target, direction, settings, host_io)
             }
             (target, _) => {
-                let dma =
-                    local.and_then(|l| self.dma_read(&l, target, req.direction, len, settings));
-                self.posix_executor(endpoint.clone(), target, req.direction, settings, dma)
+                let dma = local.and_then(|l| self.dma_read(&l, target, direction, len, settings));
+                self.posix_executor(endpoint, target, direction, settings, dma)
             }
         };
-        let exec = after_stream(exec, req.after)?;
+        let exec = after_stream(exec, after)?;
         let fut = match plan.caller {
             CallerPart::Whole => self.run_here(exec, plan.tasks, backend),
             part => self.run(
@@ -490,83 +573,6 @@ impl Engine {
             )?,
         };
         Ok((fut, report))
-    }
-
-    /// Whether [`Engine::submit`] would accept `req` now: every check a submission makes before
-    /// its first byte moves (the arguments, the direction, the ranges against the file, the
-    /// memory, the path the settings allow), with nothing started. A caller starting several
-    /// requests as one checks them all first, so that a refusal leaves every file as it was.
-    pub fn check(&self, endpoint: &Endpoint, req: &Request, settings: &Settings) -> Result<()> {
-        self.checked(endpoint, req, settings).map(|_| ())
-    }
-
-    /// The checks of a request and its plan: its memory resolved, its local file, the plan.
-    fn checked(
-        &self,
-        endpoint: &Endpoint,
-        req: &Request,
-        settings: &Settings,
-    ) -> Result<(Target, Option<Arc<LocalFile>>, Planned)> {
-        self.accept(endpoint, req, settings)?;
-        let target = resolve(req.buffer, req.pointer_info)?;
-        endpoint.check(req.ranges.as_slice())?;
-        let local = endpoint.local_file();
-        let device_read = matches!(target, Target::Device { .. })
-            && req.direction == Direction::Read
-            && req.task_size.is_none();
-        let shape = Shape {
-            direction: req.direction,
-            memory: target.memory(),
-            ranges: &req.ranges,
-            len: req.len(),
-            task_size: req.task_size,
-            caller_waits: req.caller_waits,
-            // Asked only where it matters (the in-flight count takes a lock).
-            alone: device_read && self.in_flight() == 0,
-            local_file: local.is_some(),
-            request_per_task: endpoint.request_per_task(),
-        };
-        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
-        Ok((target, local, plan))
-    }
-
-    /// Reads or writes many files as one stream of requests: every request is planned and queued
-    /// before any is waited for, so the workers go from one file to the next with no gap; the
-    /// future ends when all have, with the total bytes (or the first error). Where the batch
-    /// keeps every worker busy its requests run as whole `task_size` tasks
-    /// ([`plan::batch_keeps_tasks_whole`]).
-    ///
-    /// A request refused at submission (past the end of its file, ...) refuses the batch: the
-    /// requests already started are cancelled and waited for before the error returns, so no
-    /// worker uses a buffer once the caller has the error.
-    ///
-    /// # Safety
-    /// As for [`Engine::submit`], for every request's buffer.
-    pub unsafe fn submit_batch(
-        &self,
-        batch: &[(Endpoint, Request)],
-        settings: &Settings,
-    ) -> Result<IoFuture> {
-        let mut futures = Vec::with_capacity(batch.len());
-        let sizes = batch.iter().map(|(_, r)| (r.len(), r.task_size));
-        let whole = plan::batch_keeps_tasks_whole(sizes, settings);
-        for (endpoint, req) in batch {
-            let req = match whole && req.task_size.is_none() {
-                true => req.clone().task_size(Some(settings.task_size)),
-                false => req.clone(),
-            };
-            // SAFETY: the caller's contract, per request.
-            match unsafe { self.submit(endpoint, req, settings) } {
-                Ok(f) => futures.push(f),
-                Err(e) => {
-                    let started = IoFuture::all(futures);
-                    started.cancel();
-                    let _ended = started.wait();
-                    return Err(e);
-                }
-            }
-        }
-        Ok(IoFuture::all(futures))
     }
 
     /// Checks what every request needs before its endpoint is asked.
@@ -983,33 +989,6 @@ mod range_tests {
 mod batch_tests {
     use super::*;
     use crate::FileHandle;
-
-    #[test]
-    fn a_refused_request_waits_for_the_batch_already_started() {
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        let len = 32 << 20;
-        std::io::Write::write_all(&mut file, &vec![7u8; len]).unwrap();
-        let engine = Engine::new(config::State::from_env(|_| None).unwrap());
-        let h = FileHandle::open(file.path(), "r").unwrap();
-        let (mut big, mut small) = (vec![0u8; len], vec![0u8; 16]);
-        let batch = [
-            (
-                h.endpoint(Direction::Read),
-                Request::read(Buffer::host(&mut big), 0),
-            ),
-            // Past the end of the file: refused at submission.
-            (
-                h.endpoint(Direction::Read),
-                Request::read(Buffer::host(&mut small), len as u64),
-            ),
-        ];
-        let settings = engine.settings();
-        // SAFETY: both buffers outlive the call; on error no request may still run.
-        let refused = unsafe { engine.submit_batch(&batch, &settings) };
-        assert!(matches!(refused, Err(Error::UnexpectedEof { .. })));
-        // The first request ended (or was cancelled) before the error came back.
-        assert_eq!(engine.in_flight(), 0);
-    }
 
     /// A file of `len` known bytes, an engine at the environment's defaults, the file opened.
     fn file_and_engine(len: u32) -> (tempfile::NamedTempFile, Vec<u8>, Engine, FileHandle) {

@@ -36,6 +36,8 @@ pub enum Op {
     Chmod,
     /// `open(2)` of a new file in a directory (the path is the directory's).
     Create,
+    /// `posix_fadvise(2)`.
+    Advise,
 }
 
 impl fmt::Display for Op {
@@ -52,6 +54,7 @@ impl fmt::Display for Op {
             Op::Lock => "flock",
             Op::Chmod => "fchmod",
             Op::Create => "create a file in",
+            Op::Advise => "posix_fadvise",
         })
     }
 }
@@ -310,7 +313,7 @@ impl Error {
     pub fn os_context(&self) -> String {
         match self {
             Error::Os {
-                op: op @ (Op::Read | Op::Write | Op::Map),
+                op: op @ (Op::Read | Op::Write | Op::Map | Op::Advise),
                 path,
                 offset,
                 len,

@@ -33,6 +33,15 @@ fn file_size(fd: RawFd, path: &Path) -> Result<u64> {
     Ok(st.st_size.max(0) as u64)
 }
 
+/// Opens `path` read-only for the page-cache helpers as every path-taking entry opens a file
+/// ([`crate::posix::open_file`]): a FIFO or a socket is [`Error::NotSeekable`] at once (an
+/// `open(2)` of a FIFO would wait for its other end, deaf to signals), a directory `EISDIR`.
+pub fn open(path: &Path) -> Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    crate::posix::open_file(&mut options, path).map(|(file, _)| file)
+}
+
 /// The byte range `[offset, offset + length)` clamped to the file (`length` 0: to the end).
 fn clamp(size: u64, offset: u64, length: u64) -> Option<(u64, u64)> {
     if offset >= size {
@@ -158,7 +167,7 @@ pub fn page_cache_info(fd: RawFd, path: &Path, offset: u64, length: u64) -> Resu
     let map_start = start / page * page;
     let map_len = (end - map_start) as usize;
     let map = FileMapping::new(fd, map_start, map_len)
-        .map_err(|e| Error::os(Op::Read, path, start, map_len, e))?;
+        .map_err(|e| Error::os(Op::Map, path, start, map_len, e))?;
     map.residency(0, map_len, |_| false)
         .map_err(|e| Error::os(Op::Read, path, start, map_len, e))
 }
@@ -172,13 +181,22 @@ pub fn drop_file_page_cache(
     length: u64,
     sync_first: bool,
 ) -> Result<()> {
+    // posix_fadvise takes signed offsets: a larger value would reach it negative.
+    for (name, v) in [("offset", offset), ("length", length)] {
+        if v > i64::MAX as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "{name} {v} is past the largest file offset ({})",
+                i64::MAX
+            )));
+        }
+    }
     if sync_first {
         // SAFETY: fdatasync on a descriptor the caller owns.
         if unsafe { libc::fdatasync(fd) } != 0 {
             let e = std::io::Error::last_os_error();
             // Not every file (pipes, some devices) can be synced; that is not an error here.
             if e.raw_os_error() != Some(libc::EINVAL) {
-                return Err(Error::os(Op::Write, path, 0, 0, e));
+                return Err(Error::os(Op::Sync, path, 0, 0, e));
             }
         }
     }
@@ -193,7 +211,7 @@ pub fn drop_file_page_cache(
     };
     if r != 0 {
         return Err(Error::os(
-            Op::Read,
+            Op::Advise,
             path,
             offset,
             length as usize,
@@ -247,6 +265,36 @@ mod tests {
             after <= hot && hot == total,
             "after drop {after}, after read {hot}/{total}"
         );
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_and_huge_offsets_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // On a thread, bounded: an open that waits for a writer fails here instead of hanging.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fifo.clone();
+        std::thread::spawn(move || tx.send(open(&f).map(|_| ())));
+        let r = rx.recv_timeout(std::time::Duration::from_secs(30));
+        assert!(matches!(r, Ok(Err(Error::NotSeekable { .. }))), "{r:?}");
+
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&[1u8; 4096]).unwrap();
+        let fd = open(f.path()).unwrap();
+        for (offset, length, name) in [(1 << 63, 0, "offset"), (0, u64::MAX, "length")] {
+            let r = drop_file_page_cache(fd.as_raw_fd(), f.path(), offset, length, false);
+            match r {
+                Err(Error::InvalidArgument(m)) => assert!(
+                    m.contains(&format!("{name} ")) && m.contains("past the largest file offset"),
+                    "{m}"
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+        drop_file_page_cache(fd.as_raw_fd(), f.path(), i64::MAX as u64, 0, false).unwrap();
     }
 
     #[test]

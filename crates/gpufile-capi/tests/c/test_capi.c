@@ -2,12 +2,14 @@
  * Built and run by tests/c_api.rs against libgpufile.a and libgpufile.so. */
 #undef NDEBUG
 #include <assert.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gpufile/gpufile.h"
 
@@ -231,6 +233,9 @@ static void test_settings(void) {
     /* A list is text only; a short buffer gets a cut, NUL-terminated text and the length. */
     assert(gpufile_settings_set_str("http_status_codes", "429,503") == GPUFILE_OK);
     assert(gpufile_settings_get_int("http_status_codes", &v) == GPUFILE_BAD_ARGUMENT);
+    /* The message names the setting as the caller does, not an internal type. */
+    assert(strstr(last_message(), "setting \"http_status_codes\" is a list") != NULL);
+    assert(strstr(last_message(), "HttpStatusCodes") == NULL);
     memset(text, '#', sizeof text);
     assert(gpufile_settings_get_str("http_status_codes", text, 4, &needed) == GPUFILE_OK);
     assert(needed == 8 && strcmp(text, "429") == 0 && text[4] == '#');
@@ -339,6 +344,32 @@ static void test_bad_sizes(void) {
     assert(gpufile_file_close(f) == GPUFILE_OK);
 }
 
+/* The page-cache helpers open a path (fd -1) as every entry does: a FIFO is refused at once,
+ * and a drop at an offset no file has names the argument. */
+static void test_page_cache(void) {
+    char path[4200];
+    in_dir(path, sizeof path, "pc-fifo");
+    assert(mkfifo(path, 0600) == 0);
+    uint64_t cached = 1, total = 1;
+    alarm(30); /* an open that waits for a writer ends the program instead of hanging it */
+    assert(gpufile_page_cache_info(-1, path, 0, 0, &cached, &total) == GPUFILE_BAD_ARGUMENT);
+    assert(gpufile_last_error_errno() == ESPIPE);
+    assert(strstr(last_message(), "is a FIFO") != NULL);
+    assert(gpufile_drop_file_page_cache(-1, path, 0, 0, 1) == GPUFILE_BAD_ARGUMENT);
+    assert(gpufile_last_error_errno() == ESPIPE);
+    alarm(0);
+    assert(cached == 1 && total == 1);
+
+    in_dir(path, sizeof path, "pc.bin");
+    gpufile_file *f = NULL;
+    assert(gpufile_file_open(path, "w", &f) == GPUFILE_OK);
+    assert(gpufile_file_write(f, "0123456789", 10, 0, NULL) == GPUFILE_OK);
+    assert(gpufile_file_close(f) == GPUFILE_OK);
+    assert(gpufile_drop_file_page_cache(-1, path, UINT64_MAX, 0, 0) == GPUFILE_BAD_ARGUMENT);
+    assert(strstr(last_message(), "offset 18446744073709551615 is past the largest file offset"));
+    assert(gpufile_page_cache_info(-1, path, 0, 0, &cached, &total) == GPUFILE_OK && total == 1);
+}
+
 /* KvikIO's and gpufile's environment variables are read at the first call. */
 static void test_environment(void) {
     const char *want = getenv("EXPECT_NUM_THREADS");
@@ -364,6 +395,7 @@ int main(int argc, char **argv) {
     test_io_path();
     test_stale_handles();
     test_bad_sizes();
+    test_page_cache();
     puts("test_capi: all passed");
     return 0;
 }
