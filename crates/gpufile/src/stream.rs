@@ -416,7 +416,16 @@ impl Queued {
         }
         let host_req = staging.request(&req);
         let job = Job::new(engine, endpoint, host_req, settings, self.last_write());
-        let (read, read_done) = self.queue_waited(job, ordering)?;
+        let (read, read_done) = match self.queue_waited(job, ordering) {
+            Ok(queued) => queued,
+            Err(e) => {
+                // The restore copies may still run into the staging: wait for them before it
+                // goes back to the pool.
+                cuda::synchronize_stream(self.handle, self.ctx).ok();
+                drop(staging);
+                return Err(e);
+            }
+        };
         let user = Completion::new(1, |_| {});
         let copied = (|| {
             for r in &ranges {
