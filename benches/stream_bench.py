@@ -24,15 +24,8 @@ import time
 
 import numpy as np
 
-UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "B": 1}
-
-
-def size(text: str) -> int:
-    for unit, mul in UNITS.items():
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * mul)
-    return int(text)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_bench import parse_size  # noqa: E402
 
 def median_seconds(fn, runs: int, check) -> float:
     for _ in range(5):
@@ -66,7 +59,7 @@ def main() -> int:
     stream = cp.cuda.Stream(non_blocking=True)
     rows = []
     for text in args.sizes.split(","):
-        n = size(text)
+        n = parse_size(text)
         data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
         path = os.path.join(args.dir, f"gpufile-stream-bench-{n}.bin")
         data.tofile(path)

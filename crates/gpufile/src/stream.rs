@@ -397,23 +397,7 @@ impl Queued {
         // it was, whatever part of the read fails. (The copy back cannot be skipped or cut short
         // by the host part: its length is fixed when it is queued, and the host part may make
         // no CUDA call; see docs/async.md for what this costs.)
-        for r in &ranges {
-            let copy = StreamCopy::ToHost {
-                // SAFETY: the range lies in the staging buffer (buffer.len() bytes).
-                dst: unsafe { staging.ptr().add(r.buf_offset) },
-                src: addr + r.buf_offset as u64,
-                len: r.len,
-            };
-            // SAFETY: nobody else touches the staging until the read ends; the source is the
-            // caller's device memory, valid until the future ends.
-            if let Err(e) = unsafe { cuda::copy_on_stream(self.handle, self.ctx, copy) } {
-                // Copies queued before this one may still run into the staging: wait for them
-                // before it goes back.
-                cuda::synchronize_stream(self.handle, self.ctx).ok();
-                drop(staging);
-                return Err(e);
-            }
-        }
+        self.copy_into_staging(addr, &ranges, &staging)?;
         let host_req = staging.request(&req);
         let job = Job::new(engine, endpoint, host_req, settings, self.last_write());
         let (read, read_done) = match self.queue_waited(job, ordering) {
@@ -493,23 +477,7 @@ impl Queued {
         // Before any copy is queued: a failure after would leave a copy writing into staging
         // that went back to the pool.
         let sender = launcher()?;
-        for r in req.ranges.as_slice() {
-            let copy = StreamCopy::ToHost {
-                // SAFETY: the range lies in the staging buffer (buffer.len() bytes).
-                dst: unsafe { staging.ptr().add(r.buf_offset) },
-                src: addr + r.buf_offset as u64,
-                len: r.len,
-            };
-            // SAFETY: nobody else touches the staging until the write ends; the source is the
-            // caller's device memory, valid until the future ends.
-            if let Err(e) = unsafe { cuda::copy_on_stream(self.handle, self.ctx, copy) } {
-                // Copies queued before this one may still run into the staging: wait for them
-                // before it goes back.
-                cuda::synchronize_stream(self.handle, self.ctx).ok();
-                drop(staging);
-                return Err(e);
-            }
-        }
+        self.copy_into_staging(addr, req.ranges.as_slice(), &staging)?;
         let host_req = staging.request(&req);
         let mut job = Job::new(engine, endpoint, host_req, settings, self.last_write());
         job.staging = Some(staging);
@@ -583,6 +551,27 @@ impl Queued {
             },
             _ => job.queue(self, Release::Gate(Arc::default())),
         }
+    }
+
+    /// Queues on the stream the copies of `ranges` of the device memory at `addr` into the same
+    /// places of `staging`. On an error, waits for the copies queued before it (they write into
+    /// the staging) so that the caller may give the staging back.
+    fn copy_into_staging(&self, addr: u64, ranges: &[Range], staging: &Staging) -> Result<()> {
+        for r in ranges {
+            let copy = StreamCopy::ToHost {
+                // SAFETY: the range lies in the staging buffer (buffer.len() bytes).
+                dst: unsafe { staging.ptr().add(r.buf_offset) },
+                src: addr + r.buf_offset as u64,
+                len: r.len,
+            };
+            // SAFETY: nobody else touches the staging until the request ends; the source is
+            // the caller's device memory, valid until the future ends.
+            if let Err(e) = unsafe { cuda::copy_on_stream(self.handle, self.ctx, copy) } {
+                cuda::synchronize_stream(self.handle, self.ctx).ok();
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// The last write queued on this stream, while it has not ended.
