@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, PathArg};
-use crate::file::{NativeBatchFuture, NativeFile, NativeFuture, SendBatch};
+use crate::file::{NativeBatchFuture, NativeFile, NativeFuture};
 use crate::request::{self, Args};
 
 /// Many files as one stream of requests (`gpufile.read_batch` / `write_batch`): `entries` are
@@ -80,13 +80,12 @@ pub(crate) fn submit_batch(
         owners.push(buf.clone().unbind());
         owners.push(file.clone().unbind());
     }
-    let batch = SendBatch(batch);
     let fut = py.detach(move || -> gpufile::Result<IoFuture> {
         let engine = Engine::global()?;
         let settings = engine.shared_settings();
         // SAFETY: every buffer's view is held by the returned future until all requests are
         // done.
-        unsafe { engine.submit_batch(batch.requests(), &settings) }
+        unsafe { engine.submit_batch(&batch, &settings) }
     });
     Ok(NativeBatchFuture::new(fut.map_err(to_py)?, views, owners))
 }
@@ -129,12 +128,11 @@ pub(crate) fn submit_ranges(
         ));
         held.push((view, vec![buf.unbind(), file.into_any().unbind()]));
     }
-    let batch = SendBatch(batch);
     let started = py.detach(move || -> gpufile::Result<Vec<(IoFuture, PathReport)>> {
         let engine = Engine::global()?;
         let settings = engine.shared_settings();
         // SAFETY: each future made below holds its buffer's view until its request is done.
-        unsafe { engine.submit_each(batch.requests(), &settings) }
+        unsafe { engine.submit_each(&batch, &settings) }
     });
     Ok(started
         .map_err(to_py)?

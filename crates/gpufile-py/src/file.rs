@@ -4,7 +4,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use gpufile::cuda::Context;
-use gpufile::source::Endpoint;
 use gpufile::stream::{OnStream, StreamOrder};
 use gpufile::{Direction, Engine, Error, FileHandle, IoFuture, Memory, Request};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -133,23 +132,13 @@ impl NativeFile {
             device: stream_device(&view)?,
         };
         let endpoint = handle.endpoint(dir);
-        let req = request::SendRequest(req);
         let (fut, ordering) = py
             .detach(move || {
                 let engine = Engine::global()?;
                 let settings = engine.shared_settings();
                 // SAFETY: the view (export or array object) is held until the request has
                 // ended (`keep` below); the stream is the caller's, used during this call only.
-                unsafe {
-                    gpufile::stream::submit(
-                        &engine,
-                        endpoint,
-                        req.into_inner(),
-                        settings,
-                        on,
-                        prefer,
-                    )
-                }
+                unsafe { gpufile::stream::submit(&engine, endpoint, req, settings, on, prefer) }
             })
             .map_err(to_py)?;
         let keep = (view, buf.clone().unbind(), slf.clone().into_any().unbind());
@@ -640,17 +629,6 @@ fn stream_device(view: &BufferView) -> PyResult<Option<(Context, i32)>> {
             Ok(n) if n > 0 => Ok(Some((cuda::primary_context(0).map_err(to_py)?, 0))),
             _ => Ok(None),
         },
-    }
-}
-
-/// The batch moved into a GIL-free closure (see [`request::SendRequest`]).
-pub(crate) struct SendBatch(pub(crate) Vec<(Endpoint, Request)>);
-// SAFETY: as for SendRequest: the raw addresses stay valid while the views are held.
-unsafe impl Send for SendBatch {}
-impl SendBatch {
-    // A method (not `.0`) so that closures capture the whole `SendBatch`.
-    pub(crate) fn requests(&self) -> &[(Endpoint, Request)] {
-        &self.0
     }
 }
 

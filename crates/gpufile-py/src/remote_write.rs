@@ -15,7 +15,7 @@ use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg};
 use crate::file::{NativeFuture, SIGNAL_POLL};
 use crate::remote::s3_options;
-use crate::request::{self, Args, SendRequest};
+use crate::request::{self, Args};
 
 /// Errors of opening: as for reading, KvikIO's RuntimeError for bad URLs and missing
 /// credentials.
@@ -195,14 +195,12 @@ impl NativeRemoteWriter {
             Some(_) => req,
             None => req.task_size(writer.task_size()),
         };
-        let req = SendRequest(req);
         let fut = py
             .detach(move || {
                 let settings = Engine::global()?.shared_settings();
-                let req = req; // the whole `SendRequest` moves in, not its field
-                               // SAFETY: the returned future holds `view` (the buffer export or the device
-                               // array) until the request is done.
-                unsafe { writer.submit(req.0, &settings) }
+                // SAFETY: the returned future holds `view` (the buffer export or the device
+                // array) until the request is done.
+                unsafe { writer.submit(req, &settings) }
             })
             .map_err(to_py)?;
         let owners = vec![buf.clone().unbind(), slf.clone().into_any().unbind()];
@@ -321,14 +319,13 @@ fn write_safetensors_remote(
             batch.push((endpoint.clone(), req.task_size(w.task_size())));
         }
     }
-    let batch = crate::file::SendBatch(batch);
     let fut = py
         .detach(move || -> gpufile::Result<gpufile::IoFuture> {
             let engine = Engine::global()?;
             let settings = engine.shared_settings();
             // SAFETY: `views` hold every buffer's export (host) or array object (device), and
             // `header` its bytes, until the wait below has seen every request end.
-            unsafe { engine.submit_batch(batch.requests(), &settings) }
+            unsafe { engine.submit_batch(&batch, &settings) }
         })
         .map_err(to_py)?;
     let result = crate::file::wait_interruptibly(py, &fut);

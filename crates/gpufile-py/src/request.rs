@@ -66,23 +66,10 @@ pub(crate) unsafe fn submit_reported(
     endpoint: Endpoint,
     req: Request,
 ) -> gpufile::Result<(IoFuture, PathReport)> {
-    let req = SendRequest(req);
     py.detach(move || {
         let engine = Engine::global()?;
         let settings = engine.shared_settings();
         // SAFETY: the caller's contract.
-        unsafe { engine.submit_reported(&endpoint, req.into_inner(), &settings) }
+        unsafe { engine.submit_reported(&endpoint, req, &settings) }
     })
-}
-
-/// A request moved into a GIL-free closure: the raw addresses in it stay valid because the
-/// caller holds the buffer view until the request is done.
-pub(crate) struct SendRequest(pub(crate) Request);
-// SAFETY: see above; the request is only submitted, never dereferenced, by the closure.
-unsafe impl Send for SendRequest {}
-impl SendRequest {
-    // A method (not `.0`) so that closures capture the whole `SendRequest`.
-    pub(crate) fn into_inner(self) -> Request {
-        self.0
-    }
 }

@@ -13,7 +13,7 @@ use gpufile::{Direction, Engine};
 
 use crate::buffer::BufferView;
 use crate::errors::PathArg;
-use crate::file::{wait_interruptibly, NativeFile, SendBatch};
+use crate::file::{wait_interruptibly, NativeFile};
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -303,11 +303,10 @@ fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult
             break;
         }
     }
-    let batch = SendBatch(batch);
     let fut = py.detach(move || -> gpufile::Result<gpufile::IoFuture> {
         // SAFETY: `views` hold every buffer's export (host) or array object (device) until
         // the wait below has seen every request end.
-        unsafe { engine.submit_batch(batch.requests(), &settings) }
+        unsafe { engine.submit_batch(&batch, &settings) }
     });
     let fut = fut.map_err(crate::errors::to_py)?;
     let result = wait_interruptibly(py, &fut);

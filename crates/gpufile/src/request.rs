@@ -73,6 +73,14 @@ pub enum Buffer {
     },
 }
 
+// SAFETY: a `Buffer` only describes memory: nothing dereferences it but the engine's
+// executors, reached through `unsafe fn` submissions whose callers guarantee that the memory
+// stays valid, and untouched by others, until the request is done, whichever thread runs it.
+// Moving or sharing the description between threads is therefore sound.
+unsafe impl Send for Buffer {}
+// SAFETY: as for Send: shared access only reads the address and length.
+unsafe impl Sync for Buffer {}
+
 impl Buffer {
     /// Host memory covering `buf` (a read may write it).
     pub fn host(buf: &mut [u8]) -> Self {
@@ -399,6 +407,13 @@ impl Request {
         self
     }
 }
+
+/// A request moves to the thread that runs it (the stream launcher, a binding's GIL-free
+/// closure) as it is: no wrapper restates the buffer's contract.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Request>();
+};
 
 #[cfg(test)]
 mod tests {

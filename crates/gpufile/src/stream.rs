@@ -682,17 +682,13 @@ impl Staging {
     }
 }
 
-/// A request moved to the launcher thread: its raw addresses stay valid because the caller of
-/// [`submit`] keeps the buffer until the future is done.
-struct SendRequest(Request);
-// SAFETY: see above; only the launcher submits it, once.
-unsafe impl Send for SendRequest {}
-
 /// What the launcher submits.
 struct Job {
     engine: Arc<Engine>,
     endpoint: Endpoint,
-    req: SendRequest,
+    /// Its raw addresses stay valid: the caller of [`submit`] keeps the buffer until the
+    /// future is done.
+    req: Request,
     settings: Arc<Settings>,
     /// A write queued before it on the same stream, which it starts after.
     after: Option<Arc<Completion>>,
@@ -711,7 +707,7 @@ impl Job {
         Job {
             engine: Arc::clone(engine),
             endpoint,
-            req: SendRequest(req),
+            req,
             settings,
             after,
             staging: None,
@@ -720,7 +716,7 @@ impl Job {
 
     /// Submits now, on this thread, and waits: the future comes back done.
     fn run_here(self) -> IoFuture {
-        let req = self.req.0.caller_waits(true);
+        let req = self.req.caller_waits(true);
         // SAFETY: the caller of `submit` keeps the buffer valid until the future is done.
         let fut = unsafe { self.engine.submit(&self.endpoint, req, &self.settings) };
         let fut = fut.unwrap_or_else(|e| IoFuture::ready(Err(e)));
@@ -804,7 +800,7 @@ impl Reached {
         } = job;
         // SAFETY: the caller of `submit` keeps the buffer valid until the proxy is done, which
         // is after this request's future is; staging is owned here until then.
-        match unsafe { engine.submit(&endpoint, req.0, &settings) } {
+        match unsafe { engine.submit(&endpoint, req, &settings) } {
             Err(e) => finish(release, &proxy, staging, Err(e)),
             Ok(fut) => {
                 let fut = Arc::new(fut);
