@@ -382,7 +382,9 @@ class File {
    * Queues a read of `size` bytes at `offset` into `buf` on `cuda_stream` (a CUstream /
    * cudaStream_t; nullptr: the legacy default stream) and returns at once: the read starts
    * after the work queued on the stream before the call, the work queued after it sees the
-   * bytes. The transfer's own errors come from `bytes.get()` (the range then holds zeros).
+   * bytes. What is known at the call (the file's mode, a read past its end with no write
+   * pending on the stream) throws here, with nothing queued; errors found when the stream gets
+   * there come from `bytes.get()`, and the bytes the read did not read keep their values.
    */
   StreamTransfer read_async(void* buf,
                             std::size_t size,
