@@ -34,7 +34,7 @@ fn file_size(fd: RawFd, path: &Path) -> Result<u64> {
 }
 
 /// Opens `path` read-only for the page-cache helpers as every path-taking entry opens a file
-/// ([`crate::posix::open_file`]): a FIFO or a socket is [`Error::NotSeekable`] at once (an
+/// (`posix::open_file`): a FIFO or a socket is [`Error::NotSeekable`] at once (an
 /// `open(2)` of a FIFO would wait for its other end, deaf to signals), a directory `EISDIR`.
 pub fn open(path: &Path) -> Result<std::fs::File> {
     let mut options = std::fs::OpenOptions::new();
