@@ -406,7 +406,7 @@ fn read_all(
     // `plan.total`, its size), ranges do not overlap, and `dest` is neither used nor dropped
     // until the future has been waited on below.
     let fut = unsafe { Engine::global()?.submit_batch(&batch, settings) }?;
-    let n = super::wait_with_progress(&fut, plan.bytes(), show_progress, rates)? as u64;
+    let n = crate::progress::wait_with_progress(&fut, plan.bytes(), show_progress, rates)? as u64;
     if n != plan.bytes() {
         return Err(CliError::new(
             "unexpected-eof",
@@ -573,9 +573,9 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
         observed,
     };
     if args.json {
-        super::emit_json(&loaded.to_json());
+        crate::emit_json(&loaded.to_json());
     } else {
-        super::out(&loaded.to_text(rates));
+        crate::out(&loaded.to_text(rates));
     }
     Ok(())
 }

@@ -1,6 +1,10 @@
 use super::*;
 use proptest::prelude::*;
 use serde_json::json;
+use std::collections::HashSet;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
 
 const P: &str = "m.safetensors";
 

@@ -1,0 +1,146 @@
+//! Settings with the origin of each value ([`State`], [`Origin`]): the defaults overlaid with the
+//! environment (`GPUFILE_*`, then `KVIKIO_*`), then what the program sets; and the few variables
+//! read once per process outside the table.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::sync::OnceLock;
+
+use super::{validate, Input, Name, Settings, Value};
+use crate::error::{Error, Result};
+
+/// Where a setting's value came from.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "lowercase")]
+pub enum Origin {
+    /// KvikIO's default.
+    Default,
+    /// Chosen from this machine; the text says how.
+    Machine(String),
+    /// An environment variable (its name).
+    Env(String),
+    /// Set by the program (`defaults.set`, a CLI flag).
+    Set,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => f.write_str("default"),
+            Origin::Machine(how) => write!(f, "default: {how}"),
+            Origin::Env(var) => write!(f, "env {var}"),
+            Origin::Set => f.write_str("set"),
+        }
+    }
+}
+
+/// Settings with the origin of each value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct State {
+    /// The values.
+    pub settings: Settings,
+    origins: Vec<Origin>,
+}
+
+impl State {
+    /// Defaults overlaid with the environment as seen through `lookup` (a pure function of it, so
+    /// tests need not touch the process environment).
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<State> {
+        State::from_env_os(|var| lookup(var).map(OsString::from))
+    }
+
+    /// As [`State::from_env`], with values as the OS holds them: a value that is not UTF-8 is an
+    /// [`Error::InvalidEnv`] naming its variable, never skipped (a lower-priority variable, or
+    /// the default, would then win without a word).
+    pub fn from_env_os(lookup: impl Fn(&str) -> Option<OsString>) -> Result<State> {
+        let mut settings = Settings::default();
+        let mut origins: Vec<Origin> = Name::ALL.iter().map(|n| n.default_origin()).collect();
+        for name in Name::ALL {
+            let Some((var, raw)) = name
+                .env_vars()
+                .into_iter()
+                .find_map(|v| lookup(&v).map(|t| (v, t)))
+            else {
+                continue;
+            };
+            let text = raw.into_string().map_err(|raw| Error::InvalidEnv {
+                var: var.clone(),
+                value: raw.to_string_lossy().into_owned(),
+                reason: format!(
+                    "not valid UTF-8 (bytes b\"{}\")",
+                    raw.as_encoded_bytes().escape_ascii()
+                ),
+            })?;
+            let value =
+                validate(name, &Input::Text(&text)).map_err(|reason| Error::InvalidEnv {
+                    var: var.clone(),
+                    value: text.clone(),
+                    reason,
+                })?;
+            settings.put(name, value);
+            origins[name.index()] = Origin::Env(var);
+        }
+        Ok(State { settings, origins })
+    }
+
+    /// Where `name`'s value came from.
+    pub fn origin(&self, name: Name) -> &Origin {
+        &self.origins[name.index()]
+    }
+
+    /// Validates every update first, then applies all of them (all or nothing).
+    pub fn set(&mut self, updates: &[(Name, Input<'_>)]) -> Result<()> {
+        let mut checked = Vec::with_capacity(updates.len());
+        for (name, input) in updates {
+            let value = validate(*name, input).map_err(|reason| Error::InvalidSetting {
+                name: name.as_str(),
+                value: input.to_string(),
+                reason,
+            })?;
+            checked.push((*name, value));
+        }
+        for (name, value) in checked {
+            self.settings.put(name, value);
+            self.origins[name.index()] = Origin::Set;
+        }
+        Ok(())
+    }
+
+    /// Puts back values (and origins) captured earlier with [`State::snapshot`].
+    pub fn restore(&mut self, saved: &[(Name, Value, Origin)]) {
+        for (name, value, origin) in saved {
+            self.settings.put(*name, value.clone());
+            self.origins[name.index()] = origin.clone();
+        }
+    }
+
+    /// The value and origin of each named setting, for a later [`State::restore`].
+    pub fn snapshot(&self, names: &[Name]) -> Vec<(Name, Value, Origin)> {
+        names
+            .iter()
+            .map(|n| (*n, self.settings.get(*n), self.origin(*n).clone()))
+            .collect()
+    }
+}
+
+impl State {
+    /// Defaults overlaid with this process's environment.
+    pub fn from_process_env() -> Result<State> {
+        State::from_env_os(|v| std::env::var_os(v))
+    }
+}
+
+/// Whether notices are also printed to stderr: `RUST_LOG` names gpufile, or info/debug level
+/// (read once per process).
+pub fn log_notices_to_stderr() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("RUST_LOG")
+            .is_ok_and(|v| v.contains("gpufile") || v.contains("info") || v.contains("debug"))
+    })
+}
+
+/// `GPUFILE_CUFILE_PATH`: a file or folder to load libcufile from first (read once).
+pub fn cufile_path() -> Option<std::path::PathBuf> {
+    std::env::var_os("GPUFILE_CUFILE_PATH").map(Into::into)
+}

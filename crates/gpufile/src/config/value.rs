@@ -1,0 +1,172 @@
+//! The values settings hold: KvikIO's two enums ([`CompatMode`], [`RemoteIoBackend`]) with
+//! their spellings, a validated [`Value`], and an [`Input`] as a caller gave it.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Whether gpufile may use cuFile (KvikIO's `CompatMode`, same numeric values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+#[repr(u8)]
+pub enum CompatMode {
+    /// Use cuFile, or fail saying why it cannot be used.
+    Off = 0,
+    /// Never use cuFile: gpufile's own POSIX path only.
+    On = 1,
+    /// Use cuFile only where its accelerated path exists, else gpufile's POSIX path.
+    Auto = 2,
+}
+
+impl CompatMode {
+    /// KvikIO's `.name`: "OFF", "ON" or "AUTO".
+    pub fn name(self) -> &'static str {
+        match self {
+            CompatMode::Off => "OFF",
+            CompatMode::On => "ON",
+            CompatMode::Auto => "AUTO",
+        }
+    }
+
+    /// From KvikIO's enum value (OFF=0, ON=1, AUTO=2).
+    pub fn from_value(v: i128) -> Option<Self> {
+        match v {
+            0 => Some(CompatMode::Off),
+            1 => Some(CompatMode::On),
+            2 => Some(CompatMode::Auto),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CompatMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+pub(super) const COMPAT_MODE_WORDS: &str = "on/off/auto (also true/false, yes/no, 1/0; any case)";
+
+impl FromStr for CompatMode {
+    type Err = String;
+
+    /// Accepts KvikIO's spellings in any case: on/true/yes/1, off/false/no/0, auto.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" | "yes" | "1" => Ok(CompatMode::On),
+            "off" | "false" | "no" | "0" => Ok(CompatMode::Off),
+            "auto" => Ok(CompatMode::Auto),
+            _ => Err(format!("expected {COMPAT_MODE_WORDS}")),
+        }
+    }
+}
+
+/// KvikIO's remote-I/O backend choice (`RemoteIOBackend`, same numeric values).
+///
+/// gpufile has one remote path (blocking HTTP requests, split by `task_size` over the worker
+/// threads), so both values are accepted and read the same way: the setting exists so that
+/// KvikIO programs and `KVIKIO_REMOTE_IO_BACKEND` keep working.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[repr(u8)]
+pub enum RemoteIoBackend {
+    /// KvikIO's default: one libcurl easy handle per worker thread.
+    EasyThreadpool = 0,
+    /// KvikIO's poll-based reactor backend.
+    MultiPoll = 1,
+}
+
+impl RemoteIoBackend {
+    /// KvikIO's `.name`: "EASY_THREADPOOL" or "MULTI_POLL".
+    pub fn name(self) -> &'static str {
+        match self {
+            RemoteIoBackend::EasyThreadpool => "EASY_THREADPOOL",
+            RemoteIoBackend::MultiPoll => "MULTI_POLL",
+        }
+    }
+
+    /// From KvikIO's enum value (EASY_THREADPOOL=0, MULTI_POLL=1).
+    pub fn from_value(v: i128) -> Option<Self> {
+        match v {
+            0 => Some(RemoteIoBackend::EasyThreadpool),
+            1 => Some(RemoteIoBackend::MultiPoll),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RemoteIoBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+pub(super) const REMOTE_IO_BACKEND_WORDS: &str =
+    "EASY_THREADPOOL=0 or MULTI_POLL=1 (names in any case)";
+
+impl FromStr for RemoteIoBackend {
+    type Err = String;
+
+    /// KvikIO's names only, in any case, surrounding spaces ignored (no short aliases).
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "easy_threadpool" => Ok(RemoteIoBackend::EasyThreadpool),
+            "multi_poll" => Ok(RemoteIoBackend::MultiPoll),
+            _ => Err(format!("expected {REMOTE_IO_BACKEND_WORDS}")),
+        }
+    }
+}
+
+/// A validated setting value.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    /// compat_mode.
+    CompatMode(CompatMode),
+    /// Counts, sizes and seconds.
+    Int(u64),
+    /// Flags.
+    Bool(bool),
+    /// http_status_codes.
+    IntList(Vec<u64>),
+    /// remote_io_backend.
+    RemoteIoBackend(RemoteIoBackend),
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::CompatMode(m) => write!(f, "{m}"),
+            Value::RemoteIoBackend(b) => write!(f, "{b}"),
+            Value::Int(n) => write!(f, "{n}"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::IntList(v) => {
+                let items: Vec<String> = v.iter().map(u64::to_string).collect();
+                f.write_str(&items.join(","))
+            }
+        }
+    }
+}
+
+/// A value as a caller gave it, before validation (Python objects map onto these).
+#[derive(Clone, Debug)]
+pub enum Input<'a> {
+    /// Text, as from an environment variable or a Python `str`.
+    Text(&'a str),
+    /// An integer (Python `int` or `IntEnum`).
+    Int(i128),
+    /// A Python `bool`.
+    Bool(bool),
+    /// A sequence of integers.
+    IntList(Vec<i128>),
+}
+
+impl fmt::Display for Input<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Input::Text(s) => write!(f, "{s:?}"),
+            Input::Int(n) => write!(f, "{n}"),
+            Input::Bool(b) => write!(f, "{b}"),
+            Input::IntList(v) => write!(f, "{v:?}"),
+        }
+    }
+}
