@@ -6,7 +6,7 @@ use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-use gpufile_core::Error;
+use gpufile_core::{Error, ErrorKind};
 
 /// What every call returns: `GPUFILE_OK`, or the type of the error it stored as the calling
 /// thread's last error (the same value `gpufile_last_error_type` gives).
@@ -95,29 +95,7 @@ impl From<Error> for CallError {
             other => other,
         };
         let errno = first.errno().unwrap_or(0);
-        let status = match first {
-            Error::Os { errno, .. } => match *errno {
-                libc::ENOENT => GPUFILE_NOT_FOUND,
-                libc::EACCES | libc::EPERM => GPUFILE_PERMISSION,
-                libc::EISDIR => GPUFILE_IS_A_DIRECTORY,
-                _ => GPUFILE_OTHER,
-            },
-            Error::UnexpectedEof { .. } => GPUFILE_END_OF_FILE,
-            Error::NotReadable { .. } | Error::NotWritable { .. } => GPUFILE_PERMISSION,
-            Error::Closed
-            | Error::InvalidArgument(_)
-            | Error::UnknownSetting { .. }
-            | Error::InvalidSetting { .. }
-            | Error::InvalidEnv { .. }
-            | Error::NotSeekable { .. } => GPUFILE_BAD_ARGUMENT,
-            Error::OutOfRange(_) => GPUFILE_OUT_OF_RANGE,
-            Error::Cuda { .. } | Error::CudaUnavailable { .. } => GPUFILE_CUDA,
-            Error::Cufile { .. } | Error::CufileUnavailable { .. } | Error::CufileBusy { .. } => {
-                GPUFILE_CUFILE
-            }
-            Error::Source { .. } => GPUFILE_REMOTE,
-            _ => GPUFILE_OTHER,
-        };
+        let status = status_of(first.kind());
         let errno = match (errno, status) {
             (0, GPUFILE_BAD_ARGUMENT | GPUFILE_OUT_OF_RANGE) => libc::EINVAL,
             (0, GPUFILE_PERMISSION) => libc::EBADF,
@@ -138,6 +116,32 @@ impl From<Error> for CallError {
             message,
             path,
         }
+    }
+}
+
+/// The status of an error of `kind`: the C ABI's whole error table (the core's
+/// [`Error::kind`] classifies; this maps).
+pub fn status_of(kind: ErrorKind) -> gpufile_status {
+    match kind {
+        ErrorKind::NotFound => GPUFILE_NOT_FOUND,
+        ErrorKind::PermissionDenied | ErrorKind::UnsupportedOperation => GPUFILE_PERMISSION,
+        ErrorKind::IsADirectory => GPUFILE_IS_A_DIRECTORY,
+        ErrorKind::EndOfFile => GPUFILE_END_OF_FILE,
+        // A FIFO or a socket: the path cannot be used (errno ESPIPE says why).
+        ErrorKind::BadArgument | ErrorKind::UnknownName | ErrorKind::NotSeekable => {
+            GPUFILE_BAD_ARGUMENT
+        }
+        ErrorKind::OutOfRange => GPUFILE_OUT_OF_RANGE,
+        ErrorKind::Cuda => GPUFILE_CUDA,
+        ErrorKind::Cufile => GPUFILE_CUFILE,
+        ErrorKind::Remote | ErrorKind::RangeNotSupported => GPUFILE_REMOTE,
+        ErrorKind::Os(_)
+        | ErrorKind::Cancelled
+        | ErrorKind::ShuttingDown
+        | ErrorKind::Internal
+        | ErrorKind::Other => GPUFILE_OTHER,
+        // A kind added to the core later: the errno and message still say what it is.
+        _ => GPUFILE_OTHER,
     }
 }
 

@@ -33,7 +33,7 @@ use gpufile_core::{Buffer, Direction, Engine, Error, FileHandle, IoFuture, Reque
 
 pub use error::{
     gpufile_last_error_errno, gpufile_last_error_message, gpufile_last_error_path,
-    gpufile_last_error_type, gpufile_status,
+    gpufile_last_error_type, gpufile_status, status_of,
 };
 use error::{guard, CallError};
 pub(crate) use future::give_future;

@@ -1,5 +1,6 @@
-//! Python exceptions, declared once, and the mapping from the core's error enum onto them; the
-//! argument helpers every binding module shares.
+//! Python exceptions, declared once, and the conversion of the core's errors into them (the
+//! class from the error's kind, `kinds::python_class`; the arguments and message from the
+//! variant); the argument helpers every binding module shares.
 //!
 //! KvikIO raises `RuntimeError` where gpufile raises a precise builtin type (`FileNotFoundError`,
 //! `io.UnsupportedOperation`, ...), and `OverflowError` for a negative size where gpufile says
@@ -10,13 +11,12 @@
 
 use gpufile::error::Op;
 use gpufile::Error;
-use gpufile_remote::{RemoteError, RemoteFailure};
-use pyo3::exceptions::{
-    PyIndexError, PyKeyError, PyOSError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
-};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyTuple, PyType};
+
+use crate::kinds::python_class;
 
 pyo3::create_exception!(
     gpufile,
@@ -182,90 +182,89 @@ pub(crate) fn to_py(e: Error) -> PyErr {
     err
 }
 
-/// [`to_py`] for one error, `more` appended to its message.
+/// [`to_py`] for one error, `more` appended to its message: the class is
+/// [`python_class`] of its kind, the arguments and message the variant's own.
 fn to_py_with(e: Error, more: &str) -> PyErr {
     let text = format!("{e}{more}");
     let errno = e.errno().unwrap_or(0);
-    match e {
-        Error::Os {
-            errno,
-            ref path,
-            op,
-            offset,
-            len,
-        } => Python::attach(|py| {
-            // OSError(errno, strerror, filename) picks the subclass (FileNotFoundError, ...);
-            // its RuntimeError twin is raised with the same arguments. KvikIO's wording for a
-            // failed open is kept ("Unable to open file").
-            let reason = gpufile::error::os_message(errno);
-            let what = match op {
-                Op::Read | Op::Write | Op::Map | Op::Advise => {
-                    format!("{op} of {len} bytes at offset {offset}: {reason}")
-                }
-                Op::Open => format!("Unable to open file: {reason}"),
-                Op::Create => format!("Unable to create a file in the directory: {reason}"),
-                _ => format!("{op}: {reason}"),
-            } + more;
-            let args = (errno, what, path.to_string_lossy().into_owned());
-            let picked = PyOSError::new_err(args.clone()).into_value(py);
-            let base = picked.bind(py).get_type();
-            match args.into_pyobject(py) {
-                Ok(args) => compat_err(py, &base, args),
-                Err(e) => e,
+    let class = python_class(e.kind());
+    Python::attach(|py| {
+        let args = match e {
+            // OSError(errno, strerror, filename) as Python's own: KvikIO's wording for a failed
+            // open is kept ("Unable to open file").
+            Error::Os {
+                errno,
+                ref path,
+                op,
+                offset,
+                len,
+            } => {
+                let reason = gpufile::error::os_message(errno);
+                let what = match op {
+                    Op::Read | Op::Write | Op::Map | Op::Advise => {
+                        format!("{op} of {len} bytes at offset {offset}: {reason}")
+                    }
+                    Op::Open => format!("Unable to open file: {reason}"),
+                    Op::Create => format!("Unable to create a file in the directory: {reason}"),
+                    _ => format!("{op}: {reason}"),
+                } + more;
+                (errno, what, path.to_string_lossy().into_owned()).into_pyobject(py)
             }
-        }),
-        // OSError(ESPIPE, ...): what pread would have answered, and what Python's `open` types
-        // an OS refusal as; also a RuntimeError, as every failed open.
-        // The path is the exception's `filename`, shown after the text as for other OS errors.
-        Error::NotSeekable { ref path, what } => Python::attach(|py| {
-            let args = (
+            // The path is the exception's `filename`, shown after the text as for other OS
+            // errors; also a RuntimeError, as every failed open.
+            Error::NotSeekable { ref path, what } => (
                 errno,
                 format!(
                     "Unable to open file: is {what} (gpufile reads and writes at file offsets, \
                      which {what} does not have){more}"
                 ),
                 path.to_string_lossy().into_owned(),
-            );
-            let base = py.get_type::<PyOSError>();
-            match args.into_pyobject(py) {
-                Ok(args) => compat_err(py, &base, args),
-                Err(e) => e,
-            }
-        }),
-        Error::UnexpectedEof { .. } => EndOfFileError::new_err(text),
-        Error::TaskPanicked { .. } => GpufileError::new_err(text),
-        Error::NotReadable { .. } | Error::NotWritable { .. } => Python::attach(|py| {
+            )
+                .into_pyobject(py),
             // KvikIO's text for it (its POSIX path checks for EBADF).
-            let text = format!("{text}: Operation not permitted");
-            let base = py
-                .import("io")
-                .and_then(|io| io.getattr("UnsupportedOperation"))
-                .and_then(|t| Ok(t.cast_into::<PyType>()?));
-            match (base, PyTuple::new(py, [text])) {
-                (Ok(base), Ok(args)) => compat_err(py, &base, args),
-                (Err(e), _) | (_, Err(e)) => e,
+            Error::NotReadable { .. } | Error::NotWritable { .. } => {
+                PyTuple::new(py, [format!("{text}: Operation not permitted")])
             }
-        }),
-        Error::UnknownSetting { .. } => PyKeyError::new_err(text),
-        // KvikIO's types for remote failures: a server that ignores ranges is an OverflowError,
-        // other server and network failures RuntimeError.
-        Error::Source { .. } => match RemoteError::of(&e).map(|r| r.kind) {
-            Some(RemoteFailure::NoRangeSupport) => PyOverflowError::new_err(text),
-            // The caller's layout of writes, not the server's doing.
-            Some(RemoteFailure::NotTiled | RemoteFailure::PartLimit) => PyValueError::new_err(text),
-            Some(_) => PyRuntimeError::new_err(text),
-            None => GpufileError::new_err(text),
-        },
-        Error::OutOfRange(_) => PyIndexError::new_err(text),
-        Error::Cuda { .. } | Error::CudaUnavailable { .. } => CudaError::new_err(text),
-        Error::CufileUnavailable { .. } | Error::Cufile { .. } | Error::CufileBusy { .. } => {
-            CufileError::new_err(text)
+            _ => PyTuple::new(py, [text]),
+        };
+        match (class_named(py, class), args) {
+            (Ok(class), Ok(args)) => new_err(py, &class, args),
+            (Err(e), _) | (_, Err(e)) => e,
         }
-        Error::Closed
-        | Error::InvalidArgument(_)
-        | Error::InvalidSetting { .. }
-        | Error::InvalidEnv { .. } => PyValueError::new_err(text),
-        _ => GpufileError::new_err(text),
+    })
+}
+
+/// The class [`python_class`] names.
+fn class_named<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
+    Ok(match name {
+        "GpufileError" => py.get_type::<GpufileError>(),
+        "EndOfFileError" => py.get_type::<EndOfFileError>(),
+        "CudaError" => py.get_type::<CudaError>(),
+        "CufileError" => py.get_type::<CufileError>(),
+        "UnsupportedOperation" => py
+            .import("io")?
+            .getattr("UnsupportedOperation")?
+            .cast_into::<PyType>()?,
+        builtin => py
+            .import("builtins")?
+            .getattr(builtin)?
+            .cast_into::<PyType>()?,
+    })
+}
+
+/// An exception of `class` made from `args`; an `OSError` (`io.UnsupportedOperation`
+/// included) as its twin that is also a `RuntimeError`, of the subclass `OSError` picks for
+/// the errno.
+fn new_err<'py>(py: Python<'py>, class: &Bound<'py, PyType>, args: Bound<'py, PyTuple>) -> PyErr {
+    if !class.is_subclass_of::<PyOSError>().unwrap_or(false) {
+        return match class.call1(args) {
+            Ok(v) => PyErr::from_value(v),
+            Err(e) => e,
+        };
+    }
+    match class.call1(args.clone()) {
+        Ok(picked) => compat_err(py, &picked.get_type(), args),
+        Err(e) => e,
     }
 }
 

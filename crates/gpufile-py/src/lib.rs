@@ -11,6 +11,7 @@ mod cufile;
 mod dlpack;
 mod errors;
 mod file;
+mod kinds;
 mod mmap;
 mod ranges;
 mod remote;

@@ -2,12 +2,18 @@
 //!
 //! How to use: every function of this crate returns a [`gpufile::Error`]; what the server or the
 //! network did arrives as a [`gpufile::Error::Source`] of kind [`SOURCE_WHAT`] holding a
-//! [`RemoteError`], which [`RemoteError::of`] finds again (the Python binding raises
-//! `OverflowError` for [`RemoteFailure::NoRangeSupport`], the CLI reports the URL as the path).
+//! [`RemoteError`], which [`RemoteError::of`] finds again (the CLI reports the URL as the path).
+//! [`RemoteFailure::kind`] says the [`gpufile::ErrorKind`] of each failure, which the core's
+//! [`gpufile::Error::kind`] answers for it and the bindings map (the Python binding raises
+//! `OverflowError` for [`RemoteFailure::NoRangeSupport`], `ValueError` for the caller's
+//! layout of writes).
 //! Bad URLs, missing credentials and reads past the end stay the core's own kinds
 //! (`InvalidArgument`, `UnexpectedEof`, ...).
 
 use std::fmt;
+use std::sync::Once;
+
+use gpufile::ErrorKind;
 
 /// The [`gpufile::Error::Source`] kind of a remote failure (the CLI's error type `remote`).
 pub const SOURCE_WHAT: &str = "remote";
@@ -52,6 +58,60 @@ pub enum RemoteFailure {
     Interrupted,
 }
 
+impl RemoteFailure {
+    /// The kind of failure this is, for [`gpufile::Error::kind`]: the one place a remote
+    /// failure is classified.
+    pub fn kind(self) -> ErrorKind {
+        match self {
+            RemoteFailure::Status(_)
+            | RemoteFailure::AttemptsExhausted
+            | RemoteFailure::Transport
+            | RemoteFailure::ShortBody
+            | RemoteFailure::BadResponse
+            | RemoteFailure::Interrupted => ErrorKind::Remote,
+            RemoteFailure::NoRangeSupport => ErrorKind::RangeNotSupported,
+            // The caller's layout of writes, not the server's doing.
+            RemoteFailure::NotTiled | RemoteFailure::PartLimit => ErrorKind::BadArgument,
+        }
+    }
+
+    /// One failure of each kind, for the bindings' table tests. Not for use outside tests.
+    #[doc(hidden)]
+    pub fn one_of_each() -> Vec<RemoteFailure> {
+        let all = vec![
+            RemoteFailure::Status(404),
+            RemoteFailure::AttemptsExhausted,
+            RemoteFailure::Transport,
+            RemoteFailure::NoRangeSupport,
+            RemoteFailure::ShortBody,
+            RemoteFailure::BadResponse,
+            RemoteFailure::NotTiled,
+            RemoteFailure::PartLimit,
+            RemoteFailure::Interrupted,
+        ];
+        // Exhaustive: a new failure fails to compile here until it is listed above.
+        for f in &all {
+            match f {
+                RemoteFailure::Status(_)
+                | RemoteFailure::AttemptsExhausted
+                | RemoteFailure::Transport
+                | RemoteFailure::NoRangeSupport
+                | RemoteFailure::ShortBody
+                | RemoteFailure::BadResponse
+                | RemoteFailure::NotTiled
+                | RemoteFailure::PartLimit
+                | RemoteFailure::Interrupted => {}
+            }
+        }
+        all
+    }
+}
+
+/// The core's classifier of [`SOURCE_WHAT`] errors.
+fn classify(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
+    e.downcast_ref::<RemoteError>().map(|r| r.kind.kind())
+}
+
 impl RemoteError {
     /// The remote failure that `e` carries, if it is one.
     pub fn of(e: &gpufile::Error) -> Option<&RemoteError> {
@@ -69,6 +129,10 @@ impl std::error::Error for RemoteError {}
 
 impl From<RemoteError> for gpufile::Error {
     fn from(e: RemoteError) -> Self {
+        // Every remote failure reaches the core through here: the core learns how to classify
+        // them before it holds the first.
+        static REGISTER: Once = Once::new();
+        REGISTER.call_once(|| gpufile::error::register_source_kind(SOURCE_WHAT, classify));
         gpufile::Error::from_source(SOURCE_WHAT, e)
     }
 }
@@ -91,5 +155,19 @@ mod tests {
         assert!(matches!(e, gpufile::Error::Source { what: "remote", .. }));
         assert_eq!(RemoteError::of(&e.clone()), Some(&r));
         assert_eq!(RemoteError::of(&gpufile::Error::Closed), None);
+        assert_eq!(e.kind(), gpufile::ErrorKind::Remote);
+    }
+
+    /// The core's `kind()` of a remote failure is the kind the failure states.
+    #[test]
+    fn each_failure_reaches_the_core_with_its_kind() {
+        for kind in RemoteFailure::one_of_each() {
+            let e = gpufile::Error::from(RemoteError {
+                url: "http://h/a".into(),
+                kind,
+                reason: "r".into(),
+            });
+            assert_eq!(e.kind(), kind.kind(), "{kind:?}");
+        }
     }
 }

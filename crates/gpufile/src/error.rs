@@ -3,10 +3,18 @@
 //! Every failure carries the context a user needs to act on it: the file, the offset and length
 //! of the request, and the OS `errno` where the kernel said no. Errors are `Clone` (the errno is
 //! stored, not the `io::Error`) so that a future can hand the same error to every `get()`.
+//! [`Error::kind`] says what kind of failure each one is: the one table the C ABI's statuses and
+//! the Python exception classes are mapped from.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+
+mod kind;
+
+#[doc(hidden)]
+pub use kind::one_of_each;
+pub use kind::{register_source_kind, ErrorKind, SourceKindFn};
 
 /// Result alias used across gpufile.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

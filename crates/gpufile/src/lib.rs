@@ -46,7 +46,7 @@ pub mod streamed;
 
 pub use config::{CompatMode, RemoteIoBackend, Settings};
 pub use engine::{Engine, PathReport};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use file::{FileHandle, OpenMode};
 pub use future::IoFuture;
 pub use plan::{Backend, HostIo, HostIoBackend, HostIoReason, IoPath, Reason};
