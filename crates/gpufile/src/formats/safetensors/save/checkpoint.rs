@@ -128,7 +128,7 @@ pub struct CheckpointIndex {
     /// `total_size` (the sum of the tensors' sizes for sharding), then the caller's metadata
     /// (a caller's `total_size` replaces the number, as Python's `{"total_size": n, **meta}`).
     pub metadata: BTreeMap<String, MetaValue>,
-    /// Each tensor's file, in the order of the tensors.
+    /// Each tensor's file, shard by shard (in each shard, in the order of the tensors).
     pub weight_map: Vec<(String, String)>,
 }
 
@@ -302,12 +302,14 @@ pub unsafe fn save_checkpoint(
         meta.iter()
             .map(|(k, v)| (k.clone(), MetaValue::Str(v.clone()))),
     );
-    let mut weight_map = vec![(String::new(), String::new()); tensors.len()];
-    for (k, keys) in shards.iter().enumerate() {
-        for &i in keys {
-            weight_map[i] = (tensors[i].name.clone(), names[k].clone());
-        }
-    }
+    let weight_map = shards
+        .iter()
+        .zip(&names)
+        .flat_map(|(keys, file)| {
+            keys.iter()
+                .map(|&i| (tensors[i].name.clone(), file.clone()))
+        })
+        .collect();
     let index = CheckpointIndex {
         metadata: index_meta,
         weight_map,
