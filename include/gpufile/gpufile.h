@@ -140,6 +140,23 @@ typedef struct {
   int32_t compat_mode;
 } gpufile_io_options;
 
+// One tensor to save: its name, safetensors dtype (`"F32"`, `"BF16"`, ...), logical shape,
+// and its `size` bytes (C order) at `data`, host or device memory (NULL where `size` is 0).
+typedef struct {
+  // NUL-terminated UTF-8 name.
+  const char *name;
+  // NUL-terminated dtype name.
+  const char *dtype;
+  // `ndim` dimensions (NULL where `ndim` is 0: a scalar).
+  const uint64_t *shape;
+  // Number of dimensions.
+  size_t ndim;
+  // The tensor's bytes.
+  const void *data;
+  // Their count.
+  size_t size;
+} gpufile_tensor;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -663,6 +680,28 @@ gpufile_status gpufile_remote_s3_object_url(const char *url,
                                             char *buf,
                                             size_t len,
                                             size_t *needed);
+
+// Saves `n` tensors as a Hugging Face checkpoint in the directory `dir` (created where
+// missing): `model.safetensors`, or shards `model-0000k-of-0000n.safetensors` of at most
+// `max_shard_size` each (`"5GB"`, `"500MB"`, or bytes as `"1000000"`; NULL: `"5GB"`) filled as
+// `huggingface_hub.split_torch_state_dict_into_shards` fills them, and the index
+// `model.safetensors.index.json`, as `gpufile.safetensors.save_checkpoint` writes them.
+// `metadata`: NULL, or key, value, key, value, ..., NULL (strings): in the index and in a
+// single file. `durable` non-zero: files and directory synced (survives a power loss). The
+// directory holds the old checkpoint or the new one at every moment; what the old one had and
+// the new one has not is removed; other files stay. On an error no temporary is left.
+//
+// # Safety
+// `dir` is NUL-terminated; `tensors` is valid for `n` elements (NULL where `n` is 0), each as
+// [`gpufile_tensor`] describes, its memory unchanged until the call returns;
+// `max_shard_size` is null or NUL-terminated; `metadata` is null or a NULL-terminated array
+// of NUL-terminated strings.
+gpufile_status gpufile_save_checkpoint(const char *dir,
+                                       const gpufile_tensor *tensors,
+                                       size_t n,
+                                       const char *max_shard_size,
+                                       const char *const *metadata,
+                                       int durable);
 
 // Sets the setting `name` to the integer `value`, checked as Python's `defaults.set` checks
 // it: counts and sizes in their ranges, compat_mode OFF=0 / ON=1 / AUTO=2, a flag 0 or 1.

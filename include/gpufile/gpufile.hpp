@@ -804,4 +804,6 @@ inline std::string check(std::string const& path = "")
 
 }  // namespace gpufile
 
+#include "gpufile/checkpoint.hpp"  // NOLINT: save_checkpoint, over the API above
+
 #endif  // GPUFILE_HPP

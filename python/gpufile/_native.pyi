@@ -97,6 +97,7 @@ __all__ = [
     "when_all",
     "write_safetensors", "write_safetensors_files",
     "write_safetensors_remote",
+    "save_checkpoint", "parse_shard_size", "split_shards",
 ]
 
 __version__: str
@@ -382,6 +383,12 @@ def write_safetensors_files(
     files: list[tuple[NativeFile, list[tuple[str, str, list[int], Any]], dict[str, str] | None]],
 ) -> list[int]: ...
 def sync_dir(path: _StrOrBytesPath) -> None: ...
+def parse_shard_size(size: int | str) -> int: ...
+def split_shards(sizes: list[int], max_shard_size: int) -> list[list[int]]: ...
+def save_checkpoint(directory: _StrOrBytesPath, tensors: list[tuple[str, str, list[int], Any]],
+                    sizes: list[int], max_shard_size: int,
+                    metadata: dict[str, str] | None = None,
+                    durable: bool = True) -> list[tuple[str, str]]: ...
 
 @final
 class DirLock:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import threading
 from typing import Any, Mapping, Sequence
@@ -254,33 +253,16 @@ def save(tensors: Mapping[str, Any], metadata: Any = None) -> bytes:
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
-_SHARD_RE = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-_SIZE_UNITS = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3}
 
 
 def parse_size(size: int | str) -> int:
-    """``max_shard_size`` as huggingface_hub reads it: bytes, or ``"5GB"``, ``"500MB"``."""
+    """``max_shard_size`` as huggingface_hub reads it: bytes, or ``"5GB"``, ``"500MB"`` (the
+    core's ``parse_size``)."""
     if isinstance(size, bool):
         raise TypeError("max_shard_size must be an int or a str like '5GB', not bool")
-    if isinstance(size, int):
-        if size <= 0:
-            raise ValueError(f"max_shard_size must be positive, got {size}")
-        return size
-    if not isinstance(size, str):
+    if not isinstance(size, (int, str)):
         raise TypeError(f"max_shard_size must be an int or a str like '5GB', got {size!r}")
-    text = size.strip()
-    unit = text[-2:].upper()
-    if unit not in _SIZE_UNITS:
-        raise ValueError(f"Unit '{unit}' not supported. Supported units are TB, GB, MB, KB. "
-                         f"Got '{size}'.")
-    try:
-        value = float(text[:-2].strip())
-    except ValueError as e:
-        raise ValueError(f"Could not parse the size value from '{size}': {e}") from e
-    n = int(value * _SIZE_UNITS[unit])
-    if n <= 0:
-        raise ValueError(f"max_shard_size must be positive, got {size!r}")
-    return n
+    return _native.parse_shard_size(size)
 
 
 def _storage_size(v: Any) -> int:
@@ -294,24 +276,11 @@ def _storage_size(v: Any) -> int:
 
 
 def split(sizes: Mapping[str, int], max_shard_size: int) -> list[list[str]]:
-    """The shards, as ``split_torch_state_dict_into_shards`` fills them: the keys in order, a
-    new shard when the next tensor would tip the current one over the limit, a tensor larger
-    than the limit alone in its own shard (appended where it is met)."""
-    shards: list[list[str]] = []
-    current: list[str] = []
-    current_size = 0
-    for key, size in sizes.items():
-        if size > max_shard_size:
-            shards.append([key])
-            continue
-        if current_size + size > max_shard_size:
-            shards.append(current)
-            current, current_size = [], 0
-        current.append(key)
-        current_size += size
-    if current:
-        shards.append(current)
-    return shards or [[]]
+    """The shards, as ``split_torch_state_dict_into_shards`` fills them (the core's
+    ``split``)."""
+    keys = list(sizes)
+    return [[keys[i] for i in shard]
+            for shard in _native.split_shards([sizes[k] for k in keys], max_shard_size)]
 
 
 def _referenced(directory: str) -> set[str]:
@@ -329,24 +298,13 @@ def remove_stale_temporaries(directory: str) -> None:
     _native.remove_stale_temporaries(directory, sorted(_referenced(directory)))
 
 
-def _publish_json(path: str, obj: Any, durable: bool) -> None:
-    pending = _native.PendingFile(path)
-    try:
-        pending.file.write(memoryview((json.dumps(obj, indent=2, sort_keys=True) + "\n")
-                                      .encode()))
-        pending.publish(durable)
-    except BaseException as e:
-        pending.discard()
-        _annotate(e, path)
-        raise
-
-
 def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
                     max_shard_size: int | str = "5GB", *, metadata: Any = None,
                     durable: bool = True, sizes: Mapping[str, int] | None = None
                     ) -> dict[str, Any]:
     """``sizes``: each tensor's size for sharding where ``state_dict`` holds staged copies
-    (views of one buffer) of the tensors the caller gave."""
+    (views of one buffer) of the tensors the caller gave. A local directory is saved by the
+    core (``gpufile::formats::safetensors::save::checkpoint``), GIL released."""
     from . import _save_remote  # imports this module
 
     if _save_remote.is_url(directory):
@@ -358,88 +316,15 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
     meta = _check_metadata(metadata) or {}
     limit = parse_size(max_shard_size)
     directory = os.fsdecode(directory)
-    shards = split(sizes, limit)
     sync_producers(state_dict)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, exist_ok=True)
-        if durable:
-            _native.sync_dir(os.path.dirname(os.path.abspath(directory)))
-    by_name = {r[0]: r for r in rows}
-    total = sum(sizes.values())
-    n = len(shards)
-    names = ([SINGLE_NAME] if n == 1 else
-             [f"model-{k + 1:05d}-of-{n:05d}.safetensors" for k in range(n)])
-    file_meta = {"format": "pt", **meta} if n == 1 else {"format": "pt"}
-    weight_map = {key: names[k] for k, keys in enumerate(shards) for key in keys}
-    index = {"metadata": {"total_size": total, **meta}, "weight_map": weight_map}
-    pending = []
     try:
-        with _native.DirLock(directory):
-            remove_stale_temporaries(directory)  # room on the disk before this save writes
-        # Every shard whole and synced under its temporary name before anything is published:
-        # until then the directory holds the previous checkpoint, untouched.
-        # The shards are written together (one batch, their writes interleaved: one file's
-        # page-cache writes go one writer at a time), then synced.
-        for name in names:
-            p = _native.PendingFile(os.path.join(directory, name))
-            pending.append(p)
-            if durable:
-                p.start_write_behind()
-        _native.write_safetensors_files(
-            [(p.file, [by_name[k] for k in keys], file_meta) for p, keys in zip(pending, shards)])
-        if durable:
-            for p in pending:
-                p.sync()
-        # The commit and the removal of what the replaced checkpoint had, one save at a time
-        # (threads, processes, hosts sharing the directory): a save never removes files that a
-        # commit after its own published.
-        with _native.DirLock(directory):
-            _commit(directory, names, pending, index, weight_map, durable)
+        weight_map = _native.save_checkpoint(directory, rows, [sizes[r[0]] for r in rows],
+                                             limit, meta, durable)
     except BaseException as e:
-        for p in pending:
-            p.discard()
         _annotate(e, directory)
         raise
-    return index
-
-
-def _commit(directory: str, names: list[str], pending: list, index: dict, weight_map: dict,
-            durable: bool) -> None:
-    """Publishes a checkpoint whose shards are written and synced under their temporary names,
-    then removes what the checkpoint it replaces had. Call it holding the directory's lock."""
-    n = len(names)
-    if n == 1:
-        pending[0].publish(durable)
-    else:
-        # An index naming the temporaries (each complete) replaces the previous index in one
-        # rename. The shards then take their final names, each keeping its temporary name
-        # meanwhile, and a second index names them: at every moment the index in the directory
-        # names complete files of one checkpoint.
-        temp_names = {name: os.path.basename(p.temp_path) for name, p in zip(names, pending)}
-        first = {"metadata": index["metadata"],
-                 "weight_map": {k: temp_names[v] for k, v in weight_map.items()}}
-        _publish_json(os.path.join(directory, INDEX_NAME), first, durable)
-        for p in pending:
-            p.publish(False, keep_temp=True)
-        if durable:
-            _native.sync_dir(directory)
-        _publish_json(os.path.join(directory, INDEX_NAME), index, durable)
-    for p in pending:
-        p.discard()
-    # What the previous checkpoint had and this one has not: its single file or its index,
-    # and shards of another count. Under the lock, final shard names are only ever those of
-    # committed checkpoints.
-    stale = [SINGLE_NAME] if n > 1 else [INDEX_NAME]
-    stale += [f for f in os.listdir(directory) if _SHARD_RE.fullmatch(f) and f not in names]
-    for f in stale:
-        try:
-            os.unlink(os.path.join(directory, f))
-        except FileNotFoundError:
-            pass
-    # Temporaries of a killed save that its index named (kept until now) are no one's now.
-    remove_stale_temporaries(directory)
-    if durable:
-        _native.sync_dir(directory)
+    return {"metadata": {"total_size": sum(sizes.values()), **meta},
+            "weight_map": dict(weight_map)}
 
 
 # --- async_save ---------------------------------------------------------------------------------

@@ -75,6 +75,12 @@ impl CallError {
         }
     }
 
+    /// The error with `prefix` before its text (what the call was doing).
+    pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
+        self.message.insert_str(0, prefix);
+        self
+    }
+
     /// A timeout, said in `message`.
     pub(crate) fn timeout(message: impl Into<String>) -> Self {
         CallError {

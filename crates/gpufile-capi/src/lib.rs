@@ -18,6 +18,7 @@ mod handles;
 mod io_path;
 mod mmap;
 mod remote;
+mod save;
 mod settings;
 mod stream;
 
@@ -47,6 +48,7 @@ pub use remote::{
     GPUFILE_REMOTE_AUTO, GPUFILE_REMOTE_HTTP, GPUFILE_REMOTE_S3, GPUFILE_REMOTE_S3_PRESIGNED_URL,
     GPUFILE_REMOTE_S3_PUBLIC, GPUFILE_REMOTE_WEBHDFS,
 };
+pub use save::{gpufile_save_checkpoint, gpufile_tensor};
 pub use settings::{
     gpufile_settings_get_int, gpufile_settings_get_str, gpufile_settings_set_int,
     gpufile_settings_set_str,

@@ -150,3 +150,57 @@ fn doc_example_compiles_and_runs() {
     assert!(text.contains("No such file or directory"), "{text}");
     assert!(text.contains(&missing.display().to_string()), "{text}");
 }
+
+#[test]
+fn a_c_program_saves_a_sharded_checkpoint_the_loader_reads() {
+    use gpufile_core::formats::safetensors::Checkpoint;
+    let Some(cc) = compiler() else {
+        println!("skipped: no C compiler (set CC, or install gcc)");
+        return;
+    };
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/test_save.c");
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let exe = tmp.path().join("test_save");
+    let [(_, lib), _] = links();
+    compile(&cc, &source, &exe, &lib);
+    let dir = tmp.path().join("ck");
+    let out = run(&exe, &[&dir]);
+    assert!(out.contains("test_save: all passed"), "{out}");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the checkpoint")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .into_string()
+                .expect("UTF-8")
+        })
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "model-00001-of-00003.safetensors",
+            "model-00002-of-00003.safetensors",
+            "model-00003-of-00003.safetensors",
+            "model.safetensors.index.json",
+        ]
+    );
+    let index = std::fs::read_to_string(dir.join("model.safetensors.index.json")).expect("index");
+    assert!(index.contains("\"step\": \"7\""), "{index}");
+    assert!(index.contains("\"total_size\": 24000"), "{index}");
+    let ck = Checkpoint::open(&dir).expect("the checkpoint loads");
+    assert_eq!(ck.entries.len(), 6);
+    for i in 0..6u32 {
+        let e = &ck.entries[ck.find(&format!("layer.{i}")).expect("the tensor")];
+        let (h, t) = (&ck.files[e.file], ck.info(e));
+        assert_eq!(t.shape, [1000]);
+        let bytes = std::fs::read(&h.path).expect("the shard");
+        let at = (h.data_start + t.start) as usize;
+        let values: Vec<f32> = bytes[at..at + 4000]
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        let want: Vec<f32> = (0..1000).map(|k| (i * 1000 + k) as f32).collect();
+        assert_eq!(values, want, "layer.{i}");
+    }
+}

@@ -7,6 +7,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use gpufile::formats::safetensors::save::checkpoint;
+use gpufile::formats::safetensors::save::write::{
+    submit_files, FileToWrite, SaveError, TensorRow as CoreRow,
+};
 use gpufile::formats::safetensors::save::{plan_save, SaveTensor};
 use gpufile::formats::safetensors::{Checkpoint, Dtype, FormatError, PlanOptions};
 use gpufile::{Direction, Engine};
@@ -241,78 +245,130 @@ fn write_safetensors(
     Ok(sizes[0])
 }
 
+/// The core's rows of `tensors`, with the views that hold their memory (keep them until every
+/// request made from the rows has ended).
+fn tensor_rows(tensors: Vec<SaveRow<'_>>) -> PyResult<(Vec<CoreRow>, Vec<BufferView>)> {
+    let mut views = Vec::with_capacity(tensors.len());
+    let mut rows = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, buf) in tensors {
+        let view = BufferView::for_request(&buf, false)?;
+        let dtype = Dtype::parse(&dtype).ok_or_else(|| {
+            SafetensorError::new_err(format!("tensor {name:?}: unknown dtype {dtype:?}"))
+        })?;
+        // The request for the whole buffer carries what the view knows (the driver's answer,
+        // the producer's stream); the rows' requests take it from there.
+        let whole = view.request(Direction::Write, 0, view.len(), 0);
+        rows.push(CoreRow {
+            name,
+            dtype,
+            shape,
+            buffer: whole.buffer,
+            pointer_info: whole.pointer_info,
+            after: whole.after,
+        });
+        views.push(view);
+    }
+    Ok((rows, views))
+}
+
+fn save_error(e: SaveError) -> PyErr {
+    match e {
+        SaveError::Format(e) => to_py(e),
+        SaveError::Io(e) => crate::errors::to_py(e),
+    }
+}
+
 /// Writes several safetensors files (`(file, tensors, metadata)` each, as `write_safetensors`)
-/// as one batch; their sizes. The files' writes are interleaved, a `task_size` piece of each
-/// file in turn, so that the workers write to every file at once: buffered writes to one file
-/// take its inode lock one writer at a time (ext4, XFS), so one file's page-cache write rate is
-/// about one core's, and several files go faster together than one after the other.
+/// as one batch, their writes interleaved (`gpufile::formats::safetensors::save::write::
+/// submit_files`); their sizes.
 #[pyfunction]
 fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult<Vec<u64>> {
     let mut views = Vec::new();
     let mut per_file = Vec::with_capacity(files.len());
-    let mut sizes = Vec::with_capacity(files.len());
     for (file, tensors, metadata) in files {
         let handle = file.get().handle()?;
-        let first = views.len();
-        let mut rows = Vec::with_capacity(tensors.len());
-        for (name, dtype, shape, buf) in tensors {
-            let view = BufferView::for_request(&buf, false)?;
-            rows.push(((name, dtype, shape), view.len() as u64));
-            views.push(view);
-        }
-        let specs = specs(rows)?;
-        let plan = plan_save(handle.path(), &specs, metadata.as_ref()).map_err(to_py)?;
-        sizes.push(plan.file_size);
-        per_file.push((handle, first, plan));
+        let (rows, v) = tensor_rows(tensors)?;
+        views.extend(v);
+        per_file.push((handle, rows, metadata));
     }
     // One engine and one snapshot of the settings: the pieces are cut with the task size the
     // batch then runs with.
     let engine = Engine::global().map_err(crate::errors::to_py)?;
     let settings = engine.shared_settings();
-    let task_size = settings.task_size;
-    let mut queues = Vec::with_capacity(per_file.len());
-    for (handle, first, plan) in &per_file {
-        let header = plan.header.clone();
-        let h = handle.clone();
-        py.detach(move || h.write(&header, 0, None))
-            .map_err(crate::errors::to_py)?;
-        let endpoint = handle.endpoint(Direction::Write);
-        let mut pieces = Vec::new();
-        for (v, &off) in views[*first..].iter().zip(&plan.offsets) {
-            // One file's requests whole (a request per tensor); several files' in pieces, so
-            // that they can be interleaved.
-            let step = if per_file.len() > 1 {
-                task_size
-            } else {
-                v.len()
-            }
-            .max(1);
-            for at in (0..v.len()).step_by(step) {
-                let n = step.min(v.len() - at);
-                let req = v.request(Direction::Write, at, n, off + at as u64);
-                pieces.push((endpoint.clone(), req));
-            }
-        }
-        queues.push(pieces.into_iter());
-    }
-    let mut batch = Vec::new();
-    loop {
-        let before = batch.len();
-        batch.extend(queues.iter_mut().filter_map(Iterator::next));
-        if batch.len() == before {
-            break;
-        }
-    }
-    let fut = py.detach(move || -> gpufile::Result<gpufile::IoFuture> {
+    let submitted = py.detach(|| {
+        let files: Vec<FileToWrite<'_>> = per_file
+            .iter()
+            .map(|(handle, rows, metadata)| FileToWrite {
+                file: handle,
+                tensors: rows.iter().collect(),
+                metadata: metadata.as_ref(),
+            })
+            .collect();
         // SAFETY: `views` hold every buffer's export (host) or array object (device) until
         // the wait below has seen every request end.
-        unsafe { engine.submit_batch(&batch, &settings) }
+        unsafe { submit_files(&engine, &settings, &files) }
     });
-    let fut = fut.map_err(crate::errors::to_py)?;
+    let (sizes, fut) = submitted.map_err(save_error)?;
     let result = wait_interruptibly(py, &fut);
     drop(views);
     result?;
     Ok(sizes)
+}
+
+/// `max_shard_size` as huggingface_hub reads it: a positive int (bytes) or a str like `"5GB"`
+/// (`gpufile::formats::safetensors::save::checkpoint::parse_size`).
+#[pyfunction]
+fn parse_shard_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(text) = size.extract::<String>() {
+        return checkpoint::parse_size(&text).map_err(PyValueError::new_err);
+    }
+    let n: i128 = size.extract()?;
+    if n <= 0 {
+        return Err(PyValueError::new_err(format!(
+            "max_shard_size must be positive, got {n}"
+        )));
+    }
+    u64::try_from(n).map_err(|_| PyValueError::new_err(format!("max_shard_size {n} is too large")))
+}
+
+/// The shards of tensors of `sizes` (in order) at most `max_shard_size` bytes each, as
+/// huggingface_hub fills them: indices into `sizes`.
+#[pyfunction]
+fn split_shards(sizes: Vec<u64>, max_shard_size: u64) -> Vec<Vec<usize>> {
+    checkpoint::split(&sizes, max_shard_size)
+}
+
+/// Saves a Hugging Face checkpoint into the local directory `directory` (GIL released):
+/// `tensors` as `write_safetensors` takes them, `sizes` each one's size for sharding,
+/// `max_shard_size` in bytes. The weight map ((tensor, file) in the order of the tensors)
+/// (`gpufile::formats::safetensors::save::checkpoint::save_checkpoint`).
+#[pyfunction]
+#[pyo3(signature = (directory, tensors, sizes, max_shard_size, metadata=None, durable=true))]
+fn save_checkpoint(
+    py: Python<'_>,
+    directory: PathArg,
+    tensors: Vec<SaveRow<'_>>,
+    sizes: Vec<u64>,
+    max_shard_size: u64,
+    metadata: Option<BTreeMap<String, String>>,
+    durable: bool,
+) -> PyResult<Vec<(String, String)>> {
+    let (rows, views) = tensor_rows(tensors)?;
+    let engine = Engine::global().map_err(crate::errors::to_py)?;
+    let settings = engine.shared_settings();
+    let options = checkpoint::SaveOptions {
+        max_shard_size,
+        metadata: metadata.as_ref(),
+        durable,
+        sizes: Some(&sizes),
+    };
+    let saved = py.detach(|| {
+        // SAFETY: `views` hold every buffer's export (host) or array object (device) until
+        // the save has returned, after its every request ended.
+        unsafe { checkpoint::save_checkpoint(&directory.0, &rows, &options, &engine, &settings) }
+    });
+    drop(views);
+    Ok(saved.map_err(save_error)?.weight_map)
 }
 
 /// A file written under a temporary name and published by renaming it over its final name
@@ -497,6 +553,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(safetensors_header, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors_files, m)?)?;
+    m.add_function(wrap_pyfunction!(save_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_shard_size, m)?)?;
+    m.add_function(wrap_pyfunction!(split_shards, m)?)?;
     m.add_function(wrap_pyfunction!(sync_dir, m)?)?;
     m.add_function(wrap_pyfunction!(is_temporary_name, m)?)?;
     Ok(())

@@ -26,6 +26,9 @@ use serde::Serialize;
 
 use super::{Dtype, FormatError, Result, MAX_HEADER_LEN};
 
+pub mod checkpoint;
+pub mod write;
+
 /// One tensor to write: what the header says of it, and its byte length.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SaveTensor {

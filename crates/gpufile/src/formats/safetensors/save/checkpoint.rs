@@ -1,0 +1,472 @@
+//! Saving a Hugging Face sharded checkpoint into a local directory: the shards as
+//! `huggingface_hub.split_torch_state_dict_into_shards` fills them, named
+//! `model-0000k-of-0000n.safetensors` (or one `model.safetensors`), the index
+//! `model.safetensors.index.json` byte for byte as Python's `json.dumps(index, indent=2,
+//! sort_keys=True) + "\n"` writes it, and the commit that leaves the directory holding a whole
+//! checkpoint, the old or the new one, at every moment (a kill -9 included).
+//!
+//! How it goes ([`save_checkpoint`]): the directory is created where missing; temporaries that
+//! killed saves left are removed (under the directory's [`DirLock`]); every shard is written
+//! under a temporary name (one batch, [`submit_files`]) and synced; then, under the lock, the
+//! commit: one shard is published as `model.safetensors`; several are named by an index that
+//! names their temporaries, published keeping their temporary names, the directory synced, and
+//! the final index published. What the replaced checkpoint had and this one has not (its single
+//! file or its index, shards of another count) and stale temporaries go last.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::error::Op;
+use crate::publish::{remove_stale_temporaries, sync_dir, DirLock, PendingFile, WriteBehind};
+use crate::{Engine, Error, Settings};
+
+use super::write::{submit_files, FileToWrite, SaveError, TensorRow};
+
+/// The index of a sharded checkpoint.
+pub const INDEX_NAME: &str = "model.safetensors.index.json";
+/// The file of a checkpoint of one shard.
+pub const SINGLE_NAME: &str = "model.safetensors";
+
+/// The name of shard `k` (from 0) of `n`.
+pub fn shard_name(k: usize, n: usize) -> String {
+    format!("model-{:05}-of-{:05}.safetensors", k + 1, n)
+}
+
+/// Whether `name` is a shard's name (`model-\d{5}-of-\d{5}\.safetensors`), of any count.
+pub fn is_shard_name(name: &str) -> bool {
+    let digits = |s: &str| s.len() == 5 && s.bytes().all(|b| b.is_ascii_digit());
+    name.strip_prefix("model-")
+        .and_then(|r| r.strip_suffix(".safetensors"))
+        .and_then(|r| r.split_once("-of-"))
+        .is_some_and(|(a, b)| digits(a) && digits(b))
+}
+
+/// `max_shard_size` as huggingface_hub reads a string: a number and a unit, `"5GB"`,
+/// `"500MB"`, `"1.5TB"` (TB, GB, MB, KB: powers of 1000; the unit in any case). The error is
+/// the message Python's `ValueError` carries.
+pub fn parse_size(size: &str) -> Result<u64, String> {
+    const UNITS: [(&str, f64); 4] = [("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)];
+    let text = size.trim();
+    let chars: Vec<char> = text.chars().collect();
+    let split = chars.len().saturating_sub(2);
+    let unit: String = chars[split..].iter().collect::<String>().to_uppercase();
+    let Some(&(_, scale)) = UNITS.iter().find(|(u, _)| *u == unit) else {
+        return Err(format!(
+            "Unit '{unit}' not supported. Supported units are TB, GB, MB, KB. Got '{size}'."
+        ));
+    };
+    let number: String = chars[..split].iter().collect();
+    let number = number.trim();
+    let value: f64 = number.parse().map_err(|_| {
+        format!("Could not parse the size value from '{size}': could not convert string to float: '{number}'")
+    })?;
+    let n = (value * scale).trunc();
+    if n.is_nan() || n < 1.0 {
+        return Err(format!("max_shard_size must be positive, got '{size}'"));
+    }
+    if n.is_infinite() {
+        return Err(format!("max_shard_size {size:?} is too large"));
+    }
+    Ok(n as u64)
+}
+
+/// `max_shard_size` for callers that pass text (C, C++): bytes as a plain decimal number
+/// (`"1000000"`), or a size with a unit as [`parse_size`] reads it.
+pub fn parse_size_or_bytes(size: &str) -> Result<u64, String> {
+    let text = size.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return match text.parse::<u64>() {
+            Ok(0) => Err(format!("max_shard_size must be positive, got {text}")),
+            Ok(n) => Ok(n),
+            Err(_) => Err(format!("max_shard_size {text} is too large")),
+        };
+    }
+    parse_size(size)
+}
+
+/// The shards, as `split_torch_state_dict_into_shards` fills them: indices into `sizes`, in
+/// order; a new shard when the next tensor would tip the current one over `max_shard_size`; a
+/// tensor larger than the limit alone in a shard of its own, appended where it is met. No
+/// tensor at all is one empty shard.
+pub fn split(sizes: &[u64], max_shard_size: u64) -> Vec<Vec<usize>> {
+    let mut shards = Vec::new();
+    let mut current = Vec::new();
+    let mut current_size = 0u64;
+    for (i, &size) in sizes.iter().enumerate() {
+        if size > max_shard_size {
+            shards.push(vec![i]);
+            continue;
+        }
+        if current_size.saturating_add(size) > max_shard_size {
+            shards.push(std::mem::take(&mut current));
+            current_size = 0;
+        }
+        current.push(i);
+        current_size += size;
+    }
+    if !current.is_empty() || shards.is_empty() {
+        shards.push(current);
+    }
+    shards
+}
+
+/// A value of the index's `metadata`: `total_size` (a number) or the caller's strings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetaValue {
+    /// A JSON number.
+    Int(u64),
+    /// A JSON string.
+    Str(String),
+}
+
+/// A saved checkpoint's index, as `model.safetensors.index.json` holds it (for one shard the
+/// directory holds no index; this says what it would).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointIndex {
+    /// `total_size` (the sum of the tensors' sizes for sharding), then the caller's metadata
+    /// (a caller's `total_size` replaces the number, as Python's `{"total_size": n, **meta}`).
+    pub metadata: BTreeMap<String, MetaValue>,
+    /// Each tensor's file, shard by shard (in each shard, in the order of the tensors).
+    pub weight_map: Vec<(String, String)>,
+}
+
+impl CheckpointIndex {
+    /// The index file's text, as Python's `json.dumps(index, indent=2, sort_keys=True) + "\n"`.
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{\n  \"metadata\": ");
+        let meta: Vec<(&str, String)> = self
+            .metadata
+            .iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    MetaValue::Int(n) => n.to_string(),
+                    MetaValue::Str(s) => json_string(s),
+                };
+                (k.as_str(), text)
+            })
+            .collect();
+        json_object(&mut out, meta);
+        out.push_str(",\n  \"weight_map\": ");
+        let mut files: Vec<(&str, String)> = self
+            .weight_map
+            .iter()
+            .map(|(k, f)| (k.as_str(), json_string(f)))
+            .collect();
+        files.sort_by(|a, b| a.0.cmp(b.0));
+        json_object(&mut out, files);
+        out.push_str("\n}\n");
+        out
+    }
+}
+
+/// An object of `entries` (sorted by key) at the second level of an `indent=2` dump.
+fn json_object(out: &mut String, entries: Vec<(&str, String)>) {
+    if entries.is_empty() {
+        out.push_str("{}");
+        return;
+    }
+    out.push('{');
+    for (i, (k, v)) in entries.iter().enumerate() {
+        out.push_str(if i == 0 { "\n    " } else { ",\n    " });
+        out.push_str(&json_string(k));
+        out.push_str(": ");
+        out.push_str(v);
+    }
+    out.push_str("\n  }");
+}
+
+/// A JSON string as Python's `json.dumps` writes it (`ensure_ascii`: everything outside
+/// printable ASCII as `\uXXXX`, UTF-16 surrogate pairs past the BMP).
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{u:04x}"));
+                }
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// How to save a checkpoint.
+#[derive(Clone, Debug)]
+pub struct SaveOptions<'a> {
+    /// The largest shard in bytes (see [`parse_size`]).
+    pub max_shard_size: u64,
+    /// The caller's metadata: in the index's `metadata`, and in the file of a single shard.
+    pub metadata: Option<&'a BTreeMap<String, String>>,
+    /// Sync files and directory before and after each rename (survives a power loss).
+    pub durable: bool,
+    /// Each tensor's size for sharding, in the order of the tensors (huggingface_hub counts a
+    /// tensor's whole storage); `None`: each buffer's length.
+    pub sizes: Option<&'a [u64]>,
+}
+
+/// The names an index in `dir` points at (kept by the cleanup of temporaries: a killed save's
+/// first index names temporaries); none where there is no readable index.
+pub fn referenced_names(dir: &Path) -> HashSet<OsString> {
+    let Ok(text) = std::fs::read(dir.join(INDEX_NAME)) else {
+        return HashSet::new();
+    };
+    let Ok(serde_json::Value::Object(index)) = serde_json::from_slice(&text) else {
+        return HashSet::new();
+    };
+    match index.get("weight_map") {
+        Some(serde_json::Value::Object(map)) => map
+            .values()
+            .filter_map(|v| v.as_str().map(OsString::from))
+            .collect(),
+        _ => HashSet::new(),
+    }
+}
+
+/// Removes the temporaries of killed saves from `dir`, keeping those its index names. Call it
+/// holding the directory's [`DirLock`].
+pub fn remove_stale_checkpoint_temporaries(dir: &Path) -> crate::Result<usize> {
+    remove_stale_temporaries(dir, &referenced_names(dir))
+}
+
+/// Saves `tensors` as a Hugging Face checkpoint in `dir` (see the module's header): shards as
+/// [`split`] makes them, each written by `engine` with `settings` from the tensors' own memory
+/// (host or device). The index (also for one shard, where no index file is written). On an
+/// error every temporary is gone and the directory holds what it held, or the new checkpoint
+/// once its commit ran.
+///
+/// # Safety
+/// Every row's buffer must stay valid, and unchanged, until the call returns.
+pub unsafe fn save_checkpoint(
+    dir: &Path,
+    tensors: &[TensorRow],
+    options: &SaveOptions<'_>,
+    engine: &Engine,
+    settings: &Settings,
+) -> Result<CheckpointIndex, SaveError> {
+    let sizes: Vec<u64> = match options.sizes {
+        Some(s) if s.len() != tensors.len() => {
+            return Err(Error::InvalidArgument(format!(
+                "{}: {} sizes for {} tensors",
+                dir.display(),
+                s.len(),
+                tensors.len()
+            ))
+            .into())
+        }
+        Some(s) => s.to_vec(),
+        None => tensors.iter().map(|t| t.buffer.len() as u64).collect(),
+    };
+    let mut seen = HashSet::with_capacity(tensors.len());
+    if let Some(t) = tensors.iter().find(|t| !seen.insert(t.name.as_str())) {
+        return Err(Error::InvalidArgument(format!(
+            "{}: tensor {:?} is given twice",
+            dir.display(),
+            t.name
+        ))
+        .into());
+    }
+    if options.max_shard_size == 0 {
+        return Err(Error::InvalidArgument("max_shard_size must be positive, got 0".into()).into());
+    }
+    let shards = split(&sizes, options.max_shard_size);
+    let n = shards.len();
+    let names: Vec<String> = match n {
+        1 => vec![SINGLE_NAME.to_owned()],
+        _ => (0..n).map(|k| shard_name(k, n)).collect(),
+    };
+    let empty = BTreeMap::new();
+    let meta = options.metadata.unwrap_or(&empty);
+    let mut file_meta = BTreeMap::from([("format".to_owned(), "pt".to_owned())]);
+    if n == 1 {
+        file_meta.extend(meta.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    let mut index_meta = BTreeMap::from([(
+        "total_size".to_owned(),
+        MetaValue::Int(sizes.iter().fold(0u64, |a, &s| a.saturating_add(s))),
+    )]);
+    index_meta.extend(
+        meta.iter()
+            .map(|(k, v)| (k.clone(), MetaValue::Str(v.clone()))),
+    );
+    let weight_map = shards
+        .iter()
+        .zip(&names)
+        .flat_map(|(keys, file)| {
+            keys.iter()
+                .map(|&i| (tensors[i].name.clone(), file.clone()))
+        })
+        .collect();
+    let index = CheckpointIndex {
+        metadata: index_meta,
+        weight_map,
+    };
+    if !dir.is_dir() {
+        let parent = std::path::absolute(dir)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_owned))
+            .unwrap_or_else(|| PathBuf::from("."));
+        std::fs::create_dir_all(dir).map_err(|e| Error::os(Op::Create, &parent, 0, 0, e))?;
+        if options.durable {
+            sync_dir(&parent)?;
+        }
+    }
+    {
+        // Room on the disk before this save writes.
+        let _lock = DirLock::acquire(dir)?;
+        remove_stale_checkpoint_temporaries(dir)?;
+    }
+    let mut pending: Vec<PendingFile> = Vec::with_capacity(n);
+    let result = (|| -> Result<(), SaveError> {
+        // Every shard whole and synced under its temporary name before anything is published:
+        // until then the directory holds the previous checkpoint, untouched.
+        let mut behind: Vec<WriteBehind> = Vec::new();
+        for name in &names {
+            let p = PendingFile::create(dir.join(name))?;
+            if options.durable {
+                behind.push(p.write_behind());
+            }
+            pending.push(p);
+        }
+        let files: Vec<FileToWrite<'_>> = pending
+            .iter()
+            .zip(&shards)
+            .map(|(p, keys)| FileToWrite {
+                file: p.handle(),
+                tensors: keys.iter().map(|&i| &tensors[i]).collect(),
+                metadata: Some(&file_meta),
+            })
+            .collect();
+        // SAFETY: the caller keeps the buffers valid until this call returns, after the wait.
+        let (_, fut) = unsafe { submit_files(engine, settings, &files) }?;
+        fut.wait()?;
+        drop(behind);
+        if options.durable {
+            for p in &pending {
+                p.sync()?;
+            }
+        }
+        // The commit and the removal of what the replaced checkpoint had, one save at a time
+        // (threads, processes, hosts sharing the directory): a save never removes files that a
+        // commit after its own published.
+        let _lock = DirLock::acquire(dir)?;
+        commit(dir, &names, &mut pending, &index, options.durable)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        for p in &mut pending {
+            let _ = p.discard();
+        }
+        return Err(e);
+    }
+    Ok(index)
+}
+
+/// Publishes a checkpoint whose shards are written and synced under their temporary names,
+/// then removes what the checkpoint it replaces had. Call it holding the directory's lock.
+fn commit(
+    dir: &Path,
+    names: &[String],
+    pending: &mut [PendingFile],
+    index: &CheckpointIndex,
+    durable: bool,
+) -> crate::Result<()> {
+    if let [single] = pending {
+        single.publish(durable, false)?;
+    } else {
+        // An index naming the temporaries (each complete) replaces the previous index in one
+        // rename. The shards then take their final names, each keeping its temporary name
+        // meanwhile, and a second index names them: at every moment the index in the directory
+        // names complete files of one checkpoint.
+        let temp_of = |name: &str| -> String {
+            let k = names.iter().position(|n| n == name).unwrap_or(0);
+            pending[k]
+                .temp_path()
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let first = CheckpointIndex {
+            metadata: index.metadata.clone(),
+            weight_map: index
+                .weight_map
+                .iter()
+                .map(|(k, f)| (k.clone(), temp_of(f)))
+                .collect(),
+        };
+        publish_text(&dir.join(INDEX_NAME), &first.to_json(), durable)?;
+        for p in pending.iter_mut() {
+            p.publish(false, true)?;
+        }
+        if durable {
+            sync_dir(dir)?;
+        }
+        publish_text(&dir.join(INDEX_NAME), &index.to_json(), durable)?;
+    }
+    for p in pending.iter_mut() {
+        p.discard()?;
+    }
+    // What the previous checkpoint had and this one has not: its single file or its index,
+    // and shards of another count. Under the lock, final shard names are only ever those of
+    // committed checkpoints.
+    let mut stale = vec![if names.len() > 1 {
+        SINGLE_NAME
+    } else {
+        INDEX_NAME
+    }
+    .to_owned()];
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::os(Op::Open, dir, 0, 0, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::os(Op::Open, dir, 0, 0, e))?;
+        let name = entry.file_name();
+        if let Some(name) = name.to_str() {
+            if is_shard_name(name) && !names.iter().any(|n| n == name) {
+                stale.push(name.to_owned());
+            }
+        }
+    }
+    for f in stale {
+        let path = dir.join(&f);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::os(Op::Remove, &path, 0, 0, e)),
+        }
+    }
+    // Temporaries of a killed save that its index named (kept until now) are no one's now.
+    remove_stale_checkpoint_temporaries(dir)?;
+    if durable {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Publishes `text` at `path` whole (a temporary renamed over it).
+fn publish_text(path: &Path, text: &str, durable: bool) -> crate::Result<()> {
+    let mut pending = PendingFile::create(path)?;
+    let written = pending
+        .handle()
+        .write(text.as_bytes(), 0, None)
+        .and_then(|_| pending.publish(durable, false));
+    if written.is_err() {
+        let _ = pending.discard();
+    }
+    written
+}
+
+#[cfg(test)]
+#[path = "checkpoint_tests.rs"]
+mod tests;

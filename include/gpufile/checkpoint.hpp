@@ -1,0 +1,66 @@
+/*
+ * gpufile's C++ checkpoint saving (included by gpufile/gpufile.hpp): a Hugging Face sharded
+ * checkpoint from tensors in host or device memory, as gpufile_save_checkpoint writes it.
+ *
+ *   std::vector<gpufile::TensorView> t = {{"w", "F32", {1000}, ptr, 4000}};
+ *   gpufile::save_checkpoint("out/ck", t, "5GB", {{"step", "7"}});
+ *
+ * See docs/cpp.md and docs/checkpoints.md.
+ */
+#ifndef GPUFILE_CHECKPOINT_HPP
+#define GPUFILE_CHECKPOINT_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpufile/gpufile.hpp"
+
+namespace gpufile {
+
+/** One tensor to save: name, safetensors dtype ("F32", "BF16", ...), shape, and its bytes. */
+struct TensorView {
+  std::string name;
+  std::string dtype;
+  std::vector<std::uint64_t> shape;
+  void const* data = nullptr;  // host or device memory, C order
+  std::size_t size = 0;        // bytes
+};
+
+/**
+ * Saves `tensors` as a Hugging Face checkpoint in `dir` (created where missing):
+ * model.safetensors, or shards of at most `max_shard_size` ("5GB", "500MB", or bytes as
+ * "1000000") and model.safetensors.index.json. The directory holds the old checkpoint or the
+ * new one at every moment. Throws gpufile::Error (BadArgumentError for a refused tensor).
+ */
+inline void save_checkpoint(std::string const& dir,
+                            std::vector<TensorView> const& tensors,
+                            std::string const& max_shard_size = "5GB",
+                            std::map<std::string, std::string> const& metadata = {},
+                            bool durable = true)
+{
+  std::vector<gpufile_tensor> rows;
+  rows.reserve(tensors.size());
+  for (auto const& t : tensors) {
+    rows.push_back(gpufile_tensor{
+      t.name.c_str(), t.dtype.c_str(), t.shape.data(), t.shape.size(), t.data, t.size});
+  }
+  std::vector<char const*> kv;
+  for (auto const& [k, v] : metadata) {
+    kv.push_back(k.c_str());
+    kv.push_back(v.c_str());
+  }
+  kv.push_back(nullptr);
+  detail::check(gpufile_save_checkpoint(dir.c_str(),
+                                        rows.data(),
+                                        rows.size(),
+                                        max_shard_size.c_str(),
+                                        metadata.empty() ? nullptr : kv.data(),
+                                        durable ? 1 : 0));
+}
+
+}  // namespace gpufile
+
+#endif  // GPUFILE_CHECKPOINT_HPP
