@@ -556,3 +556,35 @@ def test_save_from_gpu_memory_is_byte_identical():
         fut.result()
         with open(os.path.join(d, "c"), "rb") as c, open(os.path.join(d, "b"), "rb") as b:
             assert c.read() == b.read()
+
+
+def test_ctrl_c_stops_a_sharded_save_and_publishes_nothing(tmp_path):
+    """SIGINT while the shards are written: KeyboardInterrupt soon after, nothing published,
+    no temporary left, the previous checkpoint intact."""
+    d = tmp_path / "ck"
+    gs.save_checkpoint({"old": np.arange(10, dtype=np.int64)}, d)
+    before = sorted(os.listdir(d))
+    code = textwrap.dedent("""
+        import os, signal, sys, threading, time
+        import numpy as np
+        import gpufile.safetensors as gs
+        big = {f"t{i:02d}": np.zeros(64 << 20, np.uint8) for i in range(48)}  # 3 GiB
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        try:
+            gs.save_checkpoint(big, sys.argv[1], "1GB")
+        except KeyboardInterrupt:
+            print(f"interrupted {time.monotonic() - t0:.2f}")
+        else:
+            print(f"finished {time.monotonic() - t0:.2f}")
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    what, seconds = out.stdout.split()
+    if what == "finished" and float(seconds) < 0.3:
+        pytest.skip(f"the 3 GiB save ended in {seconds} s, before the signal")
+    assert what == "interrupted", f"the signal came while saving, and the save went on ({seconds} s)"
+    assert float(seconds) < 10, seconds
+    assert sorted(os.listdir(d)) == before
+    assert (gs.load_checkpoint(d, framework="numpy")["old"] == np.arange(10)).all()

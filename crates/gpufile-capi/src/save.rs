@@ -168,6 +168,7 @@ pub unsafe extern "C" fn gpufile_save_checkpoint(
             metadata: (!metadata.is_null()).then_some(&meta),
             durable: durable != 0,
             sizes: None,
+            stop: None,
         };
         // SAFETY: the caller keeps every tensor's memory valid until this call returns.
         match unsafe { save_checkpoint(dir, &rows, &options, &engine, &settings) } {

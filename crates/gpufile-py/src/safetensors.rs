@@ -356,11 +356,24 @@ fn save_checkpoint(
     let (rows, views) = tensor_rows(tensors)?;
     let engine = Engine::global().map_err(crate::errors::to_py)?;
     let settings = engine.shared_settings();
+    // Ctrl-C stops the save: the signal is seen with the GIL taken back briefly, kept, and
+    // raised once the core has cancelled and discarded everything.
+    let interrupt: Mutex<Option<PyErr>> = Mutex::new(None);
+    let stop = || {
+        Python::attach(|py| match py.check_signals() {
+            Ok(()) => false,
+            Err(e) => {
+                *interrupt.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                true
+            }
+        })
+    };
     let options = checkpoint::SaveOptions {
         max_shard_size,
         metadata: metadata.as_ref(),
         durable,
         sizes: Some(&sizes),
+        stop: Some(&stop),
     };
     let saved = py.detach(|| {
         // SAFETY: `views` hold every buffer's export (host) or array object (device) until
@@ -368,6 +381,9 @@ fn save_checkpoint(
         unsafe { checkpoint::save_checkpoint(&directory.0, &rows, &options, &engine, &settings) }
     });
     drop(views);
+    if let Some(e) = interrupt.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
     Ok(saved.map_err(save_error)?.weight_map)
 }
 

@@ -205,7 +205,7 @@ fn json_string(s: &str) -> String {
 }
 
 /// How to save a checkpoint.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct SaveOptions<'a> {
     /// The largest shard in bytes (see [`parse_size`]).
     pub max_shard_size: u64,
@@ -216,7 +216,26 @@ pub struct SaveOptions<'a> {
     /// Each tensor's size for sharding, in the order of the tensors (huggingface_hub counts a
     /// tensor's whole storage); `None`: each buffer's length.
     pub sizes: Option<&'a [u64]>,
+    /// Asked every [`STOP_POLL`] while the shards are written: `true` cancels the save (its
+    /// requests are cancelled and waited for, nothing is published, the error is
+    /// [`Error::Cancelled`]). How a binding lets Ctrl-C stop a long save.
+    pub stop: Option<&'a (dyn Fn() -> bool + Sync)>,
 }
+
+impl std::fmt::Debug for SaveOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaveOptions")
+            .field("max_shard_size", &self.max_shard_size)
+            .field("metadata", &self.metadata)
+            .field("durable", &self.durable)
+            .field("sizes", &self.sizes)
+            .field("stop", &self.stop.map(|_| "…"))
+            .finish()
+    }
+}
+
+/// How often a save asks [`SaveOptions::stop`].
+pub const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The names an index in `dir` points at (kept by the cleanup of temporaries: a killed save's
 /// first index names temporaries); none where there is no readable index.
@@ -352,7 +371,20 @@ pub unsafe fn save_checkpoint(
             .collect();
         // SAFETY: the caller keeps the buffers valid until this call returns, after the wait.
         let (_, fut) = unsafe { submit_files(engine, settings, &files) }?;
-        fut.wait()?;
+        match options.stop {
+            None => fut.wait().map(drop)?,
+            Some(stop) => loop {
+                if let Some(r) = fut.wait_timeout(STOP_POLL) {
+                    r?;
+                    break;
+                }
+                if stop() {
+                    fut.cancel();
+                    let _ = fut.wait();
+                    return Err(Error::Cancelled.into());
+                }
+            },
+        }
         drop(behind);
         if options.durable {
             for p in &pending {

@@ -135,6 +135,7 @@ fn save(dir: &Path, data: &[Vec<u8>], limit: u64) -> Result<CheckpointIndex, Sav
         metadata: Some(&meta),
         durable: true,
         sizes: None,
+        stop: None,
     };
     // SAFETY: `data` outlives the call.
     unsafe { save_checkpoint(dir, &tensors, &options, &engine, &settings) }
@@ -230,6 +231,7 @@ fn a_refused_save_leaves_the_directory_as_it_was() {
         metadata: None,
         durable: false,
         sizes: None,
+        stop: None,
     };
     // SAFETY: `data` outlives the call.
     let e = unsafe { save_checkpoint(dir, &tensors, &options, &engine, &settings) }.unwrap_err();
