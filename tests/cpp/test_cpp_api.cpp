@@ -328,3 +328,37 @@ TEST_F(CppApi, kvikio_mmap_handle_refuses_bad_regions_and_flags_with_kvikios_typ
   EXPECT_EQ(m.read(buf.data(), 0, 512 + 1024), 0u);
   EXPECT_EQ(whole.read(buf.data(), 0, size), 0u);
 }
+
+TEST_F(CppApi, save_checkpoint_writes_hugging_face_shards_and_an_index)
+{
+  // Three tensors of 4,000 bytes and shards of at most 5,000: one tensor a shard, each file's
+  // data its last 4,000 bytes (a safetensors file: header length, header, data).
+  std::vector<std::vector<unsigned char>> bytes;
+  std::vector<gpufile::TensorView> tensors;
+  for (int i = 0; i < 3; ++i) {
+    auto b = support::pattern(4000);
+    for (auto& c : b) { c = static_cast<unsigned char>(c + i); }
+    bytes.push_back(std::move(b));
+  }
+  for (int i = 0; i < 3; ++i) {
+    tensors.push_back(
+      {"t" + std::to_string(i), "F32", {1000}, bytes[i].data(), bytes[i].size()});
+  }
+  auto const ck = dir.file("ck");
+  gpufile::save_checkpoint(ck, tensors, "5000", {{"step", "7"}});
+  auto const index = support::read_file(ck + "/model.safetensors.index.json");
+  std::string const text(index.begin(), index.end());
+  EXPECT_NE(text.find("\"step\": \"7\""), std::string::npos) << text;
+  for (int i = 0; i < 3; ++i) {
+    auto const name = "model-0000" + std::to_string(i + 1) + "-of-00003.safetensors";
+    EXPECT_NE(text.find("\"t" + std::to_string(i) + "\": \"" + name + "\""), std::string::npos)
+      << text;
+    auto const file = support::read_file(ck + "/" + name);
+    ASSERT_GE(file.size(), 4008u);
+    EXPECT_EQ(0, std::memcmp(file.data() + file.size() - 4000, bytes[i].data(), 4000));
+  }
+  // A refused tensor: an exception, and the checkpoint as it was.
+  std::vector<gpufile::TensorView> bad = {{"x", "NOT_A_DTYPE", {4}, bytes[0].data(), 4}};
+  EXPECT_THROW(gpufile::save_checkpoint(ck, bad), gpufile::BadArgumentError);
+  EXPECT_EQ(support::read_file(ck + "/model.safetensors.index.json"), index);
+}
