@@ -414,6 +414,9 @@ def test_a_save_future_whose_callback_raises_runs_the_next_and_wakes_await(tmp_p
 
     with caplog.at_level(logging.ERROR, logger="gpufile"):
         fut = asyncio.run(main())
+        # Callbacks added after the await may still be queued behind the save thread's last
+        # one (they run there, in order, right after it): bounded wait, not a sleep.
+        fut._thread.join(timeout=30)
     assert fut.done() and ran == [True, True]
     bugs = [r for r in caplog.records if "exception calling callback" in r.getMessage()]
     assert len(bugs) == 2 and all(r.exc_info[0] is ValueError for r in bugs)
