@@ -286,7 +286,6 @@ pub unsafe extern "C" fn gpufile_remote_pread(
         if file.wants_range_probe(size, task_size.unwrap_or(settings.task_size)) {
             file.probe_ranges(&settings)?;
         }
-        let task_size = file.plan_read(size).task_size.or(task_size);
         let source: Arc<dyn Source> = file;
         // SAFETY: the caller's contract.
         let future = unsafe {

@@ -176,16 +176,6 @@ pub fn explain_with(
     let s = req.settings(defaults)?;
     let (num_threads, compat_mode, gds_threshold) = (s.num_threads, s.compat_mode, s.gds_threshold);
     let mut notes = Vec::new();
-    let availability = || match req.cufile {
-        CufileAssumption::Probe => cufile::availability(),
-        CufileAssumption::Nvfs => Availability::Accelerated("assumed: nvidia-fs loaded".into()),
-        CufileAssumption::Compat => {
-            Availability::CompatOnly("assumed: nvidia-fs not loaded".into())
-        }
-        CufileAssumption::Unavailable => {
-            Availability::Unavailable("assumed: cuFile cannot be used".into())
-        }
-    };
     // The engine's own plan of this request (a read alone, as predicted): its path, with the
     // registration of `file` where cuFile is chosen and probed, and its tasks.
     let ranges = gpufile::Ranges::One(gpufile::Range {
@@ -201,13 +191,17 @@ pub fn explain_with(
         task_size: req.task_size,
         caller_waits: false,
         alone: true,
-        local_file: true,
-        request_per_task: false,
+        batch_whole: false,
+        needs: plan::Needs {
+            local_file: true,
+            ..plan::Needs::default()
+        },
     };
-    let planned = plan::plan_request(&shape, &s, availability, || match (file, req.cufile) {
-        (Some(f), CufileAssumption::Probe) => f.cufile_registration().map_err(|e| e.to_string()),
-        _ => Ok(()),
-    });
+    let mut machine = Predicted {
+        cufile: req.cufile,
+        file,
+    };
+    let planned = plan::plan_request(&shape, &s, &mut machine);
     let path = planned.path.map_err(|e| e.to_string());
     let task_size = planned.task_size;
     if task_size != planned.task_size_busy {
@@ -257,14 +251,11 @@ pub fn explain_with(
             });
             exec = Some(e);
         }
-        Ok(_) if req.memory == Memory::Device => {
-            bounce_chunk = Some(plan::chunk_size(
-                task_size.min(req.size.max(1)),
-                s.bounce_buffer_size,
-            ));
-            notes.push(dma_note(&s, req.size));
-        }
         _ => {}
+    }
+    if let Some(plan::Strategy::Bounce { chunks, dma, .. }) = &planned.strategy {
+        bounce_chunk = Some(chunks.of(task_size.min(req.size.max(1))));
+        notes.push(dma_note(dma));
     }
     if task_count > num_threads {
         notes.push(format!("{task_count} tasks over {num_threads} workers"));
@@ -291,23 +282,68 @@ pub fn explain_with(
     })
 }
 
-/// What page-cache DMA does for a device read of `size` bytes under `s` (see
-/// `gpufile::exec::dma`).
-fn dma_note(s: &Settings, size: usize) -> String {
-    use gpufile::exec::dma::{GRANULE, MIN_REQUEST};
-    if s.dma_cache_size == 0 {
-        "page-cache DMA off (dma_cache_size 0): every chunk goes through the bounce buffers".into()
-    } else if s.auto_direct_io_read {
-        "page-cache DMA off: auto_direct_io_read asks for O_DIRECT reads".into()
-    } else if size < MIN_REQUEST {
-        format!("page-cache DMA: not for reads under {}", human(MIN_REQUEST))
-    } else {
-        format!(
+/// The plan's page-cache DMA decision for a device read (see `gpufile::exec::dma`), in words.
+fn dma_note(dma: &plan::Dma) -> String {
+    match dma {
+        plan::Dma::SettingOff => {
+            "page-cache DMA off (dma_cache_size 0): every chunk goes through the bounce buffers"
+                .into()
+        }
+        plan::Dma::DirectIo => {
+            "page-cache DMA off: auto_direct_io_read asks for O_DIRECT reads".into()
+        }
+        plan::Dma::Small => format!(
+            "page-cache DMA: not for reads under {}",
+            human(plan::DMA_MIN_REQUEST)
+        ),
+        plan::Dma::NotADeviceRead => "page-cache DMA: only for device reads of local files".into(),
+        plan::Dma::Disabled(why) => format!("page-cache DMA off in this process: {why}"),
+        plan::Dma::On(budget) => format!(
             "page-cache DMA on (dma_cache_size {}): where this file was read before and a \
              {} granule is all in the page cache, the GPU copies it straight from there \
              (registered once, kept); a first read of a file version bounces",
-            human(s.dma_cache_size),
-            human(GRANULE)
-        )
+            human(*budget),
+            human(plan::DMA_GRANULE)
+        ),
+    }
+}
+
+/// The machine as `explain` predicts it: cuFile as assumed (or probed), the file's
+/// registration where one is given and probed, io_uring as the process would find it, and
+/// page-cache DMA allowed (a process disables it only after the driver refuses a registration).
+struct Predicted<'a> {
+    cufile: CufileAssumption,
+    file: Option<&'a FileHandle>,
+}
+
+impl plan::Machine for Predicted<'_> {
+    fn cufile(&mut self) -> Availability {
+        match self.cufile {
+            CufileAssumption::Probe => cufile::availability(),
+            CufileAssumption::Nvfs => Availability::Accelerated("assumed: nvidia-fs loaded".into()),
+            CufileAssumption::Compat => {
+                Availability::CompatOnly("assumed: nvidia-fs not loaded".into())
+            }
+            CufileAssumption::Unavailable => {
+                Availability::Unavailable("assumed: cuFile cannot be used".into())
+            }
+        }
+    }
+
+    fn registration(&mut self) -> std::result::Result<(), String> {
+        match (self.file, self.cufile) {
+            (Some(f), CufileAssumption::Probe) => {
+                f.cufile_registration().map_err(|e| e.to_string())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn io_uring(&mut self) -> std::result::Result<String, plan::HostIoReason> {
+        gpufile::exec::uring::probe()
+    }
+
+    fn dma_disabled(&mut self) -> Option<String> {
+        None
     }
 }

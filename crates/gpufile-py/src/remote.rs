@@ -289,9 +289,8 @@ impl NativeRemoteFile {
                 .map_err(read_err)?;
             wait_interruptibly(py, &fut)?;
         }
-        // A server that ignores Range serves the whole read from one GET.
-        let plan = file.plan_read(len);
-        let task_size = plan.task_size.or(task_size);
+        // A server that ignores Range serves the whole read from one GET: the plan reads that
+        // from the source.
         let args = Args {
             dir: Direction::Read,
             len,

@@ -189,12 +189,9 @@ impl NativeRemoteWriter {
             task_size,
             caller_waits: false,
         };
+        // Parts are the tasks, unless the caller chose a task size (the plan reads the part size
+        // from the writer).
         let req = request::build(&view, args)?;
-        // Parts are the tasks, unless the caller chose a task size.
-        let req = match req.task_size {
-            Some(_) => req,
-            None => req.task_size(writer.task_size()),
-        };
         let fut = py
             .detach(move || {
                 let settings = Engine::global()?.shared_settings();
@@ -309,14 +306,11 @@ fn write_safetensors_remote(
         ptr: header.as_mut_ptr(),
         len: header.len(),
     };
-    let mut batch = vec![(
-        endpoint.clone(),
-        gpufile::Request::write(head, 0).task_size(w.task_size()),
-    )];
+    let mut batch = vec![(endpoint.clone(), gpufile::Request::write(head, 0))];
     for (v, &off) in views.iter().zip(&plan.offsets) {
         if v.len() > 0 {
             let req = v.request(Direction::Write, 0, v.len(), off);
-            batch.push((endpoint.clone(), req.task_size(w.task_size())));
+            batch.push((endpoint.clone(), req));
         }
     }
     let fut = py

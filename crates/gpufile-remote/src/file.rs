@@ -13,13 +13,12 @@ use crate::http::{Client, RangeSupport, RemoteStats, Target, WHOLE_BODY_REASON};
 /// Why a read of a server that answers ranges takes its path, in path reports.
 pub const RANGED_REASON: &str = "ranged requests of task_size over the workers";
 
-/// How a read of a remote object is split (a decision, shown in path reports).
+/// How a read of a remote object is served, as the engine's plan reads it from the source
+/// ([`Source::one_request`]), for path reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadPlan {
-    /// The request's own task size: the whole read where the server ignores `Range` (one GET,
-    /// streamed into the destination); `None` (the settings' or the caller's) otherwise.
-    pub task_size: Option<usize>,
-    /// The server ignores `Range`: the read is one whole-body GET.
+    /// The server ignores `Range`: the read is one whole-body GET (streamed into the
+    /// destination), whatever the task size.
     pub whole_body: bool,
 }
 
@@ -194,16 +193,20 @@ impl RemoteFile {
         .map(|_| ())
     }
 
-    /// How a read of `len` bytes is split, from what the server's answers have said so far: one
-    /// whole-body GET where the server ignores `Range`, ranged tasks otherwise.
-    pub fn plan_read(&self, len: usize) -> ReadPlan {
+    /// How a read is served, from what the server's answers have said so far: one whole-body
+    /// GET where the server ignores `Range`, ranged tasks otherwise.
+    pub fn plan_read(&self) -> ReadPlan {
+        ReadPlan {
+            whole_body: self.one_request(),
+        }
+    }
+
+    /// Whether the server ignores `Range` (said once, with what to do about it).
+    fn whole_body(&self) -> bool {
         if self.client.range_support() != RangeSupport::Ignored
             || matches!(self.access, Access::WebHdfs { .. })
         {
-            return ReadPlan {
-                task_size: None,
-                whole_body: false,
-            };
+            return false;
         }
         gpufile::observe::notice(
             "server-ignores-range",
@@ -213,10 +216,7 @@ impl RemoteFile {
                 self.shown
             ),
         );
-        ReadPlan {
-            task_size: Some(len.max(1)),
-            whole_body: true,
-        }
+        true
     }
 
     /// What the server's answers have said of byte ranges so far.
@@ -457,8 +457,7 @@ impl RemoteFile {
         if self.wants_range_probe(dst.len(), settings.task_size) {
             self.probe_ranges(settings)?;
         }
-        let plan = self.plan_read(dst.len());
-        read_with(self.clone(), dst, offset, settings, plan.task_size)
+        read_into(self.clone(), dst, offset, settings)
     }
 }
 
@@ -469,18 +468,7 @@ pub fn read_into(
     offset: u64,
     settings: &gpufile::Settings,
 ) -> Result<usize> {
-    read_with(source, dst, offset, settings, None)
-}
-
-/// [`read_into`] with the request's own task size, if any.
-fn read_with(
-    source: Arc<dyn Source>,
-    dst: &mut [u8],
-    offset: u64,
-    settings: &gpufile::Settings,
-    task_size: Option<usize>,
-) -> Result<usize> {
-    let req = gpufile::Request::read(gpufile::Buffer::host(dst), offset).task_size(task_size);
+    let req = gpufile::Request::read(gpufile::Buffer::host(dst), offset);
     let engine = gpufile::Engine::global()?;
     // SAFETY: `dst` is exclusively borrowed until the wait returns.
     unsafe { engine.submit(&gpufile::source::Endpoint::Read(source), req, settings) }?.wait()
@@ -506,6 +494,11 @@ impl Source for RemoteFile {
     /// `RemoteHandle` asks them, never cut smaller for idle workers.
     fn request_per_task(&self) -> bool {
         true
+    }
+
+    /// A server that ignores `Range` sends the whole object for each request: one GET.
+    fn one_request(&self) -> bool {
+        self.whole_body()
     }
 
     fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {

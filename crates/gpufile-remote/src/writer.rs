@@ -286,13 +286,6 @@ impl RemoteWriter {
         lock(&self.state).closed.is_some()
     }
 
-    /// The request's task size for writes: a part (tasks then are parts where the write starts
-    /// at a part boundary); `None` where there are no parts.
-    pub fn task_size(&self) -> Option<usize> {
-        self.part_size()
-            .map(|p| usize::try_from(p).unwrap_or(usize::MAX))
-    }
-
     fn not_tiled(&self, reason: String) -> Error {
         RemoteError {
             url: self.shown.clone(),
@@ -401,7 +394,8 @@ impl RemoteWriter {
             ptr: src.as_ptr().cast_mut(),
             len: src.len(),
         };
-        let req = gpufile::Request::write(buffer, offset).task_size(self.task_size());
+        // Tasks are parts: the plan reads the part size from the sink.
+        let req = gpufile::Request::write(buffer, offset);
         // SAFETY: `src` is borrowed until the wait returns; a write only reads it.
         unsafe { self.submit(req, settings) }?.wait()
     }
@@ -633,8 +627,9 @@ impl Sink for RemoteWriter {
         self.take(src, offset, call)
     }
 
-    fn whole_tasks(&self) -> bool {
-        self.part_size != u64::MAX
+    /// Tasks are parts: each is sent as one part, straight from the bounce buffer.
+    fn part_size(&self) -> Option<usize> {
+        RemoteWriter::part_size(self).map(|p| usize::try_from(p).unwrap_or(usize::MAX))
     }
 }
 

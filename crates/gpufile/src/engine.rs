@@ -21,14 +21,14 @@ use crate::cufile::{self, RegisteredFile};
 use crate::error::{Error, Result};
 use crate::exec::bounce::{BounceExec, BouncePool, DeviceTarget};
 use crate::exec::cufile::CufileExec;
-use crate::exec::dma::{self, DmaCache, DmaRead};
+use crate::exec::dma::DmaCache;
 use crate::exec::gather::{GatherExec, GatherTarget};
 use crate::exec::host::HostExec;
 use crate::exec::{AfterStream, Executor, SendPtr, Tasks};
 use crate::future::{lock, Completion, IoFuture};
 use crate::observe;
 use crate::plan::{
-    self, Backend, CallerPart, HostIo, HostIoBackend, HostIoReason, IoPath, Reason, Shape,
+    self, Backend, CallerPart, Dma, HostIo, HostIoReason, IoPath, Reason, Shape, Strategy,
     TaskSplit,
 };
 use crate::pool::ThreadPool;
@@ -61,8 +61,10 @@ impl InFlight {
 /// A request's plan with its path decided, and the registered file where cuFile runs it.
 struct Planned {
     path: IoPath,
+    strategy: Strategy,
     tasks: TaskSplit,
     caller: CallerPart,
+    runs: usize,
     registered: Option<Arc<RegisteredFile>>,
 }
 
@@ -75,7 +77,6 @@ struct Prepared {
     target: Target,
     plan: Planned,
     local: Option<Arc<LocalFile>>,
-    host_io: Option<HostIo>,
     report: Option<PathReport>,
 }
 
@@ -329,35 +330,33 @@ impl Engine {
             task_size: None,
             caller_waits: false,
             alone: false,
-            local_file: local.is_some(),
-            request_per_task: endpoint.request_per_task(),
+            batch_whole: false,
+            needs: endpoint.needs(local.is_some()),
         };
-        Self::plan(endpoint, local.as_ref(), &shape, settings).map(|planned| planned.path)
+        Self::plan(endpoint, local.as_ref(), &shape, settings, None).map(|planned| planned.path)
     }
 
-    /// Plans `shape` on `endpoint` (see [`plan::plan_request`]), with cuFile's real
-    /// availability and the endpoint's registration; says once why device I/O does not take
-    /// cuFile's path where AUTO falls back.
+    /// Plans `shape` on `endpoint` (see [`plan::plan_request`]) with this machine's answers:
+    /// cuFile's availability, the endpoint's registration, io_uring, page-cache DMA. Says once
+    /// why device I/O does not take cuFile's path where AUTO falls back.
     fn plan(
         endpoint: &Endpoint,
         local: Option<&Arc<LocalFile>>,
         shape: &Shape<'_>,
         settings: &Settings,
+        dma: Option<&DmaCache>,
     ) -> Result<Planned> {
-        // Set where the plan asked for the registration: `Some(None)` where it was refused.
-        let mut registration = None;
-        let plan = plan::plan_request(shape, settings, cufile::availability, || {
-            let r = local.map(|l| l.registered());
-            let outcome = match &r {
-                Some(Ok(_)) => Ok(()),
-                Some(Err(e)) => Err(e.to_string()),
-                None => Err("not a local file".to_owned()),
-            };
-            registration = Some(r.and_then(Result::ok));
-            outcome
-        });
+        let mut machine = ThisMachine {
+            local,
+            registration: None,
+            dma,
+        };
+        let plan = plan::plan_request(shape, settings, &mut machine);
         let path = plan.path?;
-        let registered = match (path.backend, registration) {
+        let strategy = plan
+            .strategy
+            .ok_or_else(|| Error::InvalidArgument("a plan with a path has a strategy".into()))?;
+        let registered = match (path.backend, machine.registration) {
             (Backend::Cufile, Some(registered)) => registered,
             // cuFile was chosen and the file refused: said for the file.
             (Backend::GpufilePosix, Some(_)) => {
@@ -386,17 +385,26 @@ impl Engine {
                 None
             }
         };
+        if let Strategy::Bounce {
+            dma: Dma::Disabled(why),
+            ..
+        } = &strategy
+        {
+            observe::notice("dma-disabled", why.clone());
+        }
         Ok(Planned {
             path,
+            strategy,
             tasks: plan.tasks,
             caller: plan.caller,
+            runs: plan.runs,
             registered,
         })
     }
 
     /// Starts `req` on `endpoint` (a local file, a mapping, a remote object, any source or
     /// sink) under `settings`: checked, planned ([`plan::plan_request`]), then run by the
-    /// executor of its path. A request whose caller waits at once
+    /// executor its plan names. A request whose caller waits at once
     /// ([`Request::caller_waits`]) may run on the calling thread, or take a share of its tasks
     /// (see [`plan::CallerPart`]); its future then comes back done, or sooner done.
     ///
@@ -447,13 +455,14 @@ impl Engine {
         settings: &Settings,
         report: bool,
     ) -> Result<(IoFuture, Option<PathReport>)> {
-        let prepared = self.prepare(endpoint, req, settings, report, true)?;
+        let prepared = self.prepare(endpoint, req, settings, report, true, false)?;
         // SAFETY: the caller's contract.
         unsafe { self.launch(prepared, settings) }
     }
 
     /// Checks and plans `req` on `endpoint`, moving no byte: every argument error comes from
-    /// here. `may_be_alone`: no other request of the same call starts before this one.
+    /// here. `may_be_alone`: no other request of the same call starts before this one;
+    /// `batch_whole`: the request is one of a batch that keeps every worker busy.
     fn prepare(
         &self,
         endpoint: &Endpoint,
@@ -461,6 +470,7 @@ impl Engine {
         settings: &Settings,
         report: bool,
         may_be_alone: bool,
+        batch_whole: bool,
     ) -> Result<Prepared> {
         self.accept(endpoint, &req, settings)?;
         let target = resolve(req.buffer, req.pointer_info)?;
@@ -469,7 +479,8 @@ impl Engine {
         let local = endpoint.local_file();
         let device_read = matches!(target, Target::Device { .. })
             && req.direction == Direction::Read
-            && req.task_size.is_none();
+            && req.task_size.is_none()
+            && !batch_whole;
         let shape = Shape {
             direction: req.direction,
             memory: target.memory(),
@@ -479,20 +490,21 @@ impl Engine {
             caller_waits: req.caller_waits,
             // Asked only where it matters (the in-flight count takes a lock).
             alone: device_read && may_be_alone && self.in_flight() == 0,
-            local_file: local.is_some(),
-            request_per_task: endpoint.request_per_task(),
+            batch_whole,
+            needs: endpoint.needs(local.is_some()),
         };
-        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings)?;
-        let gathered = plan.tasks.is_grouped();
+        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings, Some(&self.dma))?;
         let device = matches!(target, Target::Device { .. });
-        let host_io = gathered.then(|| host_io(settings, local.is_some()));
         let report = report.then(|| PathReport {
             path: plan.path.clone(),
             ranges: req.ranges.as_slice().len(),
             tasks: plan.tasks.count(),
-            gathered,
-            host_io: host_io.clone(),
-            copies: (gathered && device).then(|| plan::gather_copies(&plan.tasks)),
+            gathered: plan.tasks.is_grouped(),
+            host_io: match &plan.strategy {
+                Strategy::Gather { host_io, .. } => Some(host_io.clone()),
+                _ => None,
+            },
+            copies: (plan.tasks.is_grouped() && device).then(|| plan::gather_copies(&plan.tasks)),
         });
         Ok(Prepared {
             endpoint: endpoint.clone(),
@@ -502,7 +514,6 @@ impl Engine {
             target,
             plan,
             local,
-            host_io,
             report,
         })
     }
@@ -512,11 +523,11 @@ impl Engine {
     /// memory, the path the settings allow), with nothing started. A caller starting several
     /// requests as one checks them all first, so that a refusal leaves every file as it was.
     pub fn check(&self, endpoint: &Endpoint, req: &Request, settings: &Settings) -> Result<()> {
-        self.prepare(endpoint, req.clone(), settings, false, true)
+        self.prepare(endpoint, req.clone(), settings, false, true, false)
             .map(drop)
     }
 
-    /// Starts a prepared request on its executor.
+    /// Starts a prepared request: the executor its plan names, on the runs its plan names.
     ///
     /// # Safety
     /// As for [`Engine::submit`], for the request `prepared` was made of.
@@ -533,7 +544,6 @@ impl Engine {
             target,
             plan,
             local,
-            host_io,
             report,
         } = prepared;
         if len == 0 {
@@ -543,24 +553,14 @@ impl Engine {
         if let (Direction::Write, Some(local)) = (direction, &local) {
             self.dma.forget(local); // its pages must be unpinned for the write
         }
-        let exec: Arc<dyn Executor> = match (target, plan.registered) {
-            (Target::Device { device, base }, Some(registered)) => Arc::new(CufileExec {
-                registered,
-                direction,
-                ctx: device.ctx,
-                base,
-                offset_in_allocation: device.addr - base,
-                path: endpoint.describe().into(),
-            }),
-            (target, _) if plan.tasks.is_grouped() => {
-                let host_io = host_io.as_ref().map_or(HostIoBackend::Pread, |h| h.backend);
-                self.gather_executor(endpoint, local, target, direction, settings, host_io)
-            }
-            (target, _) => {
-                let dma = local.and_then(|l| self.dma_read(&l, target, direction, len, settings));
-                self.posix_executor(endpoint, target, direction, settings, dma)
-            }
-        };
+        let exec = self.executor(
+            endpoint,
+            local,
+            target,
+            direction,
+            plan.strategy,
+            plan.registered,
+        )?;
         let exec = after_stream(exec, after)?;
         let fut = match plan.caller {
             CallerPart::Whole => self.run_here(exec, plan.tasks, backend),
@@ -569,10 +569,102 @@ impl Engine {
                 plan.tasks,
                 backend,
                 settings.num_threads,
+                plan.runs,
                 part == CallerPart::Share,
             )?,
         };
         Ok((fut, report))
+    }
+
+    /// The executor `strategy` names, made for this request.
+    fn executor(
+        &self,
+        endpoint: Endpoint,
+        local: Option<Arc<LocalFile>>,
+        target: Target,
+        direction: Direction,
+        strategy: Strategy,
+        registered: Option<Arc<RegisteredFile>>,
+    ) -> Result<Arc<dyn Executor>> {
+        Ok(match (strategy, target) {
+            (Strategy::Cufile, Target::Device { device, base }) => {
+                let registered = registered.ok_or_else(|| {
+                    Error::InvalidArgument("cuFile's path without a registered file".into())
+                })?;
+                Arc::new(CufileExec {
+                    registered,
+                    direction,
+                    ctx: device.ctx,
+                    base,
+                    offset_in_allocation: device.addr - base,
+                    path: endpoint.describe().into(),
+                })
+            }
+            (
+                Strategy::Gather {
+                    direct,
+                    host_io,
+                    staging,
+                },
+                target,
+            ) => {
+                let target = match (target, staging) {
+                    (Target::Device { device, .. }, Some(bounce)) => GatherTarget::Device {
+                        device,
+                        bounce,
+                        pool: Arc::clone(&self.bounce),
+                    },
+                    (Target::Host(ptr), _) => GatherTarget::Host(ptr),
+                    (Target::Device { .. }, None) => {
+                        return Err(Error::InvalidArgument(
+                            "a device gather without staging".into(),
+                        ))
+                    }
+                };
+                Arc::new(GatherExec {
+                    endpoint,
+                    local,
+                    target,
+                    host_io: host_io.backend,
+                    direct: direct.always,
+                    direct_uncached: direct.uncached,
+                })
+            }
+            (Strategy::Host { direct }, Target::Host(ptr)) => Arc::new(HostExec {
+                endpoint,
+                ptr,
+                direct: direct.always,
+                direct_uncached: direct.uncached,
+            }),
+            (
+                Strategy::Bounce {
+                    direct,
+                    chunks,
+                    dma,
+                },
+                Target::Device { device, .. },
+            ) => {
+                let dma = match (dma, local) {
+                    (Dma::On(budget), Some(local)) => self.dma.read(&local, budget),
+                    _ => None,
+                };
+                Arc::new(BounceExec {
+                    endpoint,
+                    target: device,
+                    chunks,
+                    direct: direct.always,
+                    direct_uncached: direct.uncached,
+                    pool: Arc::clone(&self.bounce),
+                    dma,
+                })
+            }
+            (strategy, target) => {
+                return Err(Error::InvalidArgument(format!(
+                    "a plan of {strategy:?} for {:?} memory",
+                    target.memory()
+                )))
+            }
+        })
     }
 
     /// Checks what every request needs before its endpoint is asked.
@@ -596,98 +688,7 @@ impl Engine {
         req.ranges.check(req.direction, req.buffer.len())
     }
 
-    /// The page-cache DMA part of a device read of a local file on the POSIX path, where the
-    /// settings allow it ([`crate::exec::dma`]).
-    fn dma_read(
-        &self,
-        local: &Arc<LocalFile>,
-        target: Target,
-        direction: Direction,
-        len: usize,
-        settings: &Settings,
-    ) -> Option<DmaRead> {
-        let wanted = direction == Direction::Read
-            && matches!(target, Target::Device { .. })
-            && len >= dma::MIN_REQUEST
-            && settings.dma_cache_size > 0
-            && !settings.auto_direct_io_read;
-        if !wanted {
-            return None;
-        }
-        if let Some(why) = self.dma.disabled() {
-            observe::notice("dma-disabled", why.to_owned());
-            return None;
-        }
-        self.dma.read(local, settings.dma_cache_size)
-    }
-
-    /// The executor of a gather ([`plan::TaskSplit::grouped`]): host memory in place, or a
-    /// device read staged in pinned buffers.
-    fn gather_executor(
-        &self,
-        endpoint: Endpoint,
-        local: Option<Arc<LocalFile>>,
-        target: Target,
-        direction: Direction,
-        settings: &Settings,
-        host_io: HostIoBackend,
-    ) -> Arc<dyn Executor> {
-        let (direct, direct_uncached) = match direction {
-            Direction::Read => (settings.auto_direct_io_read, settings.direct_io_uncached),
-            Direction::Write => (settings.auto_direct_io_write, false),
-        };
-        let target = match target {
-            Target::Host(ptr) => GatherTarget::Host(ptr),
-            Target::Device { device, .. } => GatherTarget::Device {
-                device,
-                bounce: settings.bounce_buffer_size,
-                pool: Arc::clone(&self.bounce),
-            },
-        };
-        Arc::new(GatherExec {
-            endpoint,
-            local,
-            target,
-            host_io,
-            direct,
-            direct_uncached,
-        })
-    }
-
-    fn posix_executor(
-        &self,
-        endpoint: Endpoint,
-        target: Target,
-        direction: Direction,
-        settings: &Settings,
-        dma: Option<DmaRead>,
-    ) -> Arc<dyn Executor> {
-        let direct = match direction {
-            Direction::Read => settings.auto_direct_io_read,
-            Direction::Write => settings.auto_direct_io_write,
-        };
-        let direct_uncached = direction == Direction::Read && settings.direct_io_uncached;
-        match target {
-            Target::Host(ptr) => Arc::new(HostExec {
-                endpoint,
-                ptr,
-                direct,
-                direct_uncached,
-            }),
-            Target::Device { device, .. } => Arc::new(BounceExec {
-                endpoint,
-                target: device,
-                bounce: settings.bounce_buffer_size,
-                direct,
-                direct_uncached,
-                pool: Arc::clone(&self.bounce),
-                dma,
-            }),
-        }
-    }
-
-    /// Runs `split` on the workers: one run of `exec` per worker, at most `threads` and at most
-    /// one per task; the request is recorded and leaves the in-flight count when its last task
+    /// Runs `split` on the workers of a pool of `threads`: `runs` runs of `exec` (the plan's); the request is recorded and leaves the in-flight count when its last task
     /// ends, before any waiter wakes. With `share`, the calling thread is one of those runs: it
     /// takes tasks beside the workers until none is left, then returns (the caller waits next;
     /// see [`plan::CALLER_SHARE_MAX`]).
@@ -697,11 +698,11 @@ impl Engine {
         split: TaskSplit,
         backend: Backend,
         threads: usize,
+        runs: usize,
         share: bool,
     ) -> Result<IoFuture> {
         let pool = self.pool(threads)?;
         let count = split.count();
-        let runs = count.min(threads.max(1));
         let tasks = Arc::new(Tasks::new(split, runs));
         // The executor (and the file it holds open) is let go when the request ends, not when
         // the last queued run gets a worker and finds nothing left to do.
@@ -779,13 +780,50 @@ impl Engine {
 /// A gather's host I/O under `settings` ([`plan::choose_host_io`], with the kernel probed once
 /// per process); `pread` while fault injection is on, whose seam io_uring would bypass.
 pub fn host_io(settings: &Settings, local_file: bool) -> HostIo {
-    if crate::posix::faults::active() {
-        return HostIo {
-            backend: HostIoBackend::Pread,
-            reason: HostIoReason::FaultInjection,
-        };
+    plan::choose_host_io(settings.io_uring, local_file, io_uring)
+}
+
+/// Whether io_uring can gather here: the kernel probed once per process; not while fault
+/// injection is on, whose `pread`/`pwrite` seam io_uring would bypass.
+fn io_uring() -> std::result::Result<String, HostIoReason> {
+    match crate::posix::faults::active() {
+        true => Err(HostIoReason::FaultInjection),
+        false => crate::exec::uring::probe(),
     }
-    plan::choose_host_io(settings.io_uring, local_file, crate::exec::uring::probe)
+}
+
+/// This machine, as the planner asks it ([`plan::Machine`]).
+struct ThisMachine<'a> {
+    local: Option<&'a Arc<LocalFile>>,
+    /// Set where the plan asked for the registration: `Some(None)` where it was refused.
+    registration: Option<Option<Arc<RegisteredFile>>>,
+    /// The engine's page-cache registrations (`None`: a path asked without an engine).
+    dma: Option<&'a DmaCache>,
+}
+
+impl plan::Machine for ThisMachine<'_> {
+    fn cufile(&mut self) -> plan::Availability {
+        cufile::availability()
+    }
+
+    fn registration(&mut self) -> std::result::Result<(), String> {
+        let r = self.local.map(|l| l.registered());
+        let outcome = match &r {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("not a local file".to_owned()),
+        };
+        self.registration = Some(r.and_then(Result::ok));
+        outcome
+    }
+
+    fn io_uring(&mut self) -> std::result::Result<String, HostIoReason> {
+        io_uring()
+    }
+
+    fn dma_disabled(&mut self) -> Option<String> {
+        self.dma.and_then(|d| d.disabled()).map(str::to_owned)
+    }
 }
 
 /// One run of the executor in `slot` over `tasks`, unless the request has ended and let it go.

@@ -79,19 +79,10 @@ pub(crate) fn run(args: &ReadArgs, units: Units) -> CliResult {
     let (offset, size) = read_range(args, &source, &shown)?;
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
     let path = source.plan(dest.memory(), size, &settings)?;
-    let task_size = path.task_size();
 
     let remote_before = source.remote_stats();
     let observation = gpufile::observe::begin();
-    let runs = timed_runs(
-        args,
-        units,
-        &source,
-        &mut dest,
-        (offset, size),
-        &settings,
-        task_size,
-    )?;
+    let runs = timed_runs(args, units, &source, &mut dest, (offset, size), &settings)?;
     let observed = gpufile::observe::end(observation);
     // Over the runs only: the size request at open and --verify's read are not counted.
     let remote = runs_only(source.remote_stats(), remote_before);
@@ -167,12 +158,11 @@ fn timed_runs(
     dest: &mut Destination,
     (offset, size): (u64, usize),
     settings: &Settings,
-    task_size: Option<usize>,
 ) -> Result<Vec<f64>, CliError> {
     let mut runs = Vec::new();
     for _ in 0..args.repeat {
         let start = Instant::now();
-        let req = Request::read(dest.buffer(0, size), offset).task_size(task_size);
+        let req = Request::read(dest.buffer(0, size), offset);
         // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
         // again or dropped.
         let fut = unsafe { Engine::global()?.submit(&source.endpoint(), req, settings) }?;

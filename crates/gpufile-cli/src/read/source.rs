@@ -61,7 +61,7 @@ impl ReadSource {
                 if remote.wants_range_probe(size, settings.task_size) {
                     remote.probe_ranges(settings)?;
                 }
-                ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read(size))
+                ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read())
             }
         })
     }
@@ -129,15 +129,6 @@ pub(super) enum ReadPath {
 }
 
 impl ReadPath {
-    /// The task size the runs take: a server that ignores Range serves each run from one
-    /// whole-body GET; otherwise the settings'.
-    pub(super) fn task_size(&self) -> Option<usize> {
-        match self {
-            ReadPath::Remote(_, plan) => plan.task_size,
-            ReadPath::Local(_) => None,
-        }
-    }
-
     pub(super) fn backend(&self) -> String {
         match self {
             ReadPath::Local(p) => p.backend.to_string(),

@@ -30,14 +30,9 @@ impl Engine {
     ) -> Result<IoFuture> {
         let sizes = batch.iter().map(|(_, r)| (r.len(), r.task_size));
         let whole = plan::batch_keeps_tasks_whole(sizes, settings);
-        let requests = batch
-            .iter()
-            .map(|(endpoint, req)| match whole && req.task_size.is_none() {
-                true => (endpoint, req.clone().task_size(Some(settings.task_size))),
-                false => (endpoint, req.clone()),
-            });
+        let requests = batch.iter().map(|(endpoint, req)| (endpoint, req.clone()));
         // SAFETY: the caller's contract.
-        let started = unsafe { self.start_all(requests, settings, false) }?;
+        let started = unsafe { self.start_all(requests, settings, false, whole) }?;
         Ok(IoFuture::all(started.into_iter().map(|(f, _)| f).collect()))
     }
 
@@ -53,7 +48,7 @@ impl Engine {
     ) -> Result<Vec<(IoFuture, PathReport)>> {
         let requests = batch.iter().map(|(endpoint, req)| (endpoint, req.clone()));
         // SAFETY: the caller's contract.
-        let started = unsafe { self.start_all(requests, settings, true) }?;
+        let started = unsafe { self.start_all(requests, settings, true, false) }?;
         started
             .into_iter()
             .map(|(f, report)| {
@@ -63,7 +58,8 @@ impl Engine {
             .collect()
     }
 
-    /// Prepares every request, then launches them in order.
+    /// Prepares every request, then launches them in order; `whole`: the batch keeps every
+    /// worker busy with whole tasks ([`plan::batch_keeps_tasks_whole`]).
     ///
     /// # Safety
     /// As for [`Engine::submit`], for every request's buffer.
@@ -72,6 +68,7 @@ impl Engine {
         requests: impl Iterator<Item = (&'a Endpoint, Request)>,
         settings: &Settings,
         report: bool,
+        whole: bool,
     ) -> Result<Vec<(IoFuture, Option<PathReport>)>> {
         let mut reads = Vec::new();
         let mut prepared: Vec<Prepared> = Vec::new();
@@ -79,7 +76,7 @@ impl Engine {
             if req.direction == Direction::Read {
                 reads.push((i, req.buffer, req.ranges.clone()));
             }
-            prepared.push(self.prepare(endpoint, req, settings, report, i == 0)?);
+            prepared.push(self.prepare(endpoint, req, settings, report, i == 0, whole)?);
         }
         no_shared_destination(&reads)?;
         let mut started = Vec::with_capacity(prepared.len());

@@ -49,8 +49,9 @@ fn shared_read(engine: &Engine, h: &FileHandle, buf: &mut [u8], threads: usize) 
         direct_uncached: false,
     });
     let split = TaskSplit::new(0, buf.len(), 64 << 10);
+    let runs = split.count().min(threads);
     engine
-        .run(exec, split, Backend::GpufilePosix, threads, true)
+        .run(exec, split, Backend::GpufilePosix, threads, runs, true)
         .unwrap()
 }
 

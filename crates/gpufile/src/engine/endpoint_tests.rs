@@ -1,4 +1,5 @@
 use super::*;
+use crate::plan::HostIoBackend;
 use crate::source::{IoContext, Source};
 
 /// `size` bytes of 7s, written into the caller's buffer one task at a time.

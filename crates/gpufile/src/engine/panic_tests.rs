@@ -47,9 +47,10 @@ fn a_panicking_task_fails_its_request_and_later_requests_run() {
     ] {
         for _ in 0..5 {
             let split = TaskSplit::new(0, 1 << 20, 1 << 16);
+            let runs = split.count().min(threads);
             let exec = Arc::new(PanicAt(at));
             let fut = engine
-                .run(exec, split, Backend::GpufilePosix, threads, share)
+                .run(exec, split, Backend::GpufilePosix, threads, runs, share)
                 .unwrap();
             let r = fut.wait_timeout(Duration::from_secs(20));
             let e = r.expect("a request with a panicked task never ended");

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::exec::dma::{DmaRead, Granule};
 use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::{lock, Completion};
-use crate::plan::{chunk_size, Task};
+use crate::plan::{Chunks, Task};
 use crate::source::{IoContext, Sink, Source};
 
 /// Pinned bounce buffers, allocated on first use and reused (never on the hot path once warm).
@@ -96,8 +96,8 @@ pub struct BounceExec {
     pub endpoint: Endpoint,
     /// The caller's GPU memory.
     pub target: DeviceTarget,
-    /// Size of each pinned buffer.
-    pub bounce: usize,
+    /// The pipeline's chunks (the pinned buffers' size among them).
+    pub chunks: Chunks,
     /// Direct I/O asked for.
     pub direct: bool,
     /// Direct I/O asked for where the range is not cached.
@@ -207,7 +207,7 @@ impl Executor for BounceExec {
         let lease = &mut lease;
         let r = ContextGuard::push(t.ctx).and_then(|_guard| {
             with_lane(t.ctx, t.device, |lane| {
-                let lent = Lent::take(&self.pool, self.bounce, &lane.stream)?;
+                let lent = Lent::take(&self.pool, self.chunks.bounce, &lane.stream)?;
                 let run = Run {
                     tasks,
                     lease: &mut *lease,
@@ -306,9 +306,9 @@ struct Pending {
 /// no read, but they take a slot's turn all the same.
 struct ReadPipeline<'r, Q: CopyQueue> {
     queue: &'r Q,
-    /// The two pinned buffers, `bounce` bytes each, lent to this run only.
+    /// The two pinned buffers, `chunks.bounce` bytes each, lent to this run only.
     slots: [*mut u8; 2],
-    bounce: usize,
+    chunks: Chunks,
     /// Device address of the request's first byte.
     dst: u64,
     /// Registered page cache to copy from, with the context its registrations live in.
@@ -326,7 +326,7 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
     fn new(
         queue: &'r Q,
         slots: [*mut u8; 2],
-        bounce: usize,
+        chunks: Chunks,
         dst: u64,
         dma: Option<(&'r DmaRead, Context)>,
         call: IoContext<'r>,
@@ -335,7 +335,7 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
         ReadPipeline {
             queue,
             slots,
-            bounce,
+            chunks,
             dst,
             dma,
             call,
@@ -368,7 +368,7 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
 
     /// Sends every chunk of `t` on its way; its last copy is left running (pending).
     fn read_task(&mut self, src: &dyn Source, t: Task) -> Result<()> {
-        let chunk = chunk_size(t.len, self.bounce);
+        let chunk = self.chunks.of(t.len);
         let mut off = 0usize;
         while off < t.len {
             let at = t.file_offset + off as u64;
@@ -408,7 +408,7 @@ impl<'r, Q: CopyQueue> ReadPipeline<'r, Q> {
     fn fill(&self, src: &dyn Source, at: u64, want: usize) -> Result<*const u8> {
         self.queue.wait_slot(self.slot)?;
         let ptr = self.slots[self.slot];
-        debug_assert!(want <= self.bounce);
+        debug_assert!(want <= self.chunks.bounce);
         // SAFETY: each pinned buffer holds `bounce >= chunk >= want` bytes, is lent to this run
         // only, and no copy reads it any more (its event fired).
         let buf = unsafe { std::slice::from_raw_parts_mut(ptr, want) };
@@ -506,7 +506,7 @@ impl BounceExec {
         let pipeline = ReadPipeline::new(
             run.lane,
             [run.lent.ptr(0), run.lent.ptr(1)],
-            self.bounce,
+            self.chunks,
             self.target.addr,
             dma,
             self.call(run.done),
@@ -523,7 +523,7 @@ impl BounceExec {
         let pipeline = WritePipeline {
             queue: run.lane,
             slots: [run.lent.ptr(0), run.lent.ptr(1)],
-            bounce: self.bounce,
+            chunks: self.chunks,
             src: self.target.addr,
             call: self.call(run.done),
             done: run.done,
@@ -537,9 +537,9 @@ impl BounceExec {
 /// while chunk *i* goes to the sink ([`write_chunk`](Self::write_chunk)).
 struct WritePipeline<'r, Q: CopyQueue> {
     queue: &'r Q,
-    /// The two pinned buffers, `bounce` bytes each, lent to this run only.
+    /// The two pinned buffers, `chunks.bounce` bytes each, lent to this run only.
     slots: [*mut u8; 2],
-    bounce: usize,
+    chunks: Chunks,
     /// Device address of the request's first byte.
     src: u64,
     call: IoContext<'r>,
@@ -571,10 +571,7 @@ impl<Q: CopyQueue> WritePipeline<'_, Q> {
     /// Writes every chunk of `t`; on failure, drains the copies still reading the GPU into the
     /// slots before the run lets them go.
     fn write_task(&self, sink: &dyn Sink, t: Task) -> Result<()> {
-        let chunk = match sink.whole_tasks() && t.len <= self.bounce {
-            true => t.len.max(1),
-            false => chunk_size(t.len, self.bounce),
-        };
+        let chunk = self.chunks.of(t.len);
         let chunks = t.len.div_ceil(chunk);
         let result = (|| {
             self.copy_chunk(t, chunk, 0)?;

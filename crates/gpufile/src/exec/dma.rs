@@ -44,11 +44,9 @@ use crate::future::lock;
 use crate::pagecache::{self, FileMapping};
 use crate::source::LocalFile;
 
-/// Registration unit, bytes (the size the driver's registration rate was measured at).
-pub const GRANULE: usize = 64 << 20;
-/// Smallest device read that uses the cache: below it the copy is all call overhead whichever
-/// way it goes, and such a read could wait for a whole granule's registration (≈ 3 ms).
-pub const MIN_REQUEST: usize = 64 << 10;
+/// Registration unit, bytes, and the smallest device read that uses the cache: decided by the
+/// plan ([`crate::plan::DMA_GRANULE`], [`crate::plan::DMA_MIN_REQUEST`]).
+pub use crate::plan::{DMA_GRANULE as GRANULE, DMA_MIN_REQUEST as MIN_REQUEST};
 /// Most files the cache remembers (entries without registrations cost a few words each).
 const MAX_FILES: usize = 4096;
 /// How long ago a file must have last changed (its ctime) for its pages to be registered, on

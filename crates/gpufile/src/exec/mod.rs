@@ -70,10 +70,8 @@ fn fail_run(tasks: &Tasks, done: &Completion, e: crate::Error) {
     tasks.skip_rest(&mut lease, done);
 }
 
-/// The tasks of one request, handed out to the runs in blocks of consecutive tasks: each run
-/// reads a contiguous stretch of the file at a time (the kernel's readahead sees a sequential
-/// stream per worker, which a cold file needs), while blocks small enough that every run still
-/// gets several keep the load even.
+/// The tasks of one request, handed out to the runs in blocks of consecutive tasks, of the size
+/// the plan gives ([`crate::plan::task_block`]).
 pub struct Tasks {
     split: TaskSplit,
     next: AtomicUsize,
@@ -87,13 +85,10 @@ pub struct Lease {
     end: usize,
 }
 
-/// Most tasks in one block (64 × 4 MiB = 256 MiB of a file read sequentially by one run).
-const MAX_BLOCK: usize = 64;
-
 impl Tasks {
     /// The tasks of `split`, for `runs` runs.
     pub fn new(split: TaskSplit, runs: usize) -> Self {
-        let block = (split.count() / (runs.max(1) * 4)).clamp(1, MAX_BLOCK);
+        let block = crate::plan::task_block(split.count(), runs);
         Tasks {
             split,
             next: AtomicUsize::new(0),

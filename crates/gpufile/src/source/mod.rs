@@ -79,6 +79,18 @@ pub trait Source: Send + Sync {
         false
     }
 
+    /// Whether the source serves a read best as one request, whatever the task size (a server
+    /// that ignores `Range` sends the whole object for each request: one whole-body GET).
+    fn one_request(&self) -> bool {
+        false
+    }
+
+    /// The smallest request worth making (a server's cost is per request): reads run in tasks
+    /// of at least this many bytes, or of `task_size` where it is larger.
+    fn min_request(&self) -> Option<usize> {
+        None
+    }
+
     /// Reads exactly `dst.len()` bytes at `offset` into `dst`, or fails; a source that ends early
     /// returns `Error::UnexpectedEof` naming the offset where it ended.
     fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()>;
@@ -110,11 +122,11 @@ pub trait Sink: Send + Sync {
         None
     }
 
-    /// Whether the sink takes a task best in one `write_at` (an object store whose tasks are
-    /// its parts: a part sent straight from the bounce buffer, not collected from pieces). The
-    /// bounce pipeline then copies a task that fits its buffer as one chunk.
-    fn whole_tasks(&self) -> bool {
-        false
+    /// The size of the parts the sink takes its bytes in (an object store's multipart upload):
+    /// a write's tasks are then its parts (unless the request names its own task size), and a
+    /// part that fits a bounce buffer is copied and sent as one chunk, straight from the buffer.
+    fn part_size(&self) -> Option<usize> {
+        None
     }
 }
 
@@ -153,12 +165,24 @@ impl Endpoint {
         }
     }
 
-    /// Whether each task is a request of its own to a server ([`Source::request_per_task`]); a
-    /// sink's tasks are its parts, sized by the request's own task size.
-    pub fn request_per_task(&self) -> bool {
+    /// What this side states about itself for the plan ([`crate::plan::Needs`]); `local`:
+    /// whether it is a local file ([`Endpoint::local_file`], which the caller has at hand).
+    pub fn needs(&self, local: bool) -> crate::plan::Needs {
+        let needs = crate::plan::Needs {
+            local_file: local,
+            ..Default::default()
+        };
         match self {
-            Endpoint::Read(s) => s.request_per_task(),
-            Endpoint::Write(_) => false,
+            Endpoint::Read(s) => crate::plan::Needs {
+                request_per_task: s.request_per_task(),
+                one_request: s.one_request(),
+                min_request: s.min_request(),
+                ..needs
+            },
+            Endpoint::Write(s) => crate::plan::Needs {
+                part_size: s.part_size(),
+                ..needs
+            },
         }
     }
 

@@ -168,10 +168,14 @@ fn read(
     };
     let mut lease = Lease::default();
     if let Some(first) = tasks.next(&mut lease) {
+        let chunks = Chunks {
+            bounce,
+            whole_tasks: false,
+        };
         let pipeline = ReadPipeline::new(
             &queue,
             [slots[0].as_mut_ptr(), slots[1].as_mut_ptr()],
-            bounce,
+            chunks,
             queue.base,
             None,
             call,
@@ -344,10 +348,14 @@ fn write(
     let done = Completion::new(tasks.count() + 1, |_| {});
     let mut slots = [vec![0u8; bounce], vec![0u8; bounce]];
     let queue = HostQueue::new(data.as_ptr().cast_mut(), fail_at);
+    let chunks = Chunks {
+        bounce,
+        whole_tasks: false,
+    };
     let pipeline = WritePipeline {
         queue: &queue,
         slots: [slots[0].as_mut_ptr(), slots[1].as_mut_ptr()],
-        bounce,
+        chunks,
         src: queue.base,
         call: IoContext {
             progress: done.progress(),
