@@ -8,19 +8,9 @@ use std::ptr;
 use gpufile::*;
 use gpufile_core::cuda;
 
-fn gpu() -> bool {
-    match cuda::device_count() {
-        Ok(n) if n > 0 => true,
-        Ok(_) => {
-            eprintln!("skipped: no CUDA device");
-            false
-        }
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
+#[path = "../../gpufile/tests/common/gpu.rs"]
+mod gpu;
+use gpu::gpu;
 
 #[test]
 fn device_memory_is_read_into_and_a_size_past_its_allocation_refused() {

@@ -415,7 +415,7 @@ pub(crate) enum CaSource {
 /// The roots to trust, from variables looked up through `lookup`, in KvikIO's order:
 /// `CURL_CA_BUNDLE`, `SSL_CERT_FILE`, then `SSL_CERT_DIR`; gpufile's `AWS_CA_BUNDLE` after them.
 pub(crate) fn ca_source_from(lookup: impl Fn(&str) -> Option<OsString>) -> CaSource {
-    let bundle = gpufile::config::ca_bundle_from(&lookup);
+    let bundle = crate::tls_ca::ca_bundle_from(&lookup);
     match bundle {
         Some((var, path)) if var != "AWS_CA_BUNDLE" => CaSource::Bundle(var, path),
         other => match lookup(CA_DIR_VAR).filter(|v| !v.is_empty()) {

@@ -38,6 +38,7 @@ mod file;
 mod gcs;
 mod http;
 mod keys;
+mod tls_ca;
 mod writer;
 
 pub use checkpoint::{

@@ -16,9 +16,8 @@
 //! [`Input`]); `table` declares every setting once ([`Settings`], [`Name`], [`Kind`],
 //! [`Bounds`]); `validate` parses and bounds what callers give ([`parse_size`], [`validate`]);
 //! `state` reads the environment and remembers where each value came from ([`State`],
-//! [`Origin`]); `ca_bundle` finds the TLS CA bundle the remote client trusts.
+//! [`Origin`]).
 
-mod ca_bundle;
 mod state;
 mod table;
 #[cfg(test)]
@@ -27,7 +26,6 @@ mod unknown_env;
 mod validate;
 mod value;
 
-pub use ca_bundle::{ca_bundle_from, CA_BUNDLE_VARS};
 pub use state::{cufile_path, log_notices_to_stderr, Origin, State};
 pub use table::{
     default_num_threads, Bounds, Kind, Name, Settings, ENV_PREFIXES, MAX_BOUNCE_BUFFER_SIZE,

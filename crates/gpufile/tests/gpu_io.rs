@@ -9,29 +9,14 @@ use gpufile::cufile::{self, RegisteredFile};
 use gpufile::plan::Availability;
 use gpufile::{Buffer, CompatMode, Engine, Error, FileHandle, Request, Settings};
 
+// The name common/gpu.rs gives the core crate (the C API's tests share that file).
+extern crate gpufile as gpufile_core;
+
 mod common;
+#[path = "common/gpu.rs"]
+mod gpu;
 use common::{pattern, submit};
-
-fn gpu() -> bool {
-    match cuda::device_count() {
-        Ok(n) if n > 0 => true,
-        Ok(_) => {
-            eprintln!("skipped: no CUDA device");
-            false
-        }
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
-
-fn on_posix_path() -> Settings {
-    Settings {
-        compat_mode: CompatMode::On,
-        ..Engine::global().unwrap().settings()
-    }
-}
+use gpu::{gpu, on_posix_path};
 
 #[test]
 fn device_read_write_round_trip_with_offsets() {

@@ -11,7 +11,14 @@ use std::time::{Duration, Instant};
 
 use gpufile::cuda::{self, Context, DeviceBuffer, PinnedBuffer, Stream};
 use gpufile::stream::{self, OnStream, StreamOrder};
-use gpufile::{Buffer, CompatMode, Direction, Engine, Error, FileHandle, Request, Settings};
+use gpufile::{Buffer, Direction, Engine, Error, FileHandle, Request};
+
+// The name common/gpu.rs gives the core crate (the C API's tests share that file).
+extern crate gpufile as gpufile_core;
+
+#[path = "common/gpu.rs"]
+mod gpu;
+use gpu::{gpu, on_posix_path};
 
 /// Bytes that differ from one test to the next.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -24,27 +31,6 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
-}
-
-fn gpu() -> bool {
-    match cuda::device_count() {
-        Ok(n) if n > 0 => true,
-        Ok(_) => {
-            eprintln!("skipped: no CUDA device");
-            false
-        }
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
-
-fn on_posix_path() -> Arc<Settings> {
-    Arc::new(Settings {
-        compat_mode: CompatMode::On,
-        ..Engine::global().unwrap().settings()
-    })
 }
 
 /// Work on a stream that runs until the test lets it go: a wait on a flag of its own.
@@ -95,7 +81,7 @@ fn queued_read_is_ordered(order: StreamOrder) {
             &engine,
             h.endpoint(Direction::Read),
             req,
-            on_posix_path(),
+            Arc::new(on_posix_path()),
             on,
             Some(order),
         )
@@ -174,7 +160,7 @@ fn a_read_past_the_end_at_the_call_is_refused_with_nothing_queued() {
             &engine,
             h.endpoint(Direction::Read),
             req,
-            on_posix_path(),
+            Arc::new(on_posix_path()),
             on,
             None,
         )

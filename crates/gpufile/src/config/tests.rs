@@ -47,31 +47,6 @@ fn remote_io_backend_accepts_kvikio_names_and_values() {
 }
 
 #[test]
-fn ca_bundle_follows_kvikio_order_and_skips_empty() {
-    let os = |pairs: &'static [(&'static str, &'static str)]| {
-        move |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| OsString::from(v))
-        }
-    };
-    assert_eq!(ca_bundle_from(os(&[])), None);
-    assert_eq!(
-        ca_bundle_from(os(&[("AWS_CA_BUNDLE", "/a"), ("SSL_CERT_FILE", "/s")])),
-        Some(("SSL_CERT_FILE", "/s".into()))
-    );
-    assert_eq!(
-        ca_bundle_from(os(&[("CURL_CA_BUNDLE", ""), ("AWS_CA_BUNDLE", "/a")])),
-        Some(("AWS_CA_BUNDLE", "/a".into()))
-    );
-    assert_eq!(
-        ca_bundle_from(os(&[("CURL_CA_BUNDLE", "/c"), ("SSL_CERT_FILE", "/s")])),
-        Some(("CURL_CA_BUNDLE", "/c".into()))
-    );
-}
-
-#[test]
 fn defaults_match_kvikio() {
     let s = State::from_env(env(&[])).unwrap();
     assert_eq!(s.settings.compat_mode, CompatMode::Auto);

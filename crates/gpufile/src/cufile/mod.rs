@@ -14,16 +14,21 @@
 //! [`properties`](mod@properties) (driver properties and KvikIO's `cufile_driver.get/set`),
 //! [`registration`] (files, buffers, streams), [`statistics`] (cuFile's counters),
 //! [`configuration`] (cufile.json) and [`result`] (status codes and I/O returns to `Result`, the
-//! only place that decodes them).
+//! only place that decodes them). Dependencies run one way: the setting types (`settings`) are
+//! below the driver's lifecycle (`lifecycle`, which keeps the values set while the driver is
+//! open), the properties use the lifecycle, and [`driver`] re-exports the lifecycle and adds the
+//! probe, which reads the properties.
 //!
 //! Nothing here loads `libcufile.so.0` until called; host-only work never does.
 
 pub mod configuration;
 pub mod driver;
 pub mod library;
+mod lifecycle;
 pub mod properties;
 pub mod registration;
 pub mod result;
+mod settings;
 pub mod statistics;
 
 pub use configuration::{config_path, parameters, parse_config, read_config, strip_comments};

@@ -4,10 +4,12 @@
 
 use gpufile_sys::cufile::{self as sys, CUfileDrvProps_t};
 
-use super::driver::{self, driver_open};
 use super::library::api;
+use super::lifecycle::{self, driver_open};
 use super::result::check;
 use crate::error::{Error, Result};
+
+pub use super::settings::{DriverSetting, DriverValue};
 
 /// `cuFileDriverGetProperties`, decoded.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -72,130 +74,30 @@ pub fn properties() -> Result<Properties> {
     })
 }
 
-/// A driver property of KvikIO's `cufile_driver.get/set`, by KvikIO's name. Sizes are in KiB,
-/// as cuFile and KvikIO give them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DriverSetting {
-    /// nvidia-fs is loaded (read-only).
-    IsGdsAvailable,
-    /// nvidia-fs major version (read-only).
-    MajorVersion,
-    /// nvidia-fs minor version (read-only).
-    MinorVersion,
-    /// cuFile may run its compat path (read-only; cufile.json `properties.allow_compat_mode`).
-    AllowCompatMode,
-    /// Per-buffer cache, KiB (read-only).
-    PerBufferCacheSize,
-    /// Poll instead of waiting for interrupts (`cuFileDriverSetPollMode`).
-    PollMode,
-    /// Largest I/O polled, KiB (`cuFileDriverSetPollMode`).
-    PollThreshSize,
-    /// GPU memory cuFile reserves per device for bouncing, KiB (`cuFileDriverSetMaxCacheSize`).
-    MaxDeviceCacheSize,
-    /// Pinned device memory limit, KiB (`cuFileDriverSetMaxPinnedMemSize`).
-    MaxPinnedMemorySize,
-}
-
-/// A driver property's value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DriverValue {
-    /// A flag.
-    Bool(bool),
-    /// A version or a size in KiB.
-    Int(u64),
-}
-
-impl DriverSetting {
-    /// Every property, read-only ones first.
-    pub const ALL: [DriverSetting; 9] = [
-        DriverSetting::IsGdsAvailable,
-        DriverSetting::MajorVersion,
-        DriverSetting::MinorVersion,
-        DriverSetting::AllowCompatMode,
-        DriverSetting::PerBufferCacheSize,
-        DriverSetting::PollMode,
-        DriverSetting::PollThreshSize,
-        DriverSetting::MaxDeviceCacheSize,
-        DriverSetting::MaxPinnedMemorySize,
-    ];
-
-    /// KvikIO's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DriverSetting::IsGdsAvailable => "is_gds_available",
-            DriverSetting::MajorVersion => "major_version",
-            DriverSetting::MinorVersion => "minor_version",
-            DriverSetting::AllowCompatMode => "allow_compat_mode",
-            DriverSetting::PerBufferCacheSize => "per_buffer_cache_size",
-            DriverSetting::PollMode => "poll_mode",
-            DriverSetting::PollThreshSize => "poll_thresh_size",
-            DriverSetting::MaxDeviceCacheSize => "max_device_cache_size",
-            DriverSetting::MaxPinnedMemorySize => "max_pinned_memory_size",
+/// What `p` says of `setting`.
+fn value_of(setting: DriverSetting, p: &Properties) -> DriverValue {
+    match setting {
+        DriverSetting::IsGdsAvailable => DriverValue::Bool(p.is_gds_available),
+        DriverSetting::MajorVersion => DriverValue::Int(p.major_version.into()),
+        DriverSetting::MinorVersion => DriverValue::Int(p.minor_version.into()),
+        DriverSetting::AllowCompatMode => DriverValue::Bool(p.allow_compat_mode),
+        DriverSetting::PerBufferCacheSize => DriverValue::Int(p.per_buffer_cache_size_kb.into()),
+        DriverSetting::PollMode => DriverValue::Bool(p.poll_mode),
+        DriverSetting::PollThreshSize => DriverValue::Int(p.poll_thresh_size_kb as u64),
+        DriverSetting::MaxDeviceCacheSize => DriverValue::Int(p.max_device_cache_size_kb.into()),
+        DriverSetting::MaxPinnedMemorySize => {
+            DriverValue::Int(p.max_device_pinned_mem_size_kb.into())
         }
-    }
-
-    /// Whether cuFile has no call to change it.
-    pub fn read_only(self) -> bool {
-        !matches!(
-            self,
-            DriverSetting::PollMode
-                | DriverSetting::PollThreshSize
-                | DriverSetting::MaxDeviceCacheSize
-                | DriverSetting::MaxPinnedMemorySize
-        )
-    }
-
-    /// Whether its value is a flag (else an integer).
-    pub fn is_bool(self) -> bool {
-        matches!(
-            self,
-            DriverSetting::IsGdsAvailable
-                | DriverSetting::AllowCompatMode
-                | DriverSetting::PollMode
-        )
-    }
-
-    fn of(self, p: &Properties) -> DriverValue {
-        match self {
-            DriverSetting::IsGdsAvailable => DriverValue::Bool(p.is_gds_available),
-            DriverSetting::MajorVersion => DriverValue::Int(p.major_version.into()),
-            DriverSetting::MinorVersion => DriverValue::Int(p.minor_version.into()),
-            DriverSetting::AllowCompatMode => DriverValue::Bool(p.allow_compat_mode),
-            DriverSetting::PerBufferCacheSize => {
-                DriverValue::Int(p.per_buffer_cache_size_kb.into())
-            }
-            DriverSetting::PollMode => DriverValue::Bool(p.poll_mode),
-            DriverSetting::PollThreshSize => DriverValue::Int(p.poll_thresh_size_kb as u64),
-            DriverSetting::MaxDeviceCacheSize => {
-                DriverValue::Int(p.max_device_cache_size_kb.into())
-            }
-            DriverSetting::MaxPinnedMemorySize => {
-                DriverValue::Int(p.max_device_pinned_mem_size_kb.into())
-            }
-        }
-    }
-}
-
-impl std::str::FromStr for DriverSetting {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        DriverSetting::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
-            .ok_or_else(|| Error::UnknownSetting {
-                name: s.to_owned(),
-                known: DriverSetting::ALL.map(DriverSetting::as_str).join(", "),
-            })
     }
 }
 
 /// One property of the driver (opens it), as KvikIO's `cufile_driver.get`: the value last set
 /// through [`set_driver_setting`], else what `cuFileDriverGetProperties` reports.
 pub fn driver_setting(setting: DriverSetting) -> Result<DriverValue> {
-    if let Some(v) = driver::value_set(setting) {
+    if let Some(v) = lifecycle::value_set(setting) {
         return Ok(v);
     }
-    Ok(setting.of(&properties()?))
+    Ok(value_of(setting, &properties()?))
 }
 
 /// Changes a settable property (opens the driver), as KvikIO's `cufile_driver.set`:
@@ -253,7 +155,7 @@ pub fn set_driver_setting(setting: DriverSetting, value: DriverValue) -> Result<
         }
         _ => return Err(invalid("wrong kind of value")),
     }
-    driver::remember_set(setting, value);
+    lifecycle::remember_set(setting, value);
     Ok(())
 }
 

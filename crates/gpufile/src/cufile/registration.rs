@@ -3,8 +3,8 @@
 
 use gpufile_sys::cufile::{self as sys, CUfileDescr_t, CufileApi};
 
-use super::driver::{driver_is_open, driver_open, DriverHold};
 use super::library::api;
+use super::lifecycle::{driver_is_open, driver_open, DriverHold};
 use super::result::{check, io_result, last_errno};
 use crate::error::{Error, Result};
 

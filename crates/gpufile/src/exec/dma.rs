@@ -2,11 +2,11 @@
 //! engine, with no CPU copy through a bounce buffer.
 //!
 //! Why: the CPU copy from the page cache into pinned buffers caps the bounce path at what the
-//! CPUs can copy (≈ 45–50 GB/s on the H200 hosts, for one GPU or two), while the copy engines
-//! read registered host memory at the link rate of every GPU at once (measured there: 54.8 GB/s
-//! to one GPU, 109.4 to two). Registering (pinning) pages costs about as much as copying them
-//! once (≈ 23 GB/s in 64 MiB pieces, serialised in the driver whatever the thread count), so
-//! registrations are kept: data read again while it stays hot is copied at DMA speed.
+//! CPUs can copy, the same for one GPU or two, while the copy engines read registered host
+//! memory at the link rate of every GPU at once. Registering (pinning) pages is slower than
+//! copying them and serialises in the driver whatever the thread count, so registrations are
+//! kept: data read again while it stays hot is copied at DMA speed. The figures:
+//! docs/performance.md, "Page-cache DMA (`exec/dma.rs`)".
 //!
 //! How it works:
 //! 1. A device read of a local file on gpufile's POSIX path (at least [`MIN_REQUEST`] bytes,
@@ -258,10 +258,10 @@ pub struct DmaRead {
     local: Arc<LocalFile>,
     limit: usize,
     /// Whether this request may register granules: not on the first read of a file version
-    /// (measured on the H200 hosts: registering while the same pages are being read slows that
-    /// first read from 47 to 32 GB/s), only once the data has been read again, and not while
-    /// the file's last change is too recent to tell a later one by its timestamps
-    /// ([`Version::settled`]).
+    /// (registering while the same pages are being read slows that first read down:
+    /// docs/performance.md, "Page-cache DMA (`exec/dma.rs`)"), only once the data has been read
+    /// again, and not while the file's last change is too recent to tell a later one by its
+    /// timestamps ([`Version::settled`]).
     may_register: bool,
     /// Bytes this request copied from registered page cache.
     pub bytes: AtomicU64,

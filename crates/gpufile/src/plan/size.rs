@@ -127,12 +127,13 @@ pub fn batch_keeps_tasks_whole(
     false
 }
 
-/// Registration unit of page-cache DMA, bytes ([`crate::exec::dma`]): the size the driver's
-/// registration rate was measured at (docs/performance.md, "Page-cache DMA: data read again, one GPU or two").
+/// Registration unit of page-cache DMA, bytes ([`crate::exec::dma`]): the size of the
+/// registration rate in docs/performance.md, "Page-cache DMA (`exec/dma.rs`)".
 pub const DMA_GRANULE: usize = 64 << 20;
 
 /// Smallest device read that uses page-cache DMA: below it the copy is all call overhead
-/// whichever way it goes, and such a read could wait for a whole granule's registration.
+/// whichever way it goes, and such a read could wait for a whole granule's registration
+/// (≈ 3 ms).
 pub const DMA_MIN_REQUEST: usize = 64 << 10;
 
 /// Most tasks a run takes at once (64 × 4 MiB = 256 MiB of a file read sequentially by one

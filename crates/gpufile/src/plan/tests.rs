@@ -706,7 +706,10 @@ fn the_endpoints_facts_size_the_tasks_and_no_caller_does() {
         ..base
     };
     let p = plan_with(&batch, &s, compat, none);
-    assert_eq!((p.task_size, p.task_size_busy, p.tasks.count()), (4 << 20, 4 << 20, 5));
+    assert_eq!(
+        (p.task_size, p.task_size_busy, p.tasks.count()),
+        (4 << 20, 4 << 20, 5)
+    );
     let alone = Shape {
         batch_whole: false,
         ..batch

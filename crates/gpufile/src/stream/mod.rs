@@ -15,9 +15,9 @@
 //! of deadlocks: while a stream waits for gpufile, the application may do anything that waits
 //! for the whole context (CUDA loads a kernel's module on its first launch and synchronizes the
 //! context to do it; `cudaFree`; a device synchronize), and such a wait, holding the driver,
-//! would block a CUDA call of gpufile's that the stream's wait depends on. (That deadlock was
-//! seen on an H200: a write staged on gpufile's own stream, a CuPy kernel launched for the first
-//! time behind it.)
+//! would block a CUDA call of gpufile's that the stream's wait depends on: a write staged on a
+//! stream of gpufile's own, with a kernel launched for the first time behind it, waits for ever
+//! (docs/async.md, "Stream-ordered transfers", tells the case).
 //!
 //! - A read into device memory reads the file into pinned staging memory, then the stream copies
 //!   it to the destination. A host function (`cuLaunchHostFunc`) queued on the stream hands the
