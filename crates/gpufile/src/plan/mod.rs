@@ -3,8 +3,8 @@
 //! [`plan_request`] makes the whole [`Plan`] of one request, once; the engine instantiates what
 //! it says and `gpufile explain` prints the same plan, so what explain predicts is what runs.
 //! A plan is decided in this order:
-//! 1. **The path and why** ([`choose_path`], [`after_registration`]): cuFile or gpufile's own,
-//!    by KvikIO's `compat_mode` rules, with AUTO honest about cuFile's compat path.
+//! 1. **The path and why** ([`decide_path`]): cuFile or gpufile's own, by KvikIO's
+//!    `compat_mode` rules, with AUTO honest about cuFile's compat path.
 //! 2. **The tasks**: a request of many small ranges is gathered, a group of ranges per task
 //!    ([`gathers`], [`gather_group`]); any other is cut by [`task_size`], the one rule for task
 //!    sizes.
@@ -143,18 +143,7 @@ pub fn plan_request(shape: &Shape<'_>, settings: &Settings, machine: &mut dyn Ma
             .unwrap_or(0),
         false => shape.len,
     };
-    let path = match (shape.memory, local) {
-        (Memory::Device, false) => Ok(IoPath {
-            backend: Backend::GpufilePosix,
-            reason: Reason::NotALocalFile,
-        }),
-        _ => choose_path(shape.memory, path_len, policy, || machine.cufile()).and_then(|p| match p
-            .backend
-        {
-            Backend::Cufile => after_registration(p, policy, machine.registration()),
-            Backend::GpufilePosix => Ok(p),
-        }),
-    };
+    let path = decide_path(shape.memory, path_len, local, policy, machine);
     let bounce = matches!(&path, Ok(p) if p.backend == Backend::GpufilePosix);
     let direct = DirectIo::of(settings, shape.direction);
     // Device writes of many ranges keep a task per range (each copied out by itself).

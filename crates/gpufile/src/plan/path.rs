@@ -3,9 +3,33 @@
 
 use std::fmt;
 
+use super::Machine;
 use crate::config::CompatMode;
 use crate::error::Error;
 use crate::request::Memory;
+
+/// The path of a request of `len` bytes (for a gather: its largest range) into or out of
+/// `memory` on an endpoint that is a `local_file` or not: the one decision, asking `machine`
+/// what cuFile can do, and registering the file, only where the answer matters.
+pub fn decide_path(
+    memory: Memory,
+    len: usize,
+    local_file: bool,
+    policy: Policy,
+    machine: &mut dyn Machine,
+) -> Result<IoPath, Error> {
+    if memory == Memory::Device && !local_file {
+        return Ok(IoPath {
+            backend: Backend::GpufilePosix,
+            reason: Reason::NotALocalFile,
+        });
+    }
+    let path = choose_path(memory, len, policy, || machine.cufile())?;
+    match path.backend {
+        Backend::Cufile => after_registration(path, policy, machine.registration()),
+        Backend::GpufilePosix => Ok(path),
+    }
+}
 
 /// What cuFile can do on this machine: the input of compat_mode AUTO and OFF.
 #[derive(Clone, Debug, PartialEq, Eq)]
