@@ -4,6 +4,7 @@ memory, published whole."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -11,6 +12,7 @@ import threading
 from typing import Any, Mapping, Sequence
 
 from . import _native
+from ._future import call_back, wake
 
 # A tensor as the core takes it: (name, safetensors dtype, logical shape, buffer).
 Row = tuple
@@ -180,7 +182,7 @@ def sync_producers(tensors: Mapping[str, Any]) -> None:
             torch.cuda.current_stream(d).synchronize()
 
 
-def _check_metadata(metadata: Any) -> dict[str, str] | None:
+def check_metadata(metadata: Any) -> dict[str, str] | None:
     if metadata is None:
         return None
     if not isinstance(metadata, Mapping) or not all(
@@ -221,7 +223,7 @@ def save_file(tensors: Mapping[str, Any], filename: Any, metadata: Any = None, *
     if _save_remote.is_url(filename):
         return _save_remote.save_file(tensors, filename, metadata)
     rows = describe(tensors)
-    meta = _check_metadata(metadata)
+    meta = check_metadata(metadata)
     sync_producers(tensors)
     write_file(rows, filename, meta, durable)
 
@@ -237,7 +239,7 @@ def _host_bytes(row: Row) -> bytes:
 
 def save(tensors: Mapping[str, Any], metadata: Any = None) -> bytes:
     rows = describe(tensors)
-    meta = _check_metadata(metadata)
+    meta = check_metadata(metadata)
     sync_producers(tensors)
     header, offsets, size = _native.safetensors_header(
         [(n, c, s, int(b.nbytes)) for n, c, s, b in rows], meta)
@@ -265,7 +267,7 @@ def parse_size(size: int | str) -> int:
     return _native.parse_shard_size(size)
 
 
-def _storage_size(v: Any) -> int:
+def storage_size(v: Any) -> int:
     """A tensor's size for sharding, as huggingface_hub counts it (a torch tensor's storage)."""
     if _is_torch(v):
         try:
@@ -312,8 +314,8 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
                                             metadata=metadata, sizes=sizes)
     rows = describe(state_dict)
     if sizes is None:
-        sizes = {k: _storage_size(v) for k, v in state_dict.items()}
-    meta = _check_metadata(metadata) or {}
+        sizes = {k: storage_size(v) for k, v in state_dict.items()}
+    meta = check_metadata(metadata) or {}
     limit = parse_size(max_shard_size)
     directory = os.fsdecode(directory)
     sync_producers(state_dict)
@@ -358,7 +360,7 @@ class SaveFuture:
                     self._callbacks = None
                     return
                 callback = self._callbacks.pop(0)
-            callback()  # a partial of _call_back or _wake, as IOFuture's: it never raises
+            callback()  # a partial of call_back or wake, as IOFuture's: it never raises
 
     def _add(self, callback: Any) -> bool:
         """Arranges for ``callback()`` to run once the save has ended, after the callbacks
@@ -392,22 +394,16 @@ class SaveFuture:
         """Calls ``fn(future)`` when the save ends, in the order added (at once, on the calling
         thread, if it has ended and the earlier callbacks have run). An exception ``fn`` raises
         is logged (logger ``"gpufile"``) and the next callbacks still run."""
-        import functools
-
-        from .cufile import _call_back
-        if not self._add(functools.partial(_call_back, fn, self)):
-            _call_back(fn, self)
+        if not self._add(functools.partial(call_back, fn, self)):
+            call_back(fn, self)
 
     def __await__(self):
-        import functools
-
-        from .cufile import _wake
         if not self.done():
             import asyncio
 
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
-            if self._add(functools.partial(_wake, loop, waiter, self)):
+            if self._add(functools.partial(wake, loop, waiter, self)):
                 yield from waiter
         return self.result()
 
@@ -478,10 +474,10 @@ def async_save(tensors: Mapping[str, Any], path: Any, metadata: Any, sharded: bo
                max_shard_size: int | str, durable: bool, limit: int) -> SaveFuture:
     global _pinned_user
     describe(tensors)  # every refusal before anything is copied
-    meta = _check_metadata(metadata)
+    meta = check_metadata(metadata)
     if sharded:
         parse_size(max_shard_size)
-    sizes = {k: _storage_size(v) for k, v in tensors.items()}
+    sizes = {k: storage_size(v) for k, v in tensors.items()}
     with _pinned_lock:
         staged = stage(tensors, limit)
         if sharded:

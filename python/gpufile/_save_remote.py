@@ -47,7 +47,7 @@ def write_url(rows: Any, url: str, meta: dict[str, str] | None) -> None:
 
 def save_file(tensors: Mapping[str, Any], url: str, metadata: Any = None) -> None:
     rows = _save.describe(tensors)
-    meta = _save._check_metadata(metadata)
+    meta = _save.check_metadata(metadata)
     _save.sync_producers(tensors)
     try:
         write_url(rows, url, meta)
@@ -63,8 +63,8 @@ def save_checkpoint(state_dict: Mapping[str, Any], prefix: str, max_shard_size: 
     under ``prefix``, uploaded in parallel; the index after every shard is whole."""
     rows = _save.describe(state_dict)
     if sizes is None:
-        sizes = {k: _save._storage_size(v) for k, v in state_dict.items()}
-    meta = _save._check_metadata(metadata) or {}
+        sizes = {k: _save.storage_size(v) for k, v in state_dict.items()}
+    meta = _save.check_metadata(metadata) or {}
     shards = _save.split(sizes, _save.parse_size(max_shard_size))
     _save.sync_producers(state_dict)
     by_name = {r[0]: r for r in rows}

@@ -12,7 +12,7 @@ import functools
 from typing import Any, Iterable
 
 from . import _native
-from .cufile import IOFuture, _wake
+from ._future import IOFuture, wake
 
 __all__ = ["gather"]
 
@@ -58,7 +58,7 @@ async def gather(futures: Iterable[IOFuture], return_exceptions: bool = False) -
     loop = asyncio.get_running_loop()
     waiter = loop.create_future()
     # One callback for the whole list; it holds the futures until they have all ended.
-    if _native.when_all([f._fut for f in futures], functools.partial(_wake, loop, waiter, futures)):
+    if _native.when_all([f._fut for f in futures], functools.partial(wake, loop, waiter, futures)):
         await waiter
     results: list[Any] = []
     for f in futures:

@@ -14,7 +14,8 @@ import time
 from typing import Any, NamedTuple, Sequence
 
 from . import _native
-from .cufile import CuFile, IOFuture
+from ._future import IOFuture
+from .cufile import CuFile
 
 
 class OpCode(enum.IntEnum):

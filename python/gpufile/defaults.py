@@ -19,6 +19,7 @@ import enum
 from typing import Any
 
 from . import _native
+from ._arguments import SetArgumentsError
 
 __all__ = ["CompatMode", "RemoteIOBackend", "ConfigContextManager", "get", "set", "report",
            "is_compat_mode_preferred"]
@@ -63,10 +64,6 @@ _ENUMS: dict[str, type[enum.IntEnum]] = {
 def _typed(name: str, value: Any) -> Any:
     kind = _ENUMS.get(name)
     return kind(value) if kind is not None else value
-
-
-class _SetArgumentsError(TypeError, ValueError):
-    """``set`` called with other than a dict or a name and a value (KvikIO: ValueError)."""
 
 
 class _Restore:
@@ -168,7 +165,7 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     elif len(args) == 2 and isinstance(args[0], str):
         updates = {args[0]: args[1]}
     else:
-        raise _SetArgumentsError("defaults.set takes a dict, or a name and a value")
+        raise SetArgumentsError("defaults.set takes a dict, or a name and a value")
     return _Restore(_native.settings_set(updates))
 
 

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from . import _native
-from .cufile import IOFuture
+from ._future import IOFuture
 
 
 class Mmap:

@@ -34,7 +34,7 @@ import urllib.parse
 from typing import Any, Optional
 
 from . import _native
-from .cufile import IOFuture
+from ._future import IOFuture
 
 
 class RemoteEndpointType(enum.Enum):

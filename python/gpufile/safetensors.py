@@ -61,7 +61,8 @@ import re
 from typing import Any, Callable, Iterable, Mapping, Union
 
 from . import _native, _save, defaults
-from .cufile import CuFile, IOFuture
+from ._future import IOFuture
+from .cufile import CuFile
 from .remote_file import RemoteFile
 
 SafetensorError = _native.SafetensorError
