@@ -415,7 +415,8 @@ _pinned_user: SaveFuture | None = None  # the save whose background write still 
 
 def _staging_buffer(nbytes: int) -> Any:
     """A host buffer of at least ``nbytes`` for staging: the pinned one of the last save,
-    reused once that save's background write is done (pinning is slow: ~GB/s), or a new one."""
+    reused once that save's background write is done (pinning is slow: docs/performance.md,
+    "Saving checkpoints"), or a new one."""
     global _pinned
     import torch
     if _pinned_user is not None and not _pinned_user.done():

@@ -36,11 +36,10 @@ def is_url(path: Any) -> bool:
 
 # A checkpoint's shards on a server are read in ranges of at least this many bytes (the
 # `task_size` setting where it is larger): each range is a request, and a server's cost is per
-# request (S3's time to first byte, moto's cost of a GET, which grows with the object). boto3
-# and the S3 tools move 8-16 MiB parts; over moto, 16 MiB ranges made 0.98x a plain
-# 16-connection client where the 4 MiB of `task_size`'s default made 0.3x
-# (docs/performance.md, "Object stores both ways"). `RemoteFile` itself keeps KvikIO's
-# `task_size` ranges.
+# request (S3's time to first byte, moto's cost of a GET, which grows with the object), so
+# ranges of the size boto3 and the S3 tools move (8-16 MiB) keep up with a plain client where
+# `task_size`'s 4 MiB default falls far behind (docs/performance.md, "Object stores both
+# ways"). `RemoteFile` itself keeps KvikIO's `task_size` ranges.
 _REMOTE_RANGE_MIN = 16 << 20
 
 
