@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from . import _native, _save_remote
 from ._future import call_back, wake
+from ._notices import logged
 from ._save_rows import (
     INDEX_NAME,
     Row,
@@ -42,7 +43,7 @@ def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | No
     try:
         if durable:
             pending.start_write_behind()
-        _native.write_safetensors(pending.file, list(rows), metadata)
+        logged(_native.write_safetensors, pending.file, list(rows), metadata)
         pending.publish(durable)
     except BaseException as e:
         pending.discard()
@@ -118,8 +119,8 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
     directory = os.fsdecode(directory)
     sync_producers(state_dict)
     try:
-        weight_map = _native.save_checkpoint(directory, rows, [sizes[r[0]] for r in rows],
-                                             limit, meta, durable)
+        weight_map = logged(_native.save_checkpoint, directory, rows,
+                            [sizes[r[0]] for r in rows], limit, meta, durable)
     except BaseException as e:
         _annotate(e, directory)
         raise

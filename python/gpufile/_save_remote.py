@@ -16,6 +16,7 @@ import threading
 from typing import Any, Mapping
 
 from . import _native
+from ._notices import logged
 from ._save_rows import (
     INDEX_NAME,
     SINGLE_NAME,
@@ -52,7 +53,7 @@ def _child(prefix: str, name: str) -> str:
 def write_url(rows: Any, url: str, meta: dict[str, str] | None) -> None:
     """Writes ``rows`` as one safetensors object at ``url``; no object on any failure."""
     with RemoteFile.open(url, mode="w") as f:
-        _native.write_safetensors_remote(f._handle, list(rows), meta)
+        logged(_native.write_safetensors_remote, f._handle, list(rows), meta)
 
 
 def save_file(tensors: Mapping[str, Any], url: str, metadata: Any = None) -> None:

@@ -6,28 +6,19 @@ has them (``kvikio.cufile.IOFuture``).
 
 from __future__ import annotations
 
-import logging
 import operator
 import os
 from typing import Any
 
 from . import _native
 from ._future import IOFuture, IOFutureStream
+from ._notices import logged
 from .pagecache import (  # noqa: F401 - KvikIO's kvikio.cufile exports them
     clear_page_cache,
     drop_file_page_cache,
     drop_system_page_cache,
     get_page_cache_info,
 )
-
-_log = logging.getLogger("gpufile")
-
-
-def _log_notices() -> None:
-    """Path decisions worth knowing (a fallback, say) are logged once each."""
-    for text in _native.take_notices():
-        _log.info(text)
-
 
 def memory_register(buf: Any) -> None:
     """Register the device allocation holding ``buf`` with cuFile (``cuFileBufRegister``).
@@ -188,6 +179,11 @@ class CuFile:
         f._file = _native.NativeFile.from_fd(fd, name)
         return f
 
+    def _call(self, method: str, *args: Any) -> Any:
+        """The native file's ``method(*args)``: every transfer goes through here, so that the
+        notices it makes are logged as it returns."""
+        return logged(getattr(self._file, method), *args)
+
     def close(self) -> None:
         """Close the file; requests still in flight finish first. Closing twice is harmless."""
         self._file.close()
@@ -335,10 +331,7 @@ class CuFile:
         >>> with gpufile.CuFile("data.bin") as f:                   # doctest: +SKIP
         ...     n = f.read(buf, size=4096, file_offset=8192)
         """
-        try:
-            return self._file.read(buf, size, file_offset, task_size)
-        finally:
-            _log_notices()
+        return self._call("read", buf, size, file_offset, task_size)
 
     def write(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> int:
@@ -374,10 +367,7 @@ class CuFile:
         gpufile.CudaError, gpufile.CufileError
             A device transfer failed.
         """
-        try:
-            return self._file.write(buf, size, file_offset, task_size)
-        finally:
-            _log_notices()
+        return self._call("write", buf, size, file_offset, task_size)
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> IOFuture:
@@ -397,10 +387,7 @@ class CuFile:
         >>> ...                                                     # other work meanwhile
         >>> n = fut.get()                                           # doctest: +SKIP
         """
-        try:
-            return IOFuture(self._file.pread(buf, size, file_offset, task_size))
-        finally:
-            _log_notices()
+        return IOFuture(self._call("pread", buf, size, file_offset, task_size))
 
     def pwrite(self, buf: Any, size: int | None = None, file_offset: int = 0,
                task_size: int | None = None) -> IOFuture:
@@ -411,10 +398,7 @@ class CuFile:
         IOFuture
             ``.get()`` waits and returns the bytes written.
         """
-        try:
-            return IOFuture(self._file.pwrite(buf, size, file_offset, task_size))
-        finally:
-            _log_notices()
+        return IOFuture(self._call("pwrite", buf, size, file_offset, task_size))
 
     def read_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
                     buf_offsets: Any = None) -> IOFuture:
@@ -459,11 +443,8 @@ class CuFile:
         >>> f.read_ranges(buf, offsets, 4096).get()                  # doctest: +SKIP
         12288
         """
-        try:
-            return IOFuture(self._file.read_ranges(
-                buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
-        finally:
-            _log_notices()
+        return IOFuture(self._call(
+            "read_ranges", buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
 
     def write_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
                      buf_offsets: Any = None) -> IOFuture:
@@ -479,11 +460,8 @@ class CuFile:
         IOFuture
             ``get()`` returns the bytes written.
         """
-        try:
-            return IOFuture(self._file.write_ranges(
-                buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
-        finally:
-            _log_notices()
+        return IOFuture(self._call(
+            "write_ranges", buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
 
     def read_rows(self, out: Any, rows: Any, row_bytes: int, row_stride: int | None = None,
                   base_offset: int = 0) -> IOFuture:
@@ -517,11 +495,8 @@ class CuFile:
             As for ``read_ranges`` (a row past the end of the file, ``out`` too small,
             ``row_bytes`` 0); nothing is read.
         """
-        try:
-            return IOFuture(self._file.read_rows(
-                out, _host_ints(rows), row_bytes, row_stride, base_offset))
-        finally:
-            _log_notices()
+        return IOFuture(self._call(
+            "read_rows", out, _host_ints(rows), row_bytes, row_stride, base_offset))
 
     def raw_read(self, buf: Any, size: int | None = None, file_offset: int = 0,
                  dev_offset: int = 0) -> int:
@@ -548,10 +523,7 @@ class CuFile:
         gpufile.EndOfFileError, ValueError, TypeError, OSError, gpufile.CufileError
             As ``read()``.
         """
-        try:
-            return self._file.raw_read(buf, size, file_offset, dev_offset)
-        finally:
-            _log_notices()
+        return self._call("raw_read", buf, size, file_offset, dev_offset)
 
     def raw_write(self, buf: Any, size: int | None = None, file_offset: int = 0,
                   dev_offset: int = 0) -> int:
@@ -578,10 +550,7 @@ class CuFile:
         ValueError, TypeError, OSError, gpufile.CufileError
             As ``write()``.
         """
-        try:
-            return self._file.raw_write(buf, size, file_offset, dev_offset)
-        finally:
-            _log_notices()
+        return self._call("raw_write", buf, size, file_offset, dev_offset)
 
     def raw_read_async(self, buf: Any, stream: Any, size: int | None = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
@@ -622,11 +591,8 @@ class CuFile:
         work is let go all the same, and finds the buffer as the failed read left it. The buffer
         and the file are held until the read has ended, even if the future is dropped.
         """
-        try:
-            return IOFutureStream(self._file.raw_read_async(
-                buf, _stream_handle(stream), size, file_offset, dev_offset))
-        finally:
-            _log_notices()
+        return IOFutureStream(self._call(
+            "raw_read_async", buf, _stream_handle(stream), size, file_offset, dev_offset))
 
     def raw_write_async(self, buf: Any, stream: Any, size: int | None = None,
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
@@ -643,11 +609,8 @@ class CuFile:
         IOFutureStream
             ``check_bytes_done()`` gives the bytes written.
         """
-        try:
-            return IOFutureStream(self._file.raw_write_async(
-                buf, _stream_handle(stream), size, file_offset, dev_offset))
-        finally:
-            _log_notices()
+        return IOFutureStream(self._call(
+            "raw_write_async", buf, _stream_handle(stream), size, file_offset, dev_offset))
 
 
 def _host_ints(values: Any) -> Any:
@@ -677,6 +640,11 @@ def _batch_entries(entries: Any) -> list:
             file = os.fspath(file)
         out.append((file, buf, size, file_offset))
     return out
+
+
+def _submit_batch(entries: Any, write: bool) -> IOFuture:
+    """The batch's requests queued, and the notices their planning made logged."""
+    return IOFuture(logged(_native.submit_batch, _batch_entries(entries), write))
 
 
 def read_batch(entries: Any) -> IOFuture:
@@ -710,7 +678,7 @@ def read_batch(entries: Any) -> IOFuture:
     >>> bufs = [cupy.empty(4 << 20, dtype=cupy.uint8) for _ in paths]   # doctest: +SKIP
     >>> gpufile.read_batch([(p, b, None, 0) for p, b in zip(paths, bufs)]).get()  # doctest: +SKIP
     """
-    return IOFuture(_native.submit_batch(_batch_entries(entries), False))
+    return _submit_batch(entries, False)
 
 
 def write_batch(entries: Any) -> IOFuture:
@@ -727,4 +695,4 @@ def write_batch(entries: Any) -> IOFuture:
     IOFuture
         ``get()`` returns the total bytes written, or raises the first error.
     """
-    return IOFuture(_native.submit_batch(_batch_entries(entries), True))
+    return _submit_batch(entries, True)

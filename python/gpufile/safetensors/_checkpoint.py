@@ -8,6 +8,7 @@ from typing import Any, Union
 
 from .. import _native, defaults
 from .._future import IOFuture
+from .._notices import logged
 from ..cufile import CuFile
 from ..remote_file import RemoteFile
 
@@ -58,7 +59,7 @@ class SharedRemote:
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
         task = remote_range_size()
-        return IOFuture(self._f._handle.pread(buf, size, file_offset, task))
+        return IOFuture(logged(self._f._handle.pread, buf, size, file_offset, task))
 
     def read(self, buf: Any, size: int | None = None, file_offset: int = 0) -> int:
         return self.pread(buf, size, file_offset).get()
