@@ -13,9 +13,8 @@ import os
 import time
 from typing import Any, NamedTuple, Sequence
 
-from . import _native
+from . import _native, _notices
 from ._future import IOFuture
-from ._notices import logged
 from .cufile import CuFile
 
 
@@ -195,7 +194,7 @@ class BatchHandle:
         plan = [(first.file_handle._file, first.devPtr_base, first.opcode == OpCode.WRITE,
                  [ops[i].file_offset for i in cookies], [ops[i].size for i in cookies],
                  [ops[i].devPtr_offset for i in cookies]) for first, cookies in keyed.values()]
-        futures = logged(_native.submit_ranges, plan)
+        futures = _notices.logged(_native.submit_ranges, plan)
         groups = [_Group(cookies, sizes, IOFuture(f))
                   for (_, _, _, _, sizes, _), (_, cookies), f
                   in zip(plan, keyed.values(), futures)]

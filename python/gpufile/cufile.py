@@ -10,9 +10,8 @@ import operator
 import os
 from typing import Any
 
-from . import _native
+from . import _native, _notices
 from ._future import IOFuture, IOFutureStream
-from ._notices import logged
 from .pagecache import (  # noqa: F401 - KvikIO's kvikio.cufile exports them
     clear_page_cache,
     drop_file_page_cache,
@@ -182,7 +181,7 @@ class CuFile:
     def _call(self, method: str, *args: Any) -> Any:
         """The native file's ``method(*args)``: every transfer goes through here, so that the
         notices it makes are logged as it returns."""
-        return logged(getattr(self._file, method), *args)
+        return _notices.logged(getattr(self._file, method), *args)
 
     def close(self) -> None:
         """Close the file; requests still in flight finish first. Closing twice is harmless."""
@@ -443,8 +442,8 @@ class CuFile:
         >>> f.read_ranges(buf, offsets, 4096).get()                  # doctest: +SKIP
         12288
         """
-        return IOFuture(self._call(
-            "read_ranges", buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
+        return IOFuture(self._call("read_ranges", buf, _host_ints(file_offsets), _host_ints(sizes),
+                                   _host_ints(buf_offsets)))
 
     def write_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
                      buf_offsets: Any = None) -> IOFuture:
@@ -460,8 +459,8 @@ class CuFile:
         IOFuture
             ``get()`` returns the bytes written.
         """
-        return IOFuture(self._call(
-            "write_ranges", buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
+        return IOFuture(self._call("write_ranges", buf, _host_ints(file_offsets), _host_ints(sizes),
+                                   _host_ints(buf_offsets)))
 
     def read_rows(self, out: Any, rows: Any, row_bytes: int, row_stride: int | None = None,
                   base_offset: int = 0) -> IOFuture:
@@ -644,7 +643,7 @@ def _batch_entries(entries: Any) -> list:
 
 def _submit_batch(entries: Any, write: bool) -> IOFuture:
     """The batch's requests queued, and the notices their planning made logged."""
-    return IOFuture(logged(_native.submit_batch, _batch_entries(entries), write))
+    return IOFuture(_notices.logged(_native.submit_batch, _batch_entries(entries), write))
 
 
 def read_batch(entries: Any) -> IOFuture:

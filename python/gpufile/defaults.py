@@ -18,8 +18,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from . import _native
-from ._arguments import SetArgumentsError
+from . import _arguments, _native
 
 __all__ = ["CompatMode", "RemoteIOBackend", "ConfigContextManager", "get", "set", "report",
            "is_compat_mode_preferred"]
@@ -165,7 +164,7 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     elif len(args) == 2 and isinstance(args[0], str):
         updates = {args[0]: args[1]}
     else:
-        raise SetArgumentsError("defaults.set takes a dict, or a name and a value")
+        raise _arguments.SetArgumentsError("defaults.set takes a dict, or a name and a value")
     return _Restore(_native.settings_set(updates))
 
 

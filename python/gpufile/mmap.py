@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import _native
+from . import _native, _notices
 from ._future import IOFuture
-from ._notices import logged
 
 
 class Mmap:
@@ -83,7 +82,7 @@ class Mmap:
     def _call(self, method: str, *args: Any) -> Any:
         """The native handle's ``method(*args)``: every read goes through here, so that the
         notices it makes are logged as it returns."""
-        return logged(getattr(self._handle, method), *args)
+        return _notices.logged(getattr(self._handle, method), *args)
 
     def initial_map_size(self) -> int:
         """Size in bytes of the region mapped when the handle was made.

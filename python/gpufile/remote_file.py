@@ -33,9 +33,8 @@ import io
 import urllib.parse
 from typing import Any, Optional
 
-from . import _native
+from . import _native, _notices
 from ._future import IOFuture
-from ._notices import logged
 
 
 class RemoteEndpointType(enum.Enum):
@@ -506,7 +505,7 @@ class RemoteFile:
     def _call(self, method: str, *args: Any) -> Any:
         """The native handle's ``method(*args)``: every transfer goes through here, so that the
         notices it makes are logged as it returns."""
-        return logged(getattr(self._handle, method), *args)
+        return _notices.logged(getattr(self._handle, method), *args)
 
     def _need_writer(self) -> None:
         if not self._writing:
