@@ -15,7 +15,18 @@ import re
 import threading
 from typing import Any, Mapping
 
-from . import _native, _save
+from . import _native
+from ._notices import logged
+from ._save_rows import (
+    INDEX_NAME,
+    SINGLE_NAME,
+    check_metadata,
+    describe,
+    parse_size,
+    split,
+    storage_size,
+    sync_producers,
+)
 from .remote_file import RemoteFile
 
 _URL = re.compile(r"^(s3|gs|https?)://", re.IGNORECASE)
@@ -42,13 +53,13 @@ def _child(prefix: str, name: str) -> str:
 def write_url(rows: Any, url: str, meta: dict[str, str] | None) -> None:
     """Writes ``rows`` as one safetensors object at ``url``; no object on any failure."""
     with RemoteFile.open(url, mode="w") as f:
-        _native.write_safetensors_remote(f._handle, list(rows), meta)
+        logged(_native.write_safetensors_remote, f._handle, list(rows), meta)
 
 
 def save_file(tensors: Mapping[str, Any], url: str, metadata: Any = None) -> None:
-    rows = _save.describe(tensors)
-    meta = _save._check_metadata(metadata)
-    _save.sync_producers(tensors)
+    rows = describe(tensors)
+    meta = check_metadata(metadata)
+    sync_producers(tensors)
     try:
         write_url(rows, url, meta)
     except BaseException as e:
@@ -61,15 +72,15 @@ def save_checkpoint(state_dict: Mapping[str, Any], prefix: str, max_shard_size: 
                     ) -> dict[str, Any]:
     """The shards (``model.safetensors``, or ``model-0000k-of-0000n.safetensors`` and the index)
     under ``prefix``, uploaded in parallel; the index after every shard is whole."""
-    rows = _save.describe(state_dict)
+    rows = describe(state_dict)
     if sizes is None:
-        sizes = {k: _save._storage_size(v) for k, v in state_dict.items()}
-    meta = _save._check_metadata(metadata) or {}
-    shards = _save.split(sizes, _save.parse_size(max_shard_size))
-    _save.sync_producers(state_dict)
+        sizes = {k: storage_size(v) for k, v in state_dict.items()}
+    meta = check_metadata(metadata) or {}
+    shards = split(sizes, parse_size(max_shard_size))
+    sync_producers(state_dict)
     by_name = {r[0]: r for r in rows}
     n = len(shards)
-    names = ([_save.SINGLE_NAME] if n == 1 else
+    names = ([SINGLE_NAME] if n == 1 else
              [f"model-{k + 1:05d}-of-{n:05d}.safetensors" for k in range(n)])
     file_meta = {"format": "pt", **meta} if n == 1 else {"format": "pt"}
     weight_map = {key: names[k] for k, keys in enumerate(shards) for key in keys}
@@ -103,6 +114,6 @@ def save_checkpoint(state_dict: Mapping[str, Any], prefix: str, max_shard_size: 
         raise e
     if n > 1:
         body = (json.dumps(index, indent=2, sort_keys=True) + "\n").encode()
-        with RemoteFile.open(_child(prefix, _save.INDEX_NAME), mode="w") as f:
+        with RemoteFile.open(_child(prefix, INDEX_NAME), mode="w") as f:
             f.write(body)
     return index

@@ -11,8 +11,8 @@ import asyncio
 import functools
 from typing import Any, Iterable
 
-from . import _native
-from .cufile import IOFuture, _wake
+from . import _future, _native
+from ._future import IOFuture
 
 __all__ = ["gather"]
 
@@ -58,7 +58,8 @@ async def gather(futures: Iterable[IOFuture], return_exceptions: bool = False) -
     loop = asyncio.get_running_loop()
     waiter = loop.create_future()
     # One callback for the whole list; it holds the futures until they have all ended.
-    if _native.when_all([f._fut for f in futures], functools.partial(_wake, loop, waiter, futures)):
+    wake = functools.partial(_future.wake, loop, waiter, futures)
+    if _native.when_all([f._fut for f in futures], wake):
         await waiter
     results: list[Any] = []
     for f in futures:

@@ -13,8 +13,9 @@ import os
 import time
 from typing import Any, NamedTuple, Sequence
 
-from . import _native
-from .cufile import CuFile, IOFuture
+from . import _native, _notices
+from ._future import IOFuture
+from .cufile import CuFile
 
 
 class OpCode(enum.IntEnum):
@@ -193,7 +194,7 @@ class BatchHandle:
         plan = [(first.file_handle._file, first.devPtr_base, first.opcode == OpCode.WRITE,
                  [ops[i].file_offset for i in cookies], [ops[i].size for i in cookies],
                  [ops[i].devPtr_offset for i in cookies]) for first, cookies in keyed.values()]
-        futures = _native.submit_ranges(plan)
+        futures = _notices.logged(_native.submit_ranges, plan)
         groups = [_Group(cookies, sizes, IOFuture(f))
                   for (_, _, _, _, sizes, _), (_, cookies), f
                   in zip(plan, keyed.values(), futures)]

@@ -1,29 +1,23 @@
-"""``CuFile``: an open file, with KvikIO's methods, and the cuFile registration helpers."""
+"""``CuFile``: an open file, with KvikIO's methods, and the cuFile registration helpers.
+
+``IOFuture`` and ``IOFutureStream`` live in ``_future`` and are exported here too, where KvikIO
+has them (``kvikio.cufile.IOFuture``).
+"""
 
 from __future__ import annotations
 
-import functools
-import logging
 import operator
 import os
 from typing import Any
 
-from . import _native
+from . import _native, _notices
+from ._future import IOFuture, IOFutureStream
 from .pagecache import (  # noqa: F401 - KvikIO's kvikio.cufile exports them
     clear_page_cache,
     drop_file_page_cache,
     drop_system_page_cache,
     get_page_cache_info,
 )
-
-_log = logging.getLogger("gpufile")
-
-
-def _log_notices() -> None:
-    """Path decisions worth knowing (a fallback, say) are logged once each."""
-    for text in _native.take_notices():
-        _log.info(text)
-
 
 def memory_register(buf: Any) -> None:
     """Register the device allocation holding ``buf`` with cuFile (``cuFileBufRegister``).
@@ -124,169 +118,6 @@ def _stream_handle(stream: Any) -> int:
     return operator.index(stream)  # an int, or a NumPy integer holding the handle
 
 
-def _call_back(fn: Any, fut: "IOFuture") -> None:
-    """Calls ``fn(fut)``; an exception it raises is logged (as ``concurrent.futures`` does), never
-    lost and never raised into gpufile's callback thread."""
-    try:
-        fn(fut)
-    except Exception:  # noqa: BLE001 - a callback's failure is the caller's, logged
-        _log.exception("exception calling callback for %r", fut)
-
-
-def _wake(loop: Any, waiter: Any, _fut: "IOFuture") -> None:
-    """The end of a request, told to the event loop awaiting it (from gpufile's callback thread).
-
-    ``_fut`` is held until here, so an ``await`` that is cancelled leaves the future (and the
-    buffer it holds) alive until the request has ended, and it is never dropped, waiting, on the
-    loop's thread.
-    """
-    try:
-        loop.call_soon_threadsafe(_resolve, waiter)
-    except RuntimeError:  # the loop is closed: nobody awaits any more
-        pass
-
-
-def _resolve(waiter: Any) -> None:
-    if not waiter.done():  # a cancelled await has cancelled it already
-        waiter.set_result(None)
-
-
-class IOFuture:
-    """A request in flight, returned by ``CuFile.pread()`` and ``CuFile.pwrite()``.
-
-    It keeps its buffer and its file alive until the request is done, so dropping the future,
-    closing the file or exiting the interpreter while it runs is safe (KvikIO's futures hold no
-    such references).
-
-    It can be awaited (``n = await f.pread(buf)``) with no thread per future, and calls back
-    (``add_done_callback``) as ``concurrent.futures.Future`` does; see the async page of the
-    documentation.
-    """
-
-    __slots__ = ("_fut",)
-
-    def __init__(self, fut: Any) -> None:
-        self._fut = fut
-
-    def get(self) -> int:
-        """Wait for the request to finish.
-
-        Returns
-        -------
-        int
-            The bytes transferred.
-
-        Raises
-        ------
-        OSError, ValueError, gpufile.GpufileError
-            The request's own error, as ``CuFile.read()`` or ``CuFile.write()`` would
-            raise it.
-        """
-        return self._fut.get()
-
-    def done(self) -> bool:
-        """Whether the request has finished (successfully or not); never blocks.
-
-        Returns
-        -------
-        bool
-        """
-        return self._fut.done()
-
-    def report(self) -> dict[str, Any] | None:
-        """What the request's plan decided (gpufile's addition), for ``read_ranges``,
-        ``write_ranges`` and ``read_rows``; ``None`` for other requests.
-
-        Returns
-        -------
-        dict or None
-            ``backend`` and ``reason`` (the data path and why), ``ranges``, ``tasks`` (groups
-            of ranges when ``gathered``), ``host_io`` (``"io_uring"`` or ``"pread"``) and
-            ``host_io_reason`` for a gather, ``copies`` (host-to-GPU copies of a gathered
-            device read: one per contiguous run of the destination in each group).
-        """
-        return self._fut.report()
-
-    def add_done_callback(self, fn: Any) -> None:
-        """Call ``fn(future)`` once the request has finished (successfully or not).
-
-        As ``concurrent.futures.Future.add_done_callback``: each callback is called once, in
-        the order added; a callback added to a finished future whose earlier callbacks have run
-        is called at once, on the calling thread. Otherwise it runs on gpufile's callback
-        thread (one for the process, holding the GIL; the I/O workers never wait for Python),
-        in the order the requests finish. An exception raised by ``fn`` is logged (logger
-        ``"gpufile"``) and ignored.
-        ``fn`` may call ``future.get()`` (it returns at once) and start or wait for other
-        requests, but a callback that blocks delays the callbacks after it.
-
-        Parameters
-        ----------
-        fn : callable
-            Called with this future as its only argument.
-        """
-        if not self._fut.add_done_callback(functools.partial(_call_back, fn, self)):
-            _call_back(fn, self)
-
-    def __await__(self):
-        if not self._fut.done():
-            import asyncio
-
-            loop = asyncio.get_running_loop()
-            waiter = loop.create_future()
-            if self._fut.add_done_callback(functools.partial(_wake, loop, waiter, self)):
-                # Cancelling the awaiting task cancels ``waiter`` only: the request goes on to
-                # its end (its result stays on this future), holding the buffer until then.
-                yield from waiter
-        return self._fut.get()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {'done' if self.done() else 'pending'}>"
-
-
-class IOFutureStream(IOFuture):
-    """The result of ``CuFile.raw_read_async()`` and ``CuFile.raw_write_async()``.
-
-    The transfer is queued on the stream: it starts once the work queued on the stream before it
-    has finished, and work queued on the stream after it waits for its end; the call that made
-    it returned at once. ``check_bytes_done()`` (KvikIO's name) and ``get()`` wait for the
-    transfer (not for the rest of the stream) and raise its error; ``done()``,
-    ``add_done_callback()`` and ``await`` work as for every ``IOFuture``. ``stream_order`` says
-    how the stream was made to wait, and why.
-    """
-
-    __slots__ = ()
-
-    def check_bytes_done(self) -> int:
-        """Wait for the transfer; the bytes transferred.
-
-        Returns
-        -------
-        int
-            Bytes read or written by the stream-ordered request.
-
-        Raises
-        ------
-        gpufile.EndOfFileError, OSError, gpufile.CudaError, gpufile.CufileError
-            The transfer's own error (a read past the end of the file, a failed ``pread``):
-            errors found when the stream reached the transfer are raised here, not by the call
-            that queued it.
-        """
-        return self._fut.get()
-
-    @property
-    def stream_order(self) -> tuple[str, str]:
-        """``(how, reason)``: how later work on the stream waits for this transfer.
-
-        ``"wait-value"`` (the stream waits on a flag gpufile sets when the file read ends,
-        ``cuStreamWaitValue32``, then copies the bytes), ``"host-function"`` (a host function
-        on the stream blocks until the file read ends), ``"staged"`` (a write: the stream
-        copies the source into pinned memory and goes on; the file write follows), or
-        ``"caller-waits"`` (the call itself waited: no CUDA device, the driver cannot queue, or
-        more staging than gpufile keeps), with the reason.
-        """
-        return self._fut.stream_order
-
-
 class CuFile:
     """A file opened for reads and writes of device (CuPy, PyTorch, Numba) and host buffers.
 
@@ -346,6 +177,11 @@ class CuFile:
         f = cls.__new__(cls)
         f._file = _native.NativeFile.from_fd(fd, name)
         return f
+
+    def _call(self, method: str, *args: Any) -> Any:
+        """The native file's ``method(*args)``: every transfer goes through here, so that the
+        notices it makes are logged as it returns."""
+        return _notices.logged(getattr(self._file, method), *args)
 
     def close(self) -> None:
         """Close the file; requests still in flight finish first. Closing twice is harmless."""
@@ -494,10 +330,7 @@ class CuFile:
         >>> with gpufile.CuFile("data.bin") as f:                   # doctest: +SKIP
         ...     n = f.read(buf, size=4096, file_offset=8192)
         """
-        try:
-            return self._file.read(buf, size, file_offset, task_size)
-        finally:
-            _log_notices()
+        return self._call("read", buf, size, file_offset, task_size)
 
     def write(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> int:
@@ -533,10 +366,7 @@ class CuFile:
         gpufile.CudaError, gpufile.CufileError
             A device transfer failed.
         """
-        try:
-            return self._file.write(buf, size, file_offset, task_size)
-        finally:
-            _log_notices()
+        return self._call("write", buf, size, file_offset, task_size)
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> IOFuture:
@@ -556,10 +386,7 @@ class CuFile:
         >>> ...                                                     # other work meanwhile
         >>> n = fut.get()                                           # doctest: +SKIP
         """
-        try:
-            return IOFuture(self._file.pread(buf, size, file_offset, task_size))
-        finally:
-            _log_notices()
+        return IOFuture(self._call("pread", buf, size, file_offset, task_size))
 
     def pwrite(self, buf: Any, size: int | None = None, file_offset: int = 0,
                task_size: int | None = None) -> IOFuture:
@@ -570,10 +397,7 @@ class CuFile:
         IOFuture
             ``.get()`` waits and returns the bytes written.
         """
-        try:
-            return IOFuture(self._file.pwrite(buf, size, file_offset, task_size))
-        finally:
-            _log_notices()
+        return IOFuture(self._call("pwrite", buf, size, file_offset, task_size))
 
     def read_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
                     buf_offsets: Any = None) -> IOFuture:
@@ -618,11 +442,8 @@ class CuFile:
         >>> f.read_ranges(buf, offsets, 4096).get()                  # doctest: +SKIP
         12288
         """
-        try:
-            return IOFuture(self._file.read_ranges(
-                buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
-        finally:
-            _log_notices()
+        return IOFuture(self._call("read_ranges", buf, _host_ints(file_offsets), _host_ints(sizes),
+                                   _host_ints(buf_offsets)))
 
     def write_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
                      buf_offsets: Any = None) -> IOFuture:
@@ -638,11 +459,8 @@ class CuFile:
         IOFuture
             ``get()`` returns the bytes written.
         """
-        try:
-            return IOFuture(self._file.write_ranges(
-                buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
-        finally:
-            _log_notices()
+        return IOFuture(self._call("write_ranges", buf, _host_ints(file_offsets), _host_ints(sizes),
+                                   _host_ints(buf_offsets)))
 
     def read_rows(self, out: Any, rows: Any, row_bytes: int, row_stride: int | None = None,
                   base_offset: int = 0) -> IOFuture:
@@ -676,11 +494,8 @@ class CuFile:
             As for ``read_ranges`` (a row past the end of the file, ``out`` too small,
             ``row_bytes`` 0); nothing is read.
         """
-        try:
-            return IOFuture(self._file.read_rows(
-                out, _host_ints(rows), row_bytes, row_stride, base_offset))
-        finally:
-            _log_notices()
+        return IOFuture(self._call(
+            "read_rows", out, _host_ints(rows), row_bytes, row_stride, base_offset))
 
     def raw_read(self, buf: Any, size: int | None = None, file_offset: int = 0,
                  dev_offset: int = 0) -> int:
@@ -707,10 +522,7 @@ class CuFile:
         gpufile.EndOfFileError, ValueError, TypeError, OSError, gpufile.CufileError
             As ``read()``.
         """
-        try:
-            return self._file.raw_read(buf, size, file_offset, dev_offset)
-        finally:
-            _log_notices()
+        return self._call("raw_read", buf, size, file_offset, dev_offset)
 
     def raw_write(self, buf: Any, size: int | None = None, file_offset: int = 0,
                   dev_offset: int = 0) -> int:
@@ -737,10 +549,7 @@ class CuFile:
         ValueError, TypeError, OSError, gpufile.CufileError
             As ``write()``.
         """
-        try:
-            return self._file.raw_write(buf, size, file_offset, dev_offset)
-        finally:
-            _log_notices()
+        return self._call("raw_write", buf, size, file_offset, dev_offset)
 
     def raw_read_async(self, buf: Any, stream: Any, size: int | None = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
@@ -781,11 +590,8 @@ class CuFile:
         work is let go all the same, and finds the buffer as the failed read left it. The buffer
         and the file are held until the read has ended, even if the future is dropped.
         """
-        try:
-            return IOFutureStream(self._file.raw_read_async(
-                buf, _stream_handle(stream), size, file_offset, dev_offset))
-        finally:
-            _log_notices()
+        return IOFutureStream(self._call(
+            "raw_read_async", buf, _stream_handle(stream), size, file_offset, dev_offset))
 
     def raw_write_async(self, buf: Any, stream: Any, size: int | None = None,
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
@@ -802,11 +608,8 @@ class CuFile:
         IOFutureStream
             ``check_bytes_done()`` gives the bytes written.
         """
-        try:
-            return IOFutureStream(self._file.raw_write_async(
-                buf, _stream_handle(stream), size, file_offset, dev_offset))
-        finally:
-            _log_notices()
+        return IOFutureStream(self._call(
+            "raw_write_async", buf, _stream_handle(stream), size, file_offset, dev_offset))
 
 
 def _host_ints(values: Any) -> Any:
@@ -836,6 +639,11 @@ def _batch_entries(entries: Any) -> list:
             file = os.fspath(file)
         out.append((file, buf, size, file_offset))
     return out
+
+
+def _submit_batch(entries: Any, write: bool) -> IOFuture:
+    """The batch's requests queued, and the notices their planning made logged."""
+    return IOFuture(_notices.logged(_native.submit_batch, _batch_entries(entries), write))
 
 
 def read_batch(entries: Any) -> IOFuture:
@@ -869,7 +677,7 @@ def read_batch(entries: Any) -> IOFuture:
     >>> bufs = [cupy.empty(4 << 20, dtype=cupy.uint8) for _ in paths]   # doctest: +SKIP
     >>> gpufile.read_batch([(p, b, None, 0) for p, b in zip(paths, bufs)]).get()  # doctest: +SKIP
     """
-    return IOFuture(_native.submit_batch(_batch_entries(entries), False))
+    return _submit_batch(entries, False)
 
 
 def write_batch(entries: Any) -> IOFuture:
@@ -886,4 +694,4 @@ def write_batch(entries: Any) -> IOFuture:
     IOFuture
         ``get()`` returns the total bytes written, or raises the first error.
     """
-    return IOFuture(_native.submit_batch(_batch_entries(entries), True))
+    return _submit_batch(entries, True)

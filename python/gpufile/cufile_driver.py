@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, overload
 
-from . import _native
-from .defaults import _SetArgumentsError
+from . import _arguments, _native
 
 __all__ = ["libcufile_version", "library", "properties", "parameters", "config",
            "CUFILE_EXECUTION_DEFAULTS", "driver_open", "driver_close", "initialize", "get", "set",
@@ -169,7 +168,8 @@ class ConfigContextManager:
     def __init__(self, config: dict[str, Any]) -> None:
         for name in config:
             if not isinstance(name, str):
-                raise _SetArgumentsError(f"property names are str, not {type(name).__name__}")
+                raise _arguments.SetArgumentsError(
+                    f"property names are str, not {type(name).__name__}")
             if name in READ_ONLY:
                 raise KeyError(f"{name} is read-only. Settable: {', '.join(SETTABLE)}")
             if name not in SETTABLE:
@@ -241,7 +241,7 @@ def set(*config: Any) -> ConfigContextManager:  # noqa: A001 - KvikIO's name
         return ConfigContextManager(config[0])
     if len(config) == 2 and isinstance(config[0], str):
         return ConfigContextManager({config[0]: config[1]})
-    raise _SetArgumentsError(
+    raise _arguments.SetArgumentsError(
         "cufile_driver.set takes a dict, or a name and a value: set({'poll_mode': True}) "
         "or set('poll_mode', True)")
 

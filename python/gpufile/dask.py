@@ -140,7 +140,7 @@ def _runs(shape: tuple[int, ...], itemsize: int, lo: Sequence[int],
 
 
 # One more request costs about as much as reading this many more bytes from the page cache
-# (measured: ~20 us per request through CuFile.pread from Python, against 5-10 GB/s copies).
+# (docs/performance.md, "Dask reads: a request against bytes").
 _REQUEST_COST_BYTES = 256 << 10
 # A widened box is read into a scratch array of its size: never more than this (or the block).
 _MAX_SCRATCH_BYTES = 64 << 20

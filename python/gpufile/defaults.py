@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from . import _native
+from . import _arguments, _native
 
 __all__ = ["CompatMode", "RemoteIOBackend", "ConfigContextManager", "get", "set", "report",
            "is_compat_mode_preferred"]
@@ -63,10 +63,6 @@ _ENUMS: dict[str, type[enum.IntEnum]] = {
 def _typed(name: str, value: Any) -> Any:
     kind = _ENUMS.get(name)
     return kind(value) if kind is not None else value
-
-
-class _SetArgumentsError(TypeError, ValueError):
-    """``set`` called with other than a dict or a name and a value (KvikIO: ValueError)."""
 
 
 class _Restore:
@@ -168,7 +164,7 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     elif len(args) == 2 and isinstance(args[0], str):
         updates = {args[0]: args[1]}
     else:
-        raise _SetArgumentsError("defaults.set takes a dict, or a name and a value")
+        raise _arguments.SetArgumentsError("defaults.set takes a dict, or a name and a value")
     return _Restore(_native.settings_set(updates))
 
 

@@ -121,7 +121,8 @@ def _save_record(t: torch.Tensor) -> tuple[list[Any], int]:
 def _record(t: torch.Tensor, cache: dict) -> tuple[list[Any], int]:
     """``_save_record`` of ``t``, its adjacent host bytes joined, made once per dtype and shape
     (the record depends on nothing else: the stand-in's bytes are not in it): a model's layers
-    repeat a few shapes, and ``torch.save`` costs about 0.25 ms a call."""
+    repeat a few shapes, and each ``torch.save`` call is slow (docs/performance.md, "PyTorch
+    records made once per dtype and shape")."""
     key = (t.dtype, tuple(t.shape))
     found = cache.get(key)
     if found is None:

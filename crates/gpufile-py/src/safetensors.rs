@@ -1,5 +1,5 @@
 //! Bindings of `gpufile::formats::safetensors`: validated headers and read plans (the reading
-//! itself is `python/gpufile/safetensors.py`'s, through `CuFile.pread`); the save side: headers
+//! itself is the `gpufile.safetensors` package's, through `CuFile.pread`); the save side: headers
 //! built as the reference serializer builds them, tensors written by the engine straight from
 //! their memory, and files published whole (`gpufile::publish`).
 

@@ -1,0 +1,107 @@
+"""A checkpoint's validated headers (the Rust core's table) and its files, local or remote."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Union
+
+from .. import _native, defaults
+from .._future import IOFuture
+from .._notices import logged
+from ..cufile import CuFile
+from ..remote_file import RemoteFile
+
+#: A path as Python's ``open`` takes one.
+PathArg = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
+
+
+class Tensor:
+    """A tensor's row of the checkpoint table."""
+
+    __slots__ = ("name", "file", "dtype", "shape", "offset", "nbytes", "index")
+
+    def __init__(self, row: tuple, index: int) -> None:
+        self.name, self.file, self.dtype, shape, self.offset, self.nbytes = row
+        self.shape = tuple(shape)
+        self.index = index
+
+
+_URL = re.compile(r"^(s3|gs|https?)://", re.IGNORECASE)
+
+
+def is_url(path: Any) -> bool:
+    """Whether ``path`` is an object's URL (``s3://``, ``gs://``, ``http(s)://``, WebHDFS)."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+# A checkpoint's shards on a server are read in ranges of at least this many bytes (the
+# `task_size` setting where it is larger): each range is a request, and a server's cost is per
+# request (S3's time to first byte, moto's cost of a GET, which grows with the object), so
+# ranges of the size boto3 and the S3 tools move (8-16 MiB) keep up with a plain client where
+# `task_size`'s 4 MiB default falls far behind (docs/performance.md, "Object stores both
+# ways"). `RemoteFile` itself keeps KvikIO's `task_size` ranges.
+_REMOTE_RANGE_MIN = 16 << 20
+
+
+def remote_range_size() -> int:
+    """The bytes of each ranged request a load sends for a checkpoint's remote shards:
+    ``task_size``, raised to ``_REMOTE_RANGE_MIN``."""
+    return max(int(defaults.get("task_size")), _REMOTE_RANGE_MIN)
+
+
+class SharedRemote:
+    """A checkpoint's remote file, lent to a load: ``close()`` leaves it open for the next;
+    reads go in ranges of ``remote_range_size()``."""
+
+    def __init__(self, f: RemoteFile) -> None:
+        self._f = f
+
+    def pread(self, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
+        task = remote_range_size()
+        return IOFuture(logged(self._f._handle.pread, buf, size, file_offset, task))
+
+    def read(self, buf: Any, size: int | None = None, file_offset: int = 0) -> int:
+        return self.pread(buf, size, file_offset).get()
+
+    def close(self) -> None:
+        pass
+
+
+class Checkpoint:
+    """Validated headers of one or more files (the Rust core's table) and their open files."""
+
+    def __init__(self, path: PathArg) -> None:
+        self._remote: list[RemoteFile] | None = None
+        if isinstance(path, str) and is_url(path):
+            self.path = _native.redact_url(path)
+            self.native, handles = _native.SafetensorsCheckpoint.open_url(path)
+            self._remote = [RemoteFile(h) for h in handles]
+            self.files = [str(f) for f in self._remote]
+        else:
+            self.path = os.fsdecode(path)
+            self.native = _native.SafetensorsCheckpoint.open(self.path)
+            self.files = [os.fspath(p) for p in self.native.files()]
+        self.tensors = [Tensor(row, i) for i, row in enumerate(self.native.tensors())]
+        self.by_name = {t.name: t for t in self.tensors}
+
+    def open_file(self, i: int) -> Any:
+        """File ``i`` opened for its data; ``SafetensorError`` where the file at its path is no
+        longer the one whose header was read (renamed over since, say). A remote file is the
+        one whose header was read, opened once."""
+        if self._remote is not None:
+            return SharedRemote(self._remote[i])
+        f = CuFile(self.files[i], "r")
+        try:
+            st = os.fstat(f.fileno())
+            self.native.check_file(i, st.st_dev, st.st_ino)
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+    def get(self, name: str) -> Tensor:
+        try:
+            return self.by_name[name]
+        except KeyError:
+            raise KeyError(f"{self.path}: no tensor named {name!r}") from None

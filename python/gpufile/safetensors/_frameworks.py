@@ -1,0 +1,156 @@
+"""Frameworks, devices and dtypes of ``gpufile.safetensors``: the safetensors dtype names each
+framework has a type for, device arguments read as CUDA device numbers, and per framework the
+flat byte buffers a load reads into and the typed views it returns."""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+from ._checkpoint import Tensor
+
+DeviceLike = Union[str, int, Any]
+
+FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "numpy": "numpy", "np": "numpy",
+               "cupy": "cupy"}
+
+NUMPY_NAMES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "U64": "uint64",
+    "I32": "int32", "U32": "uint32", "I16": "int16", "U16": "uint16", "I8": "int8",
+    "U8": "uint8", "BOOL": "bool", "C64": "complex64",
+}
+# Types NumPy lacks, from ml_dtypes (as safetensors.numpy takes bfloat16 from it).
+ML_DTYPES_NAMES = {
+    "BF16": "bfloat16", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+}
+TORCH_NAMES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+    "U64": "uint64", "I32": "int32", "U32": "uint32", "I16": "int16", "U16": "uint16",
+    "I8": "int8", "U8": "uint8", "BOOL": "bool", "C64": "complex64",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "F4": "float4_e2m1fn_x2",
+}
+BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+
+
+def framework_name(framework: str) -> str:
+    if not isinstance(framework, str) or framework.lower() not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {sorted(set(FRAMEWORKS))}, got {framework!r}")
+    return FRAMEWORKS[framework.lower()]
+
+
+def device_number(device: DeviceLike) -> int | None:
+    """The CUDA device number of ``device``, or None for the host."""
+    if device is None:
+        return None
+    if isinstance(device, bool):
+        raise TypeError("device must be 'cpu', 'cuda', 'cuda:N', N or a torch.device, not bool")
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError(f"device must not be negative, got {device}")
+        return device
+    if not isinstance(device, str):
+        if type(device).__name__ == "device" and hasattr(device, "type"):  # torch.device
+            if device.type == "cpu":
+                return None
+            if device.type == "cuda":
+                return device.index or 0
+        raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N', N or a torch.device, "
+                        f"not {device!r}")
+    text = device.strip().lower()
+    if text == "cpu":
+        return None
+    if text == "cuda":
+        return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or N, got {device!r}")
+
+
+def device_name(dev: int | None) -> str:
+    return "cpu" if dev is None else f"cuda:{dev}"
+
+
+class Framework:
+    """Allocation and views for one framework: flat byte buffers on a device, typed views."""
+
+    def __init__(self, framework: str) -> None:
+        self.name = framework_name(framework)
+        if self.name == "pt":
+            try:
+                import torch
+            except ImportError as e:
+                raise ImportError("framework 'pt' needs PyTorch; install it or pass "
+                                  "framework='numpy' or 'cupy'") from e
+            self.mod = torch
+        elif self.name == "cupy":
+            try:
+                import cupy
+            except ImportError as e:
+                raise ImportError("framework 'cupy' needs CuPy; install it or pass "
+                                  "framework='numpy' or 'pt'") from e
+            self.mod = cupy
+        else:
+            import numpy
+            self.mod = numpy
+
+    def check_device(self, dev: int | None) -> None:
+        if self.name == "numpy" and dev is not None:
+            raise ValueError(f"framework 'numpy' holds host memory only; got device "
+                             f"{device_name(dev)!r} (use framework='cupy' or 'pt')")
+        if self.name == "cupy" and dev is None:
+            raise ValueError("framework 'cupy' holds GPU memory only; got device 'cpu' "
+                             "(use framework='numpy' or 'pt')")
+
+    def empty(self, nbytes: int, dev: int | None) -> Any:
+        """A flat uint8 buffer of ``nbytes`` on ``dev``."""
+        m = self.mod
+        if self.name == "pt":
+            return m.empty(nbytes, dtype=m.uint8, device=device_name(dev))
+        if self.name == "cupy":
+            with m.cuda.Device(dev):
+                return m.empty(nbytes, dtype=m.uint8)
+        return m.empty(nbytes, dtype=m.uint8)
+
+    def io_target(self, buf: Any) -> Any:
+        """What ``CuFile.pread`` reads into: host torch tensors via NumPy (no buffer protocol)."""
+        if self.name == "pt" and buf.device.type == "cpu":
+            return buf.numpy()
+        return buf
+
+    def dtype(self, t: Tensor, path: str) -> Any:
+        if self.name == "pt":
+            name = TORCH_NAMES.get(t.dtype)
+            dt = getattr(self.mod, name, None) if name else None
+            if dt is None:
+                raise TypeError(f"{path}: tensor {t.name!r} is {t.dtype}, which this PyTorch "
+                                f"({self.mod.__version__}) has no type for")
+            return dt
+        if t.dtype in NUMPY_NAMES:
+            return self.mod.dtype(NUMPY_NAMES[t.dtype])
+        if t.dtype in ML_DTYPES_NAMES and self.name == "numpy":
+            try:
+                import ml_dtypes
+            except ImportError:
+                raise TypeError(f"{path}: tensor {t.name!r} is {t.dtype}, which NumPy has no "
+                                f"type for; install ml_dtypes (pip install ml_dtypes) or use "
+                                f"framework='pt'") from None
+            return self.mod.dtype(getattr(ml_dtypes, ML_DTYPES_NAMES[t.dtype]))
+        raise TypeError(f"{path}: tensor {t.name!r} is {t.dtype}, which {self.name} has no "
+                        f"type for; use framework='pt'")
+
+    def view(self, buf: Any, dest: int, t: Tensor, dtype: Any) -> Any:
+        """The tensor ``t`` as a typed view of ``buf[dest:dest + t.nbytes]``."""
+        raw = buf[dest:dest + t.nbytes]
+        shape = list(t.shape)
+        if self.name == "pt":
+            if t.dtype == "F4":
+                # Two F4 values per byte: safetensors' storage shape halves the last dimension.
+                if not shape or shape[-1] % 2:
+                    raise TypeError(f"tensor {t.name!r}: F4 needs an even last dimension in "
+                                    f"PyTorch, got shape {list(t.shape)}")
+                shape[-1] //= 2
+            return raw.view(dtype).view(shape)
+        return raw.view(dtype).reshape(shape)

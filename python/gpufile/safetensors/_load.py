@@ -1,0 +1,186 @@
+"""Loading: the selected tensors of a checkpoint placed on their devices, every range of every
+file read as one stream of requests (``load_file``, ``load_checkpoint``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterable, Mapping, Union
+
+from ._checkpoint import Checkpoint, PathArg, Tensor, is_url
+from ._frameworks import DeviceLike, Framework, device_number
+
+Filter = Union[Callable[[str], bool], Iterable[str], None]
+DeviceMap = Union[Mapping[str, DeviceLike], Callable[[str], DeviceLike], None]
+
+
+def _wait_all(futures: list) -> BaseException | None:
+    """Waits for every future (a failed read must not leave others writing into memory about
+    to be freed); returns the first error."""
+    first: BaseException | None = None
+    for fut in futures:
+        try:
+            fut.get()
+        except BaseException as e:  # noqa: BLE001 - returned to the caller, who raises it
+            if first is None:
+                first = e
+    return first
+
+
+def _select(ck: Checkpoint, filter: Filter) -> list[Tensor]:
+    if filter is None:
+        return list(ck.tensors)
+    if callable(filter):
+        return [t for t in ck.tensors if filter(t.name)]
+    if isinstance(filter, (str, bytes)):
+        raise TypeError("filter must be a callable or a list of tensor names, not a string")
+    # The rule of `gpufile load --filter`: a name, or a prefix followed by `*`.
+    names = list(filter)
+    wanted: set[str] = set()
+    missing = []
+    for pattern in names:
+        if isinstance(pattern, str) and pattern.endswith("*"):
+            matched = {t.name for t in ck.tensors if t.name.startswith(pattern[:-1])}
+            if not matched:
+                missing.append(f"{pattern[:-1]!r}* (no tensor name starts with {pattern[:-1]!r})")
+            wanted |= matched
+        elif pattern in ck.by_name:
+            wanted.add(pattern)
+        else:
+            missing.append(repr(pattern))
+    if missing:
+        raise KeyError(f"{ck.path}: no tensor named {', '.join(missing)}")
+    return [t for t in ck.tensors if t.name in wanted]
+
+
+def _placement(device: DeviceLike, device_map: DeviceMap) -> Callable[[str], int | None]:
+    """Tensor name → device: ``device_map`` as accelerate reads it (module-name keys, longest
+    match wins, ``""`` for everything) or a callable; unmatched names go to ``device``."""
+    default = device_number(device)
+    if device_map is None:
+        return lambda name: default
+    if callable(device_map):
+        return lambda name: device_number(device_map(name))
+    if not isinstance(device_map, Mapping):
+        raise TypeError(f"device_map must be a mapping or a callable, not "
+                        f"{type(device_map).__name__}")
+    prefixes = sorted(((k, device_number(v)) for k, v in device_map.items()),
+                      key=lambda kv: len(kv[0]), reverse=True)
+
+    def place(name: str) -> int | None:
+        for key, dev in prefixes:
+            if key == "" or name == key or name.startswith(key + "."):
+                return dev
+        return default
+    return place
+
+
+def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filter,
+          device_map: DeviceMap, own_memory: bool) -> dict[str, Any]:
+    fw = Framework(framework)
+    ck = Checkpoint(path)
+    selected = _select(ck, filter)
+    place = _placement(device, device_map)
+    groups: dict[int | None, list[Tensor]] = {}
+    for t in selected:
+        dev = place(t.name)
+        fw.check_device(dev)
+        groups.setdefault(dev, []).append(t)
+    dtypes = {t.name: fw.dtype(t, ck.files[t.file]) for t in selected}
+
+    handles = [ck.open_file(i) for i in range(len(ck.files))]
+    futures: list = []
+    views: dict[str, Any] = {}
+    try:
+        # Allocate every device's memory first, then start every read of every device and
+        # file, then wait once.
+        for dev, tensors in groups.items():
+            if own_memory:
+                for t in tensors:
+                    buf = fw.empty(t.nbytes, dev)
+                    if t.nbytes:
+                        futures.append(handles[t.file].pread(fw.io_target(buf), t.nbytes,
+                                                             t.offset))
+                    views[t.name] = fw.view(buf, 0, t, dtypes[t.name])
+                continue
+            total, ranges, dests = ck.native.plan([t.index for t in tensors])
+            buf = fw.empty(total, dev)
+            target = fw.io_target(buf)
+            for file, offset, length, dest in ranges:
+                futures.append(handles[file].pread(target[dest:dest + length], length, offset))
+            for t, dest in zip(tensors, dests):
+                views[t.name] = fw.view(buf, dest, t, dtypes[t.name])
+    finally:
+        error = _wait_all(futures)
+        for h in handles:
+            h.close()
+    if error is not None:
+        raise error
+    return {t.name: views[t.name] for t in selected}
+
+
+def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
+                    framework: str = "pt", filter: Filter = None, device_map: DeviceMap = None,
+                    own_memory: bool = False) -> dict[str, Any]:
+    """Loads a checkpoint: one ``.safetensors`` file, a Hugging Face sharded checkpoint's
+    ``model.safetensors.index.json``, or a directory (its index if it has one, else every
+    ``*.safetensors`` file in it), as one plan over all its files.
+
+    Parameters
+    ----------
+    path
+        A file, an index file or a directory. With an index, the tensors of its ``weight_map``.
+        Or the URL of a file, an index, or a prefix holding ``model.safetensors.index.json``
+        (else ``model.safetensors``): ``s3://``, ``gs://``, ``http(s)://``, WebHDFS (the
+        shards of an index are its siblings).
+    device
+        Where tensors go unless ``device_map`` says otherwise: ``"cpu"``, ``"cuda:N"``, ``N``.
+    framework
+        ``"pt"`` (PyTorch tensors), ``"numpy"`` (host only) or ``"cupy"`` (GPU only).
+    filter
+        Which tensors to load: a callable ``name -> bool`` or a list of patterns, each a tensor
+        name or a prefix followed by ``*`` (``"model.layers.0.*"``: every tensor whose name
+        starts with ``model.layers.0.``), as ``gpufile load --filter``. Only their bytes are
+        read.
+    device_map
+        Placement over several devices: ``{"model.layers.0": 0, "lm_head": "cuda:1", "": 0}``
+        (keys are tensor names or module prefixes, longest match wins, ``""`` matches all), or
+        a callable ``name -> device``.
+    own_memory
+        ``False`` (default): a device's tensors are views into one allocation. ``True``: every
+        tensor owns its memory.
+
+    Returns
+    -------
+    dict
+        Tensor name → tensor, in file order then offset order.
+
+    Raises
+    ------
+    SafetensorError
+        A file that breaks the format (the message names the file and the tensor).
+    FileNotFoundError, OSError
+        A file that cannot be read.
+    KeyError
+        A name in ``filter`` that the checkpoint does not hold, or a ``prefix*`` that no tensor
+        name starts with.
+    TypeError, ValueError
+        A dtype the framework has no type for; a bad device or framework.
+    """
+    return load_tensors(path, device, framework, filter, device_map, own_memory)
+
+
+def load_file(filename: PathArg, device: DeviceLike = "cpu", *,
+              framework: str = "pt", filter: Filter = None, device_map: DeviceMap = None,
+              own_memory: bool = False) -> dict[str, Any]:
+    """Loads one ``.safetensors`` file (``safetensors.torch.load_file``'s name and arguments;
+    ``framework="numpy"`` for ``safetensors.numpy.load_file``).
+
+    Parameters, returns and errors as :func:`load_checkpoint`; ``filename`` must be a file
+    (a directory is ``IsADirectoryError``: use :func:`load_checkpoint`).
+    """
+    if is_url(filename):
+        return load_tensors(filename, device, framework, filter, device_map, own_memory)
+    name = os.fspath(filename)
+    if os.path.isdir(name):
+        raise IsADirectoryError(21, "is a directory (use load_checkpoint)", name)
+    return load_tensors(name, device, framework, filter, device_map, own_memory)
