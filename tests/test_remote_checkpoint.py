@@ -429,3 +429,23 @@ def test_a_webhdfs_checkpoint_that_is_not_there_names_the_prefix(webhdfs_store):
     base, _, _, _ = webhdfs_store
     with pytest.raises(SafetensorError, match="no model.safetensors.index.json and no model.safetensors"):
         load_checkpoint(f"{base}/nothing/", framework="numpy")
+
+
+def test_gpufile_load_asks_a_checkpoints_data_in_16_mib_ranges_as_python_does(put_server):
+    """`gpufile load URL` and Python's loader read a checkpoint's objects alike: the core opens
+    them to be read in ranges of at least 16 MiB (`task_size` 4 MiB here), never cut for idle
+    workers."""
+    from gpufile.safetensors import save_checkpoint
+
+    seen: list = []
+    url, store, _ = put_server(seen=seen)
+    state = big_tensors(40)  # 1 MiB tensors: two shards of 20 MiB
+    save_checkpoint(state, f"{url}/ck/", max_shard_size=20 << 20)
+    shards = sorted(p for p in store if p.endswith(".safetensors"))
+    seen.clear()
+    r = cli("load", f"{url}/ck/", "--host",
+            env={"KVIKIO_NTHREADS": "16", "KVIKIO_TASK_SIZE": str(4 << 20)})
+    assert r.returncode == 0, r.stderr.decode()
+    for shard in shards:
+        gets = sorted(int(r.split("=")[1].split("-")[0]) for m, p, r in seen if m == "GET" and p == shard)
+        assert gets[1:] == list(range(gets[1], len(store[shard]), 16 << 20)), (shard, gets)

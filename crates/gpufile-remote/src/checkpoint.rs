@@ -94,8 +94,18 @@ fn last_segment(url: &str) -> &str {
     base.rsplit('/').next().unwrap_or(base)
 }
 
+/// Smallest ranged request a checkpoint's objects are read in (the `task_size` setting where it
+/// is larger): each range is a request, and a server's cost is per request (S3's time to first
+/// byte, moto's cost of a GET, which grows with the object), so ranges of the size boto3 and the
+/// S3 tools move (8-16 MiB) keep up with a plain client where `task_size`'s 4 MiB default falls
+/// far behind (docs/performance.md, "Object stores both ways"). A `RemoteFile` opened by itself
+/// keeps KvikIO's `task_size` ranges.
+pub const CHECKPOINT_RANGE_MIN: usize = 16 << 20;
+
+/// One of a checkpoint's objects, opened to be read in [`CHECKPOINT_RANGE_MIN`] ranges.
 fn open(url: &str) -> gpufile::Result<Arc<RemoteFile>> {
-    RemoteFile::open(url, RemoteEndpointType::Auto, None, None).map(Arc::new)
+    RemoteFile::open(url, RemoteEndpointType::Auto, None, None)
+        .map(|f| Arc::new(f.with_min_request(CHECKPOINT_RANGE_MIN)))
 }
 
 fn is_404(e: &gpufile::Error) -> bool {

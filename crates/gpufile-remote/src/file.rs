@@ -53,6 +53,9 @@ pub struct RemoteFile {
     shown: String,
     nbytes: u64,
     client: Client,
+    /// The smallest request worth making ([`Source::min_request`]; `None`: `task_size` ranges,
+    /// as KvikIO's `RemoteHandle` asks them).
+    min_request: Option<usize>,
 }
 
 pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -76,6 +79,7 @@ impl RemoteFile {
             shown,
             nbytes: 0,
             client: Client::new(tls)?,
+            min_request: None,
         };
         f.nbytes = match nbytes {
             Some(n) => n,
@@ -167,6 +171,14 @@ impl RemoteFile {
         }
     }
 
+    /// This object, read in requests of at least `bytes` ([`Source::min_request`]).
+    pub fn with_min_request(self, bytes: usize) -> Self {
+        RemoteFile {
+            min_request: Some(bytes),
+            ..self
+        }
+    }
+
     /// Whether a read of `len` bytes with tasks of `task_size` should learn first whether the
     /// server honours `Range`: no answer has said so yet (a HEAD without `Accept-Ranges`, or
     /// `nbytes` given) and the engine splits the read (larger than `task_size`: a remote read
@@ -177,7 +189,7 @@ impl RemoteFile {
     pub fn wants_range_probe(&self, len: usize, task_size: usize) -> bool {
         !matches!(self.access, Access::WebHdfs { .. })
             && self.client.range_support() == RangeSupport::Unknown
-            && len > task_size
+            && len > task_size.max(self.min_request.unwrap_or(0))
             && self.nbytes > 0
     }
 
@@ -499,6 +511,10 @@ impl Source for RemoteFile {
     /// A server that ignores `Range` sends the whole object for each request: one GET.
     fn one_request(&self) -> bool {
         self.whole_body()
+    }
+
+    fn min_request(&self) -> Option<usize> {
+        self.min_request
     }
 
     fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {

@@ -42,7 +42,8 @@ mod tls_ca;
 mod writer;
 
 pub use checkpoint::{
-    is_url, open_checkpoint, read_header, CheckpointError, RemoteCheckpoint, HEADER_PROBE,
+    is_url, open_checkpoint, read_header, CheckpointError, RemoteCheckpoint, CHECKPOINT_RANGE_MIN,
+    HEADER_PROBE,
 };
 pub use endpoint::{
     infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Object, S3Options,

@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any, Union
 
-from .. import _native, defaults
+from .. import _native
 from .._future import IOFuture
 from .._notices import logged
 from ..cufile import CuFile
@@ -35,31 +35,16 @@ def is_url(path: Any) -> bool:
     return isinstance(path, str) and _URL.match(path) is not None
 
 
-# A checkpoint's shards on a server are read in ranges of at least this many bytes (the
-# `task_size` setting where it is larger): each range is a request, and a server's cost is per
-# request (S3's time to first byte, moto's cost of a GET, which grows with the object), so
-# ranges of the size boto3 and the S3 tools move (8-16 MiB) keep up with a plain client where
-# `task_size`'s 4 MiB default falls far behind (docs/performance.md, "Object stores both
-# ways"). `RemoteFile` itself keeps KvikIO's `task_size` ranges.
-_REMOTE_RANGE_MIN = 16 << 20
-
-
-def remote_range_size() -> int:
-    """The bytes of each ranged request a load sends for a checkpoint's remote shards:
-    ``task_size``, raised to ``_REMOTE_RANGE_MIN``."""
-    return max(int(defaults.get("task_size")), _REMOTE_RANGE_MIN)
-
-
 class SharedRemote:
-    """A checkpoint's remote file, lent to a load: ``close()`` leaves it open for the next;
-    reads go in ranges of ``remote_range_size()``."""
+    """A checkpoint's remote file, lent to a load: ``close()`` leaves it open for the next.
+    The core opened it to be read in ranges of at least 16 MiB (the ``task_size`` setting where
+    it is larger; ``gpufile_remote::CHECKPOINT_RANGE_MIN``): the plan reads that from the file."""
 
     def __init__(self, f: RemoteFile) -> None:
         self._f = f
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
-        task = remote_range_size()
-        return IOFuture(logged(self._f._handle.pread, buf, size, file_offset, task))
+        return IOFuture(logged(self._f._handle.pread, buf, size, file_offset))
 
     def read(self, buf: Any, size: int | None = None, file_offset: int = 0) -> int:
         return self.pread(buf, size, file_offset).get()
