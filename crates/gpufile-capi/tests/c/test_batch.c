@@ -72,8 +72,10 @@ static void test_groups_run_as_one_request_each(void) {
     for (size_t i = 0; i < NA; i++) {
         a_at[i] = (i * 7919) % 250 * 4096;
         ops[n++] = (gpufile_batch_op){a, out_a, a_at[i], i * 4096, 4096, 0};
-        if (i % 8 == 3) ops[n++] = (gpufile_batch_op){b, out_b, 12345 + i / 8 * 3000, i / 8 * 1000, 1000, 0};
-        if (i % 20 == 5) ops[n++] = (gpufile_batch_op){w, src, 9000 + i / 20 * 1000, i / 20 * 512, 512, 1};
+        if (i % 8 == 3)
+            ops[n++] = (gpufile_batch_op){b, out_b, 12345 + i / 8 * 3000, i / 8 * 1000, 1000, 0};
+        if (i % 20 == 5)
+            ops[n++] = (gpufile_batch_op){w, src, 9000 + i / 20 * 1000, i / 20 * 512, 512, 1};
     }
     assert(n == N);
     gpufile_observation *obs = NULL;
@@ -83,7 +85,8 @@ static void test_groups_run_as_one_request_each(void) {
     assert(gpufile_batch_submit(ops, N, NULL, futs, group, &ngroups) == GPUFILE_OK);
     assert(ngroups == 3);
     size_t bytes[3] = {0, 0, 0};
-    for (size_t g = 0; g < ngroups; g++) assert(gpufile_future_wait(futs[g], &bytes[g]) == GPUFILE_OK);
+    for (size_t g = 0; g < ngroups; g++)
+        assert(gpufile_future_wait(futs[g], &bytes[g]) == GPUFILE_OK);
     /* Groups in the order of their first operation: a's reads, b's reads, the writes. */
     for (size_t i = 0; i < N; i++) {
         size_t want = ops[i].is_write ? 2 : ops[i].file == a ? 0 : 1;
@@ -98,7 +101,8 @@ static void test_groups_run_as_one_request_each(void) {
         abort();
     }
     for (size_t i = 0; i < NA; i++) assert(memcmp(out_a + i * 4096, a_bytes + a_at[i], 4096) == 0);
-    for (size_t k = 0; k < NB; k++) assert(memcmp(out_b + k * 1000, b_bytes + 12345 + k * 3000, 1000) == 0);
+    for (size_t k = 0; k < NB; k++)
+        assert(memcmp(out_b + k * 1000, b_bytes + 12345 + k * 3000, 1000) == 0);
     unsigned char back[512];
     for (size_t k = 0; k < NW; k++) {
         assert(gpufile_file_read(w, back, 512, 9000 + k * 1000, NULL) == GPUFILE_OK);
