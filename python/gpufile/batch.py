@@ -2,8 +2,9 @@
 
 KvikIO's batch goes to cuFile's batch API (device memory only, GDS only). gpufile runs a batch
 as requests of many ranges: the operations on one file, one buffer and one direction become
-one ``read_ranges``/``write_ranges`` request, so a batch of 10,000 small reads is a few groups
-per worker, through io_uring where the kernel allows it, host or device memory alike.
+one ``read_ranges``/``write_ranges`` request (the core's batch, which C++'s
+``kvikio::BatchHandle`` uses too), so a batch of 10,000 small reads is a few groups per worker,
+through io_uring where the kernel allows it, host or device memory alike.
 """
 
 from __future__ import annotations
@@ -173,7 +174,15 @@ class BatchHandle:
         if len(ops) > self._max:
             raise ValueError(f"Cannot submit more than max_num_events ({self._max}): got "
                              f"{len(ops)} operations")
-        keyed: dict[tuple[int, int, OpCode], tuple[BatchOp, list[int]]] = {}
+        # Each file and buffer once; the core groups the operations (one request per file,
+        # buffer and direction) and checks and plans every group before the first starts: a
+        # refused one (a range past its buffer, reads overlapping in their destination) moves
+        # no byte.
+        files: dict[int, int] = {}
+        buffers: dict[int, int] = {}
+        columns: tuple[list[int], list[int], list[bool], list[int], list[int], list[int]] = (
+            [], [], [], [], [], [])
+        file_index, buffer_index, writes, file_offsets, sizes, buf_offsets = columns
         for i, op in enumerate(ops):
             if not isinstance(op, BatchOp):
                 raise TypeError(f"operations[{i}] must be a BatchOp, not {type(op).__name__}")
@@ -186,17 +195,19 @@ class BatchHandle:
                     raise ValueError(f"operations[{i}].{name} must not be negative, got {v}")
             if op.opcode == OpCode.READ:
                 _check_read_in_file(i, op)
-            key = (id(op.file_handle), id(op.devPtr_base), op.opcode)
-            keyed.setdefault(key, (op, []))[1].append(i)
-        # Every group is checked and planned before the first starts: a refused one (a range
-        # past its buffer, reads overlapping in their destination) moves no byte.
-        plan = [(first.file_handle._file, first.devPtr_base, first.opcode == OpCode.WRITE,
-                 [ops[i].file_offset for i in cookies], [ops[i].size for i in cookies],
-                 [ops[i].devPtr_offset for i in cookies]) for first, cookies in keyed.values()]
-        futures = _native.submit_ranges(plan)
-        groups = [_Group(cookies, sizes, IOFuture(f))
-                  for (_, _, _, _, sizes, _), (_, cookies), f
-                  in zip(plan, keyed.values(), futures)]
+            file_index.append(files.setdefault(id(op.file_handle), len(files)))
+            buffer_index.append(buffers.setdefault(id(op.devPtr_base), len(buffers)))
+            writes.append(op.opcode == OpCode.WRITE)
+            file_offsets.append(op.file_offset)
+            sizes.append(op.size)
+            buf_offsets.append(op.devPtr_offset)
+        file_list = list({id(op.file_handle): op.file_handle._file for op in ops}.values())
+        buffer_list = list({id(op.devPtr_base): op.devPtr_base for op in ops}.values())
+        futures, group_of = _native.submit_ops(file_list, buffer_list, *columns)
+        cookies: list[list[int]] = [[] for _ in futures]
+        for i, g in enumerate(group_of):
+            cookies[g].append(i)
+        groups = [_Group(c, [sizes[i] for i in c], IOFuture(f)) for c, f in zip(cookies, futures)]
         self._groups = groups
         self._reported = set()
         self._total = len(ops)
