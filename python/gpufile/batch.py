@@ -180,6 +180,9 @@ class BatchHandle:
         # no byte.
         files: dict[int, int] = {}
         buffers: dict[int, int] = {}
+        file_list: list[Any] = []
+        buffer_list: list[Any] = []
+        file_sizes: dict[int, int] = {}
         columns: tuple[list[int], list[int], list[bool], list[int], list[int], list[int]] = (
             [], [], [], [], [], [])
         file_index, buffer_index, writes, file_offsets, sizes, buf_offsets = columns
@@ -193,21 +196,26 @@ class BatchHandle:
                                     f"{type(v).__name__}")
                 if v < 0:
                     raise ValueError(f"operations[{i}].{name} must not be negative, got {v}")
-            if op.opcode == OpCode.READ:
-                _check_read_in_file(i, op)
-            file_index.append(files.setdefault(id(op.file_handle), len(files)))
-            buffer_index.append(buffers.setdefault(id(op.devPtr_base), len(buffers)))
-            writes.append(op.opcode == OpCode.WRITE)
+            fh, buf = op.file_handle, op.devPtr_base
+            f = files.get(id(fh))
+            if f is None:
+                f = files[id(fh)] = len(file_list)
+                file_list.append(fh._file)
+            b = buffers.get(id(buf))
+            if b is None:
+                b = buffers[id(buf)] = len(buffer_list)
+                buffer_list.append(buf)
+            write = op.opcode == OpCode.WRITE
+            if not write:
+                _check_read_in_file(i, op, file_sizes)
+            file_index.append(f)
+            buffer_index.append(b)
+            writes.append(write)
             file_offsets.append(op.file_offset)
             sizes.append(op.size)
             buf_offsets.append(op.devPtr_offset)
-        file_list = list({id(op.file_handle): op.file_handle._file for op in ops}.values())
-        buffer_list = list({id(op.devPtr_base): op.devPtr_base for op in ops}.values())
-        futures, group_of = _native.submit_ops(file_list, buffer_list, *columns)
-        cookies: list[list[int]] = [[] for _ in futures]
-        for i, g in enumerate(group_of):
-            cookies[g].append(i)
-        groups = [_Group(c, [sizes[i] for i in c], IOFuture(f)) for c, f in zip(cookies, futures)]
+        futures, members = _native.submit_ops(file_list, buffer_list, *columns)
+        groups = [_Group(c, [sizes[i] for i in c], IOFuture(f)) for c, f in zip(members, futures)]
         self._groups = groups
         self._reported = set()
         self._total = len(ops)
@@ -299,9 +307,12 @@ class BatchHandle:
         self.close()
 
 
-def _check_read_in_file(i: int, op: BatchOp) -> None:
-    """A read past the end of its file is refused before any operation starts."""
-    size = os.fstat(op.file_handle.fileno()).st_size
+def _check_read_in_file(i: int, op: BatchOp, sizes: dict[int, int]) -> None:
+    """A read past the end of its file is refused before any operation starts (`sizes`: the
+    files' sizes looked up so far in this submission, by the handle's id)."""
+    size = sizes.get(id(op.file_handle))
+    if size is None:
+        size = sizes[id(op.file_handle)] = os.fstat(op.file_handle.fileno()).st_size
     end = op.file_offset + op.size
     if op.size and end > size:
         raise _native.EndOfFileError(

@@ -99,7 +99,7 @@ pub(crate) fn submit_batch(
 /// request checked and planned before any starts. Operation `i` is `sizes[i]` bytes at
 /// `file_offsets[i]` of `files[file_index[i]]` and at `buf_offsets[i]` of
 /// `buffers[buffer_index[i]]`, a write where `writes[i]`. A future (with its report) per
-/// request, and each operation's request.
+/// request, and each request's operations (in the order of its ranges).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn submit_ops(
@@ -112,7 +112,7 @@ pub(crate) fn submit_ops(
     file_offsets: &Bound<'_, PyAny>,
     sizes: &Bound<'_, PyAny>,
     buf_offsets: &Bound<'_, PyAny>,
-) -> PyResult<(Vec<NativeFuture>, Vec<usize>)> {
+) -> PyResult<(Vec<NativeFuture>, Vec<Vec<usize>>)> {
     let ranges = crate::ranges::ranges_arg(file_offsets, sizes, Some(buf_offsets))?;
     let ranges = ranges.as_slice();
     let n = ranges.len();
@@ -162,7 +162,7 @@ pub(crate) fn submit_ops(
         unsafe { batch::submit(&engine, &ops, &settings) }
     });
     let submission = submitted.map_err(to_py)?;
-    let group_of: Vec<usize> = (0..n).map(|i| submission.group_of(i)).collect();
+    let mut members = Vec::new();
     let futures = submission
         .into_groups()
         .into_iter()
@@ -178,9 +178,10 @@ pub(crate) fn submit_ops(
             }
             let views = held.iter().map(|k| Arc::clone(&views[k].0)).collect();
             owners.push(files[file_index[g.ops[0]]].clone().into_any().unbind());
-            NativeFuture::holding(g.future, Held::Shared { _views: views }, owners)
-                .with_report(g.report)
+            let fut = NativeFuture::holding(g.future, Held::Shared { _views: views }, owners);
+            members.push(g.ops);
+            fut.with_report(g.report)
         })
         .collect();
-    Ok((futures, group_of))
+    Ok((futures, members))
 }
