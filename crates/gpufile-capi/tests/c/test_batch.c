@@ -173,12 +173,37 @@ static void test_a_refused_operation_moves_no_byte(void) {
     free(w_bytes);
 }
 
+/* Options apply to every group; a bad one is refused before anything starts. */
+static void test_options(void) {
+    unsigned char *bytes = NULL;
+    gpufile_file *f = make_file("opts.bin", 1 << 16, 8, "r", &bytes);
+    static unsigned char out[16 * 1000];
+    gpufile_batch_op ops[16];
+    for (size_t i = 0; i < 16; i++)
+        ops[i] = (gpufile_batch_op){f, out, i * 4000, i * 1000, 1000, 0};
+    const gpufile_io_options bad = {0, -1, 7};
+    gpufile_future *futs[16];
+    size_t group[16], ngroups = 9;
+    assert(gpufile_batch_submit(ops, 16, &bad, futs, group, &ngroups) == GPUFILE_BAD_ARGUMENT);
+    assert(strstr(last_message(), "compat_mode 7") && ngroups == 9);
+    const gpufile_io_options opts = {2000, -1, 2};
+    assert(gpufile_batch_submit(ops, 16, &opts, futs, group, &ngroups) == GPUFILE_OK);
+    assert(ngroups == 1);
+    size_t n = 0;
+    assert(gpufile_future_wait(futs[0], &n) == GPUFILE_OK && n == sizeof out);
+    assert(gpufile_future_free(futs[0]) == GPUFILE_OK);
+    for (size_t i = 0; i < 16; i++) assert(memcmp(out + i * 1000, bytes + i * 4000, 1000) == 0);
+    gpufile_file_close(f);
+    free(bytes);
+}
+
 int main(int argc, char **argv) {
     assert(argc == 2);
     assert(strlen(argv[1]) < sizeof dir);
     strcpy(dir, argv[1]);
     test_groups_run_as_one_request_each();
     test_a_refused_operation_moves_no_byte();
+    test_options();
     puts("test_batch: all passed");
     return 0;
 }
