@@ -250,6 +250,25 @@ def test_batch_handle_submit_status_byte_exact(table, tmp_path):
     np.testing.assert_array_equal(np.fromfile(wpath, dtype=np.uint8)[9000:9500], src)
 
 
+def test_batch_ops_on_one_memory_through_two_objects_are_one_request(table):
+    """The core groups by memory, not by Python object: a bytearray and a memoryview of all of
+    it are one buffer, so eight reads through either are one request (they were two)."""
+    path, data = table
+    out = bytearray(8 * 4096)
+    view = memoryview(out)
+    ops = [gpufile.BatchOp(f, out if i % 2 else view, i * 8192, i * 4096, 4096)
+           for f in [gpufile.CuFile(path)] for i in range(8)]
+    with gpufile.BatchHandle(8) as batch, gpufile.observe() as obs:
+        batch.submit(ops)
+        events = batch.status(8, 8, timeout=30)
+    assert obs.report["gpufile-posix"]["ops"] == 1
+    assert sorted((e.cookie, e.status, e.ret) for e in events) == \
+        [(i, IOStatus.COMPLETE, 4096) for i in range(8)]
+    for i in range(8):
+        assert out[i * 4096:(i + 1) * 4096] == data[i * 8192:i * 8192 + 4096].tobytes()
+    ops[0].file_handle.close()
+
+
 def test_batch_status_returns_at_most_max_nr(table):
     path, _ = table
     out = np.zeros(4096 * 10, dtype=np.uint8)

@@ -140,6 +140,24 @@ typedef struct {
   int32_t compat_mode;
 } gpufile_io_options;
 
+// One operation of `gpufile_batch_submit` (KvikIO's `BatchOp`): `size` bytes at
+// `file_offset` in `file` and at `buf_offset` in the buffer at `buf` (host or device memory).
+typedef struct {
+  // The file.
+  const gpufile_file *file;
+  // The buffer's start: operations naming the same `buf` share one buffer, which reaches as
+  // far as the furthest of them.
+  void *buf;
+  // Offset in the file.
+  uint64_t file_offset;
+  // Offset in the buffer.
+  size_t buf_offset;
+  // Bytes.
+  size_t size;
+  // 0: a read into the buffer; 1: a write of it.
+  int is_write;
+} gpufile_batch_op;
+
 // One tensor to save: its name, safetensors dtype (`"F32"`, `"BF16"`, ...), logical shape,
 // and its `size` bytes (C order) at `data`, host or device memory (NULL where `size` is 0).
 typedef struct {
@@ -296,6 +314,34 @@ gpufile_status gpufile_file_check_request(const gpufile_file *file,
                                           const gpufile_range *ranges,
                                           size_t nranges,
                                           const gpufile_io_options *opts);
+
+// Starts the `nops` operations at `ops` as one submission: the operations on one file
+// handle, one buffer (`buf`) and one direction become one request of many ranges (a group),
+// and every group is checked and planned before any starts, so a refused operation (a read
+// past the end of its file, a handle not open for the direction, reads whose destinations
+// overlap, a NULL file or buffer) is the error here and no byte moves. `opts` may be NULL (the
+// settings; a `task_size` is the largest piece a worker moves, small operations are still
+// gathered several to a task).
+//
+// On success `*out_ngroups` is the number of groups, `out_futures[0..*out_ngroups]` their
+// futures (free each with `gpufile_future_free`) and `out_group[i]` the index of operation
+// `i`'s group; groups are numbered in the order of their first operation (an error naming
+// "requests a and b of the batch" names groups). An operation's outcome is its group's: once
+// the group's future is done without error each of its operations moved its `size` bytes;
+// a group's error (with its errno) is every one of its operations'. On error nothing is stored.
+//
+// # Safety
+// `ops` is null or valid for reads of `nops` operations (read during the call only); each
+// operation's buffer is valid from `buf` to its furthest operation's end (writable for a
+// read) until its group's future is done, and not used otherwise meanwhile; `out_futures`
+// and `out_group` are null or valid for writes of `nops` elements; `out_ngroups` is null or
+// valid for a write of a `size_t`.
+gpufile_status gpufile_batch_submit(const gpufile_batch_op *ops,
+                                    size_t nops,
+                                    const gpufile_io_options *opts,
+                                    gpufile_future **out_futures,
+                                    size_t *out_group,
+                                    size_t *out_ngroups);
 
 // Probes the machine (and `path`, if not NULL) as `gpufile check --json` does, and copies
 // the report's JSON into `buf` (at most `len` bytes, NUL-terminated where `len > 0`); the

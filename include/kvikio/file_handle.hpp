@@ -220,6 +220,8 @@ class FileHandle {
   [[nodiscard]] gpufile::File const& gpufile_file() const noexcept { return _file; }
 
  private:
+  friend class BatchHandle;  // submits through gpufile_batch_submit, by compat mode
+
   [[nodiscard]] gpufile::IoOptions options(std::size_t task_size, std::size_t gds_threshold) const
   {
     gpufile::IoOptions opts;

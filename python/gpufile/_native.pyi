@@ -89,7 +89,7 @@ __all__ = [
     "stream_register",
     "stream_synchronize",
     "submit_batch",
-    "submit_ranges",
+    "submit_ops",
     "sync_dir",
     "callbacks_close",
     "take_env_warnings",
@@ -152,7 +152,9 @@ class NativeBatchFuture:
     def add_done_callback(self, callback: Callable[[], object]) -> bool: ...
 
 def submit_batch(entries: Any, write: bool = False) -> NativeBatchFuture: ...
-def submit_ranges(groups: Any) -> list[NativeFuture]: ...
+def submit_ops(files: list[NativeFile], buffers: list[Any], file_index: list[int],
+               buffer_index: list[int], writes: list[bool], file_offsets: Any, sizes: Any,
+               buf_offsets: Any) -> tuple[list[NativeFuture], list[list[int]]]: ...
 def when_all(futures: list[NativeFuture | NativeBatchFuture],
              callback: Callable[[], object]) -> bool: ...
 def callbacks_close() -> bool: ...

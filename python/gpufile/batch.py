@@ -2,8 +2,9 @@
 
 KvikIO's batch goes to cuFile's batch API (device memory only, GDS only). gpufile runs a batch
 as requests of many ranges: the operations on one file, one buffer and one direction become
-one ``read_ranges``/``write_ranges`` request, so a batch of 10,000 small reads is a few groups
-per worker, through io_uring where the kernel allows it, host or device memory alike.
+one ``read_ranges``/``write_ranges`` request (the core's batch, which C++'s
+``kvikio::BatchHandle`` uses too), so a batch of 10,000 small reads is a few groups per worker,
+through io_uring where the kernel allows it, host or device memory alike.
 """
 
 from __future__ import annotations
@@ -174,7 +175,18 @@ class BatchHandle:
         if len(ops) > self._max:
             raise ValueError(f"Cannot submit more than max_num_events ({self._max}): got "
                              f"{len(ops)} operations")
-        keyed: dict[tuple[int, int, OpCode], tuple[BatchOp, list[int]]] = {}
+        # Each file and buffer once; the core groups the operations (one request per file,
+        # buffer and direction) and checks and plans every group before the first starts: a
+        # refused one (a range past its buffer, reads overlapping in their destination) moves
+        # no byte.
+        files: dict[int, int] = {}
+        buffers: dict[int, int] = {}
+        file_list: list[Any] = []
+        buffer_list: list[Any] = []
+        file_sizes: dict[int, int] = {}
+        columns: tuple[list[int], list[int], list[bool], list[int], list[int], list[int]] = (
+            [], [], [], [], [], [])
+        file_index, buffer_index, writes, file_offsets, sizes, buf_offsets = columns
         for i, op in enumerate(ops):
             if not isinstance(op, BatchOp):
                 raise TypeError(f"operations[{i}] must be a BatchOp, not {type(op).__name__}")
@@ -185,19 +197,26 @@ class BatchHandle:
                                     f"{type(v).__name__}")
                 if v < 0:
                     raise ValueError(f"operations[{i}].{name} must not be negative, got {v}")
-            if op.opcode == OpCode.READ:
-                _check_read_in_file(i, op)
-            key = (id(op.file_handle), id(op.devPtr_base), op.opcode)
-            keyed.setdefault(key, (op, []))[1].append(i)
-        # Every group is checked and planned before the first starts: a refused one (a range
-        # past its buffer, reads overlapping in their destination) moves no byte.
-        plan = [(first.file_handle._file, first.devPtr_base, first.opcode == OpCode.WRITE,
-                 [ops[i].file_offset for i in cookies], [ops[i].size for i in cookies],
-                 [ops[i].devPtr_offset for i in cookies]) for first, cookies in keyed.values()]
-        futures = _notices.logged(_native.submit_ranges, plan)
-        groups = [_Group(cookies, sizes, IOFuture(f))
-                  for (_, _, _, _, sizes, _), (_, cookies), f
-                  in zip(plan, keyed.values(), futures)]
+            fh, buf = op.file_handle, op.devPtr_base
+            f = files.get(id(fh))
+            if f is None:
+                f = files[id(fh)] = len(file_list)
+                file_list.append(fh._file)
+            b = buffers.get(id(buf))
+            if b is None:
+                b = buffers[id(buf)] = len(buffer_list)
+                buffer_list.append(buf)
+            write = op.opcode == OpCode.WRITE
+            if not write:
+                _check_read_in_file(i, op, file_sizes)
+            file_index.append(f)
+            buffer_index.append(b)
+            writes.append(write)
+            file_offsets.append(op.file_offset)
+            sizes.append(op.size)
+            buf_offsets.append(op.devPtr_offset)
+        futures, members = _notices.logged(_native.submit_ops, file_list, buffer_list, *columns)
+        groups = [_Group(c, [sizes[i] for i in c], IOFuture(f)) for c, f in zip(members, futures)]
         self._groups = groups
         self._reported = set()
         self._total = len(ops)
@@ -289,9 +308,12 @@ class BatchHandle:
         self.close()
 
 
-def _check_read_in_file(i: int, op: BatchOp) -> None:
-    """A read past the end of its file is refused before any operation starts."""
-    size = os.fstat(op.file_handle.fileno()).st_size
+def _check_read_in_file(i: int, op: BatchOp, sizes: dict[int, int]) -> None:
+    """A read past the end of its file is refused before any operation starts (`sizes`: the
+    files' sizes looked up so far in this submission, by the handle's id)."""
+    size = sizes.get(id(op.file_handle))
+    if size is None:
+        size = sizes[id(op.file_handle)] = os.fstat(op.file_handle.fileno()).st_size
     end = op.file_offset + op.size
     if op.size and end > size:
         raise _native.EndOfFileError(

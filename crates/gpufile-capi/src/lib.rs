@@ -10,6 +10,7 @@
 // The exported types keep their C names (`gpufile_file`), which the header shows.
 #![allow(non_camel_case_types)]
 
+mod batch;
 mod diag;
 mod driver;
 mod error;
@@ -32,6 +33,7 @@ use gpufile_core::request::{Range, Ranges};
 use gpufile_core::source::Endpoint;
 use gpufile_core::{Buffer, Direction, Engine, Error, FileHandle, IoFuture, Request, Settings};
 
+pub use batch::{gpufile_batch_op, gpufile_batch_submit};
 pub use error::{
     gpufile_last_error_errno, gpufile_last_error_message, gpufile_last_error_path,
     gpufile_last_error_type, gpufile_status, status_of,

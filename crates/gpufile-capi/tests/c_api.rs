@@ -1,6 +1,6 @@
-//! The C API from C: tests/c/test_capi.c and the example of docs/c-api.md, compiled with the
-//! system's C compiler against include/gpufile/gpufile.h and the libraries cargo built, then
-//! run on files in a temporary folder.
+//! The C API from C: tests/c/test_capi.c, test_batch.c, test_save.c and the example of
+//! docs/c-api.md, compiled with the system's C compiler against include/gpufile/gpufile.h and
+//! the libraries cargo built, then run on files in a temporary folder.
 //!
 //! The libraries are this crate's own lib target: cargo builds it with all its crate types
 //! (rlib, staticlib, cdylib) in one compiler run, and builds it before this test because an
@@ -202,5 +202,23 @@ fn a_c_program_saves_a_sharded_checkpoint_the_loader_reads() {
             .collect();
         let want: Vec<f32> = (0..1000).map(|k| (i * 1000 + k) as f32).collect();
         assert_eq!(values, want, "layer.{i}");
+    }
+}
+
+#[test]
+fn a_c_program_submits_a_batch_as_one_request_per_file_buffer_and_direction() {
+    let Some(cc) = compiler() else {
+        println!("skipped: no C compiler (set CC, or install gcc)");
+        return;
+    };
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/test_batch.c");
+    for (kind, lib) in links() {
+        let tmp = tempfile::tempdir().expect("a temporary folder");
+        let exe = tmp.path().join(format!("test_batch_{kind}"));
+        compile(&cc, &source, &exe, &lib);
+        let files = tmp.path().join("files");
+        std::fs::create_dir(&files).expect("a folder for the files");
+        let out = run(&exe, &[&files]);
+        assert!(out.contains("test_batch: all passed"), "{kind}: {out}");
     }
 }

@@ -1,18 +1,22 @@
 //! Many requests started as one: `gpufile.read_batch`/`write_batch` (one request per entry,
-//! one future for all) and `BatchHandle.submit` (one ranges request per file, buffer and
-//! direction, a future each). Every request is checked and planned before any starts
-//! ([`Engine::submit_batch`], [`Engine::submit_each`]), so a refused one moves no byte.
+//! one future for all) and `BatchHandle.submit` (the core's batch: one ranges request per file,
+//! buffer and direction, a future each). Every request is checked and planned before any starts
+//! ([`Engine::submit_batch`], [`batch::submit`]), so a refused one moves no byte.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use gpufile::{Direction, Engine, FileHandle, IoFuture, PathReport};
-use pyo3::exceptions::PyTypeError;
+use gpufile::batch::{self, Op, OpBuffer, Submission};
+use gpufile::source::Endpoint;
+use gpufile::{Direction, Engine, FileHandle, IoFuture};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, PathArg};
-use crate::file::{NativeBatchFuture, NativeFile, NativeFuture};
+use crate::file::{Held, NativeBatchFuture, NativeFile, NativeFuture};
 use crate::request::{self, Args};
 
 /// Many files as one stream of requests (`gpufile.read_batch` / `write_batch`): `entries` are
@@ -90,56 +94,94 @@ pub(crate) fn submit_batch(
     Ok(NativeBatchFuture::new(fut.map_err(to_py)?, views, owners))
 }
 
-/// One group of `BatchHandle.submit`: the file, the buffer, whether it writes, and the file
-/// offsets, sizes and buffer offsets of its operations.
-type Group<'py> = (
-    Bound<'py, NativeFile>,
-    Bound<'py, PyAny>,
-    bool,
-    Bound<'py, PyAny>,
-    Bound<'py, PyAny>,
-    Option<Bound<'py, PyAny>>,
-);
-
-/// `BatchHandle.submit`'s requests: `groups` of `(NativeFile, buf, write, file_offsets, sizes,
-/// buf_offsets)`, each a `read_ranges`/`write_ranges` request, started once every one is
-/// checked and planned; a future (with its report) for each, in order.
+/// `BatchHandle.submit`'s operations, as the core's batch takes them ([`batch::submit`]): the
+/// operations on one file, one buffer and one direction are one request of many ranges, every
+/// request checked and planned before any starts. Operation `i` is `sizes[i]` bytes at
+/// `file_offsets[i]` of `files[file_index[i]]` and at `buf_offsets[i]` of
+/// `buffers[buffer_index[i]]`, a write where `writes[i]`. A future (with its report) per
+/// request, and each request's operations (in the order of its ranges).
 #[pyfunction]
-pub(crate) fn submit_ranges(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn submit_ops(
     py: Python<'_>,
-    groups: &Bound<'_, PyAny>,
-) -> PyResult<Vec<NativeFuture>> {
-    let mut batch = Vec::new();
-    let mut held = Vec::new();
-    for group in groups.try_iter()? {
-        let group = group?;
-        let (file, buf, write, offsets, sizes, bufs): Group<'_> = group.extract()?;
-        let dir = if write {
-            Direction::Write
-        } else {
-            Direction::Read
-        };
-        let handle = file.get().handle()?;
-        let ranges = crate::ranges::ranges_arg(&offsets, &sizes, bufs.as_ref())?;
-        let view = BufferView::for_request(&buf, !write)?;
-        batch.push((
-            handle.endpoint(dir),
-            crate::ranges::request(&view, dir, ranges),
-        ));
-        held.push((view, vec![buf.unbind(), file.into_any().unbind()]));
+    files: Vec<Bound<'_, NativeFile>>,
+    buffers: Vec<Bound<'_, PyAny>>,
+    file_index: Vec<usize>,
+    buffer_index: Vec<usize>,
+    writes: Vec<bool>,
+    file_offsets: &Bound<'_, PyAny>,
+    sizes: &Bound<'_, PyAny>,
+    buf_offsets: &Bound<'_, PyAny>,
+) -> PyResult<(Vec<NativeFuture>, Vec<Vec<usize>>)> {
+    let ranges = crate::ranges::ranges_arg(file_offsets, sizes, Some(buf_offsets))?;
+    let ranges = ranges.as_slice();
+    let n = ranges.len();
+    if [file_index.len(), buffer_index.len(), writes.len()] != [n; 3] {
+        return Err(PyValueError::new_err(format!(
+            "{n} operations, but {} file indices, {} buffer indices and {} directions",
+            file_index.len(),
+            buffer_index.len(),
+            writes.len()
+        )));
     }
-    let started = py.detach(move || -> gpufile::Result<Vec<(IoFuture, PathReport)>> {
+    let mut endpoints: HashMap<(usize, bool), Endpoint> = HashMap::new();
+    let mut views: HashMap<(usize, bool), (Arc<BufferView>, OpBuffer)> = HashMap::new();
+    for i in 0..n {
+        let (f, b, w) = (file_index[i], buffer_index[i], writes[i]);
+        let dir = if w { Direction::Write } else { Direction::Read };
+        let (Some(file), Some(buf)) = (files.get(f), buffers.get(b)) else {
+            return Err(PyValueError::new_err(format!(
+                "operation {i} names file {f} and buffer {b} of {} and {}",
+                files.len(),
+                buffers.len()
+            )));
+        };
+        if let Entry::Vacant(e) = endpoints.entry((f, w)) {
+            e.insert(file.get().handle()?.endpoint(dir));
+        }
+        if let Entry::Vacant(e) = views.entry((b, w)) {
+            let view = BufferView::for_request(buf, !w)?;
+            let described = view.op_buffer();
+            e.insert((Arc::new(view), described));
+        }
+    }
+    let ops: Vec<Op<'_>> = (0..n)
+        .map(|i| Op {
+            endpoint: &endpoints[&(file_index[i], writes[i])],
+            buffer: &views[&(buffer_index[i], writes[i])].1,
+            file_offset: ranges[i].file_offset,
+            buf_offset: ranges[i].buf_offset,
+            size: ranges[i].len,
+        })
+        .collect();
+    let submitted = py.detach(|| -> gpufile::Result<Submission> {
         let engine = Engine::global()?;
         let settings = engine.shared_settings();
-        // SAFETY: each future made below holds its buffer's view until its request is done.
-        unsafe { engine.submit_each(&batch, &settings) }
+        // SAFETY: each request's future made below holds the views of its operations' buffers
+        // until it is done.
+        unsafe { batch::submit(&engine, &ops, &settings) }
     });
-    Ok(started
-        .map_err(to_py)?
+    let submission = submitted.map_err(to_py)?;
+    let mut members = Vec::new();
+    let futures = submission
+        .into_groups()
         .into_iter()
-        .zip(held)
-        .map(|((fut, report), (view, owners))| {
-            NativeFuture::new(fut, view, owners).with_report(report)
+        .map(|g| {
+            let mut held: Vec<(usize, bool)> = Vec::new();
+            let mut owners: Vec<Py<PyAny>> = Vec::new();
+            for &i in &g.ops {
+                let key = (buffer_index[i], writes[i]);
+                if !held.contains(&key) {
+                    held.push(key);
+                    owners.push(buffers[key.0].clone().unbind());
+                }
+            }
+            let views = held.iter().map(|k| Arc::clone(&views[k].0)).collect();
+            owners.push(files[file_index[g.ops[0]]].clone().into_any().unbind());
+            let fut = NativeFuture::holding(g.future, Held::Shared { _views: views }, owners);
+            members.push(g.ops);
+            fut.with_report(g.report)
         })
-        .collect())
+        .collect();
+    Ok((futures, members))
 }

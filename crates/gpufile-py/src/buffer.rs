@@ -4,6 +4,7 @@
 
 use std::ffi::CStr;
 
+use gpufile::batch::OpBuffer;
 use gpufile::cuda::{PointerInfo, StreamWait};
 use gpufile::{Buffer, Direction, Memory, Request};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -470,6 +471,17 @@ impl BufferView {
             BufferView::Host(_) | BufferView::HostDlpack { .. } => req,
             BufferView::Device { info, after, .. } => req.pointer_info(*info).after(*after),
         }
+    }
+
+    /// The whole buffer as the core's batch takes it, with what the view knows (as
+    /// [`Self::carry`] gives a request).
+    pub(crate) fn op_buffer(&self) -> OpBuffer {
+        let mut b = OpBuffer::new(self.buffer(0, self.len()));
+        if let BufferView::Device { info, after, .. } = self {
+            b.pointer_info = *info;
+            b.after = *after;
+        }
+        b
     }
 
     pub(crate) fn memory(&self) -> Memory {

@@ -1,6 +1,6 @@
 //! Files and futures: `gpufile.CuFile`'s engine (`NativeFile`) and `IOFuture`'s (`NativeFuture`).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gpufile::cuda::Context;
@@ -200,7 +200,7 @@ impl NativeFile {
         let (fut, report) = started.map_err(to_py)?;
         Ok(NativeFuture {
             fut,
-            view: Mutex::new(Some(view)),
+            view: Mutex::new(Some(Held::One { _view: view })),
             _owners: vec![buf.clone().unbind(), slf.clone().into_any().unbind()],
             report: Some(report),
             stream_order: None,
@@ -465,6 +465,15 @@ impl NativeFile {
     }
 }
 
+/// The buffer views a future holds until its request is done (never read: dropping them ends
+/// the exports).
+pub(crate) enum Held {
+    /// The request's own view.
+    One { _view: BufferView },
+    /// Views shared with other requests (the groups of one batch submission on one buffer).
+    Shared { _views: Vec<Arc<BufferView>> },
+}
+
 /// A request in flight. Holds the buffer export and the objects involved until it is done; the
 /// export is released as soon as `get()` has seen the request end.
 #[pyclass(frozen, module = "gpufile._native")]
@@ -472,7 +481,7 @@ pub(crate) struct NativeFuture {
     fut: IoFuture,
     /// `None` once `get()` saw the end, and for a stream-ordered request (which holds its
     /// buffer itself).
-    view: Mutex<Option<BufferView>>,
+    view: Mutex<Option<Held>>,
     _owners: Vec<Py<PyAny>>,
     /// What the plan decided, for requests that report it (ranges and rows).
     report: Option<gpufile::PathReport>,
@@ -485,9 +494,15 @@ impl NativeFuture {
     /// A future over `fut` that holds `view` until the request is done and `owners` (the buffer,
     /// the file or mapping) for as long as it lives.
     pub(crate) fn new(fut: IoFuture, view: BufferView, owners: Vec<Py<PyAny>>) -> Self {
+        Self::holding(fut, Held::One { _view: view }, owners)
+    }
+
+    /// A future over `fut` that holds `held` until the request is done and `owners` for as long
+    /// as it lives.
+    pub(crate) fn holding(fut: IoFuture, held: Held, owners: Vec<Py<PyAny>>) -> Self {
         NativeFuture {
             fut,
-            view: Mutex::new(Some(view)),
+            view: Mutex::new(Some(held)),
             _owners: owners,
             report: None,
             stream_order: None,

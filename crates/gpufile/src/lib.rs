@@ -13,8 +13,9 @@
 //! Layers, one direction (a module uses only those above it in this list): `request`, `error`,
 //! `config` → `plan` (pure decisions) → `cuda`, `cufile` (result layer and RAII wrappers over
 //! `gpufile-sys`) → `source` (where bytes come from and go to) → `future`, `pool` (generic) →
-//! `exec` (one executor per backend) → `observe` → `engine` (the one request path) → `file`
-//! (a local file's handle), `stream` (requests queued on an application's CUDA stream).
+//! `exec` (one executor per backend) → `observe` → `engine` (the one request path) → `batch`
+//! (many operations as a request per file, buffer and direction), `file` (a local file's
+//! handle), `stream` (requests queued on an application's CUDA stream).
 //!
 //! ```no_run
 //! let f = gpufile::FileHandle::open("data.bin", "r")?;
@@ -24,6 +25,7 @@
 //! # Ok::<(), gpufile::Error>(())
 //! ```
 
+pub mod batch;
 pub mod config;
 pub mod cuda;
 pub mod cufile;
