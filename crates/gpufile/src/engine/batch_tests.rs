@@ -1,4 +1,8 @@
 use super::*;
+use crate::exec::host::HostExec;
+use crate::exec::SendPtr;
+use crate::plan::{self, Backend, TaskSplit};
+use crate::request::{Buffer, Direction};
 use crate::FileHandle;
 
 /// A file of `len` known bytes, an engine at the environment's defaults, the file opened.

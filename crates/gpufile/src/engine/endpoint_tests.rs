@@ -1,5 +1,7 @@
 use super::*;
 use crate::plan::HostIoBackend;
+use crate::plan::HostIoReason;
+use crate::request::{Buffer, Direction};
 use crate::source::{IoContext, Source};
 
 /// `size` bytes of 7s, written into the caller's buffer one task at a time.

@@ -1,5 +1,9 @@
 use super::*;
+use crate::exec::{Executor, Tasks};
+use crate::future::Completion;
+use crate::plan::Backend;
 use crate::plan::TaskSplit;
+use crate::request::{Buffer, Direction};
 use crate::FileHandle;
 
 /// A run that finishes every task and panics on the one at `at` (what a bug in an

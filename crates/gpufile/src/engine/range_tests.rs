@@ -1,4 +1,4 @@
-use super::within_allocation;
+use super::planning::within_allocation;
 
 #[test]
 fn ranges_inside_their_allocation_pass_and_others_are_refused() {

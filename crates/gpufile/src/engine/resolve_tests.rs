@@ -1,4 +1,4 @@
-use super::{resolve, Target};
+use super::planning::{resolve, Target};
 use crate::cuda::{Context, MemoryKind, PointerInfo};
 use crate::Buffer;
 

@@ -203,4 +203,6 @@ pub fn plan_request(shape: &Shape<'_>, settings: &Settings, machine: &mut dyn Ma
 }
 
 #[cfg(test)]
+mod strategy_tests;
+#[cfg(test)]
 mod tests;
