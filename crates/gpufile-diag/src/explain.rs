@@ -255,7 +255,7 @@ pub fn explain_with(
     }
     if let Some(plan::Strategy::Bounce { chunks, dma, .. }) = &planned.strategy {
         bounce_chunk = Some(chunks.of(task_size.min(req.size.max(1))));
-        notes.push(dma_note(dma));
+        notes.push(render_dma(dma));
     }
     if task_count > num_threads {
         notes.push(format!("{task_count} tasks over {num_threads} workers"));
@@ -283,7 +283,7 @@ pub fn explain_with(
 }
 
 /// The plan's page-cache DMA decision for a device read (see `gpufile::exec::dma`), in words.
-fn dma_note(dma: &plan::Dma) -> String {
+fn render_dma(dma: &plan::Dma) -> String {
     match dma {
         plan::Dma::SettingOff => {
             "page-cache DMA off (dma_cache_size 0): every chunk goes through the bounce buffers"
