@@ -53,8 +53,12 @@ pub(crate) unsafe fn submit(
     endpoint: Endpoint,
     req: Request,
 ) -> gpufile::Result<IoFuture> {
-    // SAFETY: the caller's contract.
-    unsafe { submit_reported(py, endpoint, req) }.map(|(f, _)| f)
+    py.detach(move || {
+        let engine = Engine::global()?;
+        let settings = engine.shared_settings();
+        // SAFETY: the caller's contract.
+        unsafe { engine.submit(&endpoint, req, &settings) }
+    })
 }
 
 /// [`submit`], with what the request's plan decided.
