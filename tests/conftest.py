@@ -1,3 +1,5 @@
+import ctypes
+import functools
 import os
 import subprocess
 import sys
@@ -8,17 +10,42 @@ import pytest
 import gpufile
 
 
+@functools.cache
+def driver_reason() -> str | None:
+    """Why the CUDA driver offers no GPU here (None: it has at least one device). Asked of the
+    driver itself, so that a machine without a GPU says so whether CuPy is installed or not."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no GPU: libcuda.so.1, the NVIDIA driver, does not load"
+    count = ctypes.c_int(0)
+    rc = cuda.cuInit(0)
+    if rc == 0:
+        rc = cuda.cuDeviceGetCount(ctypes.byref(count))
+    if rc == 100:  # CUDA_ERROR_NO_DEVICE
+        return "no GPU: the CUDA driver finds no device"
+    if rc != 0:
+        return f"no GPU: the CUDA driver fails to start (CUresult {rc})"
+    if count.value < 1:
+        return "no GPU: the CUDA driver finds no device"
+    return None
+
+
 def gpu_reason() -> str | None:
-    """Why the GPU tests cannot run here (None: CuPy sees a CUDA device)."""
+    """Why the GPU tests cannot run here: no GPU, or no CuPy to hand it arrays (None: CuPy sees
+    a CUDA device)."""
+    reason = driver_reason()
+    if reason is not None:
+        return reason
     try:
         import cupy
     except ImportError:
-        return "CuPy is not installed"
+        return "CuPy is not installed (this machine has a GPU)"
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:  # no driver, no device
-        return f"no usable CUDA device ({e.__class__.__name__})"
+            return "no GPU: CuPy finds no CUDA device"
+    except Exception as e:  # CuPy's CUDA runtime does not work with this driver
+        return f"CuPy cannot use the GPU ({e.__class__.__name__}: {e})"
     return None
 
 

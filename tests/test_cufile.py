@@ -1,6 +1,7 @@
 """cuFile loading, cufile.json, path decisions and the path report, on any machine."""
 
 import ctypes
+import importlib.util
 import json
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 import gpufile
 from gpufile import cufile_driver, defaults
-from conftest import run_python
+from conftest import gpu_reason, run_python
 
 
 def _loads(name):
@@ -112,6 +113,25 @@ def test_host_reads_ignore_compat_mode_and_require_gds(tmp_path):
     with defaults.set({"compat_mode": "off", "require_gds": True}), gpufile.CuFile(path) as f:
         assert f.read(buf) == len(buf)
         assert f.io_path_for(buf)[0] == "gpufile-posix"
+
+
+def test_gpu_skips_name_what_this_machine_lacks():
+    """The GPU tests' skip reason (conftest.gpu_reason) says what is missing: a GPU (no CUDA
+    driver, or a driver that finds no device) wherever there is none, CuPy installed or not;
+    "CuPy is not installed" only where the driver has a GPU to offer."""
+    reason = gpu_reason()
+    if not HAVE_CUDA:
+        assert reason is not None and reason.startswith("no GPU"), reason
+        assert "libcuda.so.1" in reason, reason
+        return
+    cuda = ctypes.CDLL("libcuda.so.1")
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        assert reason is not None and reason.startswith("no GPU"), reason
+    elif importlib.util.find_spec("cupy") is None:
+        assert reason is not None and reason.startswith("CuPy is not installed"), reason
+    else:
+        assert reason is None or "CuPy" in reason, reason
 
 
 @pytest.mark.skipif(HAVE_CUDA, reason="this machine has a CUDA driver")

@@ -7,10 +7,14 @@ commands then run one by one in that folder. ``.venv/bin/`` (the demo's virtuale
 interpreter's folder, which holds the build under test. The commands listed in ``NOT_RUN`` are
 not run here, each for the reason given; one the pages no longer hold fails the test, so the
 list stays true. ``text`` blocks (the CLI synopsis, help texts) are not commands.
+
+The README's "C and C++" section runs in a test of its own: its install commands from the
+repository root, then its C and C++ programs built against that install, as a reader would.
 """
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,23 +39,36 @@ NOT_RUN = {
 }
 
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+CPP_SECTION = "C and C++"
 
 
-def blocks(page):
-    """(language, text) of every fenced block of `page`, in order."""
-    return [(m.group(1), m.group(2)) for m in _FENCE.finditer((ROOT / page).read_text())]
+def _split(page, title):
+    """(the page without its `## title` section, that section's text)."""
+    text = (ROOT / page).read_text()
+    m = re.search(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", text, re.S | re.M)
+    if m is None:
+        return text, ""
+    return text[:m.start()] + text[m.end():], m.group(0)
+
+
+def blocks(page, section=None):
+    """(language, text) of every fenced block of `page`, in order: of its `## section` alone
+    where one is named, else of the page without the README's C and C++ section (which needs a
+    build of its own: test_the_c_and_cpp_section_installs_builds_and_runs)."""
+    rest, part = _split(page, section or CPP_SECTION)
+    return [(m.group(1), m.group(2)) for m in _FENCE.finditer(part if section else rest)]
+
+
+def _commands(text):
+    """The commands of an sh block: one a line, comments dropped."""
+    lines = (re.sub(r"(^|\s+)#.*$", "", line).strip() for line in text.splitlines())
+    return [line for line in lines if line]
 
 
 def shell_commands(page):
     """The commands of the page's sh blocks: one a line, comments dropped."""
-    commands = []
-    for lang, text in blocks(page):
-        if lang in ("sh", "bash", "console"):
-            for line in text.splitlines():
-                command = re.sub(r"(^|\s+)#.*$", "", line).strip()
-                if command:
-                    commands.append(command)
-    return commands
+    return [c for lang, text in blocks(page) if lang in ("sh", "bash", "console")
+            for c in _commands(text)]
 
 
 def _env():
@@ -94,9 +111,53 @@ def test_every_command_of_the_page_runs_as_written(page, tmp_path):
         assert r.returncode == 0, f"{page}: `{command}` fails ({r.returncode}):\n{r.stderr}"
         assert "warning" not in r.stderr, f"{page}: `{command}` warns:\n{r.stderr}"
     if gpu and gpu_reason() is not None:
-        pytest.skip(f"{page}: its CuPy example needs a GPU ({gpu_reason()}); the rest ran")
+        pytest.skip(f"{page}: its CuPy example does not run here ({gpu_reason()}); the rest ran")
 
 
 def test_the_commands_not_run_are_still_on_the_pages():
     on_pages = {c for page in PAGES for c in shell_commands(page)}
     assert set(NOT_RUN) <= on_pages, set(NOT_RUN) - on_pages
+
+
+def _run(command, cwd, env, timeout):
+    r = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"`{command}` fails ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def test_the_c_and_cpp_section_installs_builds_and_runs(tmp_path):
+    """The README's C and C++ section as a reader runs it: the install commands from the
+    repository root into `$HOME/.local/gpufile` (HOME is a temporary folder here; the build
+    folder too), then in a folder of the reader's own the C++ program built with the section's
+    CMakeLists.txt (`find_package(gpufile)`) and the C program with `pkg-config`'s flags, each
+    run. The library is the debug build the test command's cargo made (the build folder's
+    `GPUFILE_CARGO_PROFILE` is `dev`: a release build takes minutes, for the same code)."""
+    missing = [t for t in ("cmake", "c++", "cc", "pkg-config", "cargo") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"the C and C++ section needs {', '.join(missing)} (Debian: cmake g++ "
+                    "pkg-config; cargo from rustup)")
+    found = blocks("README.md", CPP_SECTION)
+    sh = [text for lang, text in found if lang == "sh"]
+    code = {lang: text for lang, text in found if lang in ("cpp", "c", "cmake")}
+    assert len(sh) == 2 and set(code) == {"cpp", "c", "cmake"}, [lang for lang, _ in found]
+    env = _env()
+    # cargo and rustup find their homes from HOME unless told.
+    env["CARGO_HOME"] = env.get("CARGO_HOME", str(Path.home() / ".cargo"))
+    env["RUSTUP_HOME"] = env.get("RUSTUP_HOME", str(Path.home() / ".rustup"))
+    env["HOME"] = str(tmp_path / "home")
+    (tmp_path / "home").mkdir()
+    build = tmp_path / "gpufile-build"
+    _run(f"cmake -S . -B {build} -DGPUFILE_CARGO_PROFILE=dev", ROOT, env, 300)
+    install = re.sub(r"(-B|--build|--install) build\b", rf"\1 {build}", sh[0])
+    assert str(build) in install, install
+    for command in _commands(install):
+        _run(command, ROOT, env, 900)
+    app = tmp_path / "app"
+    app.mkdir()
+    for lang, name in (("cpp", "app.cpp"), ("c", "app.c"), ("cmake", "CMakeLists.txt")):
+        (app / name).write_text(code[lang])
+    out = _run(sh[1], app, env, 300).stdout  # one script: its `export` holds for what follows
+    assert out.count("read 1048576 bytes, the same bytes\n") == 2, out
+    assert "open missing.bin: No such file or directory\n" in out, out
+    assert (app / "data.bin").read_bytes() == b"g" * (1 << 20)

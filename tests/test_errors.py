@@ -124,6 +124,25 @@ def test_bad_numbers(tmp_path, kw, exc):
     assert p.read_bytes() == b"abc" and buf == bytearray(3)
 
 
+def test_out_of_range_error_is_exported_and_is_what_a_negative_offset_raises(tmp_path):
+    """docs/errors.md names `OutOfRangeError` for negative offsets and settings: a user catches it
+    as `gpufile.OutOfRangeError`, a `ValueError` and KvikIO's `OverflowError`."""
+    assert "OutOfRangeError" in gpufile.__all__
+    assert issubclass(gpufile.OutOfRangeError, ValueError)
+    assert issubclass(gpufile.OutOfRangeError, OverflowError)
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"abc")
+    buf = bytearray(3)
+    with gpufile.CuFile(p, "r") as f:
+        with pytest.raises(gpufile.OutOfRangeError, match="negative value"):
+            f.read(buf, file_offset=-1)
+    assert buf == bytearray(3)
+    before = gpufile.defaults.get("task_size")
+    with pytest.raises(gpufile.OutOfRangeError, match="negative value"):
+        gpufile.defaults.set("task_size", -1)
+    assert gpufile.defaults.get("task_size") == before
+
+
 def test_read_past_end_raises_and_leaves_buffer(tmp_path):
     """KvikIO raises on reads past EOF too; gpufile checks first so nothing is copied."""
     p = tmp_path / "f.bin"

@@ -15,7 +15,7 @@ import pytest
 
 import gpufile
 from gpufile._http_server import LocalHttpServer, RangeRequestHandler
-from conftest import pattern
+from conftest import gpu_reason, pattern
 
 RET = gpufile.RemoteEndpointType
 
@@ -34,14 +34,12 @@ def served(tmp_path):
 
 
 def _cupy_with_a_device():
-    """CuPy, or the test skips saying why (not installed, no usable CUDA device)."""
-    cp = pytest.importorskip("cupy", reason="CuPy is not installed")
-    try:
-        if cp.cuda.runtime.getDeviceCount() == 0:
-            pytest.skip("no CUDA device")
-    except cp.cuda.runtime.CUDARuntimeError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
-    return cp
+    """CuPy, or the test skips saying why (no GPU, CuPy not installed)."""
+    reason = gpu_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    import cupy
+    return cupy
 
 
 @pytest.mark.parametrize("threads,task", [(1, 4 << 20), (3, 199), (4, 1000)])

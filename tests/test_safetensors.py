@@ -16,6 +16,7 @@ import safetensors.numpy as stn
 import gpufile
 import gpufile.safetensors as gs
 from gpufile.safetensors import SafetensorError
+from conftest import gpu_reason
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
@@ -399,13 +400,11 @@ def test_pt_on_cpu_matches(model):
 # ---- GPU (skips with the reason without one) ----
 
 def _gpus():
-    try:
-        import cupy
-        return cupy.cuda.runtime.getDeviceCount(), None
-    except ImportError:
-        return 0, "CuPy is not installed"
-    except Exception as e:  # noqa: BLE001 - no driver or no device
-        return 0, f"no usable CUDA device ({e.__class__.__name__})"
+    reason = gpu_reason()
+    if reason is not None:
+        return 0, reason
+    import cupy
+    return cupy.cuda.runtime.getDeviceCount(), None
 
 
 NGPU, GPU_REASON = _gpus()

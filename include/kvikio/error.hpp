@@ -102,6 +102,23 @@ void cuda_driver_try(CUresult error, int line_number, char const* filename)
 }
 
 /**
+ * The GenericSystemError of gpufile's OS error `e`, with errno `err`. std::system_error appends
+ * the errno's text to the message it is given, and gpufile's message ends with that text
+ * already ("open PATH: No such file or directory"), so the message loses it first: the text
+ * appears once.
+ */
+inline GenericSystemError system_error_of(gpufile::Error const& e, int err)
+{
+  std::string msg          = e.what();
+  std::string const suffix = ": " + std::generic_category().message(err);
+  if (msg.size() >= suffix.size() &&
+      msg.compare(msg.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    msg.resize(msg.size() - suffix.size());
+  }
+  return GenericSystemError(err, msg);
+}
+
+/**
  * Calls `f`, turning gpufile's errors into what KvikIO throws for the same failure: an OS
  * error is a GenericSystemError (errno kept), a range outside a mapping std::out_of_range, a bad
  * argument std::invalid_argument, an end of file or anything else a CUfileException (KvikIO's
@@ -117,16 +134,16 @@ decltype(auto) as_kvikio(F&& f)
   } catch (gpufile::BadArgumentError const& e) {
     throw std::invalid_argument(e.what());
   } catch (gpufile::NotFoundError const& e) {
-    throw GenericSystemError(e.errno_value(), e.what());
+    throw system_error_of(e, e.errno_value());
   } catch (gpufile::PermissionError const& e) {
-    throw GenericSystemError(e.errno_value() != 0 ? e.errno_value() : EBADF, e.what());
+    throw system_error_of(e, e.errno_value() != 0 ? e.errno_value() : EBADF);
   } catch (gpufile::IsADirectoryError const& e) {
-    throw GenericSystemError(e.errno_value(), e.what());
+    throw system_error_of(e, e.errno_value());
   } catch (gpufile::RemoteError const& e) {
     throw std::runtime_error(e.what());
   } catch (gpufile::Error const& e) {
     if (e.status() == GPUFILE_OTHER && e.errno_value() != 0) {
-      throw GenericSystemError(e.errno_value(), e.what());
+      throw system_error_of(e, e.errno_value());
     }
     throw CUfileException(e.what());
   }

@@ -125,7 +125,7 @@ void page_cache_call(F&& f)
   try {
     f();
   } catch (gpufile::Error const& e) {
-    throw GenericSystemError(e.errno_value() != 0 ? e.errno_value() : EINVAL, e.what());
+    throw system_error_of(e, e.errno_value() != 0 ? e.errno_value() : EINVAL);
   }
 }
 }  // namespace detail

@@ -21,7 +21,7 @@ import sys as _sys
 import warnings as _warnings
 
 from . import _native, buffer, cufile_driver, defaults, utils
-from ._native import CudaError, CufileError, EndOfFileError, GpufileError
+from ._native import CudaError, CufileError, EndOfFileError, GpufileError, OutOfRangeError
 from .buffer import bounce_buffer_free, dma_cache_clear, dma_cache_registered
 from .batch import BatchHandle, BatchOp
 from .cufile import (
@@ -73,6 +73,7 @@ __all__ = [
     "CufileError",
     "EndOfFileError",
     "GpufileError",
+    "OutOfRangeError",
     "IOFutureStream",
     "Mmap",
     "RemoteEndpointType",

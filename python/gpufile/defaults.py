@@ -145,7 +145,7 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     ValueError
         A value out of range or that does not parse: 0 where a positive integer is needed
         ("positive integer", as KvikIO says); a negative integer raises
-        ``gpufile._native.OutOfRangeError``, both a ``ValueError`` and the ``OverflowError``
+        ``gpufile.OutOfRangeError``, both a ``ValueError`` and the ``OverflowError``
         KvikIO raises ("negative value").
     TypeError
         A value of the wrong type (``http_status_codes`` that is not a list of ints, a float

@@ -234,6 +234,58 @@ TEST_F(CppApi, kvikio_file_handle_reads_writes_and_reports_like_kvikio)
   EXPECT_LE(cached, total);
 }
 
+namespace {
+/** How often `needle` occurs in `text`. */
+std::size_t occurrences(std::string const& text, std::string const& needle)
+{
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+}  // namespace
+
+TEST_F(CppApi, an_os_error_names_the_path_once_and_the_errno_text_once)
+{
+  // std::system_error appends the errno's text to the message it is given, so KvikIO's
+  // GenericSystemError must be given gpufile's message without that text.
+  auto const missing       = dir.file("missing.bin");
+  std::string const enoent = std::strerror(ENOENT);
+  std::string const eisdir = std::strerror(EISDIR);
+  auto expect_once = [](std::string const& what, std::string const& p, std::string const& text) {
+    EXPECT_EQ(occurrences(what, p), 1u) << what;
+    EXPECT_EQ(occurrences(what, text), 1u) << what;
+  };
+  try {
+    gpufile::File f(missing, "r");
+    FAIL() << "opened a missing file";
+  } catch (gpufile::NotFoundError const& e) {
+    expect_once(e.what(), missing, enoent);
+  }
+  try {
+    kvikio::FileHandle f(missing, "r");
+    FAIL() << "opened a missing file";
+  } catch (kvikio::GenericSystemError const& e) {
+    EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory);
+    expect_once(e.what(), missing, enoent);
+  }
+  try {
+    kvikio::FileHandle f(dir.path().string(), "r");
+    FAIL() << "opened a directory";
+  } catch (kvikio::GenericSystemError const& e) {
+    EXPECT_EQ(e.code(), std::errc::is_a_directory);
+    expect_once(e.what(), dir.path().string(), eisdir);
+  }
+  try {
+    (void)kvikio::get_page_cache_info(missing);
+    FAIL() << "a missing file's page cache";
+  } catch (kvikio::GenericSystemError const& e) {
+    EXPECT_EQ(e.code(), std::errc::no_such_file_or_directory);
+    expect_once(e.what(), missing, enoent);
+  }
+}
+
 TEST_F(CppApi, kvikio_page_cache_helpers_refuse_a_fifo_at_once)
 {
   auto const fifo = dir.file("fifo");
