@@ -3,12 +3,15 @@
 # scripts/build_for_device.sh here; carry target/wheels, target/gpu-tests, target/gpu-tests-cpp
 # and .whl):
 # install, GPU tests (pytest and Rust), then the benchmark; a short table last; JSON under $OUT.
-#   bash scripts/device_round.sh [--quick] [--sanitize] [--only-bench] [--before WHEEL_DIR]
+#   bash scripts/device_round.sh [--quick] [--sanitize] [--only-bench | --tests-only]
+#                                [--before WHEEL_DIR]
 #                                [--conformance DIR] [--extra WHEEL_DIR] [--safetensors]
 #                                [extra benchmark options]
 # --extra DIR: third-party wheels for the optional tests (zarr, dask, moto, safetensors, ...),
 #   installed into their own folder behind gpufile's. --safetensors: also run
 #   benches/safetensors_bench.py (gpufile vs safetensors, fastsafetensors, InstantTensor).
+# --tests-only: the GPU tests (Rust, C++, pytest) and nothing else, for a round split over calls
+#   (with scripts/before_after.sh for the benchmark).
 # --before DIR: also benchmark the wheel in DIR (an earlier gpufile), same file, same run, after
 #   the current one, for a before/after table. --conformance DIR: run KvikIO's own test suite
 #   (a copy of the shared conformance folder) against the installed gpufile.
@@ -17,12 +20,13 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpufile-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-quick=0 sanitize=0 before="" conformance="" only_bench=0 extra="" safetensors=0
+quick=0 sanitize=0 before="" conformance="" only_bench=0 tests_only=0 extra="" safetensors=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
     --sanitize) sanitize=1; shift ;;
     --only-bench) only_bench=1; shift ;;
+    --tests-only) tests_only=1; shift ;;
     --before) before=$2; shift 2 ;;
     --conformance) conformance=$2; shift 2 ;;
     --extra) extra=$2; shift 2 ;;
@@ -95,6 +99,7 @@ python3 -m pytest -p no:cacheprovider -rs -v tests > "$out/pytest.log" 2>&1 || s
 grep -E "PASSED|FAILED|ERROR|SKIPPED" "$out/pytest.log" | grep -v PASSED | head -30
 grep -B2 -A12 "Fatal Python error" "$out/pytest.log" | head -40
 tail -3 "$out/pytest.log"
+[ $tests_only = 1 ] && exit $status
 
 bench now "$PYTHONPATH" "$@"
 [ -n "$before" ] && bench before /tmp/site-before "$@"
