@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, NamedTuple, Sequence
 
-from . import _native, _notices
+from . import _native
 from ._future import IOFuture
 from .cufile import CuFile
 
@@ -215,7 +215,7 @@ class BatchHandle:
             file_offsets.append(op.file_offset)
             sizes.append(op.size)
             buf_offsets.append(op.devPtr_offset)
-        futures, members = _notices.logged(_native.submit_ops, file_list, buffer_list, *columns)
+        futures, members = _native.submit_ops(file_list, buffer_list, *columns)
         groups = [_Group(c, [sizes[i] for i in c], IOFuture(f)) for c, f in zip(members, futures)]
         self._groups = groups
         self._reported = set()

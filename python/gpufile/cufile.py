@@ -10,7 +10,7 @@ import operator
 import os
 from typing import Any
 
-from . import _native, _notices
+from . import _native
 from ._future import IOFuture, IOFutureStream
 from .pagecache import (  # noqa: F401 - KvikIO's kvikio.cufile exports them
     clear_page_cache,
@@ -178,10 +178,6 @@ class CuFile:
         f._file = _native.NativeFile.from_fd(fd, name)
         return f
 
-    def _call(self, method: str, *args: Any) -> Any:
-        """The native file's ``method(*args)``: every transfer goes through here, so that the
-        notices it makes are logged as it returns."""
-        return _notices.logged(getattr(self._file, method), *args)
 
     def close(self) -> None:
         """Close the file; requests still in flight finish first. Closing twice is harmless."""
@@ -330,7 +326,7 @@ class CuFile:
         >>> with gpufile.CuFile("data.bin") as f:                   # doctest: +SKIP
         ...     n = f.read(buf, size=4096, file_offset=8192)
         """
-        return self._call("read", buf, size, file_offset, task_size)
+        return self._file.read(buf, size, file_offset, task_size)
 
     def write(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> int:
@@ -366,7 +362,7 @@ class CuFile:
         gpufile.CudaError, gpufile.CufileError
             A device transfer failed.
         """
-        return self._call("write", buf, size, file_offset, task_size)
+        return self._file.write(buf, size, file_offset, task_size)
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0,
               task_size: int | None = None) -> IOFuture:
@@ -386,7 +382,7 @@ class CuFile:
         >>> ...                                                     # other work meanwhile
         >>> n = fut.get()                                           # doctest: +SKIP
         """
-        return IOFuture(self._call("pread", buf, size, file_offset, task_size))
+        return IOFuture(self._file.pread(buf, size, file_offset, task_size))
 
     def pwrite(self, buf: Any, size: int | None = None, file_offset: int = 0,
                task_size: int | None = None) -> IOFuture:
@@ -397,7 +393,7 @@ class CuFile:
         IOFuture
             ``.get()`` waits and returns the bytes written.
         """
-        return IOFuture(self._call("pwrite", buf, size, file_offset, task_size))
+        return IOFuture(self._file.pwrite(buf, size, file_offset, task_size))
 
     def read_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
                     buf_offsets: Any = None) -> IOFuture:
@@ -442,8 +438,8 @@ class CuFile:
         >>> f.read_ranges(buf, offsets, 4096).get()                  # doctest: +SKIP
         12288
         """
-        return IOFuture(self._call("read_ranges", buf, _host_ints(file_offsets), _host_ints(sizes),
-                                   _host_ints(buf_offsets)))
+        return IOFuture(self._file.read_ranges(
+            buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
 
     def write_ranges(self, buf: Any, file_offsets: Any, sizes: Any,
                      buf_offsets: Any = None) -> IOFuture:
@@ -459,8 +455,8 @@ class CuFile:
         IOFuture
             ``get()`` returns the bytes written.
         """
-        return IOFuture(self._call("write_ranges", buf, _host_ints(file_offsets), _host_ints(sizes),
-                                   _host_ints(buf_offsets)))
+        return IOFuture(self._file.write_ranges(
+            buf, _host_ints(file_offsets), _host_ints(sizes), _host_ints(buf_offsets)))
 
     def read_rows(self, out: Any, rows: Any, row_bytes: int, row_stride: int | None = None,
                   base_offset: int = 0) -> IOFuture:
@@ -494,8 +490,8 @@ class CuFile:
             As for ``read_ranges`` (a row past the end of the file, ``out`` too small,
             ``row_bytes`` 0); nothing is read.
         """
-        return IOFuture(self._call(
-            "read_rows", out, _host_ints(rows), row_bytes, row_stride, base_offset))
+        return IOFuture(
+            self._file.read_rows(out, _host_ints(rows), row_bytes, row_stride, base_offset))
 
     def raw_read(self, buf: Any, size: int | None = None, file_offset: int = 0,
                  dev_offset: int = 0) -> int:
@@ -522,7 +518,7 @@ class CuFile:
         gpufile.EndOfFileError, ValueError, TypeError, OSError, gpufile.CufileError
             As ``read()``.
         """
-        return self._call("raw_read", buf, size, file_offset, dev_offset)
+        return self._file.raw_read(buf, size, file_offset, dev_offset)
 
     def raw_write(self, buf: Any, size: int | None = None, file_offset: int = 0,
                   dev_offset: int = 0) -> int:
@@ -549,7 +545,7 @@ class CuFile:
         ValueError, TypeError, OSError, gpufile.CufileError
             As ``write()``.
         """
-        return self._call("raw_write", buf, size, file_offset, dev_offset)
+        return self._file.raw_write(buf, size, file_offset, dev_offset)
 
     def raw_read_async(self, buf: Any, stream: Any, size: int | None = None,
                        file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
@@ -590,8 +586,8 @@ class CuFile:
         work is let go all the same, and finds the buffer as the failed read left it. The buffer
         and the file are held until the read has ended, even if the future is dropped.
         """
-        return IOFutureStream(self._call(
-            "raw_read_async", buf, _stream_handle(stream), size, file_offset, dev_offset))
+        return IOFutureStream(self._file.raw_read_async(
+            buf, _stream_handle(stream), size, file_offset, dev_offset))
 
     def raw_write_async(self, buf: Any, stream: Any, size: int | None = None,
                         file_offset: int = 0, dev_offset: int = 0) -> IOFutureStream:
@@ -608,8 +604,8 @@ class CuFile:
         IOFutureStream
             ``check_bytes_done()`` gives the bytes written.
         """
-        return IOFutureStream(self._call(
-            "raw_write_async", buf, _stream_handle(stream), size, file_offset, dev_offset))
+        return IOFutureStream(self._file.raw_write_async(
+            buf, _stream_handle(stream), size, file_offset, dev_offset))
 
 
 def _host_ints(values: Any) -> Any:
@@ -642,8 +638,9 @@ def _batch_entries(entries: Any) -> list:
 
 
 def _submit_batch(entries: Any, write: bool) -> IOFuture:
-    """The batch's requests queued, and the notices their planning made logged."""
-    return IOFuture(_notices.logged(_native.submit_batch, _batch_entries(entries), write))
+    """The batch's requests queued (the notices their planning made are logged as the call
+    returns)."""
+    return IOFuture(_native.submit_batch(_batch_entries(entries), write))
 
 
 def read_batch(entries: Any) -> IOFuture:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import _native, _notices
+from . import _native
 from ._future import IOFuture
 
 
@@ -79,10 +79,6 @@ class Mmap:
             file_path, flags, initial_map_size, initial_map_offset, mode, map_flags
         )
 
-    def _call(self, method: str, *args: Any) -> Any:
-        """The native handle's ``method(*args)``: every read goes through here, so that the
-        notices it makes are logged as it returns."""
-        return _notices.logged(getattr(self._handle, method), *args)
 
     def initial_map_size(self) -> int:
         """Size in bytes of the region mapped when the handle was made.
@@ -162,7 +158,7 @@ class Mmap:
         TypeError
             ``buf`` is not a buffer, is read-only, or an argument is not an int.
         """
-        return self._call("read", buf, size, offset)
+        return self._handle.read(buf, size, offset)
 
     def pread(
         self,
@@ -196,7 +192,7 @@ class Mmap:
         IndexError, RuntimeError, ValueError, TypeError
             As for ``read()``, at the call (before any byte moves).
         """
-        return IOFuture(self._call("pread", buf, size, offset, task_size))
+        return IOFuture(self._handle.pread(buf, size, offset, task_size))
 
     def __enter__(self) -> Mmap:
         return self

@@ -33,7 +33,7 @@ import io
 import urllib.parse
 from typing import Any, Optional
 
-from . import _native, _notices
+from . import _native
 from ._future import IOFuture
 
 
@@ -502,10 +502,6 @@ class RemoteFile:
         other endpoints and for reading."""
         return self._handle.part_size() if self._writing else None
 
-    def _call(self, method: str, *args: Any) -> Any:
-        """The native handle's ``method(*args)``: every transfer goes through here, so that the
-        notices it makes are logged as it returns."""
-        return _notices.logged(getattr(self._handle, method), *args)
 
     def _need_writer(self) -> None:
         if not self._writing:
@@ -604,7 +600,7 @@ class RemoteFile:
         """
         if self._writing:
             raise io.UnsupportedOperation(f"{self} is open for writing (mode='w')")
-        return IOFuture(self._call("pread", buf, size, file_offset))
+        return IOFuture(self._handle.pread(buf, size, file_offset))
 
     def write(self, buf: Any, size: Optional[int] = None, file_offset: Optional[int] = None) -> int:
         """Writes ``size`` bytes (default: all of ``buf``) of ``buf`` at ``file_offset`` of an
@@ -660,7 +656,7 @@ class RemoteFile:
         self._need_writer()
         if file_offset is None:
             file_offset = self._handle.nbytes()
-        fut = IOFuture(self._call("pwrite", buf, size, file_offset))
+        fut = IOFuture(self._handle.pwrite(buf, size, file_offset))
         self._pending = [f for f in self._pending if not f.done()]
         self._pending.append(fut)
         return fut

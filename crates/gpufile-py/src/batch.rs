@@ -91,7 +91,8 @@ pub(crate) fn submit_batch(
         // done.
         unsafe { engine.submit_batch(&batch, &settings) }
     });
-    Ok(NativeBatchFuture::new(fut.map_err(to_py)?, views, owners))
+    let fut = crate::notices::after(py, fut).map_err(to_py)?;
+    Ok(NativeBatchFuture::new(fut, views, owners))
 }
 
 /// `BatchHandle.submit`'s operations, as the core's batch takes them ([`batch::submit`]): the
@@ -161,7 +162,7 @@ pub(crate) fn submit_ops(
         // until it is done.
         unsafe { batch::submit(&engine, &ops, &settings) }
     });
-    let submission = submitted.map_err(to_py)?;
+    let submission = crate::notices::after(py, submitted).map_err(to_py)?;
     let mut members = Vec::new();
     let futures = submission
         .into_groups()

@@ -766,6 +766,11 @@ pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
 /// request's tasks not yet started are cancelled and those running are waited for (so no worker
 /// touches the buffer afterwards), then the exception is raised.
 pub(crate) fn wait_interruptibly(py: Python<'_>, fut: &IoFuture) -> PyResult<usize> {
+    crate::notices::after(py, wait_for(py, fut))
+}
+
+/// [`wait_interruptibly`]'s wait.
+fn wait_for(py: Python<'_>, fut: &IoFuture) -> PyResult<usize> {
     if fut.is_done() {
         // Ran on this thread, or ended meanwhile: no need to let the GIL go.
         return fut.wait().map_err(|e| failed(py, e, fut));

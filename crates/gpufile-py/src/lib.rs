@@ -13,6 +13,7 @@ mod errors;
 mod file;
 mod kinds;
 mod mmap;
+mod notices;
 mod ranges;
 mod remote;
 mod remote_write;

@@ -192,14 +192,13 @@ impl NativeRemoteWriter {
         // Parts are the tasks, unless the caller chose a task size (the plan reads the part size
         // from the writer).
         let req = request::build(&view, args)?;
-        let fut = py
-            .detach(move || {
-                let settings = Engine::global()?.shared_settings();
-                // SAFETY: the returned future holds `view` (the buffer export or the device
-                // array) until the request is done.
-                unsafe { writer.submit(req, &settings) }
-            })
-            .map_err(to_py)?;
+        let started = py.detach(move || {
+            let settings = Engine::global()?.shared_settings();
+            // SAFETY: the returned future holds `view` (the buffer export or the device array)
+            // until the request is done.
+            unsafe { writer.submit(req, &settings) }
+        });
+        let fut = crate::notices::after(py, started).map_err(to_py)?;
         let owners = vec![buf.clone().unbind(), slf.clone().into_any().unbind()];
         Ok(NativeFuture::new(fut, view, owners))
     }

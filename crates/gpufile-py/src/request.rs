@@ -53,12 +53,13 @@ pub(crate) unsafe fn submit(
     endpoint: Endpoint,
     req: Request,
 ) -> gpufile::Result<IoFuture> {
-    py.detach(move || {
+    let started = py.detach(move || {
         let engine = Engine::global()?;
         let settings = engine.shared_settings();
         // SAFETY: the caller's contract.
         unsafe { engine.submit(&endpoint, req, &settings) }
-    })
+    });
+    crate::notices::after(py, started)
 }
 
 /// [`submit`], with what the request's plan decided.
@@ -70,10 +71,11 @@ pub(crate) unsafe fn submit_reported(
     endpoint: Endpoint,
     req: Request,
 ) -> gpufile::Result<(IoFuture, PathReport)> {
-    py.detach(move || {
+    let started = py.detach(move || {
         let engine = Engine::global()?;
         let settings = engine.shared_settings();
         // SAFETY: the caller's contract.
         unsafe { engine.submit_reported(&endpoint, req, &settings) }
-    })
+    });
+    crate::notices::after(py, started)
 }
