@@ -6,24 +6,12 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from ._checkpoint import Checkpoint, PathArg, Tensor, is_url
+from . import _jax
+from ._checkpoint import Checkpoint, PathArg, Tensor, is_url, wait_all
 from ._frameworks import DeviceLike, Framework, device_number
 
 Filter = Union[Callable[[str], bool], Iterable[str], None]
 DeviceMap = Union[Mapping[str, DeviceLike], Callable[[str], DeviceLike], None]
-
-
-def _wait_all(futures: list) -> BaseException | None:
-    """Waits for every future (a failed read must not leave others writing into memory about
-    to be freed); returns the first error."""
-    first: BaseException | None = None
-    for fut in futures:
-        try:
-            fut.get()
-        except BaseException as e:  # noqa: BLE001 - returned to the caller, who raises it
-            if first is None:
-                first = e
-    return first
 
 
 def _select(ck: Checkpoint, filter: Filter) -> list[Tensor]:
@@ -86,10 +74,22 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
         fw.check_device(dev)
         groups.setdefault(dev, []).append(t)
     dtypes = {t.name: fw.dtype(t, ck.files[t.file]) for t in selected}
+    views: dict[str, Any] = {}
 
     handles = [ck.open_file(i) for i in range(len(ck.files))]
+    if fw.name == "flax":
+        # JAX arrays own their memory (JAX has no views): each tensor is read into its own.
+        try:
+            arrays = _jax.read_groups(fw.mod, {
+                dev: [(t, handles[t.file], dtypes[t.name]) for t in tensors]
+                for dev, tensors in groups.items()})
+        finally:
+            for h in handles:
+                h.close()
+        for dev, tensors in groups.items():
+            views.update((t.name, a) for t, a in zip(tensors, arrays[dev]))
+        return {t.name: views[t.name] for t in selected}
     futures: list = []
-    views: dict[str, Any] = {}
     try:
         # Allocate every device's memory first, then start every read of every device and
         # file, then wait once.
@@ -110,7 +110,7 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
             for t, dest in zip(tensors, dests):
                 views[t.name] = fw.view(buf, dest, t, dtypes[t.name])
     finally:
-        error = _wait_all(futures)
+        error = wait_all(futures)
         for h in handles:
             h.close()
     if error is not None:
