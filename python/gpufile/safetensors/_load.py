@@ -133,9 +133,11 @@ def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
         (else ``model.safetensors``): ``s3://``, ``gs://``, ``http(s)://``, WebHDFS (the
         shards of an index are its siblings).
     device
-        Where tensors go unless ``device_map`` says otherwise: ``"cpu"``, ``"cuda:N"``, ``N``.
+        Where tensors go unless ``device_map`` says otherwise: ``"cpu"``, ``"cuda:N"``, ``N``,
+        a ``torch.device`` or a ``jax.Device``.
     framework
-        ``"pt"`` (PyTorch tensors), ``"numpy"`` (host only) or ``"cupy"`` (GPU only).
+        ``"pt"`` (PyTorch tensors), ``"numpy"`` (host only), ``"cupy"`` (GPU only) or
+        ``"flax"`` (alias ``"jax"``: ``jax.Array``s, each read into memory JAX allocates).
     filter
         Which tensors to load: a callable ``name -> bool`` or a list of patterns, each a tensor
         name or a prefix followed by ``*`` (``"model.layers.0.*"``: every tensor whose name
@@ -147,7 +149,7 @@ def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
         a callable ``name -> device``.
     own_memory
         ``False`` (default): a device's tensors are views into one allocation. ``True``: every
-        tensor owns its memory.
+        tensor owns its memory (JAX arrays always do).
 
     Returns
     -------
@@ -173,7 +175,8 @@ def load_file(filename: PathArg, device: DeviceLike = "cpu", *,
               framework: str = "pt", filter: Filter = None, device_map: DeviceMap = None,
               own_memory: bool = False) -> dict[str, Any]:
     """Loads one ``.safetensors`` file (``safetensors.torch.load_file``'s name and arguments;
-    ``framework="numpy"`` for ``safetensors.numpy.load_file``).
+    ``framework="numpy"`` for ``safetensors.numpy.load_file``, ``framework="flax"`` for
+    ``safetensors.flax.load_file``).
 
     Parameters, returns and errors as :func:`load_checkpoint`; ``filename`` must be a file
     (a directory is ``IsADirectoryError``: use :func:`load_checkpoint`).
