@@ -324,7 +324,7 @@ def test_device_and_framework_arguments(model):
         with pytest.raises(exc, match="device"):
             gs.load_file(path, device, framework="numpy")
     with pytest.raises(ValueError, match="framework must be one of"):
-        gs.load_file(path, framework="jax")
+        gs.load_file(path, framework="tensorflow")
     with pytest.raises(TypeError, match="device_map must be a mapping or a callable"):
         gs.load_file(path, framework="numpy", device_map=[("", 0)])
     got = gs.load_file(path, framework="numpy", device_map={"t": "cpu", "": "cpu"})

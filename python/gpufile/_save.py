@@ -15,10 +15,12 @@ from ._future import call_back, wake
 from ._notices import logged
 from ._save_rows import (
     INDEX_NAME,
+    JaxDeviceBytes,
     Row,
     check_metadata,
     describe,
     is_cupy,
+    is_jax,
     is_torch,
     parse_size,
     storage_size,
@@ -67,7 +69,18 @@ def _host_bytes(row: Row) -> bytes:
         return buf.cpu().numpy().tobytes()
     if is_cupy(buf):
         return buf.get().tobytes()
+    if isinstance(buf, JaxDeviceBytes):
+        return _jax_to_host(buf.array).tobytes()
     return buf.tobytes()
+
+
+def _jax_to_host(a: Any) -> Any:
+    """A NumPy copy of a JAX array's value, in memory of its own (``numpy.asarray`` of a GPU
+    array would also keep a host copy cached on the array)."""
+    import jax
+    import numpy
+    host = jax.device_put(a, jax.devices("cpu")[0], may_alias=False)
+    return numpy.asarray(host).reshape(-1).view(numpy.uint8)
 
 
 def save(tensors: Mapping[str, Any], metadata: Any = None) -> bytes:
@@ -233,7 +246,7 @@ def stage(tensors: Mapping[str, Any], limit: int) -> dict[str, Any]:
     """Copies of ``tensors`` that later changes to them do not reach. PyTorch tensors (CUDA or
     CPU) are copied into one pinned host buffer (CUDA ones by the copy engine, every copy queued
     then one wait per device), at most ``limit`` bytes (``async_save_pinned_limit``; a larger
-    save is a ``ValueError`` before anything is copied); NumPy and CuPy arrays into host
+    save is a ``ValueError`` before anything is copied); NumPy, CuPy and JAX arrays into host
     arrays of their own. Call with ``_pinned_lock`` held."""
     torch_items = [(k, v) for k, v in tensors.items() if is_torch(v)]
     spans = []
@@ -256,6 +269,15 @@ def stage(tensors: Mapping[str, Any], limit: int) -> dict[str, Any]:
             if v.device.type == "cuda":
                 devices.add(v.device)
             out[name] = dst
+    jax_items = [(k, v) for k, v in tensors.items() if is_jax(v)]
+    if jax_items:
+        # Host copies of their own: a JAX array is immutable, but deleting or donating it frees
+        # its buffer. The copies are queued together, then waited for once.
+        import jax
+        cpu = jax.devices("cpu")[0]
+        for name, v in jax_items:
+            out[name] = jax.device_put(v, cpu, may_alias=False)
+        jax.block_until_ready([out[k] for k, _ in jax_items])
     for name, v in tensors.items():
         if name in out:
             continue

@@ -49,6 +49,63 @@ def is_cupy(v: Any) -> bool:
     return cupy is not None and isinstance(v, cupy.ndarray)
 
 
+def is_jax(v: Any) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(v, jax.Array)
+
+
+class JaxDeviceBytes:
+    """The bytes of a JAX array on a GPU, as the core writes them: a flat byte view of its
+    buffer (``__cuda_array_interface__`` of JAX's arrays refuses bfloat16 and FP8, and its DLPack
+    export FP8). Holds the array, whose buffer lives as long as it does."""
+
+    __slots__ = ("array", "nbytes", "_ptr")
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+        self.nbytes = int(array.nbytes)
+        self._ptr = array.unsafe_buffer_pointer() if self.nbytes else 0
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self._ptr, True),
+                "strides": None, "version": 3, "stream": None}
+
+
+def _jax_row(name: str, v: Any) -> Row:
+    import jax
+    import numpy
+    if isinstance(v, jax.core.Tracer):
+        raise TypeError(f"tensor {name!r} is a traced value inside a JAX transformation (jit, "
+                        "grad, vmap, ...), which has no data: save concrete arrays")
+    if v.is_deleted():
+        raise ValueError(f"tensor {name!r} is a deleted JAX array (deleted, or donated to a "
+                         "computation): it has no data to save")
+    dtype = numpy.dtype(v.dtype)
+    code = _NUMPY_CODES.get(dtype.name)
+    if code is None:
+        raise TypeError(f"tensor {name!r} is {dtype}, which safetensors has no type for")
+    if not v.is_fully_addressable:
+        raise ValueError(f"tensor {name!r} is a JAX array with shards in other processes: "
+                         "gather it first (jax.experimental.multihost_utils.process_allgather)")
+    shape = list(v.shape)
+    if len(v.sharding.device_set) > 1:
+        if not v.sharding.is_fully_replicated:
+            # Its pieces live on several devices: the value, gathered into host memory.
+            return _array_row(name, numpy.asarray(v), cupy=False)
+        v = v.addressable_shards[0].data
+    dev = next(iter(v.devices()))
+    if dev.platform == "cpu":
+        # The array's own host buffer (NumPy's view of it is not a copy).
+        a = numpy.asarray(v)
+        buf = a.reshape(-1).view(numpy.uint8) if a.size else numpy.empty(0, numpy.uint8)
+        return (name, code, shape, buf)
+    if dev.platform != "gpu":
+        raise ValueError(f"tensor {name!r} is on {dev}: gpufile saves from the CPU and CUDA "
+                         "GPUs")
+    return (name, code, shape, JaxDeviceBytes(v))
+
+
 def _torch_row(name: str, t: Any) -> Row:
     import torch
     if t.layout != torch.strided:
@@ -143,7 +200,7 @@ def _shared_groups(tensors: Mapping[str, Any]) -> list[set[str]]:
 
 
 def describe(tensors: Mapping[str, Any]) -> list[Row]:
-    """The rows of a dict of tensors (PyTorch CPU or CUDA, NumPy, CuPy), checked as
+    """The rows of a dict of tensors (PyTorch CPU or CUDA, NumPy, CuPy, JAX), checked as
     safetensors checks them: a dict, tensors only, no shared memory, contiguous."""
     if not isinstance(tensors, Mapping):
         raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
@@ -158,18 +215,25 @@ def describe(tensors: Mapping[str, Any]) -> list[Row]:
             rows.append(_torch_row(name, v))
         elif is_cupy(v):
             rows.append(_array_row(name, v, cupy=True))
+        elif is_jax(v):
+            rows.append(_jax_row(name, v))
         elif type(v).__module__ == "numpy" and hasattr(v, "dtype"):
             rows.append(_array_row(name, v, cupy=False))
         else:
-            raise ValueError(f"Key `{name}` is invalid, expected torch.Tensor, numpy.ndarray or "
-                             f"cupy.ndarray but received {type(v)}")
+            raise ValueError(f"Key `{name}` is invalid, expected torch.Tensor, numpy.ndarray, "
+                             f"cupy.ndarray or jax.Array but received {type(v)}")
     return rows
 
 
 def sync_producers(tensors: Mapping[str, Any]) -> None:
     """Waits for the work queued on PyTorch's current stream of every CUDA device holding a
-    tensor (PyTorch's array interface names no stream): the bytes written are the tensor's
-    values after it, as ``.cpu()`` would see them."""
+    tensor (PyTorch's array interface names no stream), and for the computations of JAX arrays
+    (dispatched asynchronously): the bytes written are the tensors' values, as ``.cpu()`` or
+    ``numpy.asarray`` would see them."""
+    arrays = [v for v in tensors.values() if is_jax(v)]
+    if arrays:
+        import jax
+        jax.block_until_ready(arrays)
     devices = {v.device for v in tensors.values() if is_torch(v) and v.device.type == "cuda"}
     if devices:
         import torch

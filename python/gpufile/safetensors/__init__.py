@@ -25,8 +25,10 @@ allocation of its own (``safetensors``' semantics: deleting a tensor frees its m
 read by one stream of requests. ``safe_open(...).get_tensor`` always returns a tensor that owns
 its memory.
 
-Frameworks: ``"pt"`` (PyTorch; alias ``"torch"``), ``"numpy"`` (``"np"``), ``"cupy"``. Devices:
-``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``N`` or a ``torch.device``. NumPy has no bfloat16 or FP8
+Frameworks: ``"pt"`` (PyTorch; alias ``"torch"``), ``"numpy"`` (``"np"``), ``"cupy"``,
+``"flax"`` (JAX arrays; alias ``"jax"``: each tensor read straight into memory JAX allocates, see
+docs/checkpoints.md). Devices: ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``N``, a ``torch.device`` or a
+``jax.Device``. NumPy has no bfloat16 or FP8
 types: as in ``safetensors.numpy``, BF16 (and here the FP8 types too) load as ``ml_dtypes``
 arrays when ``ml_dtypes`` is installed, else a ``TypeError`` says so. The sub-byte MX types
 (F4, F6) load with PyTorch only (F4 as ``float4_e2m1fn_x2``, the last dimension halved, as

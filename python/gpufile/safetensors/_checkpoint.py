@@ -16,6 +16,19 @@ from ..remote_file import RemoteFile
 PathArg = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 
 
+def wait_all(futures: list) -> BaseException | None:
+    """Waits for every future (a failed read must not leave others writing into memory about
+    to be freed); returns the first error."""
+    first: BaseException | None = None
+    for fut in futures:
+        try:
+            fut.get()
+        except BaseException as e:  # noqa: BLE001 - returned to the caller, who raises it
+            if first is None:
+                first = e
+    return first
+
+
 class Tensor:
     """A tensor's row of the checkpoint table."""
 

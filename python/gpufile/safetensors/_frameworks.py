@@ -11,7 +11,7 @@ from ._checkpoint import Tensor
 DeviceLike = Union[str, int, Any]
 
 FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "numpy": "numpy", "np": "numpy",
-               "cupy": "cupy"}
+              "cupy": "cupy", "flax": "flax", "jax": "flax"}
 
 NUMPY_NAMES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "U64": "uint64",
@@ -33,6 +33,39 @@ TORCH_NAMES = {
     "F4": "float4_e2m1fn_x2",
 }
 BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+_DEVICE_FORMS = "'cpu', 'cuda', 'cuda:N', N, a torch.device or a jax.Device"
+
+
+def import_jax() -> Any:
+    """The ``jax`` module, with the API loads need; ``ModuleNotFoundError`` naming JAX."""
+    try:
+        import jax
+        import jax.numpy  # noqa: F401 - the dtypes
+    except ImportError as e:
+        raise ModuleNotFoundError("framework 'flax' needs JAX; install it (pip install jax, or "
+                                  "jax[cuda12] for NVIDIA GPUs) or pass framework='numpy'",
+                                  name="jax") from e
+    try:
+        from jax.experimental import buffer_callback  # noqa: F401
+    except ImportError as e:
+        raise ModuleNotFoundError(f"framework 'flax' reads into buffers JAX allocates "
+                                  f"(jax.experimental.buffer_callback), which JAX "
+                                  f"{jax.__version__} lacks; upgrade it (pip install -U jax)",
+                                  name="jax.experimental.buffer_callback") from e
+    return jax
+
+
+def jax_dtype(jax: Any, t: Tensor, path: str) -> Any:
+    """The dtype JAX gets for ``t`` (before JAX's 64-bit rule: ``_jax.read_groups``)."""
+    if t.dtype in BITS:
+        raise TypeError(f"{path}: tensor {t.name!r} is {t.dtype}, which JAX has no packed type "
+                        f"for; use framework='pt'")
+    name = NUMPY_NAMES.get(t.dtype) or ML_DTYPES_NAMES.get(t.dtype)
+    dt = getattr(jax.numpy, name, None) if name else None
+    if dt is None:
+        raise TypeError(f"{path}: tensor {t.name!r} is {t.dtype}, which this JAX "
+                        f"({jax.__version__}) has no type for; use framework='pt'")
+    return jax.numpy.dtype(dt)
 
 
 def framework_name(framework: str) -> str:
@@ -46,7 +79,7 @@ def device_number(device: DeviceLike) -> int | None:
     if device is None:
         return None
     if isinstance(device, bool):
-        raise TypeError("device must be 'cpu', 'cuda', 'cuda:N', N or a torch.device, not bool")
+        raise TypeError(f"device must be {_DEVICE_FORMS}, not bool")
     if isinstance(device, int):
         if device < 0:
             raise ValueError(f"device must not be negative, got {device}")
@@ -57,8 +90,16 @@ def device_number(device: DeviceLike) -> int | None:
                 return None
             if device.type == "cuda":
                 return device.index or 0
-        raise TypeError(f"device must be 'cpu', 'cuda', 'cuda:N', N or a torch.device, "
-                        f"not {device!r}")
+        platform = getattr(device, "platform", None)
+        if type(device).__module__.startswith("jaxlib") and isinstance(platform, str):
+            if platform == "cpu":  # jax.Device
+                return None
+            if platform == "gpu":
+                ordinal = getattr(device, "local_hardware_id", None)
+                return int(device.id if ordinal is None else ordinal)
+            raise ValueError(f"device {device} is a JAX {platform} device: gpufile reads into "
+                             "the host and CUDA GPUs")
+        raise TypeError(f"device must be {_DEVICE_FORMS}, not {device!r}")
     text = device.strip().lower()
     if text == "cpu":
         return None
@@ -85,6 +126,8 @@ class Framework:
                 raise ImportError("framework 'pt' needs PyTorch; install it or pass "
                                   "framework='numpy' or 'cupy'") from e
             self.mod = torch
+        elif self.name == "flax":
+            self.mod = import_jax()
         elif self.name == "cupy":
             try:
                 import cupy
@@ -121,6 +164,8 @@ class Framework:
         return buf
 
     def dtype(self, t: Tensor, path: str) -> Any:
+        if self.name == "flax":
+            return jax_dtype(self.mod, t, path)
         if self.name == "pt":
             name = TORCH_NAMES.get(t.dtype)
             dt = getattr(self.mod, name, None) if name else None

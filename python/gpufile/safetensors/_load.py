@@ -6,24 +6,12 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Mapping, Union
 
-from ._checkpoint import Checkpoint, PathArg, Tensor, is_url
+from . import _jax
+from ._checkpoint import Checkpoint, PathArg, Tensor, is_url, wait_all
 from ._frameworks import DeviceLike, Framework, device_number
 
 Filter = Union[Callable[[str], bool], Iterable[str], None]
 DeviceMap = Union[Mapping[str, DeviceLike], Callable[[str], DeviceLike], None]
-
-
-def _wait_all(futures: list) -> BaseException | None:
-    """Waits for every future (a failed read must not leave others writing into memory about
-    to be freed); returns the first error."""
-    first: BaseException | None = None
-    for fut in futures:
-        try:
-            fut.get()
-        except BaseException as e:  # noqa: BLE001 - returned to the caller, who raises it
-            if first is None:
-                first = e
-    return first
 
 
 def _select(ck: Checkpoint, filter: Filter) -> list[Tensor]:
@@ -86,10 +74,22 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
         fw.check_device(dev)
         groups.setdefault(dev, []).append(t)
     dtypes = {t.name: fw.dtype(t, ck.files[t.file]) for t in selected}
+    views: dict[str, Any] = {}
 
     handles = [ck.open_file(i) for i in range(len(ck.files))]
+    if fw.name == "flax":
+        # JAX arrays own their memory (JAX has no views): each tensor is read into its own.
+        try:
+            arrays = _jax.read_groups(fw.mod, {
+                dev: [(t, handles[t.file], dtypes[t.name]) for t in tensors]
+                for dev, tensors in groups.items()})
+        finally:
+            for h in handles:
+                h.close()
+        for dev, tensors in groups.items():
+            views.update((t.name, a) for t, a in zip(tensors, arrays[dev]))
+        return {t.name: views[t.name] for t in selected}
     futures: list = []
-    views: dict[str, Any] = {}
     try:
         # Allocate every device's memory first, then start every read of every device and
         # file, then wait once.
@@ -110,7 +110,7 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
             for t, dest in zip(tensors, dests):
                 views[t.name] = fw.view(buf, dest, t, dtypes[t.name])
     finally:
-        error = _wait_all(futures)
+        error = wait_all(futures)
         for h in handles:
             h.close()
     if error is not None:
@@ -133,9 +133,11 @@ def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
         (else ``model.safetensors``): ``s3://``, ``gs://``, ``http(s)://``, WebHDFS (the
         shards of an index are its siblings).
     device
-        Where tensors go unless ``device_map`` says otherwise: ``"cpu"``, ``"cuda:N"``, ``N``.
+        Where tensors go unless ``device_map`` says otherwise: ``"cpu"``, ``"cuda:N"``, ``N``,
+        a ``torch.device`` or a ``jax.Device``.
     framework
-        ``"pt"`` (PyTorch tensors), ``"numpy"`` (host only) or ``"cupy"`` (GPU only).
+        ``"pt"`` (PyTorch tensors), ``"numpy"`` (host only), ``"cupy"`` (GPU only) or
+        ``"flax"`` (alias ``"jax"``: ``jax.Array``s, each read into memory JAX allocates).
     filter
         Which tensors to load: a callable ``name -> bool`` or a list of patterns, each a tensor
         name or a prefix followed by ``*`` (``"model.layers.0.*"``: every tensor whose name
@@ -147,7 +149,7 @@ def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
         a callable ``name -> device``.
     own_memory
         ``False`` (default): a device's tensors are views into one allocation. ``True``: every
-        tensor owns its memory.
+        tensor owns its memory (JAX arrays always do).
 
     Returns
     -------
@@ -173,7 +175,8 @@ def load_file(filename: PathArg, device: DeviceLike = "cpu", *,
               framework: str = "pt", filter: Filter = None, device_map: DeviceMap = None,
               own_memory: bool = False) -> dict[str, Any]:
     """Loads one ``.safetensors`` file (``safetensors.torch.load_file``'s name and arguments;
-    ``framework="numpy"`` for ``safetensors.numpy.load_file``).
+    ``framework="numpy"`` for ``safetensors.numpy.load_file``, ``framework="flax"`` for
+    ``safetensors.flax.load_file``).
 
     Parameters, returns and errors as :func:`load_checkpoint`; ``filename`` must be a file
     (a directory is ``IsADirectoryError``: use :func:`load_checkpoint`).

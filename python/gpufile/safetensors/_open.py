@@ -8,6 +8,7 @@ from typing import Any
 from ..cufile import CuFile
 from ._checkpoint import Checkpoint, PathArg, Tensor
 from ._frameworks import BITS, DeviceLike, Framework, device_number
+from ._jax import read_groups
 
 
 class Slice:
@@ -71,9 +72,9 @@ class safe_open:  # noqa: N801 - safetensors' name
     filename
         The file (or index, or directory).
     framework
-        ``"pt"``, ``"numpy"`` or ``"cupy"``.
+        ``"pt"``, ``"numpy"``, ``"cupy"`` or ``"flax"`` (``"jax"``).
     device
-        ``"cpu"``, ``"cuda:N"`` or ``N``.
+        ``"cpu"``, ``"cuda:N"``, ``N``, a ``torch.device`` or a ``jax.Device``.
 
     Raises
     ------
@@ -145,6 +146,10 @@ class safe_open:  # noqa: N801 - safetensors' name
             offset, nbytes = t.offset + lo * row_bytes, (hi - lo) * row_bytes
             part = Tensor((t.name, t.file, t.dtype, (hi - lo,) + t.shape[1:], offset, nbytes),
                            t.index)
+        if fw.name == "flax":
+            # A JAX array of its own; indexing it makes another (JAX has no views).
+            out = read_groups(fw.mod, {self._dev: [(part, self._file(t.file), dtype)]})
+            return out[self._dev][0] if key is None else out[self._dev][0][key]
         buf = fw.empty(nbytes, self._dev)
         if nbytes:
             self._file(t.file).read(fw.io_target(buf), nbytes, offset)

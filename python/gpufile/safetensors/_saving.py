@@ -15,7 +15,8 @@ SafeTensorsSaveFuture = _save.SaveFuture
 def save_file(tensors: Mapping[str, Any], filename: PathArg,
               metadata: Mapping[str, str] | None = None, *, durable: bool = True) -> None:
     """Saves ``tensors`` to ``filename`` in the safetensors format (``safetensors.torch.save_file``'s
-    name and arguments; ``safetensors.numpy.save_file``'s for NumPy arrays).
+    name and arguments; ``safetensors.numpy.save_file``'s and ``safetensors.flax.save_file``'s
+    for NumPy and JAX arrays).
 
     The file is byte-identical to what ``safetensors`` writes for the same tensors and metadata
     (the same order, offsets and padding; metadata keys sorted, where ``safetensors`` writes
@@ -33,7 +34,8 @@ def save_file(tensors: Mapping[str, Any], filename: PathArg,
     Parameters
     ----------
     tensors
-        Name → tensor: PyTorch tensors (CPU or CUDA), NumPy or CuPy arrays.
+        Name → tensor: PyTorch tensors (CPU or CUDA), NumPy, CuPy or JAX arrays (a GPU one
+        written from its device buffer).
     filename
         The file to write.
     metadata
@@ -112,8 +114,8 @@ def async_save(tensors: Mapping[str, Any], path: PathArg,
                metadata: Mapping[str, str] | None = None, *, sharded: bool = False,
                max_shard_size: int | str = "5GB", durable: bool = True) -> SafeTensorsSaveFuture:
     """Starts a save and returns once the tensors are safe from later changes: PyTorch tensors
-    copied into pinned host memory (GPU tensors by the copy engine), NumPy and CuPy arrays
-    copied to host arrays. The file (``sharded=False``: :func:`save_file`) or checkpoint
+    copied into pinned host memory (GPU tensors by the copy engine), NumPy, CuPy and JAX arrays
+    copied to host arrays (a JAX array may be deleted or donated once this returns). The file (``sharded=False``: :func:`save_file`) or checkpoint
     (``sharded=True``: :func:`save_checkpoint` into the directory ``path``) is then written in
     the background; the future's ``result()`` (or ``await``) waits and raises its error.
 
