@@ -351,6 +351,21 @@ def test_a_failing_shard_leaves_no_index(put_server):
     assert any("index of" in n and "was not written" in n for n in e.value.__notes__)
 
 
+def test_a_url_is_told_from_a_local_path_by_the_cores_rule():
+    """Saves and loads ask the core's rule (gpufile_remote::is_url): an s3, gs, http or https
+    scheme in any case; anything else, and anything but a str, is a local path."""
+    import pathlib
+
+    from gpufile import _native
+
+    urls = ["s3://b/k", "S3://b/k", "gs://b/o", "Gs://b/o", "http://h/p", "HTTPS://h/p",
+            "http://127.0.0.1:1/webhdfs/v1/ck/", "s3://b/run/?X-Amz-Signature=s"]
+    paths = ["model.safetensors", "/tmp/s3://x", "./gs://b", "ftp://h/x", "webhdfs://h/x",
+             "s3:/b/k", " s3://b/k", "", b"s3://b/k", pathlib.Path("s3://b/k"), None, 3]
+    assert [u for u in urls if not _native.is_url(u)] == []
+    assert [p for p in paths if _native.is_url(p)] == []
+
+
 def test_a_signed_url_is_refused_as_a_checkpoint_prefix_before_any_request(put_server):
     from gpufile.safetensors import save_checkpoint
 

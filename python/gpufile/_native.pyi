@@ -70,6 +70,7 @@ __all__ = [
     "explain",
     "in_flight",
     "infer_remote_endpoint_type",
+    "is_url",
     "is_temporary_name",
     "remove_stale_temporaries",
     "redact_url",
@@ -231,6 +232,7 @@ def save_checkpoint_url(prefix: str, tensors: list[tuple[str, str, list[int], An
                         sizes: list[int], max_shard_size: int,
                         metadata: dict[str, str] | None = None) -> list[tuple[str, str]]: ...
 def infer_remote_endpoint_type(url: str) -> int: ...
+def is_url(path: object) -> bool: ...
 def redact_url(url: str) -> str: ...
 
 @final

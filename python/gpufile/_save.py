@@ -53,7 +53,7 @@ def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | No
 
 def save_file(tensors: Mapping[str, Any], filename: Any, metadata: Any = None, *,
               durable: bool = True) -> None:
-    if _save_remote.is_url(filename):
+    if _native.is_url(filename):
         return _save_remote.save_file(tensors, filename, metadata)
     rows = describe(tensors)
     meta = check_metadata(metadata)
@@ -108,7 +108,7 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
     """``sizes``: each tensor's size for sharding where ``state_dict`` holds staged copies
     (views of one buffer) of the tensors the caller gave. A local directory is saved by the
     core (``gpufile::formats::safetensors::save::checkpoint``), GIL released."""
-    if _save_remote.is_url(directory):
+    if _native.is_url(directory):
         return _save_remote.save_checkpoint(state_dict, directory, max_shard_size,
                                             metadata=metadata, sizes=sizes)
     rows = describe(state_dict)

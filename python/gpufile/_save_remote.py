@@ -11,21 +11,12 @@ the index, which is the commit.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from . import _native
 from ._notices import logged
 from ._save_rows import check_metadata, describe, parse_size, storage_size, sync_producers
 from .remote_file import RemoteFile
-
-
-_URL = re.compile(r"^(s3|gs|https?)://", re.IGNORECASE)
-
-
-def is_url(path: Any) -> bool:
-    """Whether ``path`` is an object's URL (``s3://``, ``gs://``, ``http(s)://``, WebHDFS)."""
-    return isinstance(path, str) and _URL.match(path) is not None
 
 
 def write_url(rows: Any, url: str, meta: dict[str, str] | None) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Union
 
 from .. import _native
@@ -25,14 +24,6 @@ class Tensor:
         self.name, self.file, self.dtype, shape, self.offset, self.nbytes = row
         self.shape = tuple(shape)
         self.index = index
-
-
-_URL = re.compile(r"^(s3|gs|https?)://", re.IGNORECASE)
-
-
-def is_url(path: Any) -> bool:
-    """Whether ``path`` is an object's URL (``s3://``, ``gs://``, ``http(s)://``, WebHDFS)."""
-    return isinstance(path, str) and _URL.match(path) is not None
 
 
 class SharedRemote:
@@ -58,7 +49,7 @@ class Checkpoint:
 
     def __init__(self, path: PathArg) -> None:
         self._remote: list[RemoteFile] | None = None
-        if isinstance(path, str) and is_url(path):
+        if _native.is_url(path):
             self.path = _native.redact_url(path)
             self.native, handles = _native.SafetensorsCheckpoint.open_url(path)
             self._remote = [RemoteFile(h) for h in handles]
