@@ -98,7 +98,7 @@ __all__ = [
     "when_all",
     "write_safetensors", "write_safetensors_files",
     "write_safetensors_remote", "save_checkpoint_url",
-    "save_checkpoint", "parse_shard_size",
+    "save_checkpoint", "save_file", "parse_shard_size",
 ]
 
 __version__: str
@@ -389,6 +389,8 @@ def write_safetensors_files(
 ) -> list[int]: ...
 def sync_dir(path: _StrOrBytesPath) -> None: ...
 def parse_shard_size(size: int | str) -> int: ...
+def save_file(path: _StrOrBytesPath, tensors: list[tuple[str, str, list[int], Any]],
+              metadata: dict[str, str] | None = None, durable: bool = True) -> int: ...
 def save_checkpoint(directory: _StrOrBytesPath, tensors: list[tuple[str, str, list[int], Any]],
                     sizes: list[int], max_shard_size: int,
                     metadata: dict[str, str] | None = None,

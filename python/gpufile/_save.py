@@ -34,19 +34,11 @@ def _annotate(e: BaseException, what: str) -> None:
 
 def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | None,
                durable: bool) -> None:
-    """Writes ``rows`` to ``filename`` under a temporary name, then publishes it."""
+    """Writes ``rows`` to ``filename`` under a temporary name, then publishes it (the core's
+    ``save::file::save_file``, GIL released)."""
     try:
-        pending = _native.PendingFile(filename)
-    except OSError as e:
-        _annotate(e, os.fsdecode(filename))
-        raise
-    try:
-        if durable:
-            pending.start_write_behind()
-        logged(_native.write_safetensors, pending.file, list(rows), metadata)
-        pending.publish(durable)
+        logged(_native.save_file, filename, list(rows), metadata, durable)
     except BaseException as e:
-        pending.discard()
         _annotate(e, os.fsdecode(filename))
         raise
 

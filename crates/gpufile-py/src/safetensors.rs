@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use gpufile::formats::safetensors::save::checkpoint;
 use gpufile::formats::safetensors::save::write::{
     submit_files, FileToWrite, SaveError, TensorRow as CoreRow,
 };
+use gpufile::formats::safetensors::save::{checkpoint, file};
 use gpufile::formats::safetensors::save::{plan_save, SaveTensor};
 use gpufile::formats::safetensors::{Checkpoint, Dtype, FormatError, PlanOptions};
 use gpufile::{Direction, Engine};
@@ -315,6 +315,41 @@ fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult
     Ok(sizes)
 }
 
+/// Saves one safetensors file at `path`, crash-safe (GIL released; Ctrl-C stops it, nothing
+/// published): `tensors` as `write_safetensors` takes them, written under a temporary name and
+/// renamed over `path` (`gpufile::formats::safetensors::save::file::save_file`). The file's
+/// size.
+#[pyfunction]
+#[pyo3(signature = (path, tensors, metadata=None, durable=true))]
+fn save_file(
+    py: Python<'_>,
+    path: PathArg,
+    tensors: Vec<SaveRow<'_>>,
+    metadata: Option<BTreeMap<String, String>>,
+    durable: bool,
+) -> PyResult<u64> {
+    let (rows, views) = tensor_rows(tensors)?;
+    let engine = Engine::global().map_err(crate::errors::to_py)?;
+    let settings = engine.shared_settings();
+    let interrupt = Mutex::new(None);
+    let stop = signal_stop(&interrupt);
+    let options = file::FileOptions {
+        metadata: metadata.as_ref(),
+        durable,
+        stop: Some(&stop),
+    };
+    let saved = py.detach(|| {
+        // SAFETY: `views` hold every buffer's export (host) or array object (device) until
+        // the save has returned, after its every request ended.
+        unsafe { file::save_file(&path.0, &rows, &options, &engine, &settings) }
+    });
+    drop(views);
+    if let Some(e) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e);
+    }
+    saved.map_err(save_error)
+}
+
 /// `max_shard_size` as huggingface_hub reads it: a positive int (bytes) or a str like `"5GB"`
 /// (`gpufile::formats::safetensors::save::checkpoint::parse_size`).
 #[pyfunction]
@@ -569,6 +604,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors_files, m)?)?;
     m.add_function(wrap_pyfunction!(save_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(save_file, m)?)?;
     m.add_function(wrap_pyfunction!(parse_shard_size, m)?)?;
     m.add_function(wrap_pyfunction!(sync_dir, m)?)?;
     m.add_function(wrap_pyfunction!(is_temporary_name, m)?)?;
