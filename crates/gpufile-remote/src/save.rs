@@ -4,13 +4,14 @@
 //! The layout is the local save's ([`layout`]: the same split, file names, metadata and index
 //! JSON). How it goes ([`save_checkpoint`]): one [`RemoteWriter`] per shard (nothing is sent at
 //! open); every shard's header and tensors as one batch of requests over the engine, from the
-//! tensors' own memory (host or device); every shard closed (made), several at once; and only
-//! then the index object, which is the commit: a reader that finds the index finds every
+//! tensors' own memory (host or device); each shard closed (made) once its writes are done,
+//! several at once, while the others' are still written; and only then the index object,
+//! which is the commit: a reader that finds the index finds every
 //! shard it names whole. On any failure every writer not yet closed is aborted (S3: its
 //! multipart upload removed) and no index is written; shards closed before the failure stay.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 
@@ -18,11 +19,11 @@ use gpufile::formats::safetensors::save::checkpoint::{
     layout, CheckpointIndex, CheckpointLayout, SaveOptions, INDEX_NAME,
 };
 use gpufile::formats::safetensors::save::plan_save;
-use gpufile::formats::safetensors::save::write::{wait_stoppable, SaveError, TensorRow, STOP_POLL};
+use gpufile::formats::safetensors::save::write::{SaveError, TensorRow, STOP_POLL};
 use gpufile::formats::safetensors::FormatError;
 use gpufile::future::StopFlag;
 use gpufile::source::{Endpoint, Sink};
-use gpufile::{Buffer, Engine, Error, Request, Settings};
+use gpufile::{Buffer, Engine, Error, IoFuture, Request, Settings};
 
 use crate::endpoint::{redact, RemoteEndpointType};
 use crate::writer::RemoteWriter;
@@ -105,9 +106,13 @@ pub unsafe fn save_checkpoint(
             .map_err(SaveCheckpointError::Open)?;
         writers.push(Arc::new(w));
     }
-    let threads = settings.num_threads.max(1);
+    // Closes wait for a server, not for a core: at least as many at once as the four shard
+    // uploads Python ran before.
+    let threads = settings.num_threads.max(MIN_CLOSES);
     let mut batch = Vec::new();
+    let mut counts = Vec::with_capacity(writers.len());
     for ((w, plan), keys) in writers.iter().zip(&plans).zip(&shards) {
+        let before = batch.len();
         let sink: Arc<dyn Sink> = w.clone();
         let endpoint = Endpoint::Write(sink);
         let header = Buffer::Host {
@@ -121,22 +126,30 @@ pub unsafe fn save_checkpoint(
                 batch.push((endpoint.clone(), t.request(0, t.buffer.len(), off)));
             }
         }
+        counts.push(batch.len() - before);
     }
     // SAFETY: the caller keeps every row's buffer valid until this call returns, and `plans`
-    // holds the headers; the wait below sees every request end first.
-    let written = unsafe { engine.submit_batch(&batch, settings) }
-        .and_then(|fut| wait_stoppable(&fut, options.stop));
+    // holds the headers; `_ended` (dropped before `plans`) waits for every request.
+    let started = match unsafe { engine.submit_each(&batch, settings) } {
+        Ok(started) => started,
+        Err(e) => {
+            abort_open(&writers, threads, options.stop);
+            return Err(e.into());
+        }
+    };
     drop(batch);
-    if let Err(e) = written {
-        abort_open(&writers, threads, options.stop);
-        return Err(e.into());
-    }
+    let mut each = started.into_iter().map(|(f, _)| f);
+    let shard_writes: Vec<IoFuture> = counts
+        .iter()
+        .map(|&c| IoFuture::all(each.by_ref().take(c).collect()))
+        .collect();
+    let _ended = EndAll(&shard_writes);
+    // Each shard is made as soon as its writes are done, while the others' are still written.
     let failure = Mutex::new(None);
-    let stopped = run_jobs(
-        writers.len(),
-        threads,
-        options.stop,
-        |i, flag| match writers[i].close_with_stop(Some(flag)) {
+    let stopped = run_jobs(writers.len(), threads, options.stop, |k, flag| {
+        let made = wait_unless(&shard_writes[k], flag)
+            .and_then(|()| writers[k].close_with_stop(Some(flag)));
+        match made {
             Ok(()) => true,
             Err(e) => {
                 failure
@@ -145,10 +158,12 @@ pub unsafe fn save_checkpoint(
                     .get_or_insert(e);
                 false
             }
-        },
-    );
+        }
+    });
     let failure = failure.into_inner().unwrap_or_else(|p| p.into_inner());
     if stopped || failure.is_some() {
+        shard_writes.iter().for_each(IoFuture::cancel);
+        shard_writes.iter().for_each(|f| drop(f.wait()));
         abort_open(&writers, threads, options.stop);
         return Err(match stopped {
             true => Error::Cancelled,
@@ -161,6 +176,32 @@ pub unsafe fn save_checkpoint(
         write_index(&child(prefix, INDEX_NAME), &index, options, settings)?;
     }
     Ok(index)
+}
+
+/// Shard closes run at once at least (see [`save_checkpoint`]).
+const MIN_CLOSES: usize = 4;
+
+/// Cancels and waits for every request of its futures when dropped: no request still reads a
+/// buffer once the save returns, however it returns.
+struct EndAll<'a>(&'a [IoFuture]);
+
+impl Drop for EndAll<'_> {
+    fn drop(&mut self) {
+        self.0.iter().for_each(IoFuture::cancel);
+        self.0.iter().for_each(|f| drop(f.wait()));
+    }
+}
+
+/// Waits for `fut`; [`Error::Cancelled`] once `flag` is set (looked at every [`STOP_POLL`]).
+fn wait_unless(fut: &IoFuture, flag: &StopFlag) -> gpufile::Result<()> {
+    loop {
+        if let Some(r) = fut.wait_timeout(STOP_POLL) {
+            return r.map(drop);
+        }
+        if flag.is_set() {
+            return Err(Error::Cancelled);
+        }
+    }
 }
 
 /// Makes the index object at `url` (the commit): its text written, then the object closed
@@ -214,9 +255,9 @@ fn abort_open(
 }
 
 /// Runs `job(i, flag)` for `i` in `0..n`, in order, on up to `threads` threads, until one
-/// returns `false`; the calling thread asks `stop` every [`STOP_POLL`] meanwhile and, where it
-/// says so, sets `flag` (the jobs' requests then stop soon) and starts no further job.
-/// Whether `stop` said so.
+/// returns `false` (then `flag` is set: the jobs running stop soon); the calling thread asks
+/// `stop` every [`STOP_POLL`] meanwhile and, where it says so, sets `flag` and starts no further
+/// job. Whether `stop` said so.
 fn run_jobs(
     n: usize,
     threads: usize,
@@ -225,9 +266,8 @@ fn run_jobs(
 ) -> bool {
     let flag = StopFlag::default();
     let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
     let work = || loop {
-        if failed.load(Ordering::Relaxed) || flag.is_set() {
+        if flag.is_set() {
             return;
         }
         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -235,7 +275,7 @@ fn run_jobs(
             return;
         }
         if !job(i, &flag) {
-            failed.store(true, Ordering::Relaxed);
+            flag.set();
         }
     };
     std::thread::scope(|s| {
