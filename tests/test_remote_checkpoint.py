@@ -4,8 +4,11 @@ from moto's S3 server and gpufile's range server on 127.0.0.1, checked against t
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from http.server import BaseHTTPRequestHandler
 
 import numpy as np
@@ -211,14 +214,22 @@ class Replies(BaseHTTPRequestHandler):
 class RecordingPut(Replies):
     """Stores PUT bodies in ``store`` (path → bytes) and records the order; answers GET and HEAD
     with ranges of what it stored, each recorded in ``seen`` as (method, path, Range header);
-    fails the PUTs ``fail(path)`` picks with 500."""
+    fails the PUTs ``fail(path)`` picks with 500; never answers those ``stall(path)`` picks
+    (``stalled`` set once one arrived whole; held until ``release`` is set)."""
 
-    def __init__(self, *args, store=None, order=None, fail=None, seen=None, **kw):
+    def __init__(self, *args, store=None, order=None, fail=None, seen=None, stall=None,
+                 stalled=None, release=None, **kw):
         self.store, self.order, self.fail, self.seen = store, order, fail, seen
+        self.stall, self.stalled, self.release = stall, stalled, release
         super().__init__(*args, **kw)
 
     def do_PUT(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.stall(self.path):
+            self.stalled.set()
+            self.release.wait(60)
+            self.close_connection = True
+            return
         if self.fail(self.path):
             return self._send(500)
         self.store[self.path] = body
@@ -242,14 +253,17 @@ class RecordingPut(Replies):
 @pytest.fixture
 def put_server():
     from http.server import ThreadingHTTPServer
-    import threading
 
     servers = []
+    release = threading.Event()
 
-    def start(fail=lambda path: False, seen=None):
+    def start(fail=lambda path: False, seen=None, stall=lambda path: False, stalled=None):
         store, order = {}, []
         seen = [] if seen is None else seen
-        handler = lambda *a, **k: RecordingPut(*a, store=store, order=order, fail=fail, seen=seen, **k)  # noqa: E731
+        stalled = threading.Event() if stalled is None else stalled
+        handler = lambda *a, **k: RecordingPut(  # noqa: E731
+            *a, store=store, order=order, fail=fail, seen=seen, stall=stall, stalled=stalled,
+            release=release, **k)
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         httpd.daemon_threads = True
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -257,6 +271,7 @@ def put_server():
         return f"http://127.0.0.1:{httpd.server_address[1]}", store, order
 
     yield start
+    release.set()
     for h in servers:
         h.shutdown()
         h.server_close()
@@ -334,6 +349,78 @@ def test_a_failing_shard_leaves_no_index(put_server):
             save_checkpoint(big_tensors(3), f"{url}/run/", max_shard_size=1 << 20)
     assert "/run/model.safetensors.index.json" not in store
     assert any("index of" in n and "was not written" in n for n in e.value.__notes__)
+
+
+def test_a_url_is_told_from_a_local_path_by_the_cores_rule():
+    """Saves and loads ask the core's rule (gpufile_remote::is_url): an s3, gs, http or https
+    scheme in any case; anything else, and anything but a str, is a local path."""
+    import pathlib
+
+    from gpufile import _native
+
+    urls = ["s3://b/k", "S3://b/k", "gs://b/o", "Gs://b/o", "http://h/p", "HTTPS://h/p",
+            "http://127.0.0.1:1/webhdfs/v1/ck/", "s3://b/run/?X-Amz-Signature=s"]
+    paths = ["model.safetensors", "/tmp/s3://x", "./gs://b", "ftp://h/x", "webhdfs://h/x",
+             "s3:/b/k", " s3://b/k", "", b"s3://b/k", pathlib.Path("s3://b/k"), None, 3]
+    assert [u for u in urls if not _native.is_url(u)] == []
+    assert [p for p in paths if _native.is_url(p)] == []
+
+
+def test_a_signed_url_is_refused_as_a_checkpoint_prefix_before_any_request(put_server):
+    from gpufile.safetensors import save_checkpoint
+
+    url, store, order = put_server()
+    prefix = f"{url}/run/?X-Amz-Signature=ckpt-signature-never-shown"
+    with pytest.raises(ValueError, match="a checkpoint is saved under a prefix of several "
+                       "objects, which a signed URL") as e:
+        save_checkpoint(big_tensors(2), prefix, max_shard_size=1 << 20)
+    assert "ckpt-signature-never-shown" not in str(e.value)
+    assert order == [] and store == {}
+
+
+# Saves three 1 MiB shards to a server that never answers their PUTs; http_timeout 60 s.
+STALLED_SAVE = """
+import numpy as np, gpufile
+from gpufile.safetensors import save_checkpoint
+gpufile.defaults.set({{"http_timeout": 60, "http_max_attempts": 1}})
+state = {{f"t{{i}}": np.ones(1 << 18, np.float32) for i in range(3)}}
+try:
+    save_checkpoint(state, "{url}/ck/", max_shard_size=1 << 20)
+except KeyboardInterrupt as e:
+    print("KeyboardInterrupt:", *getattr(e, "__notes__", []), flush=True)
+    raise
+"""
+
+
+def test_ctrl_c_ends_a_checkpoint_save_whose_uploads_get_no_answer(put_server):
+    """Ctrl-C during a save by URL ends the process within seconds, every upload stopped and
+    no index written (the uploads ran on Python threads that Ctrl-C did not reach: the process
+    then waited for each PUT's `http_timeout` before it could exit)."""
+    stalled = threading.Event()
+    url, store, order = put_server(stall=lambda path: True, stalled=stalled)
+    proc = subprocess.Popen([sys.executable, "-c", STALLED_SAVE.format(url=url)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert stalled.wait(60), "no PUT reached the server"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the save still ran 20 s after Ctrl-C")
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    out, err = out.decode(), err.decode()
+    assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+    assert "KeyboardInterrupt: gpufile: the index of" in out and "was not written" in out, \
+        (out, err)
+    assert "KeyboardInterrupt" in err
+    assert order == [] and store == {}
 
 
 class WebHdfsStore(Replies):

@@ -1,8 +1,10 @@
 /*
- * gpufile's C++ checkpoint saving (included by gpufile/gpufile.hpp): a Hugging Face sharded
- * checkpoint from tensors in host or device memory, as gpufile_save_checkpoint writes it.
+ * gpufile's C++ saving (included by gpufile/gpufile.hpp): one safetensors file, or a Hugging
+ * Face sharded checkpoint, from tensors in host or device memory, as gpufile_save_file and
+ * gpufile_save_checkpoint write them.
  *
  *   std::vector<gpufile::TensorView> t = {{"w", "F32", {1000}, ptr, 4000}};
+ *   gpufile::save_file("out/model.safetensors", t, {{"format", "pt"}});
  *   gpufile::save_checkpoint("out/ck", t, "5GB", {{"step", "7"}});
  *
  * See docs/cpp.md and docs/checkpoints.md.
@@ -29,6 +31,54 @@ struct TensorView {
   std::size_t size = 0;        // bytes
 };
 
+namespace detail {
+
+/** The C rows of `tensors` (they point into `tensors`). */
+inline std::vector<gpufile_tensor> tensor_rows(std::vector<TensorView> const& tensors)
+{
+  std::vector<gpufile_tensor> rows;
+  rows.reserve(tensors.size());
+  for (auto const& t : tensors) {
+    rows.push_back(gpufile_tensor{
+      t.name.c_str(), t.dtype.c_str(), t.shape.data(), t.shape.size(), t.data, t.size});
+  }
+  return rows;
+}
+
+/** The C metadata of `metadata`: key, value, ..., nullptr (they point into `metadata`). */
+inline std::vector<char const*> metadata_pairs(std::map<std::string, std::string> const& metadata)
+{
+  std::vector<char const*> kv;
+  for (auto const& [k, v] : metadata) {
+    kv.push_back(k.c_str());
+    kv.push_back(v.c_str());
+  }
+  kv.push_back(nullptr);
+  return kv;
+}
+
+}  // namespace detail
+
+/**
+ * Saves `tensors` as one safetensors file at `path`, the bytes the safetensors package writes
+ * (metadata keys sorted), written under a temporary name and renamed over `path`: `path` holds
+ * its old file or the new one at every moment. `metadata` empty: no `__metadata__`. Throws
+ * gpufile::Error (BadArgumentError for a refused tensor, the file then as it was).
+ */
+inline void save_file(std::string const& path,
+                      std::vector<TensorView> const& tensors,
+                      std::map<std::string, std::string> const& metadata = {},
+                      bool durable = true)
+{
+  auto const rows = detail::tensor_rows(tensors);
+  auto const kv = detail::metadata_pairs(metadata);
+  detail::check(gpufile_save_file(path.c_str(),
+                                  rows.data(),
+                                  rows.size(),
+                                  metadata.empty() ? nullptr : kv.data(),
+                                  durable ? 1 : 0));
+}
+
 /**
  * Saves `tensors` as a Hugging Face checkpoint in `dir` (created where missing):
  * model.safetensors, or shards of at most `max_shard_size` ("5GB", "500MB", or bytes as
@@ -41,18 +91,8 @@ inline void save_checkpoint(std::string const& dir,
                             std::map<std::string, std::string> const& metadata = {},
                             bool durable = true)
 {
-  std::vector<gpufile_tensor> rows;
-  rows.reserve(tensors.size());
-  for (auto const& t : tensors) {
-    rows.push_back(gpufile_tensor{
-      t.name.c_str(), t.dtype.c_str(), t.shape.data(), t.shape.size(), t.data, t.size});
-  }
-  std::vector<char const*> kv;
-  for (auto const& [k, v] : metadata) {
-    kv.push_back(k.c_str());
-    kv.push_back(v.c_str());
-  }
-  kv.push_back(nullptr);
+  auto const rows = detail::tensor_rows(tensors);
+  auto const kv = detail::metadata_pairs(metadata);
   detail::check(gpufile_save_checkpoint(dir.c_str(),
                                         rows.data(),
                                         rows.size(),

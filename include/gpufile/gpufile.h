@@ -727,6 +727,26 @@ gpufile_status gpufile_remote_s3_object_url(const char *url,
                                             size_t len,
                                             size_t *needed);
 
+// Saves `n` tensors as one safetensors file at `path`, as `gpufile.safetensors.save_file`
+// does (docs/checkpoints.md): the header as the `safetensors` package builds it (metadata keys
+// sorted), every tensor's bytes written from its own memory (host or device) as one batch,
+// under a temporary name in `path`'s directory, then renamed over `path`. `metadata`: NULL
+// (no `__metadata__`), or key, value, key, value, ..., NULL (strings). `durable` non-zero:
+// file and directory synced (survives a power loss). `path` holds its old file or the new one
+// at every moment. A refused tensor (unknown dtype, a size its shape does not make, a name
+// given twice) is `GPUFILE_BAD_ARGUMENT` and changes nothing; on any error no temporary is
+// left.
+//
+// # Safety
+// `path` is NUL-terminated; `tensors` is valid for `n` elements (NULL where `n` is 0), each
+// as [`gpufile_tensor`] describes, its memory unchanged until the call returns; `metadata` is
+// null or a NULL-terminated array of NUL-terminated strings.
+gpufile_status gpufile_save_file(const char *path,
+                                 const gpufile_tensor *tensors,
+                                 size_t n,
+                                 const char *const *metadata,
+                                 int durable);
+
 // Saves `n` tensors as a Hugging Face checkpoint in the directory `dir` (created where
 // missing): `model.safetensors`, or shards `model-0000k-of-0000n.safetensors` of at most
 // `max_shard_size` each (`"5GB"`, `"500MB"`, or bytes as `"1000000"`; NULL: `"5GB"`) filled as

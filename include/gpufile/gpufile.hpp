@@ -804,6 +804,6 @@ inline std::string check(std::string const& path = "")
 
 }  // namespace gpufile
 
-#include "gpufile/checkpoint.hpp"  // NOLINT: save_checkpoint, over the API above
+#include "gpufile/checkpoint.hpp"  // NOLINT: save_file, save_checkpoint, over the API above
 
 #endif  // GPUFILE_HPP

@@ -70,6 +70,7 @@ __all__ = [
     "explain",
     "in_flight",
     "infer_remote_endpoint_type",
+    "is_url",
     "is_temporary_name",
     "remove_stale_temporaries",
     "redact_url",
@@ -96,8 +97,8 @@ __all__ = [
     "take_notices",
     "when_all",
     "write_safetensors", "write_safetensors_files",
-    "write_safetensors_remote",
-    "save_checkpoint", "parse_shard_size", "split_shards",
+    "write_safetensors_remote", "save_checkpoint_url",
+    "save_checkpoint", "save_file", "parse_shard_size",
 ]
 
 __version__: str
@@ -229,7 +230,11 @@ class NativeRemoteWriter:
 def write_safetensors_remote(writer: NativeRemoteWriter,
                              tensors: list[tuple[str, str, list[int], Any]],
                              metadata: dict[str, str] | None = None) -> int: ...
+def save_checkpoint_url(prefix: str, tensors: list[tuple[str, str, list[int], Any]],
+                        sizes: list[int], max_shard_size: int,
+                        metadata: dict[str, str] | None = None) -> list[tuple[str, str]]: ...
 def infer_remote_endpoint_type(url: str) -> int: ...
+def is_url(path: object) -> bool: ...
 def redact_url(url: str) -> str: ...
 
 @final
@@ -386,7 +391,8 @@ def write_safetensors_files(
 ) -> list[int]: ...
 def sync_dir(path: _StrOrBytesPath) -> None: ...
 def parse_shard_size(size: int | str) -> int: ...
-def split_shards(sizes: list[int], max_shard_size: int) -> list[list[int]]: ...
+def save_file(path: _StrOrBytesPath, tensors: list[tuple[str, str, list[int], Any]],
+              metadata: dict[str, str] | None = None, durable: bool = True) -> int: ...
 def save_checkpoint(directory: _StrOrBytesPath, tensors: list[tuple[str, str, list[int], Any]],
                     sizes: list[int], max_shard_size: int,
                     metadata: dict[str, str] | None = None,

@@ -12,7 +12,6 @@ from typing import Any, Mapping, Sequence
 
 from . import _native, _save_remote
 from ._future import call_back, wake
-from ._notices import logged
 from ._save_rows import (
     INDEX_NAME,
     JaxDeviceBytes,
@@ -36,26 +35,18 @@ def _annotate(e: BaseException, what: str) -> None:
 
 def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | None,
                durable: bool) -> None:
-    """Writes ``rows`` to ``filename`` under a temporary name, then publishes it."""
+    """Writes ``rows`` to ``filename`` under a temporary name, then publishes it (the core's
+    ``save::file::save_file``, GIL released)."""
     try:
-        pending = _native.PendingFile(filename)
-    except OSError as e:
-        _annotate(e, os.fsdecode(filename))
-        raise
-    try:
-        if durable:
-            pending.start_write_behind()
-        logged(_native.write_safetensors, pending.file, list(rows), metadata)
-        pending.publish(durable)
+        _native.save_file(filename, list(rows), metadata, durable)
     except BaseException as e:
-        pending.discard()
         _annotate(e, os.fsdecode(filename))
         raise
 
 
 def save_file(tensors: Mapping[str, Any], filename: Any, metadata: Any = None, *,
               durable: bool = True) -> None:
-    if _save_remote.is_url(filename):
+    if _native.is_url(filename):
         return _save_remote.save_file(tensors, filename, metadata)
     rows = describe(tensors)
     meta = check_metadata(metadata)
@@ -121,7 +112,7 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
     """``sizes``: each tensor's size for sharding where ``state_dict`` holds staged copies
     (views of one buffer) of the tensors the caller gave. A local directory is saved by the
     core (``gpufile::formats::safetensors::save::checkpoint``), GIL released."""
-    if _save_remote.is_url(directory):
+    if _native.is_url(directory):
         return _save_remote.save_checkpoint(state_dict, directory, max_shard_size,
                                             metadata=metadata, sizes=sizes)
     rows = describe(state_dict)
@@ -132,7 +123,7 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
     directory = os.fsdecode(directory)
     sync_producers(state_dict)
     try:
-        weight_map = logged(_native.save_checkpoint, directory, rows,
+        weight_map = _native.save_checkpoint(directory, rows,
                             [sizes[r[0]] for r in rows], limit, meta, durable)
     except BaseException as e:
         _annotate(e, directory)

@@ -1,6 +1,6 @@
 """Tensors described for the core's safetensors writers, as ``safetensors`` checks them (a row
-per tensor: name, dtype code, shape, a flat byte view of its memory), and the Hugging Face shard
-layout; shared by the local saves (``_save``) and the saves by URL (``_save_remote``)."""
+per tensor: name, dtype code, shape, a flat byte view of its memory), and the arguments of a
+checkpoint save; shared by the local saves (``_save``) and the saves by URL (``_save_remote``)."""
 
 from __future__ import annotations
 
@@ -251,7 +251,6 @@ def check_metadata(metadata: Any) -> dict[str, str] | None:
 
 
 INDEX_NAME = "model.safetensors.index.json"
-SINGLE_NAME = "model.safetensors"
 
 
 def parse_size(size: int | str) -> int:
@@ -272,11 +271,3 @@ def storage_size(v: Any) -> int:
         except (NotImplementedError, RuntimeError):
             return v.numel() * v.element_size()
     return int(v.nbytes)
-
-
-def split(sizes: Mapping[str, int], max_shard_size: int) -> list[list[str]]:
-    """The shards, as ``split_torch_state_dict_into_shards`` fills them (the core's
-    ``split``)."""
-    keys = list(sizes)
-    return [[keys[i] for i in shard]
-            for shard in _native.split_shards([sizes[k] for k in keys], max_shard_size)]

@@ -381,6 +381,37 @@ TEST_F(CppApi, kvikio_mmap_handle_refuses_bad_regions_and_flags_with_kvikios_typ
   EXPECT_EQ(whole.read(buf.data(), 0, size), 0u);
 }
 
+TEST_F(CppApi, save_file_writes_the_safetensors_bytes_and_a_refusal_keeps_the_file)
+{
+  std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  std::vector<std::uint8_t> flags = {1, 0, 1};
+  std::vector<gpufile::TensorView> tensors = {
+    {"flags", "U8", {3}, flags.data(), flags.size()},
+    {"w", "F32", {2, 3}, w.data(), w.size() * sizeof(float)}};
+  auto const path = dir.file("model.safetensors");
+  gpufile::save_file(path, tensors, {{"format", "pt"}});
+  // The header's length, its JSON (as the safetensors package writes it: F32 before U8, the
+  // larger alignment first), spaces to a multiple of 8, then the data.
+  auto const file = support::read_file(path);
+  ASSERT_GE(file.size(), 8u);
+  std::uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  ASSERT_EQ(file.size(), 8 + n + 27);
+  std::string const header(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  EXPECT_EQ(header.rfind(R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,3],)"
+                         R"("data_offsets":[0,24]},"flags":{"dtype":"U8","shape":[3],)"
+                         R"("data_offsets":[24,27]}})",
+                         0),
+            0u)
+    << header;
+  EXPECT_EQ(0, std::memcmp(file.data() + 8 + n, w.data(), 24));
+  EXPECT_EQ(0, std::memcmp(file.data() + 8 + n + 24, flags.data(), 3));
+  // A size its shape does not make: an exception, and the file as it was.
+  std::vector<gpufile::TensorView> bad = {{"w", "F32", {2, 3}, w.data(), 20}};
+  EXPECT_THROW(gpufile::save_file(path, bad), gpufile::BadArgumentError);
+  EXPECT_EQ(support::read_file(path), file);
+}
+
 TEST_F(CppApi, save_checkpoint_writes_hugging_face_shards_and_an_index)
 {
   // Three tensors of 4,000 bytes and shards of at most 5,000: one tensor a shard, each file's

@@ -1,5 +1,6 @@
-//! Saving a Hugging Face sharded checkpoint from C: `gpufile_save_checkpoint` over the core's
-//! `formats::safetensors::save::checkpoint::save_checkpoint`.
+//! Saving from C: `gpufile_save_file` (one safetensors file) and `gpufile_save_checkpoint` (a
+//! Hugging Face sharded checkpoint), over the core's `formats::safetensors::save::file::
+//! save_file` and `formats::safetensors::save::checkpoint::save_checkpoint`.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
@@ -9,6 +10,7 @@ use std::path::Path;
 use gpufile_core::formats::safetensors::save::checkpoint::{
     parse_size_or_bytes, save_checkpoint, SaveOptions,
 };
+use gpufile_core::formats::safetensors::save::file::{save_file, FileOptions};
 use gpufile_core::formats::safetensors::save::write::{SaveError, TensorRow};
 use gpufile_core::formats::safetensors::Dtype;
 use gpufile_core::{Buffer, Engine};
@@ -85,6 +87,127 @@ unsafe fn row(t: &gpufile_tensor, i: usize) -> Result<TensorRow, CallError> {
     })
 }
 
+/// # Safety
+/// `tensors` is valid for `n` elements (NULL where `n` is 0), each as [`gpufile_tensor`]
+/// describes.
+unsafe fn rows(tensors: *const gpufile_tensor, n: usize) -> Result<Vec<TensorRow>, CallError> {
+    let tensors = match n {
+        0 => &[][..],
+        _ if tensors.is_null() => return Err(CallError::bad("tensors is NULL")),
+        // SAFETY: non-null, `n` elements by the caller's contract.
+        _ => unsafe { std::slice::from_raw_parts(tensors, n) },
+    };
+    tensors
+        .iter()
+        .enumerate()
+        // SAFETY: the caller's contract.
+        .map(|(i, t)| unsafe { row(t, i) })
+        .collect()
+}
+
+/// The metadata of `metadata` (NULL: none; else key, value, key, value, ..., NULL).
+///
+/// # Safety
+/// `metadata` is null or a NULL-terminated array of NUL-terminated strings.
+unsafe fn pairs(
+    metadata: *const *const c_char,
+) -> Result<Option<BTreeMap<String, String>>, CallError> {
+    if metadata.is_null() {
+        return Ok(None);
+    }
+    let mut meta = BTreeMap::new();
+    let mut at = metadata;
+    loop {
+        // SAFETY: NULL-terminated array by the caller's contract.
+        let key = unsafe { *at };
+        if key.is_null() {
+            return Ok(Some(meta));
+        }
+        // SAFETY: as above: the value's slot exists (it may be the terminator).
+        let value = unsafe { *at.add(1) };
+        if value.is_null() {
+            return Err(CallError::bad(
+                "metadata has a key without a value (key, value pairs, then NULL)",
+            ));
+        }
+        // SAFETY: NUL-terminated strings by the caller's contract.
+        let (k, v) = unsafe {
+            (
+                text(key, "a metadata key")?,
+                text(value, "a metadata value")?,
+            )
+        };
+        meta.insert(k.to_owned(), v.to_owned());
+        // SAFETY: past the pair, still in the array (its terminator at the latest).
+        at = unsafe { at.add(2) };
+    }
+}
+
+/// The C error of a save of `what` (a file, a directory): a refused tensor is a bad argument;
+/// an I/O error is named by `what` where its message does not name it already.
+fn save_failed(e: SaveError, what: &str, doing: &str) -> CallError {
+    match e {
+        SaveError::Format(e) => CallError::bad(e.to_string()),
+        SaveError::Io(e) => {
+            let named = e.to_string().contains(what);
+            let e = CallError::from(e);
+            match named {
+                true => e,
+                false => e.prefixed(&format!("{doing} {what}: ")),
+            }
+        }
+    }
+}
+
+/// Saves `n` tensors as one safetensors file at `path`, as `gpufile.safetensors.save_file`
+/// does (docs/checkpoints.md): the header as the `safetensors` package builds it (metadata keys
+/// sorted), every tensor's bytes written from its own memory (host or device) as one batch,
+/// under a temporary name in `path`'s directory, then renamed over `path`. `metadata`: NULL
+/// (no `__metadata__`), or key, value, key, value, ..., NULL (strings). `durable` non-zero:
+/// file and directory synced (survives a power loss). `path` holds its old file or the new one
+/// at every moment. A refused tensor (unknown dtype, a size its shape does not make, a name
+/// given twice) is `GPUFILE_BAD_ARGUMENT` and changes nothing; on any error no temporary is
+/// left.
+///
+/// # Safety
+/// `path` is NUL-terminated; `tensors` is valid for `n` elements (NULL where `n` is 0), each
+/// as [`gpufile_tensor`] describes, its memory unchanged until the call returns; `metadata` is
+/// null or a NULL-terminated array of NUL-terminated strings.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_save_file(
+    path: *const c_char,
+    tensors: *const gpufile_tensor,
+    n: usize,
+    metadata: *const *const c_char,
+    durable: c_int,
+) -> gpufile_status {
+    guard(|| {
+        if path.is_null() {
+            return Err(CallError::bad("path is NULL"));
+        }
+        // SAFETY: non-null and NUL-terminated by the caller's contract.
+        let path = Path::new(OsStr::from_bytes(
+            unsafe { CStr::from_ptr(path) }.to_bytes(),
+        ));
+        // SAFETY: the caller's contract.
+        let rows = unsafe { rows(tensors, n) }?;
+        // SAFETY: the caller's contract.
+        let meta = unsafe { pairs(metadata) }?;
+        let engine = Engine::global()?;
+        let settings = engine.shared_settings();
+        let options = FileOptions {
+            metadata: meta.as_ref(),
+            durable: durable != 0,
+            stop: None,
+        };
+        // SAFETY: the caller keeps every tensor's memory valid until this call returns.
+        match unsafe { save_file(path, &rows, &options, &engine, &settings) } {
+            Ok(_) => Ok(()),
+            Err(e) => Err(save_failed(e, &path.display().to_string(), "saving")),
+        }
+    })
+}
+
 /// Saves `n` tensors as a Hugging Face checkpoint in the directory `dir` (created where
 /// missing): `model.safetensors`, or shards `model-0000k-of-0000n.safetensors` of at most
 /// `max_shard_size` each (`"5GB"`, `"500MB"`, or bytes as `"1000000"`; NULL: `"5GB"`) filled as
@@ -115,57 +238,21 @@ pub unsafe extern "C" fn gpufile_save_checkpoint(
         }
         // SAFETY: non-null and NUL-terminated by the caller's contract.
         let dir = Path::new(OsStr::from_bytes(unsafe { CStr::from_ptr(dir) }.to_bytes()));
-        let tensors = match n {
-            0 => &[][..],
-            _ if tensors.is_null() => return Err(CallError::bad("tensors is NULL")),
-            // SAFETY: non-null, `n` elements by the caller's contract.
-            _ => unsafe { std::slice::from_raw_parts(tensors, n) },
-        };
-        let rows = tensors
-            .iter()
-            .enumerate()
-            // SAFETY: the caller's contract.
-            .map(|(i, t)| unsafe { row(t, i) })
-            .collect::<Result<Vec<_>, _>>()?;
+        // SAFETY: the caller's contract.
+        let rows = unsafe { rows(tensors, n) }?;
         let limit = match max_shard_size.is_null() {
             true => "5GB",
             // SAFETY: the caller's contract.
             false => unsafe { text(max_shard_size, "max_shard_size") }?,
         };
         let limit = parse_size_or_bytes(limit).map_err(CallError::bad)?;
-        let mut meta = BTreeMap::new();
-        if !metadata.is_null() {
-            let mut at = metadata;
-            loop {
-                // SAFETY: NULL-terminated array by the caller's contract.
-                let key = unsafe { *at };
-                if key.is_null() {
-                    break;
-                }
-                // SAFETY: as above: the value's slot exists (it may be the terminator).
-                let value = unsafe { *at.add(1) };
-                if value.is_null() {
-                    return Err(CallError::bad(
-                        "metadata has a key without a value (key, value pairs, then NULL)",
-                    ));
-                }
-                // SAFETY: NUL-terminated strings by the caller's contract.
-                let (k, v) = unsafe {
-                    (
-                        text(key, "a metadata key")?,
-                        text(value, "a metadata value")?,
-                    )
-                };
-                meta.insert(k.to_owned(), v.to_owned());
-                // SAFETY: past the pair, still in the array (its terminator at the latest).
-                at = unsafe { at.add(2) };
-            }
-        }
+        // SAFETY: the caller's contract.
+        let meta = unsafe { pairs(metadata) }?;
         let engine = Engine::global()?;
         let settings = engine.shared_settings();
         let options = SaveOptions {
             max_shard_size: limit,
-            metadata: (!metadata.is_null()).then_some(&meta),
+            metadata: meta.as_ref(),
             durable: durable != 0,
             sizes: None,
             stop: None,
@@ -173,15 +260,11 @@ pub unsafe extern "C" fn gpufile_save_checkpoint(
         // SAFETY: the caller keeps every tensor's memory valid until this call returns.
         match unsafe { save_checkpoint(dir, &rows, &options, &engine, &settings) } {
             Ok(_) => Ok(()),
-            Err(SaveError::Format(e)) => Err(CallError::bad(e.to_string())),
-            Err(SaveError::Io(e)) => {
-                let named = e.to_string().contains(&*dir.to_string_lossy());
-                let e = CallError::from(e);
-                Err(match named {
-                    true => e,
-                    false => e.prefixed(&format!("saving a checkpoint in {}: ", dir.display())),
-                })
-            }
+            Err(e) => Err(save_failed(
+                e,
+                &dir.display().to_string(),
+                "saving a checkpoint in",
+            )),
         }
     })
 }

@@ -1,6 +1,7 @@
-//! The C API from C: tests/c/test_capi.c, test_batch.c, test_save.c and the example of
-//! docs/c-api.md, compiled with the system's C compiler against include/gpufile/gpufile.h and
-//! the libraries cargo built, then run on files in a temporary folder.
+//! The C API from C: tests/c/test_capi.c, test_batch.c, test_save.c, test_save_file.c and the
+//! example of docs/c-api.md, compiled with the system's C compiler against
+//! include/gpufile/gpufile.h and the libraries cargo built, then run on files in a temporary
+//! folder.
 //!
 //! The libraries are this crate's own lib target: cargo builds it with all its crate types
 //! (rlib, staticlib, cdylib) in one compiler run, and builds it before this test because an
@@ -203,6 +204,62 @@ fn a_c_program_saves_a_sharded_checkpoint_the_loader_reads() {
         let want: Vec<f32> = (0..1000).map(|k| (i * 1000 + k) as f32).collect();
         assert_eq!(values, want, "layer.{i}");
     }
+}
+
+#[test]
+fn a_c_program_saves_one_safetensors_file_the_reader_reads() {
+    use gpufile_core::formats::safetensors::Header;
+    let Some(cc) = compiler() else {
+        println!("skipped: no C compiler (set CC, or install gcc)");
+        return;
+    };
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/test_save_file.c");
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let exe = tmp.path().join("test_save_file");
+    let [(_, lib), _] = links();
+    compile(&cc, &source, &exe, &lib);
+    let files = tmp.path().join("files");
+    std::fs::create_dir(&files).expect("a folder");
+    let path = files.join("model.safetensors");
+    let out = run(&exe, &[&path]);
+    assert!(out.contains("test_save_file: all passed"), "{out}");
+    // Only the file: no temporary of the save or of the refused ones.
+    let names: Vec<_> = std::fs::read_dir(&files)
+        .expect("the folder")
+        .map(|e| e.expect("an entry").file_name())
+        .collect();
+    assert_eq!(names, ["model.safetensors"]);
+    let bytes = std::fs::read(&path).expect("the file");
+    let h = Header::from_bytes(&path, &bytes).expect("a safetensors file");
+    let meta = h.metadata.as_ref().expect("metadata");
+    assert_eq!(
+        meta.iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<Vec<_>>(),
+        [("format", "pt"), ("step", "7")]
+    );
+    let at = |name: &str| {
+        let t = h.get(name).expect("the tensor");
+        let start = (h.data_start + t.start) as usize;
+        (
+            t.shape.clone(),
+            bytes[start..start + t.len() as usize].to_vec(),
+        )
+    };
+    let w: Vec<u8> = [1f32, 2., 3., 4., 5., 6.]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(at("w"), (vec![2, 3], w));
+    let steps: Vec<u8> = [7i64, -1, 1 << 40, 0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(at("steps"), (vec![4], steps));
+    assert_eq!(at("flags"), (vec![5], vec![1, 0, 1, 1, 0]));
+    // The safetensors layout: I64, F32, U8 (largest alignment first), no gap, no trailing byte.
+    assert_eq!(h.get("steps").expect("steps").start, 0);
+    assert_eq!(h.data_start as usize + 32 + 24 + 5, bytes.len());
 }
 
 #[test]

@@ -27,3 +27,13 @@ pub(crate) fn after<T>(py: Python<'_>, result: T) -> T {
     hand_on(py);
     result
 }
+
+/// Hands the notices on when it goes out of scope: at the end of a call, whichever way it
+/// returns (`let _notices = notices::OnReturn(py);` first in the call).
+pub(crate) struct OnReturn<'py>(pub(crate) Python<'py>);
+
+impl Drop for OnReturn<'_> {
+    fn drop(&mut self) {
+        hand_on(self.0);
+    }
+}

@@ -326,9 +326,21 @@ fn redact_url(url: &str) -> String {
     gpufile_remote::redact(url)
 }
 
+/// Whether `path` is an object's URL (`s3://`, `gs://`, `http(s)://`, WebHDFS's
+/// `http(s)://`; the scheme in any case): `gpufile_remote::is_url`. Anything but a `str`
+/// (bytes, a path object) is a local path.
+#[pyfunction]
+fn is_url(path: &Bound<'_, PyAny>) -> bool {
+    path.cast::<pyo3::types::PyString>()
+        .ok()
+        .and_then(|s| s.to_str().ok().map(gpufile_remote::is_url))
+        .unwrap_or(false)
+}
+
 /// Adds the remote-file classes and functions to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRemoteFile>()?;
+    m.add_function(wrap_pyfunction!(is_url, m)?)?;
     m.add_function(wrap_pyfunction!(infer_remote_endpoint_type, m)?)?;
     m.add_function(wrap_pyfunction!(redact_url, m)?)?;
     Ok(())

@@ -286,6 +286,7 @@ fn write_safetensors_remote(
     tensors: Vec<(String, String, Vec<u64>, Bound<'_, PyAny>)>,
     metadata: Option<std::collections::BTreeMap<String, String>>,
 ) -> PyResult<u64> {
+    let _notices = crate::notices::OnReturn(py);
     use gpufile::formats::safetensors::save::plan_save;
     let w = Arc::clone(&writer.get().writer);
     let mut views = Vec::with_capacity(tensors.len());
@@ -328,8 +329,56 @@ fn write_safetensors_remote(
     Ok(plan.file_size)
 }
 
+/// Saves a Hugging Face checkpoint under the URL `prefix` (GIL released; Ctrl-C stops it):
+/// `tensors` as `write_safetensors_remote` takes them, `sizes` each one's size for sharding,
+/// `max_shard_size` in bytes. Every shard is made, then the index
+/// (`gpufile_remote::save_checkpoint`). The weight map ((tensor, file) in the order of the
+/// tensors).
+#[pyfunction]
+#[pyo3(signature = (prefix, tensors, sizes, max_shard_size, metadata=None))]
+fn save_checkpoint_url(
+    py: Python<'_>,
+    prefix: String,
+    tensors: Vec<(String, String, Vec<u64>, Bound<'_, PyAny>)>,
+    sizes: Vec<u64>,
+    max_shard_size: u64,
+    metadata: Option<std::collections::BTreeMap<String, String>>,
+) -> PyResult<Vec<(String, String)>> {
+    let _notices = crate::notices::OnReturn(py);
+    use gpufile::formats::safetensors::save::checkpoint::SaveOptions;
+    use gpufile_remote::SaveCheckpointError;
+    let (rows, views) = crate::safetensors::tensor_rows(tensors)?;
+    let engine = Engine::global().map_err(to_py)?;
+    let settings = engine.shared_settings();
+    let interrupt = Mutex::new(None);
+    let stop = crate::safetensors::signal_stop(&interrupt);
+    let options = SaveOptions {
+        max_shard_size,
+        metadata: metadata.as_ref(),
+        durable: false,
+        sizes: Some(&sizes),
+        stop: Some(&stop),
+    };
+    let saved = py.detach(|| {
+        // SAFETY: `views` hold every buffer's export (host) or array object (device) until
+        // the save has returned, after its every request ended.
+        unsafe { gpufile_remote::save_checkpoint(&prefix, &rows, &options, &engine, &settings) }
+    });
+    drop(views);
+    if let Some(e) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e);
+    }
+    match saved {
+        Ok(index) => Ok(index.weight_map),
+        Err(SaveCheckpointError::Format(e)) => Err(crate::safetensors::to_py(e)),
+        Err(SaveCheckpointError::Open(e)) => Err(open_err(e)),
+        Err(SaveCheckpointError::Io(e)) => Err(to_py(e)),
+    }
+}
+
 /// Adds the remote-writer class to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRemoteWriter>()?;
+    m.add_function(wrap_pyfunction!(save_checkpoint_url, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors_remote, m)?)
 }

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use gpufile::formats::safetensors::save::checkpoint;
 use gpufile::formats::safetensors::save::write::{
     submit_files, FileToWrite, SaveError, TensorRow as CoreRow,
 };
+use gpufile::formats::safetensors::save::{checkpoint, file};
 use gpufile::formats::safetensors::save::{plan_save, SaveTensor};
 use gpufile::formats::safetensors::{Checkpoint, Dtype, FormatError, PlanOptions};
 use gpufile::{Direction, Engine};
@@ -247,7 +247,7 @@ fn write_safetensors(
 
 /// The core's rows of `tensors`, with the views that hold their memory (keep them until every
 /// request made from the rows has ended).
-fn tensor_rows(tensors: Vec<SaveRow<'_>>) -> PyResult<(Vec<CoreRow>, Vec<BufferView>)> {
+pub(crate) fn tensor_rows(tensors: Vec<SaveRow<'_>>) -> PyResult<(Vec<CoreRow>, Vec<BufferView>)> {
     let mut views = Vec::with_capacity(tensors.len());
     let mut rows = Vec::with_capacity(tensors.len());
     for (name, dtype, shape, buf) in tensors {
@@ -271,7 +271,7 @@ fn tensor_rows(tensors: Vec<SaveRow<'_>>) -> PyResult<(Vec<CoreRow>, Vec<BufferV
     Ok((rows, views))
 }
 
-fn save_error(e: SaveError) -> PyErr {
+pub(crate) fn save_error(e: SaveError) -> PyErr {
     match e {
         SaveError::Format(e) => to_py(e),
         SaveError::Io(e) => crate::errors::to_py(e),
@@ -315,6 +315,42 @@ fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult
     Ok(sizes)
 }
 
+/// Saves one safetensors file at `path`, crash-safe (GIL released; Ctrl-C stops it, nothing
+/// published): `tensors` as `write_safetensors` takes them, written under a temporary name and
+/// renamed over `path` (`gpufile::formats::safetensors::save::file::save_file`). The file's
+/// size.
+#[pyfunction]
+#[pyo3(signature = (path, tensors, metadata=None, durable=true))]
+fn save_file(
+    py: Python<'_>,
+    path: PathArg,
+    tensors: Vec<SaveRow<'_>>,
+    metadata: Option<BTreeMap<String, String>>,
+    durable: bool,
+) -> PyResult<u64> {
+    let _notices = crate::notices::OnReturn(py);
+    let (rows, views) = tensor_rows(tensors)?;
+    let engine = Engine::global().map_err(crate::errors::to_py)?;
+    let settings = engine.shared_settings();
+    let interrupt = Mutex::new(None);
+    let stop = signal_stop(&interrupt);
+    let options = file::FileOptions {
+        metadata: metadata.as_ref(),
+        durable,
+        stop: Some(&stop),
+    };
+    let saved = py.detach(|| {
+        // SAFETY: `views` hold every buffer's export (host) or array object (device) until
+        // the save has returned, after its every request ended.
+        unsafe { file::save_file(&path.0, &rows, &options, &engine, &settings) }
+    });
+    drop(views);
+    if let Some(e) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e);
+    }
+    saved.map_err(save_error)
+}
+
 /// `max_shard_size` as huggingface_hub reads it: a positive int (bytes) or a str like `"5GB"`
 /// (`gpufile::formats::safetensors::save::checkpoint::parse_size`).
 #[pyfunction]
@@ -331,11 +367,20 @@ fn parse_shard_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
     u64::try_from(n).map_err(|_| PyValueError::new_err(format!("max_shard_size {n} is too large")))
 }
 
-/// The shards of tensors of `sizes` (in order) at most `max_shard_size` bytes each, as
-/// huggingface_hub fills them: indices into `sizes`.
-#[pyfunction]
-fn split_shards(sizes: Vec<u64>, max_shard_size: u64) -> Vec<Vec<usize>> {
-    checkpoint::split(&sizes, max_shard_size)
+/// The stop function of a save that runs with the GIL released
+/// (`gpufile::formats::safetensors::save::checkpoint::SaveOptions::stop`): Ctrl-C stops it.
+/// The signal is seen with the GIL taken back briefly and kept in `interrupt`, to be raised
+/// once the core has cancelled and cleaned up.
+pub(crate) fn signal_stop(interrupt: &Mutex<Option<PyErr>>) -> impl Fn() -> bool + Sync + '_ {
+    move || {
+        Python::attach(|py| match py.check_signals() {
+            Ok(()) => false,
+            Err(e) => {
+                *interrupt.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                true
+            }
+        })
+    }
 }
 
 /// Saves a Hugging Face checkpoint into the local directory `directory` (GIL released):
@@ -353,21 +398,12 @@ fn save_checkpoint(
     metadata: Option<BTreeMap<String, String>>,
     durable: bool,
 ) -> PyResult<Vec<(String, String)>> {
+    let _notices = crate::notices::OnReturn(py);
     let (rows, views) = tensor_rows(tensors)?;
     let engine = Engine::global().map_err(crate::errors::to_py)?;
     let settings = engine.shared_settings();
-    // Ctrl-C stops the save: the signal is seen with the GIL taken back briefly, kept, and
-    // raised once the core has cancelled and discarded everything.
-    let interrupt: Mutex<Option<PyErr>> = Mutex::new(None);
-    let stop = || {
-        Python::attach(|py| match py.check_signals() {
-            Ok(()) => false,
-            Err(e) => {
-                *interrupt.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                true
-            }
-        })
-    };
+    let interrupt = Mutex::new(None);
+    let stop = signal_stop(&interrupt);
     let options = checkpoint::SaveOptions {
         max_shard_size,
         metadata: metadata.as_ref(),
@@ -381,7 +417,7 @@ fn save_checkpoint(
         unsafe { checkpoint::save_checkpoint(&directory.0, &rows, &options, &engine, &settings) }
     });
     drop(views);
-    if let Some(e) = interrupt.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(e);
     }
     Ok(saved.map_err(save_error)?.weight_map)
@@ -570,8 +606,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors_files, m)?)?;
     m.add_function(wrap_pyfunction!(save_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(save_file, m)?)?;
     m.add_function(wrap_pyfunction!(parse_shard_size, m)?)?;
-    m.add_function(wrap_pyfunction!(split_shards, m)?)?;
     m.add_function(wrap_pyfunction!(sync_dir, m)?)?;
     m.add_function(wrap_pyfunction!(is_temporary_name, m)?)?;
     Ok(())

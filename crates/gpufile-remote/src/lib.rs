@@ -20,7 +20,9 @@
 //!    [`RemoteWriter::close`] succeeds, and a failure aborts the upload.
 //! 4. [`open_checkpoint`] reads a safetensors checkpoint's headers by URL (a file, an index,
 //!    a prefix holding one) for loads to any memory through the same remote sources.
-//! 5. Every failure is a [`gpufile::Error`]: what the server or the network did is a
+//! 5. [`save_checkpoint`] saves a Hugging Face checkpoint under a prefix: every shard's bytes as
+//!    one batch of writes over the engine, every shard made, then the index (the commit).
+//! 6. Every failure is a [`gpufile::Error`]: what the server or the network did is a
 //!    [`RemoteError`] (with a [`RemoteFailure`] kind) inside [`gpufile::Error::Source`] (found
 //!    again with [`RemoteError::of`]), with the URL (signatures redacted), the byte range and
 //!    the attempts made; `InvalidArgument` for bad URLs, missing credentials and reads past the
@@ -38,6 +40,7 @@ mod file;
 mod gcs;
 mod http;
 mod keys;
+mod save;
 mod tls_ca;
 mod writer;
 
@@ -52,4 +55,5 @@ pub use error::{RemoteError, RemoteFailure, SOURCE_WHAT};
 pub use file::{read_into, ReadPlan, RemoteFile, RANGED_REASON};
 pub use gcs::{parse_gs_url, EMULATOR_HOST_VAR, XML_API_ENDPOINT};
 pub use http::{RangeSupport, RemoteStats, WHOLE_BODY_REASON};
+pub use save::{save_checkpoint, SaveCheckpointError};
 pub use writer::{part_size_for, RemoteWriter, S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART};

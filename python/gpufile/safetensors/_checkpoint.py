@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Union
 
 from .. import _native
 from .._future import IOFuture
-from .._notices import logged
 from ..cufile import CuFile
 from ..remote_file import RemoteFile
 
@@ -40,14 +38,6 @@ class Tensor:
         self.index = index
 
 
-_URL = re.compile(r"^(s3|gs|https?)://", re.IGNORECASE)
-
-
-def is_url(path: Any) -> bool:
-    """Whether ``path`` is an object's URL (``s3://``, ``gs://``, ``http(s)://``, WebHDFS)."""
-    return isinstance(path, str) and _URL.match(path) is not None
-
-
 class SharedRemote:
     """A checkpoint's remote file, lent to a load: ``close()`` leaves it open for the next.
     The core opened it to be read in ranges of at least 16 MiB (the ``task_size`` setting where
@@ -57,7 +47,7 @@ class SharedRemote:
         self._f = f
 
     def pread(self, buf: Any, size: int | None = None, file_offset: int = 0) -> Any:
-        return IOFuture(logged(self._f._handle.pread, buf, size, file_offset))
+        return IOFuture(self._f._handle.pread(buf, size, file_offset))
 
     def read(self, buf: Any, size: int | None = None, file_offset: int = 0) -> int:
         return self.pread(buf, size, file_offset).get()
@@ -71,7 +61,7 @@ class Checkpoint:
 
     def __init__(self, path: PathArg) -> None:
         self._remote: list[RemoteFile] | None = None
-        if isinstance(path, str) and is_url(path):
+        if _native.is_url(path):
             self.path = _native.redact_url(path)
             self.native, handles = _native.SafetensorsCheckpoint.open_url(path)
             self._remote = [RemoteFile(h) for h in handles]

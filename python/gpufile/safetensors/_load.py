@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Mapping, Union
 
+from .. import _native
 from . import _jax
-from ._checkpoint import Checkpoint, PathArg, Tensor, is_url, wait_all
+from ._checkpoint import Checkpoint, PathArg, Tensor, wait_all
 from ._frameworks import DeviceLike, Framework, device_number
 
 Filter = Union[Callable[[str], bool], Iterable[str], None]
@@ -181,7 +182,7 @@ def load_file(filename: PathArg, device: DeviceLike = "cpu", *,
     Parameters, returns and errors as :func:`load_checkpoint`; ``filename`` must be a file
     (a directory is ``IsADirectoryError``: use :func:`load_checkpoint`).
     """
-    if is_url(filename):
+    if _native.is_url(filename):
         return load_tensors(filename, device, framework, filter, device_map, own_memory)
     name = os.fspath(filename)
     if os.path.isdir(name):

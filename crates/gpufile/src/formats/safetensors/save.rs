@@ -27,6 +27,7 @@ use serde::Serialize;
 use super::{Dtype, FormatError, Result, MAX_HEADER_LEN};
 
 pub mod checkpoint;
+pub mod file;
 pub mod write;
 
 /// One tensor to write: what the header says of it, and its byte length.

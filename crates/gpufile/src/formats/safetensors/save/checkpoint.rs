@@ -22,7 +22,7 @@ use crate::error::Op;
 use crate::publish::{remove_stale_temporaries, sync_dir, DirLock, PendingFile, WriteBehind};
 use crate::{Engine, Error, Settings};
 
-use super::write::{submit_files, FileToWrite, SaveError, TensorRow};
+use super::write::{submit_files, wait_stoppable, FileToWrite, SaveError, TensorRow};
 
 /// The index of a sharded checkpoint.
 pub const INDEX_NAME: &str = "model.safetensors.index.json";
@@ -234,8 +234,7 @@ impl std::fmt::Debug for SaveOptions<'_> {
     }
 }
 
-/// How often a save asks [`SaveOptions::stop`].
-pub const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+pub use super::write::STOP_POLL;
 
 /// The names an index in `dir` points at (kept by the cleanup of temporaries: a killed save's
 /// first index names temporaries); none where there is no readable index.
@@ -261,26 +260,33 @@ pub fn remove_stale_checkpoint_temporaries(dir: &Path) -> crate::Result<usize> {
     remove_stale_temporaries(dir, &referenced_names(dir))
 }
 
-/// Saves `tensors` as a Hugging Face checkpoint in `dir` (see the module's header): shards as
-/// [`split`] makes them, each written by `engine` with `settings` from the tensors' own memory
-/// (host or device). The index (also for one shard, where no index file is written). On an
-/// error every temporary is gone and the directory holds what it held, or the new checkpoint
-/// once its commit ran.
-///
-/// # Safety
-/// Every row's buffer must stay valid, and unchanged, until the call returns.
-pub unsafe fn save_checkpoint(
-    dir: &Path,
+/// A checkpoint's files before any is written: the shards as [`split`] fills them, their
+/// names, the metadata of each file and the index. Where the checkpoint goes (a directory, an
+/// object store's prefix) is the caller's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointLayout {
+    /// Each shard's tensors: indices into the rows, in order.
+    pub shards: Vec<Vec<usize>>,
+    /// Each shard's file name: [`SINGLE_NAME`] for one shard, else [`shard_name`]s.
+    pub names: Vec<String>,
+    /// Every file's `__metadata__`: `format: pt`, and for a single file the caller's metadata.
+    pub file_metadata: BTreeMap<String, String>,
+    /// The index (for one shard, what it would say: no index file is written then).
+    pub index: CheckpointIndex,
+}
+
+/// The layout of a checkpoint of `tensors` under `options` (its shard size, metadata and
+/// sizes); `what` (a directory, a URL) names the checkpoint in errors. Refused: sizes that are
+/// not one a tensor, a name given twice, `max_shard_size` 0.
+pub fn layout(
+    what: &str,
     tensors: &[TensorRow],
     options: &SaveOptions<'_>,
-    engine: &Engine,
-    settings: &Settings,
-) -> Result<CheckpointIndex, SaveError> {
+) -> Result<CheckpointLayout, SaveError> {
     let sizes: Vec<u64> = match options.sizes {
         Some(s) if s.len() != tensors.len() => {
             return Err(Error::InvalidArgument(format!(
-                "{}: {} sizes for {} tensors",
-                dir.display(),
+                "{what}: {} sizes for {} tensors",
                 s.len(),
                 tensors.len()
             ))
@@ -291,12 +297,9 @@ pub unsafe fn save_checkpoint(
     };
     let mut seen = HashSet::with_capacity(tensors.len());
     if let Some(t) = tensors.iter().find(|t| !seen.insert(t.name.as_str())) {
-        return Err(Error::InvalidArgument(format!(
-            "{}: tensor {:?} is given twice",
-            dir.display(),
-            t.name
-        ))
-        .into());
+        return Err(
+            Error::InvalidArgument(format!("{what}: tensor {:?} is given twice", t.name)).into(),
+        );
     }
     if options.max_shard_size == 0 {
         return Err(Error::InvalidArgument("max_shard_size must be positive, got 0".into()).into());
@@ -309,9 +312,9 @@ pub unsafe fn save_checkpoint(
     };
     let empty = BTreeMap::new();
     let meta = options.metadata.unwrap_or(&empty);
-    let mut file_meta = BTreeMap::from([("format".to_owned(), "pt".to_owned())]);
+    let mut file_metadata = BTreeMap::from([("format".to_owned(), "pt".to_owned())]);
     if n == 1 {
-        file_meta.extend(meta.iter().map(|(k, v)| (k.clone(), v.clone())));
+        file_metadata.extend(meta.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
     let mut index_meta = BTreeMap::from([(
         "total_size".to_owned(),
@@ -329,10 +332,39 @@ pub unsafe fn save_checkpoint(
                 .map(|&i| (tensors[i].name.clone(), file.clone()))
         })
         .collect();
-    let index = CheckpointIndex {
-        metadata: index_meta,
-        weight_map,
-    };
+    Ok(CheckpointLayout {
+        shards,
+        names,
+        file_metadata,
+        index: CheckpointIndex {
+            metadata: index_meta,
+            weight_map,
+        },
+    })
+}
+
+/// Saves `tensors` as a Hugging Face checkpoint in `dir` (see the module's header): shards as
+/// [`split`] makes them, each written by `engine` with `settings` from the tensors' own memory
+/// (host or device). The index (also for one shard, where no index file is written). On an
+/// error every temporary is gone and the directory holds what it held, or the new checkpoint
+/// once its commit ran.
+///
+/// # Safety
+/// Every row's buffer must stay valid, and unchanged, until the call returns.
+pub unsafe fn save_checkpoint(
+    dir: &Path,
+    tensors: &[TensorRow],
+    options: &SaveOptions<'_>,
+    engine: &Engine,
+    settings: &Settings,
+) -> Result<CheckpointIndex, SaveError> {
+    let CheckpointLayout {
+        shards,
+        names,
+        file_metadata: file_meta,
+        index,
+    } = layout(&dir.display().to_string(), tensors, options)?;
+    let n = shards.len();
     if !dir.is_dir() {
         let parent = std::path::absolute(dir)
             .ok()
@@ -371,20 +403,7 @@ pub unsafe fn save_checkpoint(
             .collect();
         // SAFETY: the caller keeps the buffers valid until this call returns, after the wait.
         let (_, fut) = unsafe { submit_files(engine, settings, &files) }?;
-        match options.stop {
-            None => fut.wait().map(drop)?,
-            Some(stop) => loop {
-                if let Some(r) = fut.wait_timeout(STOP_POLL) {
-                    r?;
-                    break;
-                }
-                if stop() {
-                    fut.cancel();
-                    let _ = fut.wait();
-                    return Err(Error::Cancelled.into());
-                }
-            },
-        }
+        wait_stoppable(&fut, options.stop)?;
         drop(behind);
         if options.durable {
             for p in &pending {

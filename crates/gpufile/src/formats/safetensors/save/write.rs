@@ -3,8 +3,9 @@
 
 use crate::cuda::{PointerInfo, StreamWait};
 use crate::formats::safetensors::{Dtype, FormatError};
-use crate::{Buffer, Direction, Engine, FileHandle, IoFuture, Request, Settings};
+use crate::{Buffer, Direction, Engine, Error, FileHandle, IoFuture, Request, Settings};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use super::{plan_save, SaveTensor};
 
@@ -51,7 +52,9 @@ impl TensorRow {
         }
     }
 
-    fn request(&self, at: usize, len: usize, file_offset: u64) -> Request {
+    /// The write of `len` of its bytes from `at` to `file_offset`, carrying what the row knows
+    /// of its memory.
+    pub fn request(&self, at: usize, len: usize, file_offset: u64) -> Request {
         let buffer = match self.buffer {
             Buffer::Host { ptr, .. } => Buffer::Host {
                 ptr: ptr.wrapping_add(at),
@@ -138,4 +141,29 @@ pub unsafe fn submit_files(
     // SAFETY: the caller keeps every buffer valid until the future is done.
     let fut = unsafe { engine.submit_batch(&batch, settings) }?;
     Ok((plans.iter().map(|p| p.file_size).collect(), fut))
+}
+
+/// How often a save asks its caller's stop function (see
+/// [`super::checkpoint::SaveOptions::stop`]).
+pub const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// Waits for `fut`, asking `stop` every [`STOP_POLL`]: where it says so, the requests are
+/// cancelled and waited for, and the error is [`Error::Cancelled`].
+pub fn wait_stoppable(
+    fut: &IoFuture,
+    stop: Option<&(dyn Fn() -> bool + Sync)>,
+) -> crate::Result<()> {
+    let Some(stop) = stop else {
+        return fut.wait().map(drop);
+    };
+    loop {
+        if let Some(r) = fut.wait_timeout(STOP_POLL) {
+            return r.map(drop);
+        }
+        if stop() {
+            fut.cancel();
+            let _ = fut.wait();
+            return Err(Error::Cancelled);
+        }
+    }
 }
