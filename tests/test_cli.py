@@ -204,6 +204,27 @@ def test_bad_env_is_one_line_of_error(how):
                         "invalid: expected on/off/auto (also true/false, yes/no, 1/0; any case)\n")
 
 
+@pytest.mark.parametrize("how", ["python -m gpufile", "entry point"])
+def test_a_misspelt_variable_is_one_warning_line_of_the_command(how):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    clean["GPUFILE_X"] = "1"
+    cmd = [sys.executable, "-m", "gpufile"] if how == "python -m gpufile" else [_entry_point()]
+    r = subprocess.run([*cmd, "config"], capture_output=True, text=True, env=clean, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ("gpufile: warning: environment variable GPUFILE_X is not one gpufile "
+                        "reads (`gpufile config` lists the settings and their variables)\n")
+
+
+def test_a_misspelt_variable_is_still_a_warning_for_the_library():
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    clean["GPUFILE_X"] = "1"
+    code = "import warnings; warnings.simplefilter('error'); import gpufile"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean,
+                       timeout=120)
+    assert r.returncode == 1
+    assert "UserWarning: environment variable GPUFILE_X is not one gpufile reads" in r.stderr
+
+
 def test_unknown_env_variable_is_warned_once_by_the_cli():
     r = gpufile_cli("config", env={"GPUFILE_TASKSIZE": "1MiB"})
     assert r.returncode == 0, r.stderr
