@@ -370,6 +370,16 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
     if args.runs == 0 {
         return Err("--runs must be at least 1".into());
     }
+    // Every combination's settings are checked before a file is made: a bad --threads or
+    // --task-sizes leaves the folder as it was.
+    let engine = Engine::global()?;
+    for threads in &args.threads {
+        for task in &args.task_sizes {
+            for compat in &args.compat_modes {
+                combination_settings(&engine, *threads, task, compat)?;
+            }
+        }
+    }
     let own = args.file.is_none();
     let file = args
         .file
@@ -408,17 +418,10 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
     if args.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let engine = Engine::global()?;
     let mut rows = Vec::new();
     let result = (|| -> CliResult {
         for (((((op, cache, memory), size), threads), task), compat) in combos {
-            let threads_text = threads.to_string();
-            // Each combination's settings travel with its requests; the defaults stay.
-            let settings = engine.settings_with(&[
-                (Name::NumThreads, Input::Text(&threads_text)),
-                (Name::TaskSize, Input::Text(&task)),
-                (Name::CompatMode, Input::Text(&compat)),
-            ])?;
+            let settings = combination_settings(&engine, threads, &task, &compat)?;
             let write = op == "write";
             let data = &reference[..size];
             let mut buf = Buf::new(memory, size)?;
@@ -523,6 +526,21 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
         plot(&results, image, units, args.json)?;
     }
     Ok(())
+}
+
+/// One combination's settings: they travel with its requests, and the defaults stay.
+fn combination_settings(
+    engine: &Engine,
+    threads: usize,
+    task: &str,
+    compat: &str,
+) -> Result<Settings, CliError> {
+    let threads_text = threads.to_string();
+    Ok(engine.settings_with(&[
+        (Name::NumThreads, Input::Text(&threads_text)),
+        (Name::TaskSize, Input::Text(task)),
+        (Name::CompatMode, Input::Text(compat)),
+    ])?)
 }
 
 /// The plotting script, inside the binary so that the standalone `gpufile` plots too.

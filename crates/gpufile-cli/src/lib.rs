@@ -1,8 +1,8 @@
 //! The `gpufile` command line: `config`, `read`, `check`, `explain`, `bench`, `load`.
 //!
 //! The same [`run`] serves the standalone binary and `python -m gpufile`, so both behave alike.
-//! It never exits the process itself: it returns the exit status (0 success, 1 an error, 2 a
-//! usage error). With `--json`, stdout carries one JSON object, an error included
+//! It never exits the process itself: it returns the exit status (0 success, 1 an error, a bad
+//! value included, 2 a command line of the wrong shape). With `--json`, stdout carries one JSON object, an error included
 //! (docs/json.md); sizes print with units and rates with theirs (`--units`).
 //!
 //! One module per command (`config`, `read`, `check`, `explain`, `bench`, `load`, each with its
@@ -116,7 +116,21 @@ where
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
-            let status = if e.use_stderr() { 2 } else { 0 };
+            use clap::error::ErrorKind as K;
+            let status = match e.kind() {
+                _ if !e.use_stderr() => 0,
+                // A bad value exits 1 whoever finds it, clap or the command (args.rs).
+                K::ValueValidation | K::InvalidUtf8 => 1,
+                _ => 2,
+            };
+            if status == 1 {
+                let err = CliError::invalid(clap_message(&e));
+                if json {
+                    emit_json(&err.to_json(command_name(&args).as_deref()));
+                }
+                eprintln!("gpufile: error: {err}");
+                return status;
+            }
             if json && status != 0 {
                 let mut err = CliError::new("usage", e.kind().to_string());
                 err.message = e.to_string().trim_end().to_owned();
@@ -148,7 +162,7 @@ where
     match result {
         Ok(()) => 0,
         Err(e) => {
-            if json {
+            if json && !e.in_output {
                 emit_json(&e.to_json(Some(name)));
             }
             eprintln!("gpufile: error: {e}");
@@ -158,6 +172,17 @@ where
 }
 
 type CliResult = Result<(), CliError>;
+
+/// clap's sentence without its `error: ` and its `--help` tip, as every error prints.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let text = text
+        .split("\n\nFor more information")
+        .next()
+        .unwrap_or(text);
+    text.trim_end().to_owned()
+}
 
 fn out(text: &str) {
     // A closed pipe (`gpufile config | head`) is not an error worth a panic.

@@ -90,6 +90,7 @@ pub(crate) fn file_range(
             errno: None,
             path: None,
             status: 1,
+            in_output: false,
         }
         .with_path(path)
     };

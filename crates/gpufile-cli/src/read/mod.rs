@@ -18,7 +18,7 @@ use gpufile::{Engine, Request, Settings};
 use gpufile_diag::units::Units;
 use gpufile_remote::RemoteStats;
 
-use crate::args::{non_negative_offset, non_negative_size};
+use crate::args::{OFFSET, SIZE};
 use crate::destination::Destination;
 use crate::error::CliError;
 use crate::progress::wait_with_progress;
@@ -39,16 +39,16 @@ pub(crate) struct ReadArgs {
     #[arg(long, short = 't')]
     threads: Option<String>,
     /// Task size, e.g. 4MiB (default: the `task_size` setting).
-    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
+    #[arg(long, allow_hyphen_values = true, value_parser = SIZE)]
     task_size: Option<String>,
     /// compat_mode: on, off or auto (default: the `compat_mode` setting).
     #[arg(long)]
     compat_mode: Option<String>,
     /// File offset to start at, e.g. 1GiB (past the end of the file is an error).
-    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = non_negative_offset)]
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = OFFSET)]
     offset: String,
     /// Bytes to read (default: to the end of the file; past the end is an error).
-    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
+    #[arg(long, allow_hyphen_values = true, value_parser = SIZE)]
     size: Option<String>,
     /// Read this many times into the same buffer and report the median (the first run also pays
     /// for touching fresh memory).

@@ -1,0 +1,180 @@
+//! What the `gpufile` binary prints for people: its tables, counts, rates and exit statuses.
+
+use std::process::{Command, Output};
+
+fn gpufile(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpufile"));
+    cmd.args(args);
+    for (var, _) in std::env::vars_os() {
+        let name = var.to_string_lossy();
+        if name.starts_with("GPUFILE_") || name.starts_with("KVIKIO_") {
+            cmd.env_remove(&var);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("run gpufile")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The line of `text` that starts with `start`.
+fn line<'a>(text: &'a str, start: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(start))
+        .unwrap_or_else(|| panic!("no line {start:?} in\n{text}"))
+}
+
+#[test]
+fn config_shows_a_bad_variable_in_its_row_and_exits_1() {
+    let env = [("GPUFILE_TASK_SIZE", "banana"), ("KVIKIO_NTHREADS", "8")];
+    let o = gpufile(&["config"], &env);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let row = line(&text, "task_size ");
+    assert!(
+        row.contains("\"banana\"")
+            && row.contains("env GPUFILE_TASK_SIZE: invalid: expected a size such as 4194304"),
+        "{text}"
+    );
+    assert!(
+        line(&text, "num_threads ").contains(" 8 ")
+            && line(&text, "num_threads ").ends_with("env KVIKIO_NTHREADS"),
+        "{text}"
+    );
+    assert!(line(&text, "gds_threshold ").ends_with("default"), "{text}");
+    assert_eq!(
+        stderr(&o),
+        "gpufile: error: environment variable GPUFILE_TASK_SIZE=\"banana\" is invalid: \
+         expected a size such as 4194304, 4MiB, 1.5GiB, 16k or 1GB\n"
+    );
+
+    let o = gpufile(&["config", "--json"], &env);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["settings"]["task_size"]["value"], "banana");
+    assert_eq!(
+        v["settings"]["task_size"]["source"],
+        "env GPUFILE_TASK_SIZE"
+    );
+    assert!(v["settings"]["task_size"]["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("expected a size"));
+    assert_eq!(v["settings"]["num_threads"]["value"], 8);
+    assert!(v["settings"]["num_threads"]["error"].is_null());
+    assert_eq!(v["error"]["type"], "invalid-env");
+}
+
+#[test]
+fn config_columns_are_as_wide_as_their_widest_cell() {
+    let o = gpufile(
+        &["config"],
+        &[("GPUFILE_HTTP_STATUS_CODES", "429,500,502,503,504,599")],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    let header = text.lines().next().unwrap();
+    let columns = [
+        header.find("value").unwrap(),
+        header.find("source").unwrap(),
+    ];
+    for row in text.lines().skip(1) {
+        for c in columns {
+            let (before, at) = (row.as_bytes()[c - 1], row.as_bytes()[c]);
+            assert!(
+                before == b' ' && at != b' ',
+                "a cell runs past its column at byte {c}:\n{text}"
+            );
+        }
+    }
+}
+
+/// docs/cli.md's rule, for every command: a bad value exits 1 with one line `gpufile: error:
+/// ...`, whoever finds it (clap's parsers or the command); a command line of the wrong shape
+/// exits 2. A refused bench makes no file.
+#[test]
+fn bad_values_exit_1_and_misshapen_command_lines_2_in_every_command() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data.bin");
+    std::fs::write(&file, vec![1u8; 4096]).unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let f = file.to_str().unwrap();
+    let bad_values: &[&[&str]] = &[
+        &["read", f, "--threads", "0"],
+        &["read", f, "--threads", "many"],
+        &["explain", f, "--threads", "0"],
+        &["explain", f, "--threads", "many"],
+        &["bench", "--threads", "0", "--sizes", "4k"],
+        &["bench", "--threads", "many", "--sizes", "4k"],
+        &["read", f, "--compat-mode", "maybe"],
+        &["explain", f, "--compat-mode", "maybe"],
+        &["bench", "--compat-modes", "maybe", "--sizes", "4k"],
+        &["read", f, "--task-size", "banana"],
+        &["explain", f, "--task-size", "banana"],
+        &["bench", "--task-sizes", "banana", "--sizes", "4k"],
+        &["bench", "--task-sizes", "0", "--sizes", "4k"],
+        &["read", f, "--offset", "-1"],
+        &["explain", f, "--offset", "-1"],
+        &["read", f, "--repeat", "0"],
+        &["read", f, "--device", "x"],
+        &["explain", f, "--device", "x"],
+        &["load", f, "--device", "x"],
+        &["bench", "--runs", "0"],
+        &["bench", "--runs", "x"],
+        &["bench", "--memory", "floppy"],
+        &["explain", f, "--cufile", "maybe"],
+        &["read", f, "--units", "metric"],
+    ];
+    for args in bad_values {
+        let o = gpufile(args, &[("TMPDIR", tmp.to_str().unwrap())]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.starts_with("gpufile: error: ") && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+        let o = gpufile(&[args, &["--json"][..]].concat(), &[]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(o.status.code(), Some(1), "{args:?} --json");
+        assert_eq!(v["command"], args[0], "{args:?} --json");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_gpufile"))
+        .args([OsStr::new("read"), file.as_os_str(), OsStr::new("--size")])
+        .arg(OsStr::from_bytes(b"1\xffk"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "bench made a file"
+    );
+
+    let misshapen: &[&[&str]] = &[
+        &["frobnicate"],
+        &["config", "--frobnicate"],
+        &["check", "--frobnicate"],
+        &["read", f, "--frobnicate"],
+        &["explain", f, "--frobnicate"],
+        &["bench", "--frobnicate"],
+        &["load", f, "--frobnicate"],
+        &["read"],
+        &["read", f, "--size"],
+        &["read", f, "--size", "--json"],
+        &["read", f, "--host", "--device", "0"],
+        &["explain", f, "--host", "--device", "0"],
+    ];
+    for args in misshapen {
+        let o = gpufile(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+}
