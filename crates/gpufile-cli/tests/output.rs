@@ -178,3 +178,23 @@ fn bad_values_exit_1_and_misshapen_command_lines_2_in_every_command() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// Where libcuda does not load, `check` says why once, on its line; the lines it also explains
+/// (the file's registration, the verdicts) point there.
+#[test]
+fn check_says_why_libcuda_is_missing_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.bin");
+    std::fs::write(&file, b"x").unwrap();
+    let o = gpufile(&["check", file.to_str().unwrap()], &[]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    let Some(why) = line(&text, "libcuda ").split_once("not available: ") else {
+        return; // libcuda loads here: nothing to repeat
+    };
+    assert_eq!(text.matches(why.1).count(), 1, "{text}");
+    assert!(
+        line(&text, "  OFF ").ends_with("CUDA is not available, see libcuda"),
+        "{text}"
+    );
+}
