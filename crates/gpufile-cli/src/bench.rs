@@ -184,10 +184,10 @@ fn ensure_file(
             return Err(refuse(
                 "unexpected-eof",
                 format!(
-                    "{} has {} bytes, fewer than the largest --sizes ({}); bench never \
+                    "{} has {}, fewer than the largest --sizes ({}); bench never \
                      modifies a file it did not make: give a larger file or smaller --sizes",
                     path.display(),
-                    m.len(),
+                    units::count(m.len(), "byte", "bytes"),
                     units::size(size as u64)
                 ),
             ))
@@ -462,8 +462,9 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
                 return Err(CliError::new(
                     "verification-failed",
                     format!(
-                        "{op} of {} ({memory:?}, {threads} threads): data differ",
-                        units::size(size as u64)
+                        "{op} of {} ({memory:?}, {}): data differ",
+                        units::size(size as u64),
+                        units::count(threads as u64, "thread", "threads")
                     ),
                 )
                 .with_path(target));

@@ -410,7 +410,11 @@ fn read_all(
     if n != plan.bytes() {
         return Err(CliError::new(
             "unexpected-eof",
-            format!("read {n} bytes, expected {}", plan.bytes()),
+            format!(
+                "read {}, expected {}",
+                units::count(n as u64, "byte", "bytes"),
+                plan.bytes()
+            ),
         ));
     }
     Ok(n)

@@ -96,9 +96,10 @@ pub(crate) fn file_range(
     };
     if offset > file_size {
         return Err(eof(format!(
-            "--offset {offset} ({}) is past the end of {} ({file_size} bytes)",
+            "--offset {offset} ({}) is past the end of {} ({})",
             units::size(offset),
-            path.display()
+            path.display(),
+            units::count(file_size, "byte", "bytes")
         )));
     }
     let size = match size_text {

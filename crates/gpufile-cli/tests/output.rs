@@ -198,3 +198,120 @@ fn check_says_why_libcuda_is_missing_once() {
         "{text}"
     );
 }
+
+/// Counts agree with their nouns: no `1 runs`, `1 requests`, `1 tasks`, ...
+fn assert_plurals(text: &str) {
+    for noun in [
+        "runs",
+        "requests",
+        "tasks",
+        "pieces",
+        "workers",
+        "retries",
+        "files",
+        "work units",
+        "I/O threads",
+        "tensors",
+    ] {
+        let wrong = format!(" 1 {noun}");
+        assert!(
+            !text.contains(&wrong) && !text.contains(&format!("\n1 {noun}")),
+            "{wrong:?} in\n{text}"
+        );
+    }
+}
+
+/// The deepest nesting of parentheses in `line`.
+fn depth(line: &str) -> usize {
+    let (mut d, mut most) = (0usize, 0);
+    for c in line.chars() {
+        match c {
+            '(' => d += 1,
+            ')' => d = d.saturating_sub(1),
+            _ => {}
+        }
+        most = most.max(d);
+    }
+    most
+}
+
+#[test]
+fn explain_reads_as_prose_with_the_task_size_setting_under_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.bin");
+    std::fs::write(&file, vec![3u8; 2 << 20]).unwrap();
+    let f = file.to_str().unwrap();
+    let cases: &[&[&str]] = &[
+        &["--size", "0", "--host"],
+        &["--size", "1MiB", "--host"],
+        &["--size", "4MiB", "--threads", "4", "--host"],
+        &[
+            "--size",
+            "2MiB",
+            "--threads",
+            "1",
+            "--task-size",
+            "1MiB",
+            "--host",
+        ],
+        &["--size", "17MiB", "--device", "0", "--cufile", "nvfs"],
+        &[
+            "--size",
+            "1GiB",
+            "--device",
+            "0",
+            "--cufile",
+            "nvfs",
+            "--task-size",
+            "1GiB",
+        ],
+        &["--size", "64MiB", "--device", "0", "--cufile", "compat"],
+        &[f, "--host", "--run"],
+    ];
+    let mut texts = Vec::new();
+    for args in cases {
+        let o = gpufile(&[&["explain"][..], args].concat(), &[]);
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        let text = stdout(&o);
+        for l in text.lines() {
+            assert!(depth(l) <= 1, "nested parentheses in {args:?}:\n{l}");
+            assert!(
+                !l.trim_end().ends_with('='),
+                "dangling '=' in {args:?}:\n{l}"
+            );
+        }
+        assert_plurals(&text);
+        texts.push(text);
+    }
+    assert_eq!(
+        line(&texts[0], "tasks "),
+        "tasks       none: 0 bytes to read"
+    );
+    assert_eq!(line(&texts[1], "tasks "), "tasks       1 task of 1 MiB");
+    // The setting under settings, the plan's task size where the tasks are.
+    assert!(
+        line(&texts[2], "settings ").contains("task_size 4 MiB"),
+        "{}",
+        texts[2]
+    );
+    assert!(
+        line(&texts[2], "tasks ").starts_with("tasks       4 tasks of 1 MiB"),
+        "{}",
+        texts[2]
+    );
+    assert!(texts[3].contains("2 tasks over 1 worker\n"), "{}", texts[3]);
+    assert_eq!(
+        line(&texts[4], "tasks "),
+        "tasks       5 tasks: 4 of 4 MiB and 1 of 1 MiB"
+    );
+    assert!(
+        texts[5].contains("cuFile      1 request, one per task"),
+        "{}",
+        texts[5]
+    );
+    assert!(
+        texts[5].contains("1 request of 1 GiB: 4 pieces"),
+        "{}",
+        texts[5]
+    );
+}

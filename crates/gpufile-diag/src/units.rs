@@ -61,6 +61,12 @@ pub fn size(n: u64) -> String {
     }
 }
 
+/// A count with its noun: `1 run`, `2 runs` (`many` is the plural: `retries`).
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// A rate for people, with its unit: `12.35 GB/s`, `11.50 GiB/s`, or both.
 pub fn rate(bytes: u64, seconds: f64, units: Units) -> String {
     let per_s = if seconds > 0.0 {
@@ -98,6 +104,13 @@ mod tests {
         assert_eq!(size(3 << 29), "1.50 GiB");
         assert_eq!(size(1_000_000_000), "953.67 MiB");
         assert_eq!(size(u64::MAX), "16384.00 PiB");
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(1u64, "run", "runs"), "1 run");
+        assert_eq!(count(0u64, "run", "runs"), "0 runs");
+        assert_eq!(count(2u32, "retry", "retries"), "2 retries");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use gpufile::config::{Input, Name};
 use gpufile::{Engine, Request, Settings};
-use gpufile_diag::units::Units;
+use gpufile_diag::units::{self, Units};
 use gpufile_remote::RemoteStats;
 
 use crate::args::{OFFSET, SIZE};
@@ -169,7 +169,11 @@ fn timed_runs(
         let n = wait_with_progress(&fut, size as u64, !args.json, units)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {
-            return Err(format!("read {n} bytes, expected {size}").into());
+            return Err(format!(
+                "read {}, expected {size}",
+                units::count(n as u64, "byte", "bytes")
+            )
+            .into());
         }
     }
     Ok(runs)
