@@ -67,6 +67,9 @@ pub(crate) struct BenchArgs {
     /// The interpreter is $GPUFILE_PYTHON, else python3 (`python -m gpufile` sets it to its own).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
+    #[arg(long, default_value = "decimal", value_name = "UNITS")]
+    pub(crate) units: Units,
 }
 
 #[derive(Clone)]

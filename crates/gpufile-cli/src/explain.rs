@@ -57,6 +57,9 @@ pub(crate) struct ExplainArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
+    #[arg(long, default_value = "decimal", value_name = "UNITS")]
+    pub(crate) units: Units,
 }
 
 /// Explains (and with `--run` performs) the read `args` describe, and prints it.

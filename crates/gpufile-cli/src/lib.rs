@@ -29,7 +29,7 @@ mod range;
 mod read;
 use args::parse_size_arg;
 use error::CliError;
-use gpufile_diag::units::{self, Units};
+use gpufile_diag::units;
 
 /// Move file data into GPU and host memory, fast, and say which path ran.
 ///
@@ -38,9 +38,6 @@ use gpufile_diag::units::{self, Units};
 #[derive(Parser, Debug)]
 #[command(name = "gpufile", version)]
 struct Cli {
-    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
-    #[arg(long, global = true, default_value = "decimal", value_name = "UNITS")]
-    units: Units,
     #[command(subcommand)]
     command: Command,
 }
@@ -150,14 +147,14 @@ where
         Command::Bench(_) => "bench",
         Command::Load(_) => "load",
     };
-    let units = cli.units;
+    // --units belongs to the commands that print a rate (read, explain --run, bench, load).
     let result = match cli.command {
         Command::Config { json } => config::run(json),
-        Command::Read(args) => read::run(&args, units),
+        Command::Read(args) => read::run(&args, args.units),
         Command::Check { path, json } => check::run(path.as_deref(), json),
-        Command::Explain(args) => explain::run(&args, units),
-        Command::Bench(args) => bench::run(&args, units),
-        Command::Load(args) => load::run(&args, units),
+        Command::Explain(args) => explain::run(&args, args.units),
+        Command::Bench(args) => bench::run(&args, args.units),
+        Command::Load(args) => load::run(&args, args.units),
     };
     match result {
         Ok(()) => 0,

@@ -315,3 +315,37 @@ fn explain_reads_as_prose_with_the_task_size_setting_under_settings() {
         texts[5]
     );
 }
+
+#[test]
+fn units_is_an_option_of_the_commands_that_print_a_rate_only() {
+    for command in ["read", "explain", "bench", "load"] {
+        let o = gpufile(&[command, "--help"], &[]);
+        assert!(stdout(&o).contains("--units <UNITS>"), "{command}");
+    }
+    for command in ["config", "check"] {
+        let o = gpufile(&[command, "--help"], &[]);
+        assert!(!stdout(&o).contains("--units"), "{command}: {}", stdout(&o));
+        let o = gpufile(&[command, "--units", "binary"], &[]);
+        assert_eq!(o.status.code(), Some(2), "{command}: {}", stderr(&o));
+    }
+    assert!(!stdout(&gpufile(&["--help"], &[])).contains("--units"));
+}
+
+/// `read --task-size 1`: a slow rate keeps three significant digits (it printed `0.00 GB/s`).
+#[test]
+fn a_slow_read_prints_its_rate_with_three_significant_digits() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("slow.bin");
+    std::fs::write(&file, vec![5u8; 16 << 10]).unwrap();
+    let args = ["read", file.to_str().unwrap(), "--host", "--task-size", "1"];
+    let o = gpufile(&args, &[]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    let rate = line(&text, "throughput ")
+        .trim_start_matches("throughput")
+        .trim()
+        .trim_end_matches(" GB/s");
+    let value: f64 = rate.parse().unwrap();
+    let significant = rate.trim_start_matches(['0', '.']).replace('.', "");
+    assert!(value > 0.0 && significant.len() >= 3, "{text}");
+}

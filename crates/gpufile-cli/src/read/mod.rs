@@ -66,6 +66,9 @@ pub(crate) struct ReadArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
+    #[arg(long, default_value = "decimal", value_name = "UNITS")]
+    pub(crate) units: Units,
 }
 
 /// Most `--repeat` runs one `gpufile read` makes.
