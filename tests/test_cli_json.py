@@ -224,7 +224,7 @@ def test_bench_json(tmp_path):
     (("read", "/nonexistent/x.bin"), "os", 2),
     (("check", "/nonexistent/x.bin"), "os", 2),
     (("explain", "/nonexistent/x.bin"), "os", 2),
-    (("bench", "--file", "/nonexistent/x.bin", "--sizes", "0"), "os", 2),
+    (("bench", "--file", "/nonexistent/x.bin", "--sizes", "1k"), "os", 2),
     (("read", "/proc/self/status"), "not-a-regular-file", None),
     (("read", "/dev/zero"), "not-a-regular-file", None),
 ])

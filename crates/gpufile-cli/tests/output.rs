@@ -349,3 +349,20 @@ fn a_slow_read_prints_its_rate_with_three_significant_digits() {
     let significant = rate.trim_start_matches(['0', '.']).replace('.', "");
     assert!(value > 0.0 && significant.len() >= 3, "{text}");
 }
+
+/// `bench --sizes 0` measures nothing: refused before any file is made.
+#[test]
+fn bench_refuses_a_size_of_0_before_making_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "bench", "--sizes", "64k,0", "--memory", "host", "--runs", "1",
+    ];
+    let o = gpufile(&args, &[("TMPDIR", dir.path().to_str().unwrap())]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(
+        stderr(&o),
+        "gpufile: error: --sizes 0: a transfer of 0 bytes measures nothing; sizes are at least \
+         1 byte\n"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
