@@ -100,3 +100,14 @@ def test_every_command_of_the_page_runs_as_written(page, tmp_path):
 def test_the_commands_not_run_are_still_on_the_pages():
     on_pages = {c for page in PAGES for c in shell_commands(page)}
     assert set(NOT_RUN) <= on_pages, set(NOT_RUN) - on_pages
+
+
+def test_the_demo_refuses_a_mistyped_file_before_it_builds(tmp_path):
+    venv = tmp_path / "venv"
+    env = {**os.environ, "GPUFILE_VENV": str(venv)}
+    r = subprocess.run(["bash", str(ROOT / "scripts/demo.sh"), str(tmp_path / "typo.bni")],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr == (f"demo: {tmp_path / 'typo.bni'} does not exist (give an existing file, "
+                        "or no FILE for the demo's own)\n")
+    assert r.stdout == "" and not venv.exists()  # nothing installed, nothing built
