@@ -4,6 +4,19 @@
 #   bash scripts/demo.sh [FILE] [extra `gpufile read` options]
 # Default file: 1 GiB of random bytes at ${TMPDIR:-/tmp}/gpufile-demo.bin (made once).
 set -euo pipefail
+
+# Only the demo's own default file is ever made; a FILE the user names must exist (a mistyped path
+# must not become a new 1 GiB file), which is checked before minutes of building, from the
+# folder the demo was started in.
+default=${TMPDIR:-/tmp}/gpufile-demo.bin
+file=${1:-$default}
+[ $# -gt 0 ] && shift
+if [ ! -e "$file" ] && [ "$file" != "$default" ]; then
+    echo "demo: $file does not exist (give an existing file, or no FILE for the demo's own)" >&2
+    exit 1
+fi
+case $file in /*) ;; *) file=$PWD/$file ;; esac
+
 cd "$(dirname "$0")/.."
 venv=${GPUFILE_VENV:-.venv}
 
@@ -16,16 +29,7 @@ VIRTUAL_ENV="$PWD/$venv" "$venv/bin/maturin" develop --release 2>&1 \
     | { grep -v "^Ignoring .*: markers" || true; }
 echo "   built: $("$venv/bin/python" -c 'import gpufile; print("gpufile", gpufile.__version__)')"
 
-# Only the demo's own default file is ever made; a FILE the user names must exist (a mistyped path
-# must not become a new 1 GiB file).
-default=${TMPDIR:-/tmp}/gpufile-demo.bin
-file=${1:-$default}
-[ $# -gt 0 ] && shift
 if [ ! -e "$file" ]; then
-    if [ "$file" != "$default" ]; then
-        echo "demo: $file does not exist (give an existing file, or no FILE for the demo's own)" >&2
-        exit 1
-    fi
     echo "making $file (1 GiB of random bytes)"
     head -c $((1 << 30)) /dev/urandom > "$file"
 fi

@@ -27,7 +27,7 @@ def test_config_lists_every_setting_with_source():
 def test_config_json():
     r = gpufile_cli("config", "--json", env={"KVIKIO_COMPAT_MODE": "off"})
     cfg = json.loads(r.stdout)["settings"]
-    assert cfg["compat_mode"] == {"value": "OFF", "source": "env KVIKIO_COMPAT_MODE"}
+    assert cfg["compat_mode"] == {"value": "OFF", "source": "env KVIKIO_COMPAT_MODE", "error": None}
 
 
 def test_read_json_reports_path_and_throughput(tmp_path):
@@ -51,6 +51,10 @@ def test_bad_env_is_reported():
     r = gpufile_cli("config", env={"GPUFILE_NTHREADS": "many"})
     assert r.returncode == 1
     assert "GPUFILE_NTHREADS" in r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("num_threads "))
+    assert '"many"' in row and "env GPUFILE_NTHREADS: invalid: expected an integer" in row
+    r = gpufile_cli("read", "/nonexistent", env={"GPUFILE_NTHREADS": "many"})
+    assert r.returncode == 1 and r.stdout == "" and "GPUFILE_NTHREADS" in r.stderr
 
 
 def test_sizes_take_decimal_and_binary_units_and_fractions(tmp_path):
@@ -82,7 +86,7 @@ def test_text_output_prints_sizes_and_labelled_rates(tmp_path):
     r = gpufile_cli("explain", str(p), "--host")
     assert "request     3 MiB (3145728 bytes)" in r.stdout, r.stdout
     r = gpufile_cli("read", str(p), "--units", "metric")
-    assert r.returncode == 2 and "expected decimal, binary or both" in r.stderr
+    assert r.returncode == 1 and "expected decimal, binary or both" in r.stderr
 
 
 def test_help_lists_the_commands_truthfully():
@@ -118,11 +122,11 @@ def test_explain_takes_the_files_size_and_refuses_zero_threads(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["prediction"]["request"]["size"] == 4 << 20
     r = gpufile_cli("explain", str(p), "--threads", "0")
-    assert r.returncode == 2 and "--threads" in r.stderr
+    assert r.returncode == 1 and "--threads" in r.stderr
     r = gpufile_cli("explain")
     assert r.returncode == 1 and "FILE or --size" in r.stderr
     r = gpufile_cli("explain", "--size", "1MiB", "--device")
-    assert r.returncode == 2  # --device takes a GPU number, as in `read`
+    assert r.returncode == 2  # --device takes a GPU number, as in `read`: the number is missing
 
 
 def _has_gpu():
@@ -157,7 +161,7 @@ def test_non_utf8_arguments_end_in_a_clear_error(tmp_path):
     assert r.returncode == 0 and b"bytes       3 (3 B)" in r.stdout, r.stderr
     r = subprocess.run([sys.executable, "-m", "gpufile", "read", "x", "--size", b"1\xffk"],
                        capture_output=True, timeout=60)
-    assert r.returncode == 2 and b"Traceback" not in r.stderr
+    assert r.returncode == 1 and b"Traceback" not in r.stderr
     assert b"invalid UTF-8" in r.stderr
 
 
@@ -202,6 +206,27 @@ def test_bad_env_is_one_line_of_error(how):
     assert r.returncode == 1
     assert r.stderr == ('gpufile: error: environment variable KVIKIO_COMPAT_MODE="maybe" is '
                         "invalid: expected on/off/auto (also true/false, yes/no, 1/0; any case)\n")
+
+
+@pytest.mark.parametrize("how", ["python -m gpufile", "entry point"])
+def test_a_misspelt_variable_is_one_warning_line_of_the_command(how):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    clean["GPUFILE_X"] = "1"
+    cmd = [sys.executable, "-m", "gpufile"] if how == "python -m gpufile" else [_entry_point()]
+    r = subprocess.run([*cmd, "config"], capture_output=True, text=True, env=clean, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ("gpufile: warning: environment variable GPUFILE_X is not one gpufile "
+                        "reads (`gpufile config` lists the settings and their variables)\n")
+
+
+def test_a_misspelt_variable_is_still_a_warning_for_the_library():
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    clean["GPUFILE_X"] = "1"
+    code = "import warnings; warnings.simplefilter('error'); import gpufile"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean,
+                       timeout=120)
+    assert r.returncode == 1
+    assert "UserWarning: environment variable GPUFILE_X is not one gpufile reads" in r.stderr
 
 
 def test_unknown_env_variable_is_warned_once_by_the_cli():

@@ -124,8 +124,21 @@ def test_config_json():
     out, _ = cli_json("config", env={"KVIKIO_COMPAT_MODE": "off"})
     check_object(out, "config")
     assert out["command"] == "config"
-    assert out["settings"]["compat_mode"] == {"value": "OFF", "source": "env KVIKIO_COMPAT_MODE"}
+    assert out["settings"]["compat_mode"] == {"value": "OFF", "source": "env KVIKIO_COMPAT_MODE",
+                                              "error": None}
     assert out["settings"]["task_size"]["value"] == 4 << 20
+    assert out["error"] is None
+    for setting in out["settings"].values():
+        check_object(setting, "setting")
+
+
+def test_config_json_with_a_bad_variable_shows_it_and_the_error():
+    out, _ = cli_json("config", status=1, env={"GPUFILE_TASK_SIZE": "banana"})
+    check_object(out, "config")
+    check_object(out["error"], "error")
+    assert out["error"]["type"] == "invalid-env" and "GPUFILE_TASK_SIZE" in out["error"]["message"]
+    assert out["settings"]["task_size"]["value"] == "banana"
+    assert out["settings"]["task_size"]["error"].startswith("expected a size")
 
 
 def test_read_json(data):
@@ -211,7 +224,7 @@ def test_bench_json(tmp_path):
     (("read", "/nonexistent/x.bin"), "os", 2),
     (("check", "/nonexistent/x.bin"), "os", 2),
     (("explain", "/nonexistent/x.bin"), "os", 2),
-    (("bench", "--file", "/nonexistent/x.bin", "--sizes", "0"), "os", 2),
+    (("bench", "--file", "/nonexistent/x.bin", "--sizes", "1k"), "os", 2),
     (("read", "/proc/self/status"), "not-a-regular-file", None),
     (("read", "/dev/zero"), "not-a-regular-file", None),
 ])
@@ -234,11 +247,11 @@ def test_eof_errors_have_one_type(data):
 
 
 def test_usage_errors_are_json_too():
-    out, r = cli_json("explain", "--size", "1GiB", "--threads", "0", status=2)
+    out, r = cli_json("explain", "--size", "1GiB", "--threads", "0", status=1)
     check_object(out, "error-output")
-    assert out["error"]["type"] == "usage" and "--threads" in out["error"]["message"]
+    assert out["error"]["type"] == "invalid-argument" and "--threads" in out["error"]["message"]
     out, _ = cli_json("read", "--frobnicate", status=2)
-    assert out["command"] == "read"
+    assert out["command"] == "read" and out["error"]["type"] == "usage"
 
 
 def test_python_as_dict_follows_the_schema(data, tmp_path):

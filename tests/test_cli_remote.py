@@ -72,7 +72,7 @@ def test_read_url_range_and_text_report(served):
     text = r.stdout.decode()
     assert "bytes       5000 " in text
     assert "remote (HTTP)" in text and f"{url}/f.bin" in text
-    assert "1 requests, 0 retries, 5000 bytes" in text
+    assert "1 request, 0 retries, 5000 bytes" in text
     assert "verified    bytes match a plain ranged read of the object" in text
 
 

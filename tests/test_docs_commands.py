@@ -161,3 +161,14 @@ def test_the_c_and_cpp_section_installs_builds_and_runs(tmp_path):
     assert out.count("read 1048576 bytes, the same bytes\n") == 2, out
     assert "open missing.bin: No such file or directory\n" in out, out
     assert (app / "data.bin").read_bytes() == b"g" * (1 << 20)
+
+
+def test_the_demo_refuses_a_mistyped_file_before_it_builds(tmp_path):
+    venv = tmp_path / "venv"
+    env = {**os.environ, "GPUFILE_VENV": str(venv)}
+    r = subprocess.run(["bash", str(ROOT / "scripts/demo.sh"), str(tmp_path / "typo.bni")],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr == (f"demo: {tmp_path / 'typo.bni'} does not exist (give an existing file, "
+                        "or no FILE for the demo's own)\n")
+    assert r.stdout == "" and not venv.exists()  # nothing installed, nothing built

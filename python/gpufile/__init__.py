@@ -123,10 +123,40 @@ def _cufile_dirs() -> list[str]:
 
 _native.cufile_set_search_dirs(_cufile_dirs())
 
+
+def _imported_by_the_command() -> bool:
+    """Whether this import is the ``gpufile`` command's own (``python -m gpufile``, or the script
+    pip writes, which does ``from gpufile.__main__ import main``): the command then prints the
+    warnings below as ``gpufile: warning: ...`` lines, as the Rust binary does."""
+    argv = getattr(_sys, "orig_argv", [])
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("-m"):
+            module = arg[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            return module in ("gpufile", "gpufile.__main__")
+        if arg in ("-X", "-W"):
+            i += 1  # an option with its value (-X dev, -W error)
+        elif arg == "-c" or arg == "-" or not arg.startswith("-"):
+            break  # a command, stdin or a script: not -m gpufile
+        i += 1
+    main = _sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    if not script or _os.path.basename(script) != "gpufile":
+        return False
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            return "from gpufile.__main__ import main" in f.read(4096)
+    except OSError:
+        return False
+
+
 # A misspelt variable (KVIKIO_NTHREAD) would otherwise leave its setting at the default without a
-# word; stacklevel 2 names the importing line (the import machinery's frames are skipped).
-for _text in _native.take_env_warnings():
-    _warnings.warn(_text, stacklevel=2)
+# word; stacklevel 2 names the importing line (the import machinery's frames are skipped). The
+# command leaves them to its own front end, which prints each as one line.
+if not _imported_by_the_command():
+    for _text in _native.take_env_warnings():
+        _warnings.warn(_text, stacklevel=2)
 
 
 def _at_exit() -> None:

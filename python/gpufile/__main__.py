@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        The exit status: 0 success, 1 an error, 2 a usage error.
+        The exit status: 0 success, 1 an error (a bad value included), 2 a command line of
+        the wrong shape (docs/cli.md).
     """
     args = sys.argv[1:] if argv is None else argv
     if sys.executable and not os.environ.get("GPUFILE_PYTHON"):

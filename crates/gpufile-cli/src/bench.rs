@@ -1,7 +1,7 @@
 //! `gpufile bench`: a gdsio-like sweep. Every combination of sizes, threads, task sizes, compat
 //! modes, operations, cache states and memories runs `--runs` times; every read is checked
-//! against the file's bytes and every write by reading the written file back; the median is
-//! reported in a table (or JSON), and `--plot` draws it with matplotlib: one panel per swept
+//! against the file's bytes and every write by reading the written file back; the median run time
+//! (for an even count, the mean of the middle two) is reported in a table (or JSON), and `--plot` draws it with matplotlib: one panel per swept
 //! dimension (threads, size, task size), one line per setting, the spread across runs shown.
 
 use std::ffi::OsString;
@@ -56,7 +56,8 @@ pub(crate) struct BenchArgs {
     /// Memories: host, device (default: device where a GPU exists, else host).
     #[arg(long, value_delimiter = ',')]
     memory: Vec<String>,
-    /// Runs per combination (the median is reported).
+    /// Runs per combination (the median run time is reported; for an even count, the mean of the
+    /// middle two).
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Print JSON instead of a table.
@@ -67,6 +68,9 @@ pub(crate) struct BenchArgs {
     /// The interpreter is $GPUFILE_PYTHON, else python3 (`python -m gpufile` sets it to its own).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
+    #[arg(long, default_value = "decimal", value_name = "UNITS")]
+    pub(crate) units: Units,
 }
 
 #[derive(Clone)]
@@ -184,10 +188,10 @@ fn ensure_file(
             return Err(refuse(
                 "unexpected-eof",
                 format!(
-                    "{} has {} bytes, fewer than the largest --sizes ({}); bench never \
+                    "{} has {}, fewer than the largest --sizes ({}); bench never \
                      modifies a file it did not make: give a larger file or smaller --sizes",
                     path.display(),
-                    m.len(),
+                    units::count(m.len(), "byte", "bytes"),
                     units::size(size as u64)
                 ),
             ))
@@ -334,6 +338,12 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
             usize::try_from(n).map_err(|_| CliError::invalid(format!("--sizes {s}: too large")))
         })
         .collect::<Result<_, _>>()?;
+    if let Some(zero) = args.sizes.iter().zip(&sizes).find(|(_, n)| **n == 0) {
+        return Err(CliError::invalid(format!(
+            "--sizes {}: a transfer of 0 bytes measures nothing; sizes are at least 1 byte",
+            zero.0
+        )));
+    }
     // Before the sweep: a missing matplotlib should cost seconds, not the whole run.
     if args.plot.is_some() {
         check_plotting()?;
@@ -369,6 +379,16 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
     }
     if args.runs == 0 {
         return Err("--runs must be at least 1".into());
+    }
+    // Every combination's settings are checked before a file is made: a bad --threads or
+    // --task-sizes leaves the folder as it was.
+    let engine = Engine::global()?;
+    for threads in &args.threads {
+        for task in &args.task_sizes {
+            for compat in &args.compat_modes {
+                combination_settings(&engine, *threads, task, compat)?;
+            }
+        }
     }
     let own = args.file.is_none();
     let file = args
@@ -408,17 +428,10 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
     if args.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let engine = Engine::global()?;
     let mut rows = Vec::new();
     let result = (|| -> CliResult {
         for (((((op, cache, memory), size), threads), task), compat) in combos {
-            let threads_text = threads.to_string();
-            // Each combination's settings travel with its requests; the defaults stay.
-            let settings = engine.settings_with(&[
-                (Name::NumThreads, Input::Text(&threads_text)),
-                (Name::TaskSize, Input::Text(&task)),
-                (Name::CompatMode, Input::Text(&compat)),
-            ])?;
+            let settings = combination_settings(&engine, threads, &task, &compat)?;
             let write = op == "write";
             let data = &reference[..size];
             let mut buf = Buf::new(memory, size)?;
@@ -459,15 +472,14 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
                 return Err(CliError::new(
                     "verification-failed",
                     format!(
-                        "{op} of {} ({memory:?}, {threads} threads): data differ",
-                        units::size(size as u64)
+                        "{op} of {} ({memory:?}, {}): data differ",
+                        units::size(size as u64),
+                        units::count(threads as u64, "thread", "threads")
                     ),
                 )
                 .with_path(target));
             }
-            let mut sorted = times.clone();
-            sorted.sort_by(f64::total_cmp);
-            let med = sorted[sorted.len() / 2];
+            let med = median(&times);
             rows.push(Row {
                 op,
                 memory: format!("{memory:?}").to_lowercase(),
@@ -514,8 +526,8 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
             );
         }
         t += &format!(
-            "medians of {} runs; every transfer verified byte for byte\n",
-            args.runs
+            "throughput: {}; every transfer verified byte for byte\n",
+            statistic(args.runs)
         );
         out(&t);
     }
@@ -523,6 +535,43 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
         plot(&results, image, units, args.json)?;
     }
     Ok(())
+}
+
+/// The median of `times`; for an even count, the mean of the middle two. The one statistic
+/// bench reports: the table's throughput, JSON's `seconds` and the plot's line all come from it.
+fn median(times: &[f64]) -> f64 {
+    let mut sorted = times.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n % 2 {
+        1 => sorted[n / 2],
+        _ if n == 0 => 0.0,
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// The statistic's name for `runs`, as the table and the plot say it.
+fn statistic(runs: usize) -> String {
+    match runs {
+        1 => "one run".to_owned(),
+        n if n % 2 == 1 => format!("the median of {n} runs"),
+        n => format!("the median of {n} runs, the mean of the middle two run times"),
+    }
+}
+
+/// One combination's settings: they travel with its requests, and the defaults stay.
+fn combination_settings(
+    engine: &Engine,
+    threads: usize,
+    task: &str,
+    compat: &str,
+) -> Result<Settings, CliError> {
+    let threads_text = threads.to_string();
+    Ok(engine.settings_with(&[
+        (Name::NumThreads, Input::Text(&threads_text)),
+        (Name::TaskSize, Input::Text(task)),
+        (Name::CompatMode, Input::Text(compat)),
+    ])?)
 }
 
 /// The plotting script, inside the binary so that the standalone `gpufile` plots too.
@@ -567,10 +616,15 @@ fn check_plotting() -> CliResult {
 }
 
 fn plot(results: &[serde_json::Value], image: &Path, units: Units, quiet: bool) -> CliResult {
+    let runs = results
+        .first()
+        .and_then(|r| r["seconds_per_run"].as_array())
+        .map_or(0, Vec::len);
     let mut child = std::process::Command::new(python())
         .args(["-c", PLOT])
         .arg(image)
         .arg(units.to_string())
+        .arg(statistic(runs))
         .stdin(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| CliError::new("plot-unavailable", format!("--plot: {e}")))?;

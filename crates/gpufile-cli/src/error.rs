@@ -19,6 +19,9 @@ pub(crate) struct CliError {
     pub path: Option<PathBuf>,
     /// The exit status: 1, or 2 for usage errors.
     pub status: i32,
+    /// The command's JSON output carries the error already (`config` shows its settings and the
+    /// error in one object): nothing more goes to stdout.
+    pub in_output: bool,
 }
 
 impl CliError {
@@ -34,7 +37,14 @@ impl CliError {
             errno: None,
             path: None,
             status: 1,
+            in_output: false,
         }
+    }
+
+    /// Marks the error as carried by the JSON output already where `json`.
+    pub fn in_output(mut self, json: bool) -> Self {
+        self.in_output = json;
+        self
     }
 
     pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
@@ -106,6 +116,7 @@ impl From<gpufile::Error> for CliError {
             errno: e.errno(),
             path,
             status: 1,
+            in_output: false,
         }
     }
 }
@@ -118,6 +129,7 @@ impl From<std::io::Error> for CliError {
             message: e.to_string(),
             path: None,
             status: 1,
+            in_output: false,
         }
     }
 }

@@ -8,7 +8,7 @@ use gpufile::config;
 use gpufile::{FileHandle, Memory};
 use gpufile_diag::units::Units;
 
-use crate::args::{non_negative_offset, non_negative_size, parse_size_arg};
+use crate::args::{parse_size_arg, OFFSET, SIZE};
 use crate::destination::default_memory;
 use crate::error::CliError;
 use crate::range::{file_range, file_size};
@@ -19,13 +19,13 @@ pub(crate) struct ExplainArgs {
     /// The file to explain (and read with --run); --size defaults to its size.
     file: Option<PathBuf>,
     /// Bytes to read, e.g. 1GiB (default: from --offset to the end of FILE).
-    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
+    #[arg(long, allow_hyphen_values = true, value_parser = SIZE)]
     size: Option<String>,
     /// File offset, e.g. 1MiB.
-    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = non_negative_offset)]
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = OFFSET)]
     offset: String,
     /// task_size (default: the setting).
-    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
+    #[arg(long, allow_hyphen_values = true, value_parser = SIZE)]
     task_size: Option<String>,
     /// num_threads (default: the setting).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=config::MAX_THREADS as i64))]
@@ -57,6 +57,9 @@ pub(crate) struct ExplainArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
+    #[arg(long, default_value = "decimal", value_name = "UNITS")]
+    pub(crate) units: Units,
 }
 
 /// Explains (and with `--run` performs) the read `args` describe, and prints it.

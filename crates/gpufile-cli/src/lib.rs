@@ -1,8 +1,8 @@
 //! The `gpufile` command line: `config`, `read`, `check`, `explain`, `bench`, `load`.
 //!
 //! The same [`run`] serves the standalone binary and `python -m gpufile`, so both behave alike.
-//! It never exits the process itself: it returns the exit status (0 success, 1 an error, 2 a
-//! usage error). With `--json`, stdout carries one JSON object, an error included
+//! It never exits the process itself: it returns the exit status (0 success, 1 an error, a bad
+//! value included, 2 a command line of the wrong shape). With `--json`, stdout carries one JSON object, an error included
 //! (docs/json.md); sizes print with units and rates with theirs (`--units`).
 //!
 //! One module per command (`config`, `read`, `check`, `explain`, `bench`, `load`, each with its
@@ -29,7 +29,7 @@ mod range;
 mod read;
 use args::parse_size_arg;
 use error::CliError;
-use gpufile_diag::units::{self, Units};
+use gpufile_diag::units;
 
 /// Move file data into GPU and host memory, fast, and say which path ran.
 ///
@@ -38,9 +38,6 @@ use gpufile_diag::units::{self, Units};
 #[derive(Parser, Debug)]
 #[command(name = "gpufile", version)]
 struct Cli {
-    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
-    #[arg(long, global = true, default_value = "decimal", value_name = "UNITS")]
-    units: Units,
     #[command(subcommand)]
     command: Command,
 }
@@ -116,7 +113,21 @@ where
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
-            let status = if e.use_stderr() { 2 } else { 0 };
+            use clap::error::ErrorKind as K;
+            let status = match e.kind() {
+                _ if !e.use_stderr() => 0,
+                // A bad value exits 1 whoever finds it, clap or the command (args.rs).
+                K::ValueValidation | K::InvalidUtf8 => 1,
+                _ => 2,
+            };
+            if status == 1 {
+                let err = CliError::invalid(clap_message(&e));
+                if json {
+                    emit_json(&err.to_json(command_name(&args).as_deref()));
+                }
+                eprintln!("gpufile: error: {err}");
+                return status;
+            }
             if json && status != 0 {
                 let mut err = CliError::new("usage", e.kind().to_string());
                 err.message = e.to_string().trim_end().to_owned();
@@ -136,19 +147,19 @@ where
         Command::Bench(_) => "bench",
         Command::Load(_) => "load",
     };
-    let units = cli.units;
+    // --units belongs to the commands that print a rate (read, explain --run, bench, load).
     let result = match cli.command {
         Command::Config { json } => config::run(json),
-        Command::Read(args) => read::run(&args, units),
+        Command::Read(args) => read::run(&args, args.units),
         Command::Check { path, json } => check::run(path.as_deref(), json),
-        Command::Explain(args) => explain::run(&args, units),
-        Command::Bench(args) => bench::run(&args, units),
-        Command::Load(args) => load::run(&args, units),
+        Command::Explain(args) => explain::run(&args, args.units),
+        Command::Bench(args) => bench::run(&args, args.units),
+        Command::Load(args) => load::run(&args, args.units),
     };
     match result {
         Ok(()) => 0,
         Err(e) => {
-            if json {
+            if json && !e.in_output {
                 emit_json(&e.to_json(Some(name)));
             }
             eprintln!("gpufile: error: {e}");
@@ -158,6 +169,17 @@ where
 }
 
 type CliResult = Result<(), CliError>;
+
+/// clap's sentence without its `error: ` and its `--help` tip, as every error prints.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let text = text
+        .split("\n\nFor more information")
+        .next()
+        .unwrap_or(text);
+    text.trim_end().to_owned()
+}
 
 fn out(text: &str) {
     // A closed pipe (`gpufile config | head`) is not an error worth a panic.

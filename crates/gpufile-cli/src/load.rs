@@ -58,6 +58,9 @@ pub(crate) struct LoadArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
+    #[arg(long, default_value = "decimal", value_name = "UNITS")]
+    pub(crate) units: Units,
 }
 
 impl From<FormatError> for CliError {
@@ -410,7 +413,11 @@ fn read_all(
     if n != plan.bytes() {
         return Err(CliError::new(
             "unexpected-eof",
-            format!("read {n} bytes, expected {}", plan.bytes()),
+            format!(
+                "read {}, expected {}",
+                units::count(n as u64, "byte", "bytes"),
+                plan.bytes()
+            ),
         ));
     }
     Ok(n)

@@ -90,14 +90,16 @@ pub(crate) fn file_range(
             errno: None,
             path: None,
             status: 1,
+            in_output: false,
         }
         .with_path(path)
     };
     if offset > file_size {
         return Err(eof(format!(
-            "--offset {offset} ({}) is past the end of {} ({file_size} bytes)",
+            "--offset {offset} ({}) is past the end of {} ({})",
             units::size(offset),
-            path.display()
+            path.display(),
+            units::count(file_size, "byte", "bytes")
         )));
     }
     let size = match size_text {

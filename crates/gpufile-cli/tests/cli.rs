@@ -108,14 +108,14 @@ fn errors_with_json_are_json_on_stdout() {
 }
 
 #[test]
-fn non_utf8_arguments_are_usage_errors_or_paths() {
+fn non_utf8_arguments_are_bad_values_or_paths() {
     use std::os::unix::ffi::OsStrExt;
     let bad = std::ffi::OsStr::from_bytes(b"1\xffk");
     let o = Command::new(env!("CARGO_BIN_EXE_gpufile"))
         .args(["read".as_ref(), "x".as_ref(), "--size".as_ref(), bad])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("invalid UTF-8"),
         "{o:?}"
@@ -190,7 +190,7 @@ fn negative_offsets_and_sizes_say_they_must_be_non_negative() {
     ] {
         let o = gpufile(args, &[]);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
         assert!(
             err.contains(rule) && !err.contains("'-- -"),
             "{args:?}: {err}"

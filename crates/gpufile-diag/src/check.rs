@@ -417,7 +417,22 @@ impl CheckReport {
     pub fn render(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "gpufile      {}", self.gpufile_version);
-        let _ = writeln!(s, "libcuda      {}", show(&self.libcuda));
+        // libcuda's failure is said once, on its line; the lines it also explains point there.
+        const CUDA_PREFIX: &str = "CUDA is not available: ";
+        let libcuda = match &self.libcuda {
+            Err(e) => format!(
+                "not available: {}",
+                e.strip_prefix(CUDA_PREFIX).unwrap_or(e)
+            ),
+            Ok(v) => v.clone(),
+        };
+        let brief = |text: String| match &self.libcuda {
+            Err(e) if !e.is_empty() => {
+                text.replace(e.as_str(), "CUDA is not available, see libcuda")
+            }
+            _ => text,
+        };
+        let _ = writeln!(s, "libcuda      {libcuda}");
         if self.gpus.is_empty() {
             let _ = writeln!(
                 s,
@@ -523,7 +538,7 @@ impl CheckReport {
                 "  cuFile      {}",
                 match &f.cufile_registers {
                     Ok(()) => "registers it".to_owned(),
-                    Err(e) => format!("does not register it: {e}"),
+                    Err(e) => brief(format!("does not register it: {e}")),
                 }
             );
         }
@@ -533,7 +548,7 @@ impl CheckReport {
                 Ok(p) => p.to_string(),
                 Err(e) => format!("error: {e}"),
             };
-            let _ = writeln!(s, "  {:<4} → {text}", v.compat_mode.name());
+            let _ = writeln!(s, "  {:<4} → {}", v.compat_mode.name(), brief(text));
         }
         s
     }

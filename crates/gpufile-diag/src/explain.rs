@@ -101,7 +101,10 @@ pub struct Explanation {
     pub device: i32,
     /// Effective compat_mode.
     pub compat_mode: CompatMode,
-    /// Effective task_size.
+    /// The task_size setting (the request's, else the process's).
+    pub task_size_setting: usize,
+    /// Effective task_size: the setting, or smaller where a read alone is cut so every worker
+    /// helps.
     pub task_size: usize,
     /// Effective num_threads.
     pub num_threads: usize,
@@ -258,7 +261,10 @@ pub fn explain_with(
         notes.push(render_dma(dma));
     }
     if task_count > num_threads {
-        notes.push(format!("{task_count} tasks over {num_threads} workers"));
+        notes.push(format!(
+            "{task_count} tasks over {}",
+            units::count(num_threads as u64, "worker", "workers")
+        ));
     }
     Ok(Explanation {
         gather_host_io: gpufile::engine::host_io(&s, true),
@@ -267,6 +273,7 @@ pub fn explain_with(
         memory: req.memory,
         device: req.device,
         compat_mode,
+        task_size_setting: s.task_size,
         task_size,
         num_threads,
         gds_threshold,

@@ -61,15 +61,32 @@ pub fn size(n: u64) -> String {
     }
 }
 
-/// A rate for people, with its unit: `12.35 GB/s`, `11.50 GiB/s`, or both.
+/// A count with its noun: `1 run`, `2 runs` (`many` is the plural: `retries`).
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `v` with two decimals, or as many more as three significant digits need (`12.35`, `0.500`,
+/// `0.00152`): a slow rate (`--task-size 1`) never prints as `0.00`.
+fn digits3(v: f64) -> String {
+    let decimals = match v {
+        v if !v.is_finite() || v <= 0.0 || v >= 1.0 => 2,
+        v => (2 - v.log10().floor() as i64).clamp(2, 15) as usize,
+    };
+    format!("{v:.decimals$}")
+}
+
+/// A rate for people, with its unit: `12.35 GB/s`, `11.50 GiB/s`, or both; three significant
+/// digits at least.
 pub fn rate(bytes: u64, seconds: f64, units: Units) -> String {
     let per_s = if seconds > 0.0 {
         bytes as f64 / seconds
     } else {
         0.0
     };
-    let decimal = format!("{:.2} GB/s", per_s / 1e9);
-    let binary = format!("{:.2} GiB/s", per_s / (1u64 << 30) as f64);
+    let decimal = format!("{} GB/s", digits3(per_s / 1e9));
+    let binary = format!("{} GiB/s", digits3(per_s / (1u64 << 30) as f64));
     match units {
         Units::Decimal => decimal,
         Units::Binary => binary,
@@ -101,11 +118,23 @@ mod tests {
     }
 
     #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(1u64, "run", "runs"), "1 run");
+        assert_eq!(count(0u64, "run", "runs"), "0 runs");
+        assert_eq!(count(2u32, "retry", "retries"), "2 retries");
+    }
+
+    #[test]
     fn rates_say_their_unit() {
         assert_eq!(rate(10_000_000_000, 1.0, Units::Decimal), "10.00 GB/s");
         assert_eq!(rate(10 << 30, 1.0, Units::Binary), "10.00 GiB/s");
         assert_eq!(rate(1 << 30, 1.0, Units::Both), "1.07 GB/s (1.00 GiB/s)");
         assert_eq!(rate(1, 0.0, Units::Decimal), "0.00 GB/s");
+        // Slow rates keep three significant digits.
+        assert_eq!(rate(500_000_000, 1.0, Units::Decimal), "0.500 GB/s");
+        assert_eq!(rate(1_520_000, 1.0, Units::Decimal), "0.00152 GB/s");
+        assert_eq!(rate(16384, 0.1, Units::Binary), "0.000153 GiB/s");
+        assert_eq!(rate(123_456_000_000, 1.0, Units::Decimal), "123.46 GB/s");
         assert_eq!("IEC".parse::<Units>(), Ok(Units::Binary));
         assert!("metric".parse::<Units>().is_err());
     }

@@ -15,10 +15,10 @@ use std::time::Instant;
 
 use gpufile::config::{Input, Name};
 use gpufile::{Engine, Request, Settings};
-use gpufile_diag::units::Units;
+use gpufile_diag::units::{self, Units};
 use gpufile_remote::RemoteStats;
 
-use crate::args::{non_negative_offset, non_negative_size};
+use crate::args::{OFFSET, SIZE};
 use crate::destination::Destination;
 use crate::error::CliError;
 use crate::progress::wait_with_progress;
@@ -39,16 +39,16 @@ pub(crate) struct ReadArgs {
     #[arg(long, short = 't')]
     threads: Option<String>,
     /// Task size, e.g. 4MiB (default: the `task_size` setting).
-    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
+    #[arg(long, allow_hyphen_values = true, value_parser = SIZE)]
     task_size: Option<String>,
     /// compat_mode: on, off or auto (default: the `compat_mode` setting).
     #[arg(long)]
     compat_mode: Option<String>,
     /// File offset to start at, e.g. 1GiB (past the end of the file is an error).
-    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = non_negative_offset)]
+    #[arg(long, default_value = "0", allow_hyphen_values = true, value_parser = OFFSET)]
     offset: String,
     /// Bytes to read (default: to the end of the file; past the end is an error).
-    #[arg(long, allow_hyphen_values = true, value_parser = non_negative_size)]
+    #[arg(long, allow_hyphen_values = true, value_parser = SIZE)]
     size: Option<String>,
     /// Read this many times into the same buffer and report the median (the first run also pays
     /// for touching fresh memory).
@@ -66,6 +66,9 @@ pub(crate) struct ReadArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// How rates print: decimal (GB/s, the default), binary (GiB/s, as gdsio prints) or both.
+    #[arg(long, default_value = "decimal", value_name = "UNITS")]
+    pub(crate) units: Units,
 }
 
 /// Most `--repeat` runs one `gpufile read` makes.
@@ -169,7 +172,11 @@ fn timed_runs(
         let n = wait_with_progress(&fut, size as u64, !args.json, units)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {
-            return Err(format!("read {n} bytes, expected {size}").into());
+            return Err(format!(
+                "read {}, expected {size}",
+                units::count(n as u64, "byte", "bytes")
+            )
+            .into());
         }
     }
     Ok(runs)

@@ -114,10 +114,10 @@ impl Outcome<'_> {
         }
         if let Some(r) = self.remote {
             text += &format!(
-                "remote      {} requests, {} retries, {} bytes ({})\n",
-                r.requests,
-                r.retries,
-                r.bytes,
+                "remote      {}, {}, {} ({})\n",
+                units::count(r.requests, "request", "requests"),
+                units::count(r.retries, "retry", "retries"),
+                units::count(r.bytes, "byte", "bytes"),
                 units::size(r.bytes)
             );
         }

@@ -26,6 +26,28 @@ pub(super) fn human(n: usize) -> String {
     units::size(n as u64)
 }
 
+/// `n` things with its noun (`1 task`, `2 tasks`).
+fn count(n: usize, one: &str, many: &str) -> String {
+    units::count(n as u64, one, many)
+}
+
+/// The tasks for people, each size shown: `none: 0 bytes to read`, `1 task of 1 MiB`,
+/// `16 tasks of 4 MiB`, `5 tasks: 4 of 4 MiB and 1 of 1 MiB`.
+fn task_list(total: usize, runs: &[(usize, usize)]) -> String {
+    match runs {
+        [] => "none: 0 bytes to read".to_owned(),
+        [(n, size)] => format!("{} of {}", count(*n, "task", "tasks"), human(*size)),
+        _ => format!(
+            "{}: {}",
+            count(total, "task", "tasks"),
+            runs.iter()
+                .map(|(n, s)| format!("{n} of {}", human(*s)))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+    }
+}
+
 /// Runs as `count × size` terms, summed.
 fn run_list(runs: &[(usize, usize)]) -> String {
     runs.iter()
@@ -89,16 +111,16 @@ impl Explanation {
         };
         let _ = writeln!(
             s,
-            "request     {} ({} bytes) at offset {} into {mem}",
+            "request     {} ({}) at offset {} into {mem}",
             human(self.size),
-            self.size,
+            count(self.size, "byte", "bytes"),
             human(self.file_offset as usize)
         );
         let _ = writeln!(
             s,
             "settings    compat_mode {}, task_size {}, num_threads {}, gds_threshold {}",
             self.compat_mode,
-            human(self.task_size),
+            human(self.task_size_setting),
             self.num_threads,
             human(self.gds_threshold)
         );
@@ -110,11 +132,17 @@ impl Explanation {
                 let _ = writeln!(s, "path        none: the request would fail: {e}");
             }
         }
+        let cut = match self.task_size < self.task_size_setting.min(self.size) {
+            true => format!(
+                ", the plan's task size for this read (the setting is {})",
+                human(self.task_size_setting)
+            ),
+            false => String::new(),
+        };
         let _ = writeln!(
             s,
-            "tasks       {} = {}",
-            self.task_count,
-            run_list(&self.tasks)
+            "tasks       {}{cut}",
+            task_list(self.task_count, &self.tasks)
         );
         if let Some(chunk) = self.bounce_chunk {
             let _ = writeln!(
@@ -125,7 +153,11 @@ impl Explanation {
             );
         }
         if let (Some(req), Some(e)) = (self.cufile_requests, &self.cufile_execution) {
-            let _ = writeln!(s, "cuFile      {req} requests (one per task)");
+            let _ = writeln!(
+                s,
+                "cuFile      {}, one per task",
+                count(req, "request", "requests")
+            );
             let _ = writeln!(
                 s,
                 "cufile.json {}: parallel_io {}, max_io_threads {}, min_io_threshold_size_kb {}, \
@@ -136,39 +168,41 @@ impl Explanation {
                 e.min_io_threshold_size_kb,
                 e.max_request_parallelism
             );
-            for (count, pieces) in &self.cufile_pieces {
+            for (count_of, pieces) in &self.cufile_pieces {
                 let size: usize = pieces.iter().sum();
                 let why = if pieces.len() == 1 {
                     format!(
-                        "not above min_io_threshold_size_kb ({})",
+                        "not above min_io_threshold_size_kb, {}",
                         human(e.min_io_threshold_size_kb as usize * 1024)
                     )
                 } else {
                     format!(
-                        "split by max_request_parallelism {} / min_io_threshold",
+                        "split by max_request_parallelism {} and min_io_threshold_size_kb",
                         e.max_request_parallelism
                     )
                 };
                 let _ = writeln!(
                     s,
-                    "  {count} request(s) of {}: {} piece(s) = {} ({why})",
+                    "  {} of {}: {} = {} ({why})",
+                    count(*count_of, "request", "requests"),
                     human(size),
-                    pieces.len(),
+                    count(pieces.len(), "piece", "pieces"),
                     run_list(&runs(pieces.iter().copied()))
                 );
             }
             if let Some(w) = self.cufile_work_units {
                 let _ = writeln!(
                     s,
-                    "work units  {w} scheduled on cuFile's {} I/O threads",
-                    e.max_io_threads
+                    "work units  {} scheduled on cuFile's {}",
+                    count(w, "work unit", "work units"),
+                    count(e.max_io_threads as usize, "I/O thread", "I/O threads")
                 );
             }
         }
         let _ = writeln!(
             s,
-            "gathers     many small ranges (read_ranges, read_rows): {}",
-            self.gather_host_io
+            "gathers     read_ranges and read_rows of many small ranges use {}: {}",
+            self.gather_host_io.backend, self.gather_host_io.reason
         );
         for n in &self.notes {
             let _ = writeln!(s, "note        {n}");

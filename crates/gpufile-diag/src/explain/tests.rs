@@ -46,7 +46,11 @@ fn the_specs_three_examples() {
     assert_eq!(x.cufile_pieces, vec![(1, vec![256 << 20; 4])]);
     let x = explain(&req(16 << 20, 16 << 20)).unwrap();
     assert_eq!(x.cufile_pieces, vec![(1, vec![8 << 20; 2])]);
-    assert!(x.render().contains("2 piece(s)"), "{}", x.render());
+    assert!(
+        x.render().contains("1 request of 16 MiB: 2 pieces"),
+        "{}",
+        x.render()
+    );
 }
 
 #[test]

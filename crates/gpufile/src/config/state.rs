@@ -53,8 +53,20 @@ impl State {
     /// [`Error::InvalidEnv`] naming its variable, never skipped (a lower-priority variable, or
     /// the default, would then win without a word).
     pub fn from_env_os(lookup: impl Fn(&str) -> Option<OsString>) -> Result<State> {
+        let (state, mut errors) = State::from_env_each(lookup);
+        match errors.is_empty() {
+            true => Ok(state),
+            false => Err(errors.swap_remove(0)),
+        }
+    }
+
+    /// As [`State::from_env_os`], every variable read: a setting whose variable is bad keeps its
+    /// default, and each bad variable is one [`Error::InvalidEnv`], in the order of the settings
+    /// (`gpufile config` shows them all in their rows rather than stopping at the first).
+    pub fn from_env_each(lookup: impl Fn(&str) -> Option<OsString>) -> (State, Vec<Error>) {
         let mut settings = Settings::default();
         let mut origins: Vec<Origin> = Name::ALL.iter().map(|n| n.default_origin()).collect();
+        let mut errors = Vec::new();
         for name in Name::ALL {
             let Some((var, raw)) = name
                 .env_vars()
@@ -63,24 +75,32 @@ impl State {
             else {
                 continue;
             };
-            let text = raw.into_string().map_err(|raw| Error::InvalidEnv {
-                var: var.clone(),
-                value: raw.to_string_lossy().into_owned(),
-                reason: format!(
-                    "not valid UTF-8 (bytes b\"{}\")",
-                    raw.as_encoded_bytes().escape_ascii()
-                ),
-            })?;
-            let value =
-                validate(name, &Input::Text(&text)).map_err(|reason| Error::InvalidEnv {
+            let value = match raw.into_string() {
+                Ok(text) => {
+                    validate(name, &Input::Text(&text)).map_err(|reason| Error::InvalidEnv {
+                        var: var.clone(),
+                        value: text.clone(),
+                        reason,
+                    })
+                }
+                Err(raw) => Err(Error::InvalidEnv {
                     var: var.clone(),
-                    value: text.clone(),
-                    reason,
-                })?;
-            settings.put(name, value);
-            origins[name.index()] = Origin::Env(var);
+                    value: raw.to_string_lossy().into_owned(),
+                    reason: format!(
+                        "not valid UTF-8 (bytes b\"{}\")",
+                        raw.as_encoded_bytes().escape_ascii()
+                    ),
+                }),
+            };
+            match value {
+                Ok(value) => {
+                    settings.put(name, value);
+                    origins[name.index()] = Origin::Env(var);
+                }
+                Err(e) => errors.push(e),
+            }
         }
-        Ok(State { settings, origins })
+        (State { settings, origins }, errors)
     }
 
     /// Where `name`'s value came from.
