@@ -257,7 +257,7 @@ class Bench:
                "rows_per_s": n_rows / wall, "gb_per_s": n_rows * self.args.dim * 4 / wall / 1e9,
                "runs_s": walls, "device": str(self.device), "cold": self.args.cold}
         self.results.append(row)
-        print(f"  {name:<34} {row['rows_per_s'] / 1e6:>8.3f} M rows/s {row['gb_per_s']:>7.2f} "
+        print(f"  {name:<38} {row['rows_per_s'] / 1e6:>8.3f} M rows/s {row['gb_per_s']:>7.2f} "
               f"GB/s{extra}", flush=True)
 
     def loader(self, name: str, data: Any, before: Callable[[], None]) -> None:
@@ -305,7 +305,11 @@ def main(argv: list[str] | None = None) -> None:
         args.table_gb, args.batches, args.batch_size, args.runs = 1 / 32, 3, 256, 2
     args.num_neighbors = [int(k) for k in args.num_neighbors.split(",")]
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    gpufile.defaults.set({"num_threads": args.num_threads})
+    with gpufile.defaults.set({"num_threads": args.num_threads}):  # restored after
+        run(args, device)
+
+
+def run(args: argparse.Namespace, device: torch.device) -> None:
     row_bytes = args.dim * 4
     n_rows = int(args.table_gb * 1e9) // row_bytes
     n_rows = args.n_rows = max(n_rows, args.batch_size * args.batches)
@@ -313,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
           f"device {device}, batches of {args.batch_size} seeds, {args.num_neighbors} "
           f"neighbours, {args.batches} batches, median of {args.runs}"
           f"{', cold' if args.cold else ''}; sampler: "
-          f"{'PyG native' if torch_geometric.typing.WITH_PYG_LIB else 'TorchNeighborSampler'}",
+          f"{'PyG native' if torch_geometric.typing.WITH_PYG_LIB else 'TorchNeighborSampler'}; "
+          f"torch threads {torch.get_num_threads()}, gpufile threads {args.num_threads}",
           flush=True)
     t0 = time.perf_counter()
     x = make_table(n_rows, args.dim, pinned=device.type == "cuda")
@@ -341,6 +346,11 @@ def main(argv: list[str] | None = None) -> None:
         b.loader("NeighborLoader, PyG in-memory store", (in_memory, graph), lambda: None)
         b.loader("NeighborLoader, gpufile FeatureStore", (store, graph), before)
         store.close()
+    base = b.results[0]["rows_per_s"]
+    print(f"\n{'way':<38} {'M rows/s':>9} {'GB/s':>7} {'x pinned':>9}")
+    for r in b.results:
+        print(f"{r['name']:<38} {r['rows_per_s'] / 1e6:>9.3f} {r['gb_per_s']:>7.2f} "
+              f"{r['rows_per_s'] / base:>9.2f}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
             {"args": {k: v for k, v in vars(args).items()}, "put_gb_per_s": x.nbytes / put_s / 1e9,
