@@ -52,13 +52,13 @@ ROWS_SUFFIX = ".rows"
 FORMAT = "gpufile.pyg/1"
 
 # The dtypes a table may hold: every torch dtype with a fixed byte size that a byte view can
-# carry (quantized and bit-packed dtypes have no such view).
+# carry (quantized and bit-packed dtypes have no such view); those this torch has.
 _DTYPES = {
-    str(d).split(".")[-1]: d for d in (
-        torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-        torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128,
-        torch.uint16, torch.uint32, torch.uint64,
-        torch.float8_e4m3fn, torch.float8_e5m2)
+    name: getattr(torch, name) for name in (
+        "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+        "uint8", "bool", "complex64", "complex128", "uint16", "uint32", "uint64",
+        "float8_e4m3fn", "float8_e5m2")
+    if isinstance(getattr(torch, name, None), torch.dtype)
 }
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
