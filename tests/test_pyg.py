@@ -247,7 +247,8 @@ _WRITER = textwrap.dedent("""
 
 def test_a_put_killed_midway_leaves_a_whole_table(tmp_path):
     """A writer killed (SIGKILL) while it puts leaves the last table it published, whole: each
-    read gives one put's values in every row, never a mix or a short table."""
+    read, during the puts and after the kill, gives one put's values in every row, never a mix
+    or a short table."""
     store = FeatureStore(tmp_path)
     store.put_tensor(torch.zeros(4096, 1024), group_name=None, attr_name="x", index=None)
     for delay in (0.05, 0.3, 0.7):
@@ -255,7 +256,11 @@ def test_a_put_killed_midway_leaves_a_whole_table(tmp_path):
                               stdout=subprocess.PIPE, text=True) as p:
             try:
                 assert p.stdout.readline().strip() == "1"  # one put done
-                time.sleep(delay)
+                # Reads while it puts: each is one put's table, whole.
+                end = time.monotonic() + delay
+                while time.monotonic() < end:
+                    got = store[None, "x", torch.tensor([0, 4095, 17])]
+                    assert torch.equal(got, torch.full_like(got, got[0, 0].item()))
             finally:
                 p.send_signal(signal.SIGKILL)
                 p.wait(timeout=60)

@@ -244,17 +244,25 @@ class FeatureStore(_PygFeatureStore):
         """The open table of ``attr``, reopened where its descriptor changed on disk (a put
         by another store or process) or the process forked."""
         key, desc_path = self._paths(attr)
-        try:
-            st = os.stat(desc_path)
-        except FileNotFoundError:
-            raise KeyError(f"no tensor {_index_name(attr)} in the feature store at "
-                           f"{self.root}") from None
-        with self._lock:
-            table = self._tables.get(key)
-            if (table is not None and table.pid == os.getpid()
-                    and table.stat_key == (st.st_ino, st.st_mtime_ns, st.st_size)):
-                return table
-        fresh = _Table(self.root, desc_path, st)
+        for attempt in range(3):
+            try:
+                st = os.stat(desc_path)
+            except FileNotFoundError:
+                raise KeyError(f"no tensor {_index_name(attr)} in the feature store at "
+                               f"{self.root}") from None
+            with self._lock:
+                table = self._tables.get(key)
+                if (table is not None and table.pid == os.getpid()
+                        and table.stat_key == (st.st_ino, st.st_mtime_ns, st.st_size)):
+                    return table
+            try:
+                fresh = _Table(self.root, desc_path, st)
+                break
+            except FileNotFoundError:
+                # A put by another process replaced the descriptor and removed the rows file
+                # it named between the two opens: the new descriptor names the new one.
+                if attempt == 2:
+                    raise
         # A replaced table is not closed here: a read on another thread may still use it; it
         # closes when the last reference goes.
         with self._lock:
