@@ -174,6 +174,27 @@ def test_check_json(data):
         check_object(out[name], "outcome", f"$.{name}")
 
 
+def test_check_json_shows_what_cufile_1_15_tells_or_not_in_this_cufile():
+    out, _ = cli_json("check")
+    items = {"cufile_bar_sizes": "cufile-bar", "cufile_p2p_flags": "cufile-p2p",
+             "cufile_parameter_limits": "cufile-limit"}
+    for name, item in items.items():
+        check_object(out[name], "outcome", f"$.{name}")
+        if out[name]["ok"]:
+            for i, v in enumerate(out[name]["value"]):
+                check_object(v, item, f"$.{name}[{i}]")
+        else:
+            assert out[name]["value"] is None
+            if not out["libcufile"]["ok"]:
+                assert out[name]["error"].startswith("not in this cuFile"), out[name]
+    r = cli("check")
+    text = r.stdout.decode()
+    for label in ("cuFile BAR ", "cuFile P2P ", "cuFile limits"):
+        line = next(l for l in text.splitlines() if l.startswith(label))
+        if not out["libcufile"]["ok"]:
+            assert line.endswith("not in this cuFile (libcufile not loaded)"), text
+
+
 def test_check_without_cufile_json_uses_cufiles_defaults(tmp_path):
     missing = tmp_path / "cufile.json"
     out, _ = cli_json("check", env={"CUFILE_ENV_PATH_JSON": str(missing)})

@@ -199,6 +199,41 @@ fn check_says_why_libcuda_is_missing_once() {
     );
 }
 
+/// What only cuFile 1.15+ tells (BAR sizes, P2P modes, parameter ranges) has its lines and
+/// fields; where libcufile does not load, each says "not in this cuFile" and its value is null.
+#[test]
+fn check_shows_what_cufile_1_15_tells_or_not_in_this_cufile() {
+    let o = gpufile(&["check"], &[]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    let no_cufile = line(&text, "libcufile ").contains("not available: ");
+    for label in ["cuFile BAR ", "cuFile P2P ", "cuFile limits"] {
+        let l = line(&text, label);
+        if no_cufile {
+            assert!(
+                l.ends_with("not in this cuFile (libcufile not loaded)"),
+                "{text}"
+            );
+        }
+    }
+    let o = gpufile(&["check", "--json"], &[]);
+    assert!(o.status.success(), "{o:?}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for key in [
+        "cufile_bar_sizes",
+        "cufile_p2p_flags",
+        "cufile_parameter_limits",
+    ] {
+        let field = &v[key];
+        assert!(field["ok"].is_boolean(), "{key}: {field}");
+        if no_cufile {
+            assert!(field["value"].is_null(), "{key}: {field}");
+            let error = field["error"].as_str().unwrap_or_default();
+            assert!(error.starts_with("not in this cuFile"), "{key}: {field}");
+        }
+    }
+}
+
 /// Counts agree with their nouns: no `1 runs`, `1 requests`, `1 tasks`, ...
 fn assert_plurals(text: &str) {
     for noun in [

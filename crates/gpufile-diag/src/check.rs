@@ -13,6 +13,7 @@ use gpufile::cufile;
 use gpufile::plan::{self, Availability, IoPath, Memory, Policy};
 use serde_json::{json, Value};
 
+use crate::capabilities::{self, Capabilities};
 use crate::explain::CUFILE_EXECUTION_DEFAULTS;
 use crate::{schema, units};
 use gpufile::{Engine, FileHandle};
@@ -101,6 +102,8 @@ pub struct CheckReport {
     pub cufile_json: CufileJson,
     /// What cuFile reports it uses (cuFileGetParameter*).
     pub cufile_parameters: Result<Vec<(String, String)>, String>,
+    /// What only cuFile 1.15+ tells: BAR sizes, P2P modes, parameter ranges.
+    pub cufile_capabilities: Capabilities,
     /// The file asked about.
     pub file: Option<FileCheck>,
     /// For each compat mode, the path a large device read would take.
@@ -304,6 +307,8 @@ pub fn check(path: Option<&Path>) -> CheckReport {
     } else {
         Err("libcufile not loaded".into())
     };
+    let ordinals: Vec<i32> = gpus.iter().map(|g| g.ordinal).collect();
+    let cufile_capabilities = capabilities::probe(&libcufile, &ordinals);
     let file = path.map(file_check);
     let gds_threshold = Engine::global()
         .map(|e| e.settings().gds_threshold)
@@ -342,6 +347,7 @@ pub fn check(path: Option<&Path>) -> CheckReport {
         iommu: iommu(),
         cufile_json,
         cufile_parameters,
+        cufile_capabilities,
         file,
         verdicts,
     }
@@ -378,34 +384,33 @@ impl CheckReport {
                 .map(|(k, v)| json!({"key": k, "value": v}))
                 .collect()
         };
-        schema::envelope(
-            "check",
-            json!({
-                "gpufile_version": self.gpufile_version,
-                "libcuda": schema::outcome(&self.libcuda),
-                "gpus": self.gpus,
-                "libcufile": schema::outcome(&self.libcufile),
-                "cufile_properties": schema::outcome(&self.cufile_properties),
-                "nvidia_fs": self.nvidia_fs,
-                "run_udev": self.run_udev,
-                "wsl": self.wsl,
-                "iommu": self.iommu,
-                "cufile_json": {
-                    "path": self.cufile_json.path,
-                    "exists": self.cufile_json.exists,
-                    "values": schema::outcome(&self.cufile_json.values.as_ref().map(pairs)
-                        .map_err(Clone::clone)),
-                },
-                "cufile_parameters": schema::outcome(&self.cufile_parameters.as_ref().map(pairs)
+        let mut body = json!({
+            "gpufile_version": self.gpufile_version,
+            "libcuda": schema::outcome(&self.libcuda),
+            "gpus": self.gpus,
+            "libcufile": schema::outcome(&self.libcufile),
+            "cufile_properties": schema::outcome(&self.cufile_properties),
+            "nvidia_fs": self.nvidia_fs,
+            "run_udev": self.run_udev,
+            "wsl": self.wsl,
+            "iommu": self.iommu,
+            "cufile_json": {
+                "path": self.cufile_json.path,
+                "exists": self.cufile_json.exists,
+                "values": schema::outcome(&self.cufile_json.values.as_ref().map(pairs)
                     .map_err(Clone::clone)),
-                "file": self.file.as_ref().map(FileCheck::to_json),
-                "verdicts": self.verdicts.iter().map(|v| {
-                    let mut d = schema::decision(&v.decision);
-                    d["compat_mode"] = json!(v.compat_mode.name());
-                    d
-                }).collect::<Vec<_>>(),
-            }),
-        )
+            },
+            "cufile_parameters": schema::outcome(&self.cufile_parameters.as_ref().map(pairs)
+                .map_err(Clone::clone)),
+            "file": self.file.as_ref().map(FileCheck::to_json),
+            "verdicts": self.verdicts.iter().map(|v| {
+                let mut d = schema::decision(&v.decision);
+                d["compat_mode"] = json!(v.compat_mode.name());
+                d
+            }).collect::<Vec<_>>(),
+        });
+        self.cufile_capabilities.add_json(&mut body);
+        schema::envelope("check", body)
     }
 
     /// Whether a file was asked about and could not be opened (`gpufile check` then exits 1).
@@ -513,6 +518,7 @@ impl CheckReport {
                 let _ = writeln!(s, "  {k} = {v}");
             }
         }
+        self.cufile_capabilities.render(&mut s);
         if let Some(e) = self.file.as_ref().and_then(|f| f.error.as_ref()) {
             let _ = writeln!(s, "file         {e}");
         }

@@ -4,6 +4,7 @@
 //! reports ([`schema`]) and the one rule for printing sizes and rates ([`units`]). Used by the
 //! CLI and the Python binding; the core never depends on it.
 
+pub mod capabilities;
 pub mod check;
 pub mod explain;
 pub mod schema;

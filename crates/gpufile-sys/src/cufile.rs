@@ -65,6 +65,50 @@ pub const CUFILE_PARAM_EXECUTION_PARALLEL_IO: c_int = 4;
 /// `CUFILE_PARAM_USE_PCIP2PDMA`.
 pub const CUFILE_PARAM_USE_PCIP2PDMA: c_int = 7;
 
+/// `CUFILE_PARAM_PROFILE_STATS` (the `CUFileSizeTConfigParameter_t` values from here on are
+/// the ones only `cuFileGetParameterMinMaxValue` uses).
+pub const CUFILE_PARAM_PROFILE_STATS: c_int = 0;
+/// `CUFILE_PARAM_PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB`.
+pub const CUFILE_PARAM_PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB: c_int = 6;
+/// `CUFILE_PARAM_PROPERTIES_PER_BUFFER_CACHE_SIZE_KB`.
+pub const CUFILE_PARAM_PROPERTIES_PER_BUFFER_CACHE_SIZE_KB: c_int = 7;
+/// `CUFILE_PARAM_PROPERTIES_MAX_DEVICE_PINNED_MEM_SIZE_KB`.
+pub const CUFILE_PARAM_PROPERTIES_MAX_DEVICE_PINNED_MEM_SIZE_KB: c_int = 8;
+/// `CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE`.
+pub const CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE: c_int = 9;
+/// `CUFILE_PARAM_POLLTHRESHOLD_SIZE_KB`.
+pub const CUFILE_PARAM_POLLTHRESHOLD_SIZE_KB: c_int = 10;
+/// `CUFILE_PARAM_PROPERTIES_BATCH_IO_TIMEOUT_MS`.
+pub const CUFILE_PARAM_PROPERTIES_BATCH_IO_TIMEOUT_MS: c_int = 11;
+
+/// `CUfileDriverStatusFlags_t`: the storage types `cuFileDriverGetP2PFlags` answers for, by
+/// value (10 is reserved; 11, `CU_FILE_NVME_P2P_SUPPORTED`, is deprecated and left out).
+pub const CU_FILE_STORAGE_TYPES: [(c_int, &str); 12] = [
+    (0, "CU_FILE_LUSTRE_SUPPORTED"),
+    (1, "CU_FILE_WEKAFS_SUPPORTED"),
+    (2, "CU_FILE_NFS_SUPPORTED"),
+    (3, "CU_FILE_GPFS_SUPPORTED"),
+    (4, "CU_FILE_NVME_SUPPORTED"),
+    (5, "CU_FILE_NVMEOF_SUPPORTED"),
+    (6, "CU_FILE_SCSI_SUPPORTED"),
+    (7, "CU_FILE_SCALEFLUX_CSD_SUPPORTED"),
+    (8, "CU_FILE_NVMESH_SUPPORTED"),
+    (9, "CU_FILE_BEEGFS_SUPPORTED"),
+    (12, "CU_FILE_SCATEFS_SUPPORTED"),
+    (13, "CU_FILE_VIRTIOFS_SUPPORTED"),
+];
+
+/// `CUfileP2PFlags_t` (cuFile 1.16): bit numbers of the mask `cuFileDriverGetP2PFlags` gives.
+pub const CUFILE_P2PDMA: c_uint = 0;
+/// `CUFILE_NVFS`: nvidia-fs.
+pub const CUFILE_NVFS: c_uint = 1;
+/// `CUFILE_DMABUF`: DMA buffers.
+pub const CUFILE_DMABUF: c_uint = 2;
+/// `CUFILE_C2C`: chip-to-chip (Grace).
+pub const CUFILE_C2C: c_uint = 3;
+/// `CUFILE_NVIDIA_PEERMEM`: nvidia-peermem (IBM Spectrum Scale and WekaFS).
+pub const CUFILE_NVIDIA_PEERMEM: c_uint = 4;
+
 /// The `nvfs` part of [`CUfileDrvProps_t`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -153,6 +197,11 @@ api_table! {
         get_stats_l3 = "cuFileGetStatsL3": fn(*mut c_void) -> CUfileError_t;
         get_parameter_size_t = "cuFileGetParameterSizeT": fn(c_int, *mut usize) -> CUfileError_t;
         get_parameter_bool = "cuFileGetParameterBool": fn(c_int, *mut bool) -> CUfileError_t;
+        // cuFile 1.15 and 1.16: what `gpufile check` reports where the library has them.
+        get_bar_size_in_kb = "cuFileGetBARSizeInKB": fn(c_int, *mut usize) -> CUfileError_t;
+        driver_get_p2p_flags = "cuFileDriverGetP2PFlags": fn(c_int, *mut c_uint) -> CUfileError_t;
+        get_parameter_min_max_value = "cuFileGetParameterMinMaxValue":
+            fn(c_int, *mut usize, *mut usize) -> CUfileError_t;
         // Present in every cuFile gpufile has met; optional so that a build without them
         // still loads (KvikIO's `cufile_driver.set` then says why it cannot).
         driver_set_poll_mode = "cuFileDriverSetPollMode": fn(bool, usize) -> CUfileError_t;

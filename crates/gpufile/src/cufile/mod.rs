@@ -13,7 +13,8 @@
 //! `libcufile.so.0`), [`driver`] (open/close, the registrations that keep it open, the probe),
 //! [`properties`](mod@properties) (driver properties and KvikIO's `cufile_driver.get/set`),
 //! [`registration`] (files, buffers, streams), [`statistics`] (cuFile's counters),
-//! [`configuration`] (cufile.json) and [`result`] (status codes and I/O returns to `Result`, the
+//! [`configuration`] (cufile.json), [`capabilities`] (what cuFile 1.15+ tells: BAR sizes, P2P
+//! flags, parameter limits) and [`result`] (status codes and I/O returns to `Result`, the
 //! only place that decodes them). Dependencies run one way: the setting types (`settings`) are
 //! below the driver's lifecycle (`lifecycle`, which keeps the values set while the driver is
 //! open), the properties use the lifecycle, and [`driver`] re-exports the lifecycle and adds the
@@ -21,6 +22,7 @@
 //!
 //! Nothing here loads `libcufile.so.0` until called; host-only work never does.
 
+pub mod capabilities;
 pub mod configuration;
 pub mod driver;
 pub mod library;
@@ -31,6 +33,9 @@ pub mod result;
 mod settings;
 pub mod statistics;
 
+pub use capabilities::{
+    bar_size_kb, p2p_flags, parameter_limits, P2pFlags, StorageType, SIZE_T_PARAMETERS,
+};
 pub use configuration::{config_path, parameters, parse_config, read_config, strip_comments};
 pub use driver::{
     availability, driver_close, driver_is_open, driver_open, registered_files, stats_at_open,
