@@ -2,6 +2,7 @@
 //! parsing and credentials. Pure (no I/O); the environment comes in as a function.
 
 use std::fmt;
+use std::sync::Arc;
 
 use std::time::SystemTime;
 
@@ -16,6 +17,7 @@ use gpufile::{Error, Result};
 use percent_encoding::utf8_percent_encode;
 use url::Url;
 
+use crate::aws_chain;
 use crate::gcs;
 use crate::keys::KEY_ENCODE;
 
@@ -249,7 +251,8 @@ pub struct S3Options {
     pub access_key_id: Option<String>,
     /// `AWS_SECRET_ACCESS_KEY`.
     pub secret_access_key: Option<String>,
-    /// `AWS_ENDPOINT_URL`: `<endpoint>/<bucket>/<object>` instead of AWS's own hosts.
+    /// `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`: `<endpoint>/<bucket>/<object>` instead of
+    /// AWS's own hosts.
     pub endpoint_url: Option<String>,
     /// `AWS_SESSION_TOKEN` (temporary credentials).
     pub session_token: Option<String>,
@@ -265,6 +268,29 @@ fn required(value: Option<String>, what: &str, var: &str) -> Result<String> {
     })
 }
 
+/// The region: argument, `AWS_DEFAULT_REGION` (KvikIO's), then the AWS SDK's region chain
+/// (`AWS_REGION`, the profile's `region`, the instance metadata service).
+fn region_of(o: &S3Options, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+    if let Some(r) = pick(&o.region, env, "AWS_DEFAULT_REGION") {
+        return Ok(r);
+    }
+    if let Some(r) = env("AWS_REGION").filter(|v| !v.is_empty()) {
+        return Ok(r);
+    }
+    required(
+        aws_chain::region()?,
+        "aws_region",
+        "AWS_DEFAULT_REGION (nor AWS_REGION, a profile's region or instance metadata)",
+    )
+}
+
+/// The endpoint: argument, `AWS_ENDPOINT_URL_S3` (the SDKs' per-service variable), then
+/// `AWS_ENDPOINT_URL`.
+fn endpoint_of(o: &S3Options, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    pick(&o.endpoint_url, env, "AWS_ENDPOINT_URL_S3")
+        .or_else(|| env("AWS_ENDPOINT_URL").filter(|v| !v.is_empty()))
+}
+
 /// How an S3 object's URL names its bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum UrlStyle {
@@ -274,6 +300,14 @@ enum UrlStyle {
     VirtualHost,
 }
 
+/// Who signs an object's requests: a key given (arguments, environment) or the AWS chain's
+/// current credentials, fetched again before they expire.
+#[derive(Clone)]
+enum Signer {
+    Static(Identity),
+    Chain(Arc<aws_chain::Chain>),
+}
+
 /// A signed S3 object: where it is and who asks. Requests are signed one by one, in their
 /// headers (SigV4 `Authorization`), as the AWS SDKs and KvikIO (libcurl) sign them.
 #[derive(Clone)]
@@ -281,7 +315,7 @@ pub struct S3Object {
     /// The object's URL (no query).
     pub(crate) url: Url,
     region: String,
-    identity: Identity,
+    signer: Signer,
 }
 
 impl fmt::Debug for S3Object {
@@ -304,23 +338,29 @@ impl S3Object {
         o: &S3Options,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self> {
-        let key_id = required(
-            pick(&o.access_key_id, env, "AWS_ACCESS_KEY_ID"),
-            "aws_access_key_id",
-            "AWS_ACCESS_KEY_ID",
-        )?;
-        let secret = required(
-            pick(&o.secret_access_key, env, "AWS_SECRET_ACCESS_KEY"),
-            "aws_secret_access_key",
-            "AWS_SECRET_ACCESS_KEY",
-        )?;
-        let token = pick(&o.session_token, env, "AWS_SESSION_TOKEN");
-        let identity = Credentials::new(key_id, secret, token, None, "gpufile").into();
+        let key_id = pick(&o.access_key_id, env, "AWS_ACCESS_KEY_ID");
+        let secret = pick(&o.secret_access_key, env, "AWS_SECRET_ACCESS_KEY");
         let url = object_url(&endpoint, style, bucket, &key)?;
+        let signer = match (key_id, secret) {
+            (Some(key_id), Some(secret)) => {
+                let token = pick(&o.session_token, env, "AWS_SESSION_TOKEN");
+                Signer::Static(Credentials::new(key_id, secret, token, None, "gpufile").into())
+            }
+            // Half a key is a mistake, not a cue to look elsewhere.
+            (Some(_), None) => {
+                return Err(
+                    required(None, "aws_secret_access_key", "AWS_SECRET_ACCESS_KEY").unwrap_err(),
+                )
+            }
+            (None, Some(_)) => {
+                return Err(required(None, "aws_access_key_id", "AWS_ACCESS_KEY_ID").unwrap_err())
+            }
+            (None, None) => Signer::Chain(aws_chain::Chain::load(&region)?),
+        };
         Ok(S3Object {
             url,
             region,
-            identity,
+            signer,
         })
     }
 
@@ -337,12 +377,8 @@ impl S3Object {
                 "S3: bucket and object names must not be empty".into(),
             ));
         }
-        let region = required(
-            pick(&o.region, env, "AWS_DEFAULT_REGION"),
-            "aws_region",
-            "AWS_DEFAULT_REGION",
-        )?;
-        let (endpoint, style) = match pick(&o.endpoint_url, env, "AWS_ENDPOINT_URL") {
+        let region = region_of(o, env)?;
+        let (endpoint, style) = match endpoint_of(o, env) {
             Some(e) => {
                 let u = Url::parse(&e).map_err(|err| {
                     Error::InvalidArgument(format!("S3 endpoint URL {:?}: {err}", redact(&e)))
@@ -364,11 +400,7 @@ impl S3Object {
         let u = parse_http(url).ok_or_else(|| {
             Error::InvalidArgument(format!("{:?} is not an http(s) URL", redact(url)))
         })?;
-        let region = required(
-            pick(&o.region, env, "AWS_DEFAULT_REGION"),
-            "aws_region",
-            "AWS_DEFAULT_REGION",
-        )?;
+        let region = region_of(o, env)?;
         let decode = |k: &str| percent_decode(k);
         if let Some((bucket, key)) = aws_s3_http_parts(url) {
             let host = u.host_str().unwrap_or_default();
@@ -402,6 +434,15 @@ impl S3Object {
         )
     }
 
+    /// Where the credentials come from ("arguments or environment", or the AWS chain's source,
+    /// such as "container credentials"); never the credentials.
+    pub fn credentials_source(&self) -> &'static str {
+        match &self.signer {
+            Signer::Static(_) => "arguments or environment",
+            Signer::Chain(chain) => chain.source(),
+        }
+    }
+
     /// The object's URL, unsigned, userinfo redacted (for errors and `str()`).
     pub fn url(&self) -> String {
         redact(self.url.as_str())
@@ -427,13 +468,19 @@ impl S3Object {
         url: &str,
         range: Option<&str>,
     ) -> Result<Vec<(&'static str, String)>> {
+        // Each request takes the chain's current credentials: a long read or upload outlives
+        // temporary ones.
+        let identity = match &self.signer {
+            Signer::Static(identity) => identity.clone(),
+            Signer::Chain(chain) => chain.credentials()?.into(),
+        };
         let mut settings = SigningSettings::default();
         // S3's rules: the path is encoded once, not normalised; the payload hash is a header.
         settings.percent_encoding_mode = PercentEncodingMode::Single;
         settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
         settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
         let params = v4::SigningParams::builder()
-            .identity(&self.identity)
+            .identity(&identity)
             .region(&self.region)
             .name("s3")
             .time(SystemTime::now())
@@ -692,8 +739,14 @@ mod tests {
         // Missing pieces are named.
         let e = S3Object::from_bucket("bkt", "k", &S3Options::default(), &env(&[])).unwrap_err();
         assert!(e.to_string().contains("AWS_DEFAULT_REGION"), "{e}");
-        let e = S3Object::from_bucket("bkt", "k", &args, &env(&[])).unwrap_err();
+        // Half a key is named, not completed from the AWS chain (whole keys absent go to the
+        // chain: tests/test_s3_aws_chain.py).
+        let e = S3Object::from_bucket("bkt", "k", &args, &env(&[("AWS_SECRET_ACCESS_KEY", "s")]))
+            .unwrap_err();
         assert!(e.to_string().contains("AWS_ACCESS_KEY_ID"), "{e}");
+        let e = S3Object::from_bucket("bkt", "k", &args, &env(&[("AWS_ACCESS_KEY_ID", "AKID")]))
+            .unwrap_err();
+        assert!(e.to_string().contains("AWS_SECRET_ACCESS_KEY"), "{e}");
     }
 
     #[test]
