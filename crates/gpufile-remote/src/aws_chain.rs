@@ -183,18 +183,21 @@ fn fetch(
             }
             Err(e) => {
                 skipped.push(format!("{name} (failed: {})", causes(&e)));
-                return Err(Error::InvalidArgument(format!(
-                    "S3: no credentials: {name} failed; sources tried: {BEFORE_CHAIN}, {}",
-                    skipped.join(", ")
-                )));
+                return Err(no_credentials(&skipped));
             }
         }
     }
-    Err(Error::InvalidArgument(format!(
-        "S3: must provide `aws_access_key_id` and `aws_secret_access_key`: no credentials \
-         from any source tried: {BEFORE_CHAIN}, {}",
-        skipped.join(", ")
-    )))
+    Err(no_credentials(&skipped))
+}
+
+/// The error of a chain that gave no credentials: what to give, and each source tried with
+/// why it gave none (the last one's failure where a configured source failed).
+fn no_credentials(tried: &[String]) -> Error {
+    Error::InvalidArgument(format!(
+        "S3: no credentials: must provide `aws_access_key_id` and `aws_secret_access_key`, \
+         or configure an AWS credential source; sources tried: {BEFORE_CHAIN}, {}",
+        tried.join(", ")
+    ))
 }
 
 /// An error and its causes, by their messages only: the SDK's debug forms carry raw responses
