@@ -179,6 +179,30 @@ def test_web_identity_through_sts_alone_gives_the_credentials(moto_endpoint, no_
     assert bytes(out) == b"web identity" * 100
 
 
+def test_a_profile_role_through_sts_assume_role_gives_the_credentials(moto_endpoint, no_aws,
+                                                                      monkeypatch):
+    import boto3
+
+    s3c = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                       aws_access_key_id="x", aws_secret_access_key="y")
+    s3c.create_bucket(Bucket="role")
+    s3c.put_object(Bucket="role", Key="o.bin", Body=b"assumed role" * 100)
+    monkeypatch.setenv("AWS_CONFIG_FILE", write_profile(
+        no_aws / "config",
+        "[profile base]\naws_access_key_id = AKIDBASE\naws_secret_access_key = base-secret\n\n"
+        "[profile reader]\nrole_arn = arn:aws:iam::123456789012:role/reader\n"
+        "source_profile = base\nregion = us-east-1\n"))
+    monkeypatch.setenv("AWS_PROFILE", "reader")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", moto_endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_endpoint)
+    f = gpufile.RemoteFile.open_s3("role", "o.bin")
+    assert f.credentials_source() == "shared config/credentials files"
+    out = bytearray(f.nbytes())
+    f.read(out)
+    assert bytes(out) == b"assumed role" * 100
+    assert "base-secret" not in repr(f) + str(f)
+
+
 class Imds:
     """An EC2 instance metadata service answering IMDSv2 only: a session token from
     ``PUT /latest/api/token`` (with its TTL header), required on every ``GET``."""
