@@ -154,6 +154,8 @@ def test_container_credentials_alone_sign_the_reads(s3, container):
     c = container(lambda n: (KEY_ID, SECRET, 3600))
     f = read_all(s3)
     assert f.credentials_source() == "container credentials"
+    # A second object under the same environment shares the credentials: no second fetch.
+    read_all(s3)
     assert c.calls == 1 and c.bad_auth == 0
 
 
@@ -293,12 +295,25 @@ def test_credentials_expiring_in_seconds_are_refreshed_and_rotated_during_reads(
     # A refresh comes halfway through the two seconds: reads of one open object spread over
     # more than that are signed with each new key in turn (rclone checks each signature).
     c = container(rotating)
-    f = read_all(s3)
-    for _ in range(3):
-        time.sleep(1.2)
+    with gpufile.defaults.set({"num_threads": 4, "task_size": 256 << 10}):
+        f = read_all(s3)
+        for _ in range(3):
+            time.sleep(1.2)
+            out = np.zeros_like(s3)
+            assert f.read(out) == s3.nbytes and np.array_equal(out, s3)
+    assert c.calls >= 4, c.calls
+
+
+def test_each_request_of_one_multi_part_read_takes_the_current_credentials(s3, container):
+    # Credentials already due for refresh (their expiry is now): every ranged GET of the one
+    # read fetches again and is signed with the next of the two keys; rclone accepts each.
+    c = container(lambda n: rotating(n)[:2] + (0,))
+    with gpufile.defaults.set({"num_threads": 1, "task_size": 256 << 10}):
+        f = gpufile.RemoteFile.open_s3("bkt", "chain.bin")
+        before = c.calls
         out = np.zeros_like(s3)
         assert f.read(out) == s3.nbytes and np.array_equal(out, s3)
-    assert c.calls >= 4, c.calls
+    assert c.calls - before >= s3.nbytes // (256 << 10), (before, c.calls)
 
 
 def test_credentials_are_refreshed_and_rotated_during_a_multipart_upload(s3, rclone_endpoint,

@@ -5,8 +5,10 @@
 //! ureq agent with the same TLS roots as object reads; their futures run on a small tokio
 //! runtime of the chain's own, entered only while credentials are fetched.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use aws_config::ecs::EcsCredentialsProvider;
@@ -100,7 +102,7 @@ pub(crate) fn region() -> Result<Option<String>> {
 impl Chain {
     /// The chain's first source that gives credentials; an error naming every source tried
     /// when none does.
-    pub(crate) fn load(region: &str) -> Result<Arc<Self>> {
+    fn load(region: &str) -> Result<Arc<Self>> {
         let runtime = runtime()?;
         let conf = provider_config()?.with_region(Some(aws_config::Region::new(region.to_owned())));
         let providers: Vec<(&'static str, SharedCredentialsProvider)> = vec![
@@ -139,6 +141,33 @@ impl Chain {
             runtime,
             cached: Mutex::new(first),
         }))
+    }
+
+    /// The chain for `region` and this process's AWS environment, shared by every object
+    /// opened under them: the shards of a checkpoint ask STS or IMDS once, not once each.
+    /// A change of any `AWS_*` variable or `HOME` (another profile, another token file) makes
+    /// a new one; a chain that failed is not kept.
+    pub(crate) fn shared(region: &str) -> Result<Arc<Self>> {
+        static CHAINS: OnceLock<Mutex<HashMap<u64, Arc<Chain>>>> = OnceLock::new();
+        let mut vars: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| k.starts_with("AWS_") || k == "HOME")
+            .collect();
+        vars.sort();
+        // A hash, so that no value (a session token) is kept as such.
+        let mut h = DefaultHasher::new();
+        (region, &vars).hash(&mut h);
+        let key = h.finish();
+        let chains = CHAINS.get_or_init(Mutex::default);
+        if let Some(chain) = chains.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(chain.clone());
+        }
+        let chain = Self::load(region)?;
+        chains
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, chain.clone());
+        Ok(chain)
     }
 
     /// Which source the credentials come from (never the credentials).

@@ -355,7 +355,7 @@ impl S3Object {
             (None, Some(_)) => {
                 return Err(required(None, "aws_access_key_id", "AWS_ACCESS_KEY_ID").unwrap_err())
             }
-            (None, None) => Signer::Chain(aws_chain::Chain::load(&region)?),
+            (None, None) => Signer::Chain(aws_chain::Chain::shared(&region)?),
         };
         Ok(S3Object {
             url,
