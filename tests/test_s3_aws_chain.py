@@ -347,3 +347,22 @@ def test_no_source_at_all_names_the_sources_tried(s3):
     for source in ["arguments", "environment", "shared config/credentials files",
                    "web identity", "container credentials", "EC2 instance metadata"]:
         assert source in text, text
+
+
+def test_the_cli_read_report_names_the_source_never_the_key(s3, container):
+    import subprocess
+
+    from test_cli_json import check_object
+
+    container(lambda n: (KEY_ID, SECRET, 3600))
+    r = subprocess.run([sys.executable, "-m", "gpufile", "read", "s3://bkt/chain.bin", "--json"],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    check_object(out["remote"], "read-remote")
+    assert out["remote"]["credentials"] == "container credentials"
+    text = subprocess.run([sys.executable, "-m", "gpufile", "read", "s3://bkt/chain.bin"],
+                          capture_output=True, timeout=120)
+    assert b"credentials container credentials" in text.stdout, text.stdout
+    for secret in (SECRET, TOKEN):
+        assert secret.encode() not in r.stdout + r.stderr + text.stdout + text.stderr
