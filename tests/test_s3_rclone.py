@@ -21,6 +21,9 @@ from conftest import pattern, set_s3_env
 MiB = 1 << 20
 SECRET = "rclone-secret-never-shown"
 KEY_ID = "AKIDRCLONE"
+# A second key the server accepts: credentials rotated by a refresh (test_s3_aws_chain.py).
+ROTATED_KEY_ID = "AKIDROTATED"
+ROTATED_SECRET = "rotated-secret-never-shown"
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +42,7 @@ def rclone_endpoint(tmp_path_factory):
     env = {**os.environ, "RCLONE_CONFIG": str(root / "rclone.conf")}
     proc = subprocess.Popen(
         [exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", f"{KEY_ID},{SECRET}",
+         "--auth-key", f"{ROTATED_KEY_ID},{ROTATED_SECRET}",
          "--log-level", "ERROR", str(root / "data")],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )

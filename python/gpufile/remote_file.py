@@ -538,6 +538,19 @@ class RemoteFile:
         """
         return RemoteEndpointType(self._handle.remote_endpoint_type())
 
+    def credentials_source(self) -> Optional[str]:
+        """Where an S3 object's credentials come from: ``"arguments or environment"``, or the
+        AWS default chain's source (``"shared config/credentials files"``, ``"web identity
+        (STS)"``, ``"container credentials"``, ``"EC2 instance metadata (IMDSv2)"``); never the
+        credentials themselves.
+
+        Returns
+        -------
+        str or None
+            None for objects read or written without credentials.
+        """
+        return self._handle.credentials_source()
+
     def nbytes(self) -> int:
         """The file size in bytes (known since open; no request); opened for writing, the
         object's size so far (the end of the last range written).

@@ -235,6 +235,12 @@ impl NativeRemoteFile {
         self.url.clone()
     }
 
+    /// Where an S3 object's credentials come from (never the credentials); `None` for
+    /// objects read without them.
+    fn credentials_source(&self) -> PyResult<Option<&'static str>> {
+        Ok(self.file()?.credentials_source())
+    }
+
     fn close(&self) {
         self.file.lock().unwrap_or_else(|e| e.into_inner()).take();
     }

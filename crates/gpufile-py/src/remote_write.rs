@@ -151,6 +151,11 @@ impl NativeRemoteWriter {
         self.writer.url().to_owned()
     }
 
+    /// Where an S3 object's credentials come from (never the credentials); else None.
+    fn credentials_source(&self) -> Option<&'static str> {
+        self.writer.credentials_source()
+    }
+
     /// The size of every part but the last (S3), else None.
     fn part_size(&self) -> Option<u64> {
         self.writer.part_size()

@@ -414,6 +414,15 @@ impl RemoteFile {
         &self.shown
     }
 
+    /// For an S3 object read with credentials, where they come from ("arguments or
+    /// environment", "container credentials", ...); never the credentials themselves.
+    pub fn credentials_source(&self) -> Option<&'static str> {
+        match &self.access {
+            Access::S3(o) => Some(o.credentials_source()),
+            _ => None,
+        }
+    }
+
     /// Requests sent, retries made and bytes received since open (every reader together).
     pub fn stats(&self) -> RemoteStats {
         self.client.stats()

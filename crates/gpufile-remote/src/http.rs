@@ -557,7 +557,7 @@ pub(crate) fn load_ca_dir(value: &OsString) -> Result<Vec<Certificate<'static>>>
 }
 
 /// The TLS settings: the roots chosen by [`ca_source_from`] over this process's environment.
-fn tls_config() -> Result<TlsConfig> {
+pub(crate) fn tls_config() -> Result<TlsConfig> {
     let roots = match ca_source_from(|v| std::env::var_os(v)) {
         CaSource::Bundle(var, path) => RootCerts::new_with_certs(&load_ca_bundle(var, &path)?),
         CaSource::Dir(dirs) => RootCerts::new_with_certs(&load_ca_dir(&dirs)?),

@@ -33,6 +33,7 @@
 //! and KvikIO's libcurl sign them; a query-signed request is not recognised as S3's by some
 //! S3-compatible servers). Neither starts a thread or a runtime.
 
+mod aws_chain;
 mod checkpoint;
 mod endpoint;
 mod error;

@@ -266,6 +266,14 @@ impl RemoteWriter {
         &self.shown
     }
 
+    /// For an S3 object, where its credentials come from; never the credentials themselves.
+    pub fn credentials_source(&self) -> Option<&'static str> {
+        match &self.dest {
+            Dest::S3(o) => Some(o.credentials_source()),
+            _ => None,
+        }
+    }
+
     /// The size of every part but the last (S3); `None` for endpoints without parts.
     pub fn part_size(&self) -> Option<u64> {
         (self.part_size != u64::MAX).then_some(self.part_size)

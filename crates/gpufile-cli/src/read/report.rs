@@ -41,6 +41,14 @@ pub(super) struct Outcome<'a> {
 }
 
 impl Outcome<'_> {
+    /// Where an S3 object's credentials came from (never the credentials); `None` otherwise.
+    fn credentials(&self) -> Option<&'static str> {
+        match self.source {
+            ReadSource::Remote(remote) => remote.credentials_source(),
+            ReadSource::Local(_) => None,
+        }
+    }
+
     /// docs/json.md's `read` object.
     pub(super) fn to_json(&self) -> Value {
         let (device, device_name) = match self.dest {
@@ -70,6 +78,7 @@ impl Outcome<'_> {
                     "requests": r.requests,
                     "retries": r.retries,
                     "bytes": r.bytes,
+                    "credentials": self.credentials(),
                 })),
                 "runs": self.runs.len(),
                 "seconds": seconds,
@@ -120,6 +129,9 @@ impl Outcome<'_> {
                 units::count(r.bytes, "byte", "bytes"),
                 units::size(r.bytes)
             );
+            if let Some(c) = self.credentials() {
+                text += &format!("credentials {c}\n");
+            }
         }
         if self.verified == Some(true) {
             text += match self.source {
