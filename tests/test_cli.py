@@ -250,3 +250,17 @@ def test_explain_chooses_memory_as_read_does_with_or_without_run(tmp_path):
     assert json.loads(r.stdout)["prediction"]["request"]["memory"] == "device"
     import gpufile
     assert gpufile.explain(1 << 20).as_dict()["prediction"]["request"]["memory"] == "host"
+
+
+def test_explain_says_whether_a_gather_into_gpu_memory_runs_on_the_gpu():
+    env = {"GPUFILE_DMA_CACHE_SIZE": "1GiB"}
+    r = gpufile_cli("explain", "--size", "1GiB", "--device", "0", env=env)
+    assert r.returncode == 0, r.stderr
+    assert ("into GPU memory, hot ranges by the GPU's gather kernel: on, up to dma_cache_size "
+            "1073741824 bytes registered") in r.stdout, r.stdout
+    r = gpufile_cli("explain", "--size", "1GiB", "--device", "0", "--json", env=env)
+    assert json.loads(r.stdout)["prediction"]["gather_kernel"]["on"] is True
+    r = gpufile_cli("explain", "--size", "1GiB", "--device", "0")
+    assert "gather kernel: off: dma_cache_size is 0" in r.stdout, r.stdout
+    r = gpufile_cli("explain", "--size", "1GiB", "--host")
+    assert "gather kernel" not in r.stdout

@@ -38,6 +38,7 @@ def check_report(report, io_uring, ranges):
         assert report["host_io"] == "pread"
         assert report["host_io_reason"] == "io_uring is off (setting io_uring)"
     assert report["copies"] is None  # host memory: nothing copied to a GPU
+    assert report["gpu_gather"] is None and report["gpu_gather_reason"] is None
 
 
 def test_read_ranges_is_byte_exact_from_numpy_lists_and_array_array(table, io_uring):

@@ -129,6 +129,9 @@ pub struct Explanation {
     /// How a gather of many small ranges of a local file would move its bytes under these
     /// settings: io_uring or `pread`, and why ([`gpufile::engine::host_io`]).
     pub gather_host_io: gpufile::HostIo,
+    /// Whether a gather of many small ranges into this memory has the GPU copy hot ranges
+    /// itself (gpufile's gather kernel over registered page cache) under these settings.
+    pub gather_dma: plan::Dma,
     /// Notes (assumptions, caveats).
     pub notes: Vec<String>,
 }
@@ -268,6 +271,7 @@ pub fn explain_with(
     }
     Ok(Explanation {
         gather_host_io: gpufile::engine::host_io(&s, true),
+        gather_dma: plan::page_cache_dma(&s, req.memory == Memory::Device, req.size, || None),
         size: req.size,
         file_offset: req.file_offset,
         memory: req.memory,
@@ -352,5 +356,9 @@ impl plan::Machine for Predicted<'_> {
 
     fn dma_disabled(&mut self) -> Option<String> {
         None
+    }
+
+    fn gather_kernel(&mut self) -> std::result::Result<(), String> {
+        Ok(()) // assumed: loading it is what a real request would try first
     }
 }

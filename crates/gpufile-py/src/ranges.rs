@@ -6,6 +6,7 @@
 //! against the buffer and the file, so a bad range is an error before any byte moves.
 
 use gpufile::engine::PathReport;
+use gpufile::plan::Dma;
 use gpufile::{Direction, Ranges, Request};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -180,8 +181,8 @@ pub(crate) fn request(view: &BufferView, dir: Direction, ranges: Ranges) -> Requ
 }
 
 /// A request's [`PathReport`] as a dict: `backend`, `reason`, `ranges`, `tasks`, `gathered`,
-/// `host_io` and `host_io_reason` (`None` unless gathered), `copies` (`None` unless a gathered
-/// device read).
+/// `host_io` and `host_io_reason` (`None` unless gathered), `copies`, `gpu_gather` and
+/// `gpu_gather_reason` (`None` unless a gathered device read).
 pub(crate) fn report_dict<'py>(py: Python<'py>, r: &PathReport) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("backend", r.path.backend.to_string())?;
@@ -195,5 +196,13 @@ pub(crate) fn report_dict<'py>(py: Python<'py>, r: &PathReport) -> PyResult<Boun
         r.host_io.as_ref().map(|h| h.reason.to_string()),
     )?;
     d.set_item("copies", r.copies)?;
+    d.set_item(
+        "gpu_gather",
+        r.gather_dma.as_ref().map(|d| matches!(d, Dma::On(_))),
+    )?;
+    d.set_item(
+        "gpu_gather_reason",
+        r.gather_dma.as_ref().map(ToString::to_string),
+    )?;
     Ok(d)
 }

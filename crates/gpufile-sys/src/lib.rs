@@ -29,6 +29,10 @@ pub type CUcontext = *mut c_void;
 pub type CUstream = *mut c_void;
 /// An opaque event handle.
 pub type CUevent = *mut c_void;
+/// A loaded module (`CUmodule`).
+pub type CUmodule = *mut c_void;
+/// A kernel of a loaded module (`CUfunction`).
+pub type CUfunction = *mut c_void;
 
 /// `CUDA_SUCCESS`.
 pub const CUDA_SUCCESS: CUresult = 0;
@@ -74,6 +78,14 @@ pub const CU_STREAM_WAIT_VALUE_GEQ: c_uint = 0x0;
 /// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1`: the v1 stream memory operations
 /// (`cuStreamWaitValue32` before CUDA 12) are enabled.
 pub const CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1: c_int = 92;
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
+pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
+/// `CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING`: host memory from `cuMemHostAlloc` is read by
+/// kernels at its host address.
+pub const CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: c_int = 41;
+/// `CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM`: registered host memory is
+/// read by kernels at its host address.
+pub const CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: c_int = 91;
 /// `CU_DEVICE_ATTRIBUTE_PCI_BUS_ID`.
 pub const CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: c_int = 33;
 /// `CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID`.
@@ -209,6 +221,15 @@ api_table! {
         mem_host_get_device_pointer = "cuMemHostGetDevicePointer_v2":
             fn(*mut CUdeviceptr, *mut c_void, c_uint) -> CUresult;
         stream_get_flags = "cuStreamGetFlags": fn(CUstream, *mut c_uint) -> CUresult;
+        /// Loading and launching gpufile's own kernels (its gather kernel's PTX).
+        module_load_data = "cuModuleLoadData": fn(*mut CUmodule, *const c_void) -> CUresult;
+        module_get_function = "cuModuleGetFunction":
+            fn(*mut CUfunction, CUmodule, *const c_char) -> CUresult;
+        launch_kernel = "cuLaunchKernel":
+            fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream,
+               *mut *mut c_void, *mut *mut c_void) -> CUresult;
+        /// Free and total memory of the current context's device.
+        mem_get_info = "cuMemGetInfo_v2": fn(*mut usize, *mut usize) -> CUresult;
     }
 }
 

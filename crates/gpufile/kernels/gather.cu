@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 // One range: `len` bytes from `src` (a device address of registered host memory) to `dst`.
-// The layout is gpufile's `exec::kernel::Piece` (three little-endian u64).
+// The layout is gpufile's `cuda::GatherPiece` (three little-endian u64).
 struct Piece {
     uint64_t src;
     uint64_t dst;

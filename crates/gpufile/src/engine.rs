@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::exec::bounce::BouncePool;
 use crate::exec::dma::DmaCache;
 use crate::future::{lock, IoFuture};
-use crate::plan::{HostIo, IoPath};
+use crate::plan::{Dma, HostIo, IoPath};
 use crate::pool::ThreadPool;
 use crate::request::Request;
 use crate::source::Endpoint;
@@ -70,6 +70,9 @@ pub struct PathReport {
     /// Host-to-GPU copies a gathered device read makes (one per contiguous run of the
     /// destination in each group); `None` for other requests.
     pub copies: Option<usize>,
+    /// For a gathered device read: whether the GPU copies ranges in registered page cache
+    /// itself (gpufile's gather kernel), or why not; `None` for other requests.
+    pub gather_dma: Option<Dma>,
 }
 
 /// Worker pool, pinned buffers, in-flight requests and default settings.

@@ -93,6 +93,10 @@ impl Explanation {
                 "backend": self.gather_host_io.backend,
                 "reason": self.gather_host_io.reason.to_string(),
             },
+            "gather_kernel": {
+                "on": matches!(self.gather_dma, gpufile::plan::Dma::On(_)),
+                "reason": self.gather_dma.to_string(),
+            },
             "cufile": cufile,
             "notes": self.notes,
         });
@@ -204,6 +208,13 @@ impl Explanation {
             "gathers     read_ranges and read_rows of many small ranges use {}: {}",
             self.gather_host_io.backend, self.gather_host_io.reason
         );
+        if self.memory == Memory::Device {
+            let _ = writeln!(
+                s,
+                "            into GPU memory, hot ranges by the GPU's gather kernel: {}",
+                self.gather_dma
+            );
+        }
         for n in &self.notes {
             let _ = writeln!(s, "note        {n}");
         }

@@ -10,7 +10,7 @@
 //! One module per concern, all re-exported here: `result` (the only place that calls the driver:
 //! each entry point once, its status turned into a `Result`), `device` (version, devices, their
 //! attributes), `context` (contexts, primary contexts, guards), `pointer` ([`classify`]),
-//! `app_stream` (work on an application's stream handle), `mark` ([`StreamWait`] and
+//! `app_stream` (work on an application's stream handle), `kernel` (gpufile's gather kernel), `mark` ([`StreamWait`] and
 //! [`StreamMark`]), `stream` (the [`Stream`]s and [`Event`]s gpufile owns) and `memory` (pinned,
 //! registered and device memory).
 //!
@@ -19,6 +19,7 @@
 mod app_stream;
 mod context;
 mod device;
+mod kernel;
 mod mark;
 mod memory;
 mod pointer;
@@ -31,9 +32,10 @@ pub use app_stream::{
 };
 pub use context::{context_device, current_context, primary_context, Context, ContextGuard};
 pub use device::{
-    device_attribute, device_count, device_name, device_pci_address, device_total_memory,
-    driver_version, stream_ops_support, StreamOpsSupport,
+    device_attribute, device_count, device_free_memory, device_name, device_pci_address,
+    device_total_memory, driver_version, stream_ops_support, StreamOpsSupport,
 };
+pub use kernel::{gather_kernel, GatherKernel, GatherPiece};
 pub use mark::{StreamMark, StreamWait};
 pub use memory::{DeviceBuffer, HostRegistration, PinnedBuffer};
 pub use pointer::{classify, MemoryKind, PointerInfo};

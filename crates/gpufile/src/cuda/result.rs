@@ -7,7 +7,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::OnceLock;
 
 use gpufile_sys::{
-    self as sys, CUcontext, CUdevice, CUdeviceptr, CUevent, CUresult, CUstream, CudaApi,
+    self as sys, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUresult,
+    CUstream, CudaApi,
 };
 
 use crate::error::{Error, Result};
@@ -516,6 +517,83 @@ pub(super) unsafe fn memset_d8(dst: CUdeviceptr, value: u8, len: usize) -> Resul
     let api = api()?;
     // SAFETY: the caller's contract.
     check("cuMemsetD8", unsafe { (api.memset_d8)(dst, value, len) })
+}
+
+/// `cuModuleLoadData` of a PTX image in the current context. The module stays loaded for the
+/// process's life (it belongs to a primary context gpufile retains).
+pub(super) fn module_load_data(image: &CStr) -> Result<CUmodule> {
+    let api = api()?;
+    let load = api
+        .module_load_data
+        .ok_or_else(|| missing("cuModuleLoadData"))?;
+    let mut module = std::ptr::null_mut();
+    // SAFETY: `image` is a NUL-terminated PTX text the driver only reads; plain out-parameter;
+    // the caller made a context current.
+    check("cuModuleLoadData", unsafe {
+        load(&mut module, image.as_ptr().cast())
+    })?;
+    Ok(module)
+}
+
+/// `cuModuleGetFunction`: the kernel `name` of `module`.
+///
+/// # Safety
+/// `module` must come from [`module_load_data`] (never unloaded).
+pub(super) unsafe fn module_get_function(module: CUmodule, name: &CStr) -> Result<CUfunction> {
+    let api = api()?;
+    let get = api
+        .module_get_function
+        .ok_or_else(|| missing("cuModuleGetFunction"))?;
+    let mut f = std::ptr::null_mut();
+    // SAFETY: the caller's contract; `name` is NUL-terminated; plain out-parameter.
+    check("cuModuleGetFunction", unsafe {
+        get(&mut f, module, name.as_ptr())
+    })?;
+    Ok(f)
+}
+
+/// `cuLaunchKernel` of `f` on a one-dimensional grid of `grid` blocks of `block` threads.
+///
+/// # Safety
+/// `f` must come from [`module_get_function`]; `params` must point at one value per kernel
+/// parameter, of the kernel's types, valid for this call; every address the kernel reads or
+/// writes must stay valid until the stream has passed the launch; `stream` as for
+/// [`stream_synchronize`].
+pub(super) unsafe fn launch_kernel(
+    f: CUfunction,
+    grid: c_uint,
+    block: c_uint,
+    stream: CUstream,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    let api = api()?;
+    let launch = api.launch_kernel.ok_or_else(|| missing("cuLaunchKernel"))?;
+    // SAFETY: the caller's contract; no shared memory and no `extra` array.
+    check("cuLaunchKernel", unsafe {
+        launch(
+            f,
+            grid,
+            1,
+            1,
+            block,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}
+
+/// `cuMemGetInfo`: (free, total) bytes of the current context's device.
+pub(super) fn mem_get_info() -> Result<(usize, usize)> {
+    let api = api()?;
+    let get = api.mem_get_info.ok_or_else(|| missing("cuMemGetInfo"))?;
+    let (mut free, mut total) = (0, 0);
+    // SAFETY: plain out-parameters; the caller made a context current.
+    check("cuMemGetInfo", unsafe { get(&mut free, &mut total) })?;
+    Ok((free, total))
 }
 
 #[cfg(test)]

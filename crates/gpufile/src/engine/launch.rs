@@ -12,7 +12,7 @@ use crate::cufile::RegisteredFile;
 use crate::error::{Error, Result};
 use crate::exec::bounce::BounceExec;
 use crate::exec::cufile::CufileExec;
-use crate::exec::gather::{GatherExec, GatherTarget};
+use crate::exec::gather::{GatherExec, GatherTarget, GpuGather};
 use crate::exec::host::HostExec;
 use crate::exec::{AfterStream, Executor, Tasks};
 use crate::future::{lock, Completion, IoFuture};
@@ -103,9 +103,20 @@ impl Engine {
                     direct,
                     host_io,
                     staging,
+                    dma,
                 },
                 target,
             ) => {
+                let gpu = match (&dma, &local, &target) {
+                    (Dma::On(budget), Some(local), Target::Device { device, .. }) => {
+                        let kernel = cuda::gather_kernel(device.device).ok();
+                        let dma = self.dma.read(local, *budget);
+                        kernel
+                            .zip(dma)
+                            .map(|(kernel, dma)| GpuGather { dma, kernel })
+                    }
+                    _ => None,
+                };
                 let target = match (target, staging) {
                     (Target::Device { device, .. }, Some(bounce)) => GatherTarget::Device {
                         device,
@@ -126,6 +137,7 @@ impl Engine {
                     host_io: host_io.backend,
                     direct: direct.always,
                     direct_uncached: direct.uncached,
+                    gpu,
                 })
             }
             (Strategy::Host { direct }, Target::Host(ptr)) => Arc::new(HostExec {

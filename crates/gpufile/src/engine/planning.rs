@@ -48,7 +48,8 @@ impl Engine {
             batch_whole: false,
             needs: endpoint.needs(local.is_some()),
         };
-        Self::plan(endpoint, local.as_ref(), &shape, settings, None).map(|planned| planned.path)
+        Self::plan(endpoint, local.as_ref(), &shape, settings, None, None)
+            .map(|planned| planned.path)
     }
 
     /// Plans `shape` on `endpoint` (see [`plan::plan_request`]) with this machine's answers:
@@ -60,11 +61,13 @@ impl Engine {
         shape: &Shape<'_>,
         settings: &Settings,
         dma: Option<&DmaCache>,
+        device: Option<DeviceTarget>,
     ) -> Result<Planned> {
         let mut machine = ThisMachine {
             local,
             registration: None,
             dma,
+            device,
         };
         let plan = plan::plan_request(shape, settings, &mut machine);
         let path = plan.path?;
@@ -101,6 +104,10 @@ impl Engine {
             }
         };
         if let Strategy::Bounce {
+            dma: Dma::Disabled(why),
+            ..
+        }
+        | Strategy::Gather {
             dma: Dma::Disabled(why),
             ..
         } = &strategy
@@ -150,7 +157,18 @@ impl Engine {
             batch_whole,
             needs: endpoint.needs(local.is_some()),
         };
-        let plan = Self::plan(endpoint, local.as_ref(), &shape, settings, Some(&self.dma))?;
+        let device = match target {
+            Target::Device { device, .. } => Some(device),
+            Target::Host(_) => None,
+        };
+        let plan = Self::plan(
+            endpoint,
+            local.as_ref(),
+            &shape,
+            settings,
+            Some(&self.dma),
+            device,
+        )?;
         let device = matches!(target, Target::Device { .. });
         let report = report.then(|| PathReport {
             path: plan.path.clone(),
@@ -162,6 +180,10 @@ impl Engine {
                 _ => None,
             },
             copies: (plan.tasks.is_grouped() && device).then(|| plan::gather_copies(&plan.tasks)),
+            gather_dma: match &plan.strategy {
+                Strategy::Gather { dma, .. } if device => Some(dma.clone()),
+                _ => None,
+            },
         });
         Ok(Prepared {
             endpoint: endpoint.clone(),
@@ -275,6 +297,8 @@ pub(super) struct ThisMachine<'a> {
     pub(super) registration: Option<Option<Arc<RegisteredFile>>>,
     /// The engine's page-cache registrations (`None`: a path asked without an engine).
     pub(super) dma: Option<&'a DmaCache>,
+    /// The caller's GPU memory (`None`: host memory, or a path asked without memory).
+    pub(super) device: Option<DeviceTarget>,
 }
 
 impl plan::Machine for ThisMachine<'_> {
@@ -299,6 +323,23 @@ impl plan::Machine for ThisMachine<'_> {
 
     fn dma_disabled(&mut self) -> Option<String> {
         self.dma.and_then(|d| d.disabled()).map(str::to_owned)
+    }
+
+    fn gather_kernel(&mut self) -> std::result::Result<(), String> {
+        let Some(d) = self.device else {
+            return Err("not GPU memory".to_owned());
+        };
+        // The kernel lives in the device's primary context; memory of another context is not
+        // mapped there.
+        match cuda::primary_context(d.device) {
+            Ok(primary) if primary == d.ctx => cuda::gather_kernel(d.device).map(drop),
+            Ok(_) => Err(format!(
+                "the memory belongs to a context other than GPU {}'s primary context, where \
+                 the gather kernel is loaded",
+                d.device
+            )),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 

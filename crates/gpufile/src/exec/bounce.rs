@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::cuda::{self, Context, ContextGuard, Event, PinnedBuffer, Stream};
+use crate::cuda::{
+    self, Context, ContextGuard, Event, GatherKernel, GatherPiece, PinnedBuffer, Stream,
+};
 use crate::error::{Error, Result};
 use crate::exec::dma::{DmaRead, Granule};
 use crate::exec::{Endpoint, Executor, Lease, Tasks};
@@ -259,6 +261,23 @@ pub(crate) trait CopyQueue {
     /// `src..src + len` valid device memory, until the copy is done.
     unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()>;
 
+    /// Queues gpufile's gather kernel over `n` pieces at `pieces` (see
+    /// [`GatherKernel::launch`]); a queue that cannot run kernels refuses.
+    ///
+    /// # Safety
+    /// As for [`GatherKernel::launch`], on this queue's stream.
+    unsafe fn gather(
+        &self,
+        kernel: &GatherKernel,
+        pieces: *const GatherPiece,
+        n: u32,
+    ) -> Result<()> {
+        let _ = (kernel, pieces, n);
+        Err(Error::InvalidArgument(
+            "this copy queue runs no kernel".into(),
+        ))
+    }
+
     /// Marks the end of the queue as `slot`'s last copy.
     fn mark_slot(&self, slot: usize) -> Result<()>;
 
@@ -279,6 +298,16 @@ impl CopyQueue for Lane {
     unsafe fn copy_to_host(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
         // SAFETY: the caller's contract, which is the stream's.
         unsafe { self.stream.copy_to_host(dst, src, len) }
+    }
+
+    unsafe fn gather(
+        &self,
+        kernel: &GatherKernel,
+        pieces: *const GatherPiece,
+        n: u32,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract, on this lane's stream.
+        unsafe { kernel.launch(&self.stream, pieces, n) }
     }
 
     fn mark_slot(&self, slot: usize) -> Result<()> {

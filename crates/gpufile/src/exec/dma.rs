@@ -250,6 +250,31 @@ pub struct Span {
     pub granule: Arc<Granule>,
 }
 
+/// Granules that a run's queued copies or kernels read from, let go only once its queue is
+/// drained.
+#[derive(Default)]
+pub struct Held(HashMap<usize, Arc<Granule>>);
+
+impl Held {
+    /// Keeps `granule` registered until [`Held::release`].
+    pub fn hold(&mut self, granule: &Arc<Granule>) {
+        self.0
+            .entry(Arc::as_ptr(granule) as usize)
+            .or_insert_with(|| Arc::clone(granule));
+    }
+
+    /// Lets the granules go once `drained` says the queue is empty. Where the drain failed a
+    /// copy may still read them, and unregistering them under it would let it read unmapped
+    /// memory: they are leaked instead.
+    pub fn release(&mut self, drained: &crate::error::Result<()>) {
+        let held = std::mem::take(&mut self.0);
+        match drained {
+            Ok(()) => drop(held),
+            Err(_) => std::mem::forget(held),
+        }
+    }
+}
+
 /// A request's use of the cache.
 pub struct DmaRead {
     cache: Arc<DmaCache>,
@@ -444,6 +469,33 @@ impl DmaRead {
             len: max.min(avail),
             granule,
         })
+    }
+
+    /// Where the GPU reads `[offset, offset + len)` when one registered granule holds all of it
+    /// (registering the granule now where [`DmaRead::span`] would): a range of a gather. `memo`
+    /// keeps each granule's answer for a group of ranges, so each is asked once per group.
+    pub fn whole(
+        &self,
+        offset: u64,
+        len: usize,
+        ctx: Context,
+        memo: &mut HashMap<u64, Option<Arc<Granule>>>,
+    ) -> Option<(*const u8, Arc<Granule>)> {
+        if len == 0 || offset.checked_add(len as u64)? > self.file.version.size {
+            return None;
+        }
+        let g = offset / GRANULE as u64;
+        let granule = memo
+            .entry(g)
+            .or_insert_with(|| self.file.granule(g).or_else(|| self.register(g, ctx)))
+            .clone()?;
+        let within = (offset - g * GRANULE as u64) as usize;
+        if within + len > granule.reg.len() {
+            return None; // the range runs into the next granule
+        }
+        // SAFETY: `within + len <= reg.len()`, so the range stays in the registration.
+        let ptr = unsafe { granule.reg.as_ptr().add(within) };
+        Some((ptr, granule))
     }
 
     fn register(&self, g: u64, ctx: Context) -> Option<Arc<Granule>> {

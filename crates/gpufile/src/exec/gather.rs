@@ -7,12 +7,21 @@
 //! its ranges are read into a pinned buffer, packed in the order of their destination, then
 //! copied to the GPU with one copy per contiguous run of the destination; a run alternates two
 //! pinned buffers, so the reads of one group overlap the copies of the one before.
+//!
+//! Where the plan allows page-cache DMA ([`crate::plan::Dma`]) and the GPU runs gpufile's gather
+//! kernel ([`crate::cuda::GatherKernel`]), the ranges of a group that lie in registered page
+//! cache ([`super::dma`]) are not read by a CPU at all: their descriptions go into the slot
+//! after the staged bytes, and one kernel launch has the GPU copy them from the registered
+//! mapping; the group's other ranges are staged as above, in the same slot's turn.
 
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::cuda::ContextGuard;
+use crate::cuda::{ContextGuard, GatherKernel, GatherPiece};
 use crate::error::Result;
 use crate::exec::bounce::{with_lane, BouncePool, CopyQueue, DeviceTarget, Lent};
+use crate::exec::dma::{DmaRead, Held};
 use crate::exec::uring::{self, Piece};
 use crate::exec::{Endpoint, Executor, Lease, SendPtr, Tasks};
 use crate::future::Completion;
@@ -50,9 +59,30 @@ pub struct GatherExec {
     pub direct: bool,
     /// Direct I/O asked for where the range is not cached.
     pub direct_uncached: bool,
+    /// The GPU's own gather from registered page cache, where the plan allows it.
+    pub gpu: Option<GpuGather>,
 }
 
+/// What a device gather needs to have the GPU copy hot ranges itself.
+pub struct GpuGather {
+    /// The request's use of the registered page cache.
+    pub dma: DmaRead,
+    /// The kernel, loaded in the primary context of the caller's memory.
+    pub kernel: GatherKernel,
+}
+
+/// Smallest range the kernel takes: a range's description (24 bytes, [`GatherPiece`]) then never
+/// takes more room in the slot than the range would staged, so a group's descriptions and
+/// staged bytes always fit the slot together; smaller ranges are cheaper staged anyway.
+pub const KERNEL_MIN_RANGE: usize = 32;
+
 impl Executor for GatherExec {
+    fn dma_bytes(&self) -> u64 {
+        self.gpu
+            .as_ref()
+            .map_or(0, |g| g.dma.bytes.load(Ordering::Relaxed))
+    }
+
     fn run(&self, tasks: &Tasks, done: &Completion) {
         match &self.target {
             GatherTarget::Host(base) => self.host_run(*base, tasks, done),
@@ -164,7 +194,19 @@ impl GatherExec {
             with_lane(device.ctx, device.device, |lane| {
                 let lent = Lent::take(pool, bounce, &lane.stream)?;
                 let slots = [lent.ptr(0), lent.ptr(1)];
-                self.staged(first, tasks, &mut *lease, done, lane, slots, device.addr);
+                let gpu = self.gpu.as_ref().map(|g| (g, device));
+                let mut held = Held::default();
+                let run = Run {
+                    lane,
+                    slots,
+                    bounce,
+                    dst: device.addr,
+                    gpu,
+                };
+                self.staged(first, tasks, &mut *lease, done, &run, &mut held);
+                // A run that ended early drained before it reported; either way, the granules
+                // its kernels read go only once nothing queued can read them.
+                held.release(&lane.drain());
                 Ok(())
             })
         });
@@ -177,20 +219,17 @@ impl GatherExec {
 
     /// The staged pipeline of one run, from group `first`: group *k* is read into slot *k* mod
     /// 2 and its copies queued; then group *k − 1*'s copies are waited for and it is finished,
-    /// while the copies of group *k* run on.
-    /// `slots` are the two pinned buffers (each at least a group's bytes), `dst` the GPU
-    /// address of the caller's buffer.
-    #[allow(clippy::too_many_arguments)]
-    fn staged(
+    /// while the copies of group *k* run on. Granules the run's kernels read are kept in `held`.
+    fn staged<Q: CopyQueue>(
         &self,
         first: usize,
         tasks: &Tasks,
         lease: &mut Lease,
         done: &Completion,
-        lane: &impl CopyQueue,
-        slots: [*mut u8; 2],
-        dst: u64,
+        run: &Run<'_, Q>,
+        held: &mut Held,
     ) {
+        let lane = run.lane;
         let mut pending: Option<(usize, usize)> = None; // (slot, bytes) of the group before
         let mut next = Some(first);
         let mut k = 0usize;
@@ -207,7 +246,7 @@ impl GatherExec {
             let slot = k % 2;
             let group = tasks.split().group(i);
             let bytes = group.iter().map(|r| r.len).sum::<usize>();
-            let r = self.stage(group, lane, slots[slot], dst, slot, done);
+            let r = self.stage(group, run, slot, done, held);
             if let Err(e) = r {
                 let drained = lane.drain();
                 if let Some((_, bytes)) = pending.take() {
@@ -229,10 +268,69 @@ impl GatherExec {
         }
     }
 
-    /// Reads `group` into the pinned buffer at `staging` (free: its slot's last copies were
-    /// waited for), packed in destination order, and queues one copy per contiguous run of the
-    /// destination at `dst`.
-    fn stage(
+    /// Moves `group` through `slot` (free: its last copies were waited for): the ranges in
+    /// registered page cache by one kernel launch, where the run has the kernel; the others
+    /// read into the slot, packed in destination order, with one copy queued per contiguous run
+    /// of the destination.
+    fn stage<Q: CopyQueue>(
+        &self,
+        group: &[Range],
+        run: &Run<'_, Q>,
+        slot: usize,
+        done: &Completion,
+        held: &mut Held,
+    ) -> Result<()> {
+        let (lane, staging, dst) = (run.lane, run.slots[slot], run.dst);
+        let Some((gpu, device)) = run.gpu else {
+            return self.stage_copies(group, lane, staging, dst, slot, done);
+        };
+        let mut memo = HashMap::new();
+        let mut pieces = Vec::new();
+        let mut rest = Vec::new();
+        for r in group {
+            let hot = (r.len >= KERNEL_MIN_RANGE)
+                .then(|| gpu.dma.whole(r.file_offset, r.len, device.ctx, &mut memo))
+                .flatten();
+            match hot {
+                Some((src, granule)) => {
+                    held.hold(&granule);
+                    pieces.push(GatherPiece {
+                        src: src as u64,
+                        dst: dst + r.buf_offset as u64,
+                        len: r.len as u64,
+                    });
+                }
+                None => rest.push(*r),
+            }
+        }
+        let staged: usize = rest.iter().map(|r| r.len).sum();
+        let at = staged.next_multiple_of(std::mem::align_of::<GatherPiece>());
+        let room = std::mem::size_of_val(pieces.as_slice());
+        if pieces.is_empty() || at + room > run.bounce {
+            // Nothing hot (or, never with ranges of KERNEL_MIN_RANGE and more, no room).
+            return self.stage_copies(group, lane, staging, dst, slot, done);
+        }
+        let n = u32::try_from(pieces.len()).map_err(|_| {
+            crate::error::Error::InvalidArgument("a gather group of over 2^32 ranges".into())
+        })?;
+        let desc = staging.wrapping_add(at).cast::<GatherPiece>();
+        // SAFETY: `[at, at + room)` lies in the slot (checked above), is aligned for `GatherPiece`
+        // (the slot is page-aligned), and is not read by anything queued (the slot is free).
+        unsafe { std::ptr::copy_nonoverlapping(pieces.as_ptr(), desc, pieces.len()) };
+        // SAFETY: the descriptions stay in the slot, untouched, until the slot's mark (set
+        // after the launch by `stage_copies`) is waited for; each source lies in a granule held
+        // until the run's queue is drained; each destination is a range of the caller's buffer
+        // (checked at submission), which the ranges of a read do not share.
+        unsafe { lane.gather(&gpu.kernel, desc, n) }?;
+        let bytes = pieces.iter().map(|p| p.len).sum::<u64>();
+        done.progress().fetch_add(bytes, Ordering::Relaxed);
+        gpu.dma.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.stage_copies(&rest, lane, staging, dst, slot, done)
+    }
+
+    /// Reads `group` into the pinned buffer at `staging`, packed in destination order, queues
+    /// one copy per contiguous run of the destination at `dst`, and marks `slot` after them.
+    fn stage_copies(
         &self,
         group: &[Range],
         lane: &impl CopyQueue,
@@ -258,6 +356,19 @@ impl GatherExec {
         }
         lane.mark_slot(slot)
     }
+}
+
+/// What one run of a device gather moves its groups with.
+struct Run<'a, Q: CopyQueue> {
+    /// The run's stream and events.
+    lane: &'a Q,
+    /// The two pinned buffers, `bounce` bytes each, lent to this run only.
+    slots: [*mut u8; 2],
+    bounce: usize,
+    /// Device address of the caller's buffer.
+    dst: u64,
+    /// The GPU's own gather, with the caller's memory.
+    gpu: Option<(&'a GpuGather, DeviceTarget)>,
 }
 
 /// One contiguous run of a group's destination.
@@ -375,6 +486,7 @@ mod tests {
             host_io,
             direct: false,
             direct_uncached: false,
+            gpu: None,
         };
         std::thread::scope(|s| {
             for _ in 0..2 {
@@ -464,6 +576,7 @@ mod tests {
             host_io: HostIoBackend::IoUring,
             direct: false,
             direct_uncached: false,
+            gpu: None,
         };
         let mut device = vec![0xEEu8; n * 100 + 100];
         let mut slots = [vec![0u8; 4096], vec![0u8; 4096]];
@@ -474,7 +587,14 @@ mod tests {
         let first = tasks.next_index(&mut lease).unwrap();
         let ptrs = [slots[0].as_mut_ptr(), slots[1].as_mut_ptr()];
         let dst = device.as_mut_ptr() as u64;
-        exec.staged(first, &tasks, &mut lease, &done, &queue, ptrs, dst);
+        let run = Run {
+            lane: &queue,
+            slots: ptrs,
+            bounce: 4096,
+            dst,
+            gpu: None,
+        };
+        exec.staged(first, &tasks, &mut lease, &done, &run, &mut Held::default());
         let want: usize = ranges.iter().map(|r| r.len).sum();
         assert_eq!(IoFuture::pending(done).wait().unwrap(), want);
         for (i, x) in ranges.iter().enumerate() {

@@ -95,6 +95,8 @@ pub trait Machine {
     fn io_uring(&mut self) -> Result<String, HostIoReason>;
     /// Why this process cannot register page cache for DMA, if it cannot.
     fn dma_disabled(&mut self) -> Option<String>;
+    /// Whether the GPU of the caller's memory runs gpufile's gather kernel on it, or why not.
+    fn gather_kernel(&mut self) -> Result<(), String>;
 }
 
 /// How one request runs.
@@ -169,6 +171,11 @@ pub fn plan_request(shape: &Shape<'_>, settings: &Settings, machine: &mut dyn Ma
                 direct,
                 host_io: choose_host_io(settings.io_uring, local, || machine.io_uring()),
                 staging: device.then_some(settings.bounce_buffer_size),
+                dma: page_cache_dma(settings, device && read && local, shape.len, || {
+                    machine
+                        .dma_disabled()
+                        .or_else(|| machine.gather_kernel().err())
+                }),
             },
             (_, false, false) => Strategy::Host { direct },
             (_, false, true) => Strategy::Bounce {

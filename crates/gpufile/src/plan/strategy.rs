@@ -35,6 +35,10 @@ pub enum Strategy {
         /// For GPU memory: the pinned buffer a group is staged in, bytes (`None`: the caller's
         /// host memory is read into in place).
         staging: Option<usize>,
+        /// Whether the GPU gathers hot ranges itself, with gpufile's gather kernel, from
+        /// registered page cache (a device read of a local file; which ranges do is known only
+        /// per range: its granule is registered or all resident, the file is unchanged).
+        dma: Dma,
     },
 }
 
@@ -84,8 +88,8 @@ impl Chunks {
     }
 }
 
-/// Whether a device read copies hot chunks straight from registered page cache
-/// ([`crate::exec::dma`]); which chunks do is known only per chunk (its granule is all
+/// Whether a device read copies hot chunks (a gather: ranges) straight from registered page
+/// cache ([`crate::exec::dma`]); which chunks do is known only per chunk (its granule is all
 /// resident, the file is unchanged).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", content = "detail", rename_all = "kebab-case")]
@@ -124,6 +128,23 @@ pub fn page_cache_dma(
         match disabled() {
             Some(why) => Dma::Disabled(why),
             None => Dma::On(settings.dma_cache_size),
+        }
+    }
+}
+
+/// The decision in words, for reports: "on, ..." or "off: why".
+impl std::fmt::Display for Dma {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dma::On(budget) => write!(
+                f,
+                "on, up to dma_cache_size {budget} bytes registered, for data read before"
+            ),
+            Dma::SettingOff => f.write_str("off: dma_cache_size is 0"),
+            Dma::DirectIo => f.write_str("off: auto_direct_io_read asks for O_DIRECT reads"),
+            Dma::Small => write!(f, "off: the request is under {DMA_MIN_REQUEST} bytes"),
+            Dma::NotADeviceRead => f.write_str("off: not a GPU read of a local file"),
+            Dma::Disabled(why) => write!(f, "off: {why}"),
         }
     }
 }

@@ -264,6 +264,9 @@ impl<C: FnOnce() -> Availability, R: FnOnce() -> Result<(), String>> Machine for
     fn dma_disabled(&mut self) -> Option<String> {
         None
     }
+    fn gather_kernel(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 pub(super) fn plan_with(
