@@ -34,9 +34,11 @@ What changes:
   record's data field located from its zip headers), all reads as one stream; an item that
   must be resharded (a slice of a saved tensor), or a record of another shape, goes through
   ``torch.load`` as torch's reader does.
-* As an ``AsyncStager`` (``dcp.async_save``), ``stage`` copies GPU tensors into one pinned host
-  buffer kept by the writer and reused by its later saves (at most ``async_save_pinned_limit``
-  bytes), so the caller is blocked for the device-to-host copy only.
+* As an ``AsyncStager`` (``dcp.async_save``), ``stage`` snapshots GPU tensors in spare memory of
+  their own GPU (device-to-device copies: milliseconds) where ``async_save_device_limit`` and the
+  GPU's free memory allow, else into one pinned host buffer kept by the writer and reused by its
+  later saves (at most ``async_save_pinned_limit`` bytes), so the caller is blocked for those
+  copies only; ``writer.staging`` says which and why.
 """
 
 from __future__ import annotations
@@ -219,41 +221,54 @@ class FileSystemWriter(_fs.FileSystemWriter):
                          cache_staged_state_dict=cache_staged_state_dict, overwrite=overwrite,
                          **kwargs)
         self._staging: torch.Tensor | None = None
+        #: Where the last ``stage`` put the tensors and why (gpufile's addition).
+        self.staging: dict[str, Any] = {}
         self._staging_free = threading.Event()
         self._staging_free.set()
 
     # --- async staging ---------------------------------------------------------------------
 
     def stage(self, state_dict: Any) -> Any:
-        """Copies of the state dict's tensors in one pinned host buffer (reused by this writer's
-        later saves, once the save that used it has written), other values as they are;
-        DTensors and other tensor subclasses are staged by torch's own stager."""
+        """Copies of the state dict's tensors, other values as they are: GPU tensors in spare
+        memory of their own GPU where ``async_save_device_limit`` and the GPU's free memory
+        allow (as ``gpufile.safetensors.async_save`` decides), the others in one pinned host
+        buffer reused by this writer's later saves, once the save that used it has written.
+        ``self.staging`` says where and why. DTensors and other tensor subclasses are staged
+        by torch's own stager."""
         from torch.utils import _pytree
+
+        from . import _async_save, defaults
         leaves = [v for v in _pytree.tree_leaves(state_dict) if isinstance(v, torch.Tensor)]
         if any(type(v) is not torch.Tensor and not isinstance(v, torch.nn.Parameter)
                for v in leaves):
+            self.staging = {"where": "torch", "bytes": 0,
+                            "reason": "tensor subclasses: torch's own stager"}
             return super().stage(state_dict)
-        from . import defaults
         limit = int(defaults.get("async_save_pinned_limit"))
-        align = 256
-        total = sum(-(-v.numel() * v.element_size() // align) * align for v in leaves)
+        on_device, why = _async_save.device_snapshot(
+            [(None, v) for v in leaves], int(defaults.get("async_save_device_limit")))
+        snapshot = {id(v) for v in leaves if v.device.type == "cuda" and v.device in on_device}
+        total = sum(_async_save.aligned(v) for v in leaves if id(v) not in snapshot)
         if total > limit:
             raise ValueError(f"staging needs {total} bytes of pinned host memory, more than "
                              f"async_save_pinned_limit ({limit} bytes); raise the setting")
         self._staging_free.wait()
-        if self._staging is None or self._staging.numel() < total:
+        pinned = len(snapshot) < len(leaves)
+        if pinned and (self._staging is None or self._staging.numel() < max(total, 1)):
             self._staging = None
             self._staging = torch.empty(max(total, 1), dtype=torch.uint8,
                                         pin_memory=torch.cuda.is_available())
-        buf = self._staging
-        offset = 0
+        offsets: dict[Any, int] = {}
         devices = set()
 
         def copy(v: torch.Tensor) -> torch.Tensor:
-            nonlocal offset
+            on_gpu = id(v) in snapshot
+            buf = on_device[v.device] if on_gpu else self._staging
+            key = v.device if on_gpu else None
+            at = offsets.get(key, 0)
             n = v.numel() * v.element_size()
-            dst = buf[offset:offset + n].view(v.dtype).reshape(v.shape)
-            offset += -(-n // align) * align
+            dst = buf[at:at + n].view(v.dtype).reshape(v.shape)
+            offsets[key] = at + _async_save.aligned(v)
             if v.is_contiguous():
                 dst.copy_(v.detach(), non_blocking=v.device.type == "cuda")
             else:
@@ -269,6 +284,10 @@ class FileSystemWriter(_fs.FileSystemWriter):
         except BaseException:
             self._staging_free.set()
             raise
+        gpu = sum(_async_save.aligned(v) for v in leaves if v.device.type == "cuda")
+        self.staging = ({"where": "device", "bytes": gpu, "reason": why} if not pinned else
+                        {"where": "pinned", "bytes": total,
+                         "reason": why if gpu and not snapshot else "CPU tensors"})
         return staged
 
     # --- writing ---------------------------------------------------------------------------

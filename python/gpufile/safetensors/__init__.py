@@ -46,8 +46,9 @@ request)::
 Saving: ``save_file(tensors, filename, metadata=None)`` and ``save(tensors, metadata=None)``
 (safetensors' names; the file is byte-identical to ``safetensors.torch.save_file``'s for the
 same tensors), ``save_checkpoint(state_dict, directory, max_shard_size="5GB")`` (the Hugging
-Face sharded layout) and ``async_save(...)`` (returns once the tensors are copied, writes in
-the background). Tensors are written from their own memory, GPU or host, by the engine; files
+Face sharded layout) and ``async_save(...)`` (returns once the tensors are snapshotted, in spare
+GPU memory or pinned host memory, and writes in the background; ``reserve_async_staging``
+allocates the pinned buffer ahead). Tensors are written from their own memory, GPU or host, by the engine; files
 appear whole or not at all (docs/checkpoints.md).
 
 Run ``python -m gpufile.safetensors PATH [--device N] [--json]`` to load a checkpoint and print
@@ -62,7 +63,14 @@ from ._checkpoint import PathArg  # noqa: F401
 from ._frameworks import DeviceLike  # noqa: F401
 from ._load import DeviceMap, Filter, load_checkpoint, load_file  # noqa: F401
 from ._open import safe_open
-from ._saving import SafeTensorsSaveFuture, async_save, save, save_checkpoint, save_file
+from ._saving import (
+    SafeTensorsSaveFuture,
+    async_save,
+    reserve_async_staging,
+    save,
+    save_checkpoint,
+    save_file,
+)
 
 SafetensorError = _native.SafetensorError
 
@@ -72,6 +80,7 @@ __all__ = [
     "async_save",
     "load_checkpoint",
     "load_file",
+    "reserve_async_staging",
     "safe_open",
     "save",
     "save_checkpoint",

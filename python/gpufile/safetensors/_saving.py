@@ -1,15 +1,16 @@
 """Saving entry points with safetensors' names (``save_file``, ``save``) and gpufile's
-``save_checkpoint`` and ``async_save``; the work is ``gpufile._save``'s."""
+``save_checkpoint``, ``async_save`` and ``reserve_async_staging``; the work is
+``gpufile._save``'s and ``gpufile._async_save``'s."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .. import _save, defaults
+from .. import _async_save, _save, defaults
 from ._checkpoint import PathArg
 
 #: What :func:`async_save` returns.
-SafeTensorsSaveFuture = _save.SaveFuture
+SafeTensorsSaveFuture = _async_save.SaveFuture
 
 
 def save_file(tensors: Mapping[str, Any], filename: PathArg,
@@ -113,16 +114,30 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: PathArg,
 def async_save(tensors: Mapping[str, Any], path: PathArg,
                metadata: Mapping[str, str] | None = None, *, sharded: bool = False,
                max_shard_size: int | str = "5GB", durable: bool = True) -> SafeTensorsSaveFuture:
-    """Starts a save and returns once the tensors are safe from later changes: PyTorch tensors
-    copied into pinned host memory (GPU tensors by the copy engine), NumPy, CuPy and JAX arrays
-    copied to host arrays (a JAX array may be deleted or donated once this returns). The file (``sharded=False``: :func:`save_file`) or checkpoint
-    (``sharded=True``: :func:`save_checkpoint` into the directory ``path``) is then written in
-    the background; the future's ``result()`` (or ``await``) waits and raises its error.
+    """Starts a save and returns once the tensors are safe from later changes; the file
+    (``sharded=False``: :func:`save_file`) or checkpoint (``sharded=True``:
+    :func:`save_checkpoint` into the directory ``path``) is then written in the background; the
+    future's ``result()`` (or ``await``) waits and raises its error, and its ``staging()`` says
+    where the tensors were snapshotted and why.
 
-    The pinned memory is one buffer that later async saves reuse (pinning is slow), at most
-    ``async_save_pinned_limit`` bytes (a setting; 32 GiB by default): a save that needs more
-    is a ``ValueError`` before anything is copied. A save started while the previous one still
-    writes from that buffer waits for it first.
+    PyTorch GPU tensors are snapshotted in spare memory of their own GPU (device-to-device
+    copies: milliseconds) where the snapshot fits ``async_save_device_limit`` (a setting; 8 GiB
+    by default) and takes at most half the memory the driver reports free on each GPU; the
+    snapshot is let go once written. Otherwise they, and CPU tensors, are copied into one pinned
+    host buffer that later async saves reuse (pinning is slow; :func:`reserve_async_staging`
+    allocates it ahead), at most ``async_save_pinned_limit`` bytes (32 GiB by default): a save
+    that needs more is a ``ValueError`` before anything is copied. A save started while the
+    previous one still writes from that buffer waits for it first. NumPy, CuPy and JAX arrays
+    are copied to host arrays (a JAX array may be deleted or donated once this returns).
     """
-    limit = int(defaults.get("async_save_pinned_limit"))
-    return _save.async_save(tensors, path, metadata, sharded, max_shard_size, durable, limit)
+    return _async_save.async_save(tensors, path, metadata, sharded, max_shard_size, durable,
+                                  int(defaults.get("async_save_pinned_limit")),
+                                  int(defaults.get("async_save_device_limit")))
+
+
+def reserve_async_staging(nbytes: int) -> int:
+    """Allocates the pinned host buffer :func:`async_save` stages in (where GPU memory cannot
+    take a snapshot) now, at least ``nbytes`` bytes, so that no save pays for the allocation
+    (about 1.4 s per 4 GiB) while its caller waits (gpufile's addition). Returns the buffer's
+    size; at most ``async_save_pinned_limit`` bytes (more is a ``ValueError``)."""
+    return _async_save.reserve(nbytes, int(defaults.get("async_save_pinned_limit")))

@@ -212,6 +212,14 @@ settings! {
     async_save_pinned_limit / AsyncSavePinnedLimit: usize = 32 << 30;
         kind Size(0, MAX_SIZE, LARGEST_OFFSET);
         env ["ASYNC_SAVE_PINNED_LIMIT"];
+    /// Most bytes of GPU memory one `async_save` snapshots its GPU tensors in, per call
+    /// (gpufile's addition; default 8 GiB: one rank's shard of most checkpoints, a tenth of an
+    /// 80 GB GPU). A snapshot also never takes more than half the memory the driver reports
+    /// free on each GPU, so the training step that follows keeps room; where either bound
+    /// refuses, or the allocation fails, the tensors go to pinned host memory instead. 0: never.
+    async_save_device_limit / AsyncSaveDeviceLimit: usize = 8 << 30;
+        kind Size(0, MAX_SIZE, LARGEST_OFFSET);
+        env ["ASYNC_SAVE_DEVICE_LIMIT"];
 }
 
 /// Most worker threads gpufile picks by itself: reads stop scaling at about 16 threads

@@ -241,6 +241,9 @@ fn table_gives_every_setting_its_names_kind_range_and_default() {
         "async_save_pinned_limit [GPUFILE_ASYNC_SAVE_PINNED_LIMIT \
          KVIKIO_ASYNC_SAVE_PINNED_LIMIT] Size 0 to 9223372036854775807 (bytes; the largest \
          file offset) = 34359738368 (default)",
+        "async_save_device_limit [GPUFILE_ASYNC_SAVE_DEVICE_LIMIT \
+         KVIKIO_ASYNC_SAVE_DEVICE_LIMIT] Size 0 to 9223372036854775807 (bytes; the largest \
+         file offset) = 8589934592 (default)",
     ];
     assert_eq!(rows, expected);
     // Integer kinds have a range, the others none; every name parses back to itself.
