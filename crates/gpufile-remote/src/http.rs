@@ -1,34 +1,18 @@
 //! HTTP requests with KvikIO's retry policy, reading bodies straight into the caller's slice.
 //!
-//! One [`Client`] per remote file: a `ureq` agent (blocking, rustls, a connection pool shared by
-//! the workers). Each request reads `http_max_attempts`, `http_status_codes` and `http_timeout`
-//! from the settings when it starts (as KvikIO reads its defaults per request), retries a
-//! retryable status or a timeout after 500 ms, 1 s, 2 s, 4 s (at most 4 s), and fails with an
-//! [`RemoteError`] that names the URL, the range and the attempts made. Each retry writes one
-//! line to stderr, KvikIO's record after the library's name, then the request:
-//! `gpufile: Got HTTP code 503. Retrying after 500ms (attempt 1 of 2). Request: HEAD <url>`
-//! (KvikIO prints `KvikIO: Got HTTP code 503. Retrying ...` to stdout; stdout is the program's
-//! data, so gpufile keeps it clean).
+//! One [`Client`] per remote file composes the rooms of this module:
+//! - [`transport`]: the `ureq` agent and how a request stops when its [`StopFlag`] is set;
+//! - [`retry`]: what is retried, after how long, how many times, and each retry's record;
+//! - [`range`]: `Range` requests and their answers, servers that ignore `Range`, sizes;
+//! - the trusted roots, from KvikIO's variables: [`crate::tls_ca`].
 //!
-//! Trusted roots: Mozilla's (webpki roots) unless a variable names others, in KvikIO's order:
-//! a PEM file in `CURL_CA_BUNDLE` or `SSL_CERT_FILE`, else a directory of PEM files in
-//! `SSL_CERT_DIR` (OpenSSL's `c_rehash` layout or plain `*.pem`; `:`-separated directories),
-//! then gpufile's addition `AWS_CA_BUNDLE` (a file). Exactly those certificates are then
-//! trusted. A bundle or directory that cannot be read or holds no certificate is an error
-//! naming the variable and the path (KvikIO hands the path to libcurl and fails later, at the
-//! first TLS handshake).
-//!
+//! The client itself sends requests (reads, uploads) and checks their redirects and bodies.
 //! Redirects are followed by this module, not by ureq, so that each hop is checked: a signed
 //! request (S3 SigV4) follows none, since its headers carry credentials that no other host may
 //! see (`x-amz-security-token` among them); a redirect from `https` to plain `http` is refused
 //! for every request. Bodies are asked for and accepted only as they are stored
 //! (`Accept-Encoding: identity`): an encoded body is refused, since its bytes are not the
 //! object's.
-//!
-//! A request stops (an [`Error::Cancelled`]) soon after its [`StopFlag`] is set (Ctrl-C, or
-//! another task of the request failed): between attempts, during a backoff, and while a
-//! response or a body is awaited (socket reads wait in slices of [`STOP_POLL`] and look at the
-//! flag between them); only a connection being opened is waited for.
 
 mod range;
 mod retry;
@@ -41,9 +25,6 @@ use gpufile::future::StopFlag;
 use gpufile::{Error, Result};
 use ureq::http::Response;
 use ureq::tls::TlsConfig;
-use ureq::unversioned::transport::{
-    ConnectProxyConnector, Connector, RustlsConnector, TcpConnector,
-};
 use ureq::{Agent, Body};
 
 use crate::endpoint::{self, S3Object};
@@ -51,9 +32,7 @@ use crate::error::{RemoteError, RemoteFailure};
 use crate::tls_ca::tls_config;
 use range::WholeBody;
 pub use range::{RangeSupport, WHOLE_BODY_REASON};
-pub(crate) use retry::Policy;
-use retry::{classify, Attempt, RetryCause};
-use transport::{LiteralIpResolver, Stoppable};
+use retry::{classify, Attempt, Policy, RetryCause};
 
 /// Bodies read into memory (WebHDFS JSON) are bounded; a file status is a few hundred bytes.
 const SMALL_BODY_LIMIT: u64 = 1 << 20;
@@ -160,27 +139,8 @@ impl Client {
             true => tls_config()?,
             false => TlsConfig::builder().build(),
         };
-        let config = Agent::config_builder()
-            .tls_config(tls_config)
-            // Status codes are ours to judge (retry list, range checks).
-            .http_status_as_error(false)
-            // One idle connection per worker, so that tasks reuse them.
-            .max_idle_connections(256)
-            .max_idle_connections_per_host(256)
-            .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
-            // Each hop is checked by `send` (credentials, https to http).
-            .max_redirects(0)
-            // The stored bytes, never an encoding of them (whatever ureq's features).
-            .accept_encoding("identity")
-            .build();
-        // ureq's default chain (CONNECT proxy, TCP, rustls) with a stoppable transport over TCP.
-        let connector =
-            ().chain(ConnectProxyConnector::default())
-                .chain(TcpConnector::default())
-                .chain(Stoppable)
-                .chain(RustlsConnector::default());
         Ok(Client {
-            agent: Agent::with_parts(config, connector, LiteralIpResolver::default()),
+            agent: transport::agent(tls_config),
             counters: Arc::default(),
             stream: Arc::default(),
         })

@@ -1,5 +1,10 @@
-//! Which TLS CA bundle the remote client trusts instead of the built-in roots, by KvikIO's
-//! variables.
+//! The TLS roots the remote client trusts: Mozilla's (webpki roots) unless a variable names
+//! others, in KvikIO's order: a PEM file in `CURL_CA_BUNDLE` or `SSL_CERT_FILE`, else a
+//! directory of PEM files in `SSL_CERT_DIR` (OpenSSL's `c_rehash` layout or plain `*.pem`;
+//! `:`-separated directories), then gpufile's addition `AWS_CA_BUNDLE` (a file). Exactly those
+//! certificates are then trusted. A bundle or directory that cannot be read or holds no
+//! certificate is an error naming the variable and the path (KvikIO hands the path to libcurl
+//! and fails later, at the first TLS handshake).
 
 use std::ffi::OsString;
 use std::io::{self, Read};
@@ -47,7 +52,7 @@ pub(crate) enum CaSource {
 /// The roots to trust, from variables looked up through `lookup`, in KvikIO's order:
 /// `CURL_CA_BUNDLE`, `SSL_CERT_FILE`, then `SSL_CERT_DIR`; gpufile's `AWS_CA_BUNDLE` after them.
 pub(crate) fn ca_source_from(lookup: impl Fn(&str) -> Option<OsString>) -> CaSource {
-    let bundle = crate::tls_ca::ca_bundle_from(&lookup);
+    let bundle = ca_bundle_from(&lookup);
     match bundle {
         Some((var, path)) if var != "AWS_CA_BUNDLE" => CaSource::Bundle(var, path),
         other => match lookup(CA_DIR_VAR).filter(|v| !v.is_empty()) {

@@ -18,7 +18,8 @@ use crate::error::RemoteFailure;
 /// The reason of a whole-object read, in path reports.
 pub const WHOLE_BODY_REASON: &str = "server ignores Range: one whole-body GET";
 
-/// What is known of a server's byte ranges (a [`Counters::ranges`] value; 0 while unknown).
+/// What is known of a server's byte ranges (a [`Counters::ranges`](super::Counters::ranges)
+/// value; 0 while unknown).
 const RANGES_HONOURED: u8 = 1;
 const RANGES_IGNORED: u8 = 2;
 

@@ -1,6 +1,14 @@
-//! The retry policy: what is retried (a status in `http_status_codes`, a timeout), after how
-//! long (500 ms doubling to 4 s) and how many times (`http_max_attempts`), and the record each
-//! retry writes.
+//! The retry policy: what is retried, after how long, how many times ([`Policy`], read from the
+//! settings when each request starts, as KvikIO reads its defaults per request), and the line
+//! each retry writes.
+//!
+//! A retryable status or a timeout is retried after 500 ms, 1 s, 2 s, 4 s (at most 4 s); the
+//! last failure is a [`RemoteError`](crate::RemoteError) that names the URL, the range and the
+//! attempts made. Each retry writes one line to stderr, KvikIO's record after the library's
+//! name, then the request:
+//! `gpufile: Got HTTP code 503. Retrying after 500ms (attempt 1 of 2). Request: HEAD <url>`
+//! (KvikIO prints `KvikIO: Got HTTP code 503. Retrying ...` to stdout; stdout is the program's
+//! data, so gpufile keeps it clean).
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -12,16 +20,23 @@ use super::transport::{sleep_unless_stopped, Watch};
 use super::{Client, Target};
 use crate::error::RemoteFailure;
 
-/// Base and cap of the backoff between attempts (KvikIO's values).
-const BACKOFF_BASE_MS: u64 = 500;
-const BACKOFF_MAX_MS: u64 = 4000;
-
-/// The retry settings of one request.
+/// The retry policy of one request.
 #[derive(Clone, Debug)]
 pub(crate) struct Policy {
+    /// Attempts in all, the first one included (`http_max_attempts`, at least one): KvikIO's
+    /// setting, so that its users' limits hold here too.
     pub max_attempts: usize,
+    /// The statuses retried (`http_status_codes`): those by which a server says "later" rather
+    /// than "no". Timeouts are retried too; every other failure is final at once.
     pub retry_codes: Vec<u16>,
+    /// How long one attempt may take in all (`http_timeout`): past it the attempt is a
+    /// timeout, retried, so that a stalled connection does not hold a worker for ever.
     pub timeout: Duration,
+    /// The first backoff, doubled after each retry (KvikIO's 500 ms): a busy server is given
+    /// time, a passing failure costs little.
+    pub backoff_base: Duration,
+    /// The longest backoff (KvikIO's 4 s), so that a long run of retries keeps asking.
+    pub backoff_max: Duration,
 }
 
 impl Policy {
@@ -32,7 +47,16 @@ impl Policy {
             max_attempts: s.http_max_attempts.max(1),
             retry_codes: s.http_status_codes.clone(),
             timeout: Duration::from_secs(s.http_timeout),
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_millis(4000),
         })
+    }
+
+    /// The wait after failed attempt `n` (1-based): the base doubled per retry, at most the
+    /// cap.
+    fn backoff(&self, n: usize) -> Duration {
+        let doublings = (n.max(1) - 1).min(4) as u32;
+        (self.backoff_base * (1 << doublings)).min(self.backoff_max)
     }
 }
 
@@ -110,13 +134,14 @@ impl Client {
                 Err(Attempt::Retry(cause)) => {
                     if n < policy.max_attempts {
                         self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                        let delay = (BACKOFF_BASE_MS << (n - 1).min(4)).min(BACKOFF_MAX_MS);
+                        let delay = policy.backoff(n);
+                        let ms = delay.as_millis() as u64;
                         let request = format!("{} {}", t.what(method), t.shown);
                         eprintln!(
                             "{}",
-                            retry_record(cause, delay, n, policy.max_attempts, &request)
+                            retry_record(cause, ms, n, policy.max_attempts, &request)
                         );
-                        if !sleep_unless_stopped(Duration::from_millis(delay), t) {
+                        if !sleep_unless_stopped(delay, t) {
                             return Err(Error::Cancelled);
                         }
                     }
@@ -157,6 +182,19 @@ pub(super) fn classify(t: &Target<'_>, method: &str, e: ureq::Error, policy: &Po
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_from_half_a_second_to_at_most_four() {
+        let policy = Policy {
+            max_attempts: 9,
+            retry_codes: vec![503],
+            timeout: Duration::from_secs(1),
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_millis(4000),
+        };
+        let waits: Vec<u128> = (1..=7).map(|n| policy.backoff(n).as_millis()).collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000, 4000, 4000, 4000]);
+    }
 
     #[test]
     fn retry_records_keep_kvikio_s_words_after_the_name() {

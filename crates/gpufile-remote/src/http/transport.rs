@@ -1,20 +1,56 @@
-//! The stoppable transport: ureq's connector chain with a transport whose socket reads give up
-//! soon after the request's [`StopFlag`] is set, the resolver that spares IP literals a lookup
-//! thread, and the backoff sleep that a stop cuts short.
+//! The transport: the client's `ureq` agent (blocking, rustls, a connection pool shared by the
+//! workers), whose socket reads give up soon after the request's [`StopFlag`] is set, its
+//! resolver that spares IP literals a lookup thread, and the backoff sleep that a stop cuts
+//! short.
+//!
+//! A request stops (an [`Error::Cancelled`](gpufile::Error::Cancelled)) soon after its
+//! [`StopFlag`] is set (Ctrl-C, or another task of the request failed): between attempts,
+//! during a backoff, and while a response or a body is awaited (socket reads wait in slices of
+//! [`STOP_POLL`] and look at the flag between them); only a connection being opened is waited
+//! for.
 
 use std::cell::RefCell;
 use std::io;
 use std::time::{Duration, Instant};
 
 use gpufile::future::StopFlag;
+use ureq::tls::TlsConfig;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{Buffers, ConnectionDetails, Connector, NextTimeout, Transport};
+use ureq::unversioned::transport::{
+    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, NextTimeout, RustlsConnector,
+    TcpConnector, Transport,
+};
+use ureq::Agent;
 
 use super::Target;
 
 /// How long a socket read or a backoff waits before it looks at the request's stop flag again:
 /// a cancelled request ends within about this long (Python polls for Ctrl-C every 50 ms too).
 pub(crate) const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// The agent of one client, trusting `tls`'s roots.
+pub(super) fn agent(tls: TlsConfig) -> Agent {
+    let config = Agent::config_builder()
+        .tls_config(tls)
+        // Status codes are ours to judge (retry list, range checks).
+        .http_status_as_error(false)
+        // One idle connection per worker, so that tasks reuse them.
+        .max_idle_connections(256)
+        .max_idle_connections_per_host(256)
+        .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
+        // Each hop is checked by `send` (credentials, https to http).
+        .max_redirects(0)
+        // The stored bytes, never an encoding of them (whatever ureq's features).
+        .accept_encoding("identity")
+        .build();
+    // ureq's default chain (CONNECT proxy, TCP, rustls) with a stoppable transport over TCP.
+    let connector =
+        ().chain(ConnectProxyConnector::default())
+            .chain(TcpConnector::default())
+            .chain(Stoppable)
+            .chain(RustlsConnector::default());
+    Agent::with_parts(config, connector, LiteralIpResolver::default())
+}
 
 thread_local! {
     /// The stop flag of the request this thread is sending, for [`StoppableTransport`]: ureq runs
@@ -46,7 +82,7 @@ fn watched_stop() -> Option<bool> {
 
 /// Puts a [`StoppableTransport`] over each TCP connection (under TLS, if any).
 #[derive(Debug)]
-pub(super) struct Stoppable;
+struct Stoppable;
 
 impl<In: Transport> Connector<In> for Stoppable {
     type Out = StoppableTransport<In>;
@@ -63,7 +99,7 @@ impl<In: Transport> Connector<In> for Stoppable {
 /// A transport whose reads wait in slices of [`STOP_POLL`], giving up when the watched stop flag
 /// is set (a blocking socket read cannot be interrupted otherwise).
 #[derive(Debug)]
-pub(super) struct StoppableTransport<T>(T);
+struct StoppableTransport<T>(T);
 
 impl<T: Transport> Transport for StoppableTransport<T> {
     fn buffers(&mut self) -> &mut dyn Buffers {
@@ -124,7 +160,7 @@ impl<T: Transport> Transport for StoppableTransport<T> {
 /// without a deadline ureq parses it on the calling thread, which saves a thread spawned and
 /// joined per range (docs/performance.md, "Remote requests").
 #[derive(Debug, Default)]
-pub(super) struct LiteralIpResolver(DefaultResolver);
+struct LiteralIpResolver(DefaultResolver);
 
 impl Resolver for LiteralIpResolver {
     fn resolve(
