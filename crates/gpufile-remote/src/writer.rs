@@ -5,17 +5,17 @@
 //! 1. Open with [`RemoteWriter::create`] (the endpoint type from the URL, as
 //!    [`crate::RemoteFile::open`] infers it) or one of `create_s3`, `create_s3_url`,
 //!    `create_http`, `create_s3_presigned_url`, `create_webhdfs`. Nothing is sent at open.
-//! 2. Write with [`RemoteWriter::write`] (host memory) or submit [`Endpoint::Write`] requests of
-//!    host or GPU memory to [`gpufile::Engine::submit`] (GPU memory goes through the pinned
-//!    bounce pipeline, as reads do), in any order and in parallel.
+//! 2. Write with [`RemoteWriter::write`] (host memory) or submit
+//!    [`Endpoint::Write`](gpufile::source::Endpoint::Write) requests of host or GPU memory to
+//!    [`gpufile::Engine::submit`] (GPU memory goes through the pinned bounce pipeline, as reads
+//!    do), in any order and in parallel.
 //! 3. [`RemoteWriter::close`] makes the object: it exists only once close succeeds. A failure,
 //!    a cancellation, a close that finds the writes do not tile the object, or a writer dropped
 //!    unclosed makes nothing and, for S3, aborts the multipart upload, so that no upload is
 //!    left behind.
 //!
-//! The writes to an object tile it: every byte from 0 to the end of the last write is written
-//! exactly once. A write that overlaps an earlier one is refused before any byte moves; a gap is
-//! refused at close. Both are [`RemoteFailure::NotTiled`].
+//! The writer is the sink; its rooms: [`tiling`] (the writes tile the object; how a write is
+//! cut into parts), [`multipart`] (S3's multipart upload) and [`close`] (how the writer ends).
 //!
 //! S3: an object up to `remote_part_size` bytes is one PutObject at close. A larger one is a
 //! multipart upload: each part (`remote_part_size` bytes, the last one shorter) is uploaded by

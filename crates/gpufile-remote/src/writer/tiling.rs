@@ -1,6 +1,10 @@
 //! Tiling: how the writes to an object cover it (each byte once; overlaps refused when a
 //! request is checked, gaps at close), and how a write is cut into parts: whole parts go out at
 //! once, pieces collect in part buffers.
+//!
+//! The writes to an object tile it: every byte from 0 to the end of the last write is written
+//! exactly once. A write that overlaps an earlier one is refused before any byte moves; a gap is
+//! refused at close. Both are [`RemoteFailure::NotTiled`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
