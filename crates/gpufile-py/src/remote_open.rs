@@ -1,7 +1,7 @@
 //! The one way in from Python to a remote object, for reading or for writing
 //! (`gpufile._native.open_remote`): which of KvikIO's constructors (`how`), the object, its size
-//! and the S3 options, parsed here once. `gpufile.RemoteFile`'s `open_*`
-//! methods, KvikIO's names, are thin Python entries over it.
+//! and the S3 options, parsed here once. `gpufile.RemoteFile`'s `open_*` methods, KvikIO's
+//! names, are thin Python entries over it.
 
 use gpufile::Error;
 use gpufile_remote::{RemoteEndpointType, RemoteFile, RemoteWriter, S3Options};
