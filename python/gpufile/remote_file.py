@@ -116,6 +116,22 @@ def _write_mode(mode: str) -> bool:
     raise ValueError(f"mode must be 'r' or 'w', not {mode!r}")
 
 
+# KvikIO's five AWS keyword arguments of ``open_s3`` and ``open_s3_url``, in their order.
+_AWS_OPTIONS = (
+    "aws_region_name",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_endpoint_url",
+    "aws_session_token",
+)
+
+
+def _aws(*values: Optional[str]) -> dict[str, Optional[str]]:
+    """The AWS keyword arguments, given in ``_AWS_OPTIONS``'s order, as the native opener's
+    mapping (parsed there)."""
+    return dict(zip(_AWS_OPTIONS, values))
+
+
 class RemoteFile:
     """A remote object, read into host or GPU memory (GPU memory through pinned bounce buffers:
     each range is received while the previous one is copied to the GPU).
@@ -189,9 +205,7 @@ class RemoteFile:
         RuntimeError
             The server refused or failed (status, timeout, attempts exhausted).
         """
-        if _write_mode(mode):
-            return cls(_native.NativeRemoteWriter.open_http(url))
-        return cls(_native.NativeRemoteFile.open_http(url, nbytes))
+        return cls._open("http", url, nbytes, mode)
 
     @classmethod
     def open_s3(
@@ -234,19 +248,9 @@ class RemoteFile:
         RuntimeError
             Missing region or credentials, or the server refused (e.g. "URL returned error: 404").
         """
-        native = _native.NativeRemoteWriter if _write_mode(mode) else _native.NativeRemoteFile
-        return cls(
-            native.open_s3(
-                bucket_name,
-                object_name,
-                nbytes,
-                aws_region_name,
-                aws_access_key_id,
-                aws_secret_access_key,
-                aws_endpoint_url,
-                aws_session_token,
-            )
-        )
+        aws = _aws(aws_region_name, aws_access_key_id, aws_secret_access_key,
+                   aws_endpoint_url, aws_session_token)
+        return cls._open("s3", bucket_name, nbytes, mode, object_name=object_name, aws=aws)
 
     @classmethod
     def open_s3_url(
@@ -286,18 +290,9 @@ class RemoteFile:
         scheme = urllib.parse.urlparse(url.lower()).scheme
         if scheme not in ("http", "https", "s3"):
             raise ValueError(f"Unsupported protocol: {_native.redact_url(url)}")
-        native = _native.NativeRemoteWriter if _write_mode(mode) else _native.NativeRemoteFile
-        return cls(
-            native.open_s3_url(
-                url,
-                nbytes,
-                aws_region_name,
-                aws_access_key_id,
-                aws_secret_access_key,
-                aws_endpoint_url,
-                aws_session_token,
-            )
-        )
+        aws = _aws(aws_region_name, aws_access_key_id, aws_secret_access_key,
+                   aws_endpoint_url, aws_session_token)
+        return cls._open("s3_url", url, nbytes, mode, aws=aws)
 
     @classmethod
     def open_s3_public(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
@@ -316,7 +311,7 @@ class RemoteFile:
         RemoteFile
             The open file.
         """
-        return cls(_native.NativeRemoteFile.open_s3_public(url, nbytes))
+        return cls._open("s3_public", url, nbytes)
 
     @classmethod
     def open_s3_presigned_url(
@@ -338,9 +333,7 @@ class RemoteFile:
         RemoteFile
             The open file.
         """
-        if _write_mode(mode):
-            return cls(_native.NativeRemoteWriter.open_s3_presigned_url(presigned_url))
-        return cls(_native.NativeRemoteFile.open_s3_presigned_url(presigned_url, nbytes))
+        return cls._open("s3_presigned_url", presigned_url, nbytes, mode)
 
     @classmethod
     def open_gcs_public(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
@@ -376,7 +369,7 @@ class RemoteFile:
             The server refused or failed; a 401 or 403 adds that gpufile reads public objects
             only (a private object needs a signed URL, opened with ``open_http``).
         """
-        return cls(_native.NativeRemoteFile.open_gcs_public(url, nbytes))
+        return cls._open("gcs_public", url, nbytes)
 
     @classmethod
     def open_webhdfs(cls, url: str, nbytes: Optional[int] = None, mode: str = "r") -> RemoteFile:
@@ -396,9 +389,7 @@ class RemoteFile:
         RemoteFile
             The open file.
         """
-        if _write_mode(mode):
-            return cls(_native.NativeRemoteWriter.open_webhdfs(url))
-        return cls(_native.NativeRemoteFile.open_webhdfs(url, nbytes))
+        return cls._open("webhdfs", url, nbytes, mode)
 
     @classmethod
     def open(
@@ -442,8 +433,19 @@ class RemoteFile:
         allowed = None
         if allow_list is not None:
             allowed = [_type_value(t, "allow_list items") for t in allow_list]
-        native = _native.NativeRemoteWriter if _write_mode(mode) else _native.NativeRemoteFile
-        return cls(native.open(url, kind, allowed, nbytes))
+        return cls._open(
+            "infer", url, nbytes, mode, remote_endpoint_type=kind, allow_list=allowed
+        )
+
+    @classmethod
+    def _open(
+        cls, how: str, url: str, nbytes: Optional[int], mode: str = "r", **options: Any
+    ) -> RemoteFile:
+        """The one way in under the ``open_*`` methods: ``_native.open_remote``, which opens
+        the object as KvikIO's constructor ``how`` does, for reading or (``mode="w"``) writing.
+        """
+        write = _write_mode(mode)
+        return cls(_native.open_remote(how, url, write=write, nbytes=nbytes, **options))
 
     def close(self) -> None:
         """Closes the file (reads in flight finish).

@@ -16,6 +16,7 @@ mod mmap;
 mod notices;
 mod ranges;
 mod remote;
+mod remote_open;
 mod remote_write;
 mod request;
 mod safetensors;

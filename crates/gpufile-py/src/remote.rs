@@ -5,37 +5,20 @@ use std::sync::{Arc, Mutex};
 
 use gpufile::source::Endpoint;
 use gpufile::{Direction, Error};
-use gpufile_remote::{RemoteEndpointType, RemoteFile, S3Options};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use gpufile_remote::{RemoteEndpointType, RemoteFile};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg};
 use crate::file::{wait_interruptibly, NativeFuture};
+use crate::remote_open::open_err;
 use crate::request::{self, Args};
-
-/// Errors of opening and inferring: KvikIO raises RuntimeError for bad or unsupported URLs,
-/// missing credentials and failed requests.
-fn open_err(e: Error) -> PyErr {
-    match e {
-        Error::InvalidArgument(text) => PyRuntimeError::new_err(text),
-        other => read_err(other),
-    }
-}
 
 /// Errors of reads: the common mapping (a server that ignores ranges is an OverflowError, other
 /// server and network failures RuntimeError, as KvikIO raises them).
 fn read_err(e: Error) -> PyErr {
     to_py(e)
-}
-
-fn endpoint_type(value: u32) -> PyResult<RemoteEndpointType> {
-    RemoteEndpointType::from_value(value)
-        .ok_or_else(|| PyValueError::new_err(format!("unknown RemoteEndpointType value {value}")))
-}
-
-fn nbytes_arg(nbytes: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
-    uint_arg("nbytes", nbytes, None)
 }
 
 /// An open remote object (the engine under `gpufile.RemoteFile`).
@@ -49,11 +32,7 @@ pub(crate) struct NativeRemoteFile {
 }
 
 impl NativeRemoteFile {
-    fn wrap(opened: gpufile::Result<RemoteFile>) -> PyResult<Self> {
-        opened.map(Self::from_file).map_err(open_err)
-    }
-
-    fn from_file(f: RemoteFile) -> Self {
+    pub(crate) fn from_file(f: RemoteFile) -> Self {
         Self::from_arc(Arc::new(f))
     }
 
@@ -73,154 +52,8 @@ impl NativeRemoteFile {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn s3_options(
-    region: Option<String>,
-    access_key_id: Option<String>,
-    secret_access_key: Option<String>,
-    endpoint_url: Option<String>,
-    session_token: Option<String>,
-) -> S3Options {
-    S3Options {
-        region,
-        access_key_id,
-        secret_access_key,
-        endpoint_url,
-        session_token,
-    }
-}
-
 #[pymethods]
 impl NativeRemoteFile {
-    #[staticmethod]
-    #[pyo3(signature = (url, nbytes=None))]
-    fn open_http(py: Python<'_>, url: String, nbytes: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let n = nbytes_arg(nbytes)?;
-        Self::wrap(py.detach(|| RemoteFile::open_http(&url, n)))
-    }
-
-    #[staticmethod]
-    #[pyo3(signature = (bucket_name, object_name, nbytes=None, aws_region_name=None,
-        aws_access_key_id=None, aws_secret_access_key=None, aws_endpoint_url=None,
-        aws_session_token=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn open_s3(
-        py: Python<'_>,
-        bucket_name: String,
-        object_name: String,
-        nbytes: Option<&Bound<'_, PyAny>>,
-        aws_region_name: Option<String>,
-        aws_access_key_id: Option<String>,
-        aws_secret_access_key: Option<String>,
-        aws_endpoint_url: Option<String>,
-        aws_session_token: Option<String>,
-    ) -> PyResult<Self> {
-        let n = nbytes_arg(nbytes)?;
-        let o = s3_options(
-            aws_region_name,
-            aws_access_key_id,
-            aws_secret_access_key,
-            aws_endpoint_url,
-            aws_session_token,
-        );
-        Self::wrap(py.detach(|| RemoteFile::open_s3(&bucket_name, &object_name, n, &o)))
-    }
-
-    #[staticmethod]
-    #[pyo3(signature = (url, nbytes=None, aws_region_name=None, aws_access_key_id=None,
-        aws_secret_access_key=None, aws_endpoint_url=None, aws_session_token=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn open_s3_url(
-        py: Python<'_>,
-        url: String,
-        nbytes: Option<&Bound<'_, PyAny>>,
-        aws_region_name: Option<String>,
-        aws_access_key_id: Option<String>,
-        aws_secret_access_key: Option<String>,
-        aws_endpoint_url: Option<String>,
-        aws_session_token: Option<String>,
-    ) -> PyResult<Self> {
-        let n = nbytes_arg(nbytes)?;
-        let o = s3_options(
-            aws_region_name,
-            aws_access_key_id,
-            aws_secret_access_key,
-            aws_endpoint_url,
-            aws_session_token,
-        );
-        Self::wrap(py.detach(|| RemoteFile::open_s3_url(&url, n, &o)))
-    }
-
-    #[staticmethod]
-    #[pyo3(signature = (url, nbytes=None))]
-    fn open_s3_public(
-        py: Python<'_>,
-        url: String,
-        nbytes: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let n = nbytes_arg(nbytes)?;
-        Self::wrap(py.detach(|| RemoteFile::open_s3_public(&url, n)))
-    }
-
-    #[staticmethod]
-    #[pyo3(signature = (presigned_url, nbytes=None))]
-    fn open_s3_presigned_url(
-        py: Python<'_>,
-        presigned_url: String,
-        nbytes: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let n = nbytes_arg(nbytes)?;
-        Self::wrap(py.detach(|| RemoteFile::open_s3_presigned_url(&presigned_url, n)))
-    }
-
-    #[staticmethod]
-    #[pyo3(signature = (url, nbytes=None))]
-    fn open_webhdfs(
-        py: Python<'_>,
-        url: String,
-        nbytes: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let n = nbytes_arg(nbytes)?;
-        Self::wrap(py.detach(|| RemoteFile::open_webhdfs(&url, n)))
-    }
-
-    /// gpufile's addition, so its errors take gpufile's types: a bad `gs://` URL is a
-    /// ValueError (KvikIO's `open_*` raise RuntimeError for bad URLs), a refusal RuntimeError.
-    #[staticmethod]
-    #[pyo3(signature = (url, nbytes=None))]
-    fn open_gcs_public(
-        py: Python<'_>,
-        url: String,
-        nbytes: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let n = nbytes_arg(nbytes)?;
-        py.detach(|| RemoteFile::open_gcs_public(&url, n))
-            .map(Self::from_file)
-            .map_err(to_py)
-    }
-
-    /// `remote_endpoint_type` and `allow_list` as KvikIO's integer values.
-    #[staticmethod]
-    #[pyo3(signature = (url, remote_endpoint_type=0, allow_list=None, nbytes=None))]
-    fn open(
-        py: Python<'_>,
-        url: String,
-        remote_endpoint_type: u32,
-        allow_list: Option<Vec<u32>>,
-        nbytes: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let n = nbytes_arg(nbytes)?;
-        let kind = endpoint_type(remote_endpoint_type)?;
-        let allow = allow_list
-            .map(|l| {
-                l.into_iter()
-                    .map(endpoint_type)
-                    .collect::<PyResult<Vec<_>>>()
-            })
-            .transpose()?;
-        Self::wrap(py.detach(|| RemoteFile::open(&url, kind, allow.as_deref(), n)))
-    }
-
     fn nbytes(&self) -> u64 {
         self.nbytes
     }
@@ -346,6 +179,7 @@ fn is_url(path: &Bound<'_, PyAny>) -> bool {
 /// Adds the remote-file classes and functions to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRemoteFile>()?;
+    m.add_function(wrap_pyfunction!(crate::remote_open::open_remote, m)?)?;
     m.add_function(wrap_pyfunction!(is_url, m)?)?;
     m.add_function(wrap_pyfunction!(infer_remote_endpoint_type, m)?)?;
     m.add_function(wrap_pyfunction!(redact_url, m)?)?;

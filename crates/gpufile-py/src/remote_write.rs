@@ -7,29 +7,15 @@ use std::time::Duration;
 
 use gpufile::future::StopFlag;
 use gpufile::{Direction, Engine, Error};
-use gpufile_remote::{RemoteEndpointType, RemoteWriter};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use gpufile_remote::RemoteWriter;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
-use crate::errors::{to_py, uint_arg};
+use crate::errors::to_py;
 use crate::file::{NativeFuture, SIGNAL_POLL};
-use crate::remote::s3_options;
+use crate::remote_open::open_err;
 use crate::request::{self, Args};
-
-/// Errors of opening: as for reading, KvikIO's RuntimeError for bad URLs and missing
-/// credentials.
-fn open_err(e: Error) -> PyErr {
-    match e {
-        Error::InvalidArgument(text) => PyRuntimeError::new_err(text),
-        other => to_py(other),
-    }
-}
-
-fn endpoint_type(value: u32) -> PyResult<RemoteEndpointType> {
-    RemoteEndpointType::from_value(value)
-        .ok_or_else(|| PyValueError::new_err(format!("unknown RemoteEndpointType value {value}")))
-}
 
 /// A remote object open for writing (the engine under `gpufile.RemoteFile` in mode "w").
 #[pyclass(frozen, module = "gpufile._native")]
@@ -38,106 +24,15 @@ pub(crate) struct NativeRemoteWriter {
 }
 
 impl NativeRemoteWriter {
-    fn wrap(opened: gpufile::Result<RemoteWriter>) -> PyResult<Self> {
-        opened
-            .map(|w| NativeRemoteWriter {
-                writer: Arc::new(w),
-            })
-            .map_err(open_err)
+    pub(crate) fn new(writer: RemoteWriter) -> Self {
+        NativeRemoteWriter {
+            writer: Arc::new(writer),
+        }
     }
 }
 
 #[pymethods]
 impl NativeRemoteWriter {
-    #[staticmethod]
-    fn open_http(py: Python<'_>, url: String) -> PyResult<Self> {
-        Self::wrap(py.detach(|| RemoteWriter::create_http(&url)))
-    }
-
-    #[staticmethod]
-    #[pyo3(signature = (bucket_name, object_name, nbytes=None, aws_region_name=None,
-        aws_access_key_id=None, aws_secret_access_key=None, aws_endpoint_url=None,
-        aws_session_token=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn open_s3(
-        py: Python<'_>,
-        bucket_name: String,
-        object_name: String,
-        nbytes: Option<&Bound<'_, PyAny>>,
-        aws_region_name: Option<String>,
-        aws_access_key_id: Option<String>,
-        aws_secret_access_key: Option<String>,
-        aws_endpoint_url: Option<String>,
-        aws_session_token: Option<String>,
-    ) -> PyResult<Self> {
-        let n = uint_arg("nbytes", nbytes, None)?;
-        let o = s3_options(
-            aws_region_name,
-            aws_access_key_id,
-            aws_secret_access_key,
-            aws_endpoint_url,
-            aws_session_token,
-        );
-        Self::wrap(py.detach(|| RemoteWriter::create_s3(&bucket_name, &object_name, n, &o)))
-    }
-
-    #[staticmethod]
-    #[pyo3(signature = (url, nbytes=None, aws_region_name=None, aws_access_key_id=None,
-        aws_secret_access_key=None, aws_endpoint_url=None, aws_session_token=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn open_s3_url(
-        py: Python<'_>,
-        url: String,
-        nbytes: Option<&Bound<'_, PyAny>>,
-        aws_region_name: Option<String>,
-        aws_access_key_id: Option<String>,
-        aws_secret_access_key: Option<String>,
-        aws_endpoint_url: Option<String>,
-        aws_session_token: Option<String>,
-    ) -> PyResult<Self> {
-        let n = uint_arg("nbytes", nbytes, None)?;
-        let o = s3_options(
-            aws_region_name,
-            aws_access_key_id,
-            aws_secret_access_key,
-            aws_endpoint_url,
-            aws_session_token,
-        );
-        Self::wrap(py.detach(|| RemoteWriter::create_s3_url(&url, n, &o)))
-    }
-
-    #[staticmethod]
-    fn open_s3_presigned_url(py: Python<'_>, presigned_url: String) -> PyResult<Self> {
-        Self::wrap(py.detach(|| RemoteWriter::create_s3_presigned_url(&presigned_url)))
-    }
-
-    #[staticmethod]
-    fn open_webhdfs(py: Python<'_>, url: String) -> PyResult<Self> {
-        Self::wrap(py.detach(|| RemoteWriter::create_webhdfs(&url)))
-    }
-
-    /// `remote_endpoint_type` and `allow_list` as KvikIO's integer values.
-    #[staticmethod]
-    #[pyo3(signature = (url, remote_endpoint_type=0, allow_list=None, nbytes=None))]
-    fn open(
-        py: Python<'_>,
-        url: String,
-        remote_endpoint_type: u32,
-        allow_list: Option<Vec<u32>>,
-        nbytes: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let n = uint_arg("nbytes", nbytes, None)?;
-        let kind = endpoint_type(remote_endpoint_type)?;
-        let allow = allow_list
-            .map(|l| {
-                l.into_iter()
-                    .map(endpoint_type)
-                    .collect::<PyResult<Vec<_>>>()
-            })
-            .transpose()?;
-        Self::wrap(py.detach(|| RemoteWriter::create(&url, kind, allow.as_deref(), n)))
-    }
-
     /// The object's size so far (the end of the last range written).
     fn nbytes(&self) -> u64 {
         self.writer.nbytes()

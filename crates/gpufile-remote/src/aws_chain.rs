@@ -255,7 +255,7 @@ struct UreqClient {
 impl UreqClient {
     fn new() -> Result<Self> {
         Ok(UreqClient {
-            tls: crate::http::tls_config()?,
+            tls: crate::tls_ca::tls_config()?,
         })
     }
 }

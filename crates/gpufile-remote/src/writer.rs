@@ -5,17 +5,17 @@
 //! 1. Open with [`RemoteWriter::create`] (the endpoint type from the URL, as
 //!    [`crate::RemoteFile::open`] infers it) or one of `create_s3`, `create_s3_url`,
 //!    `create_http`, `create_s3_presigned_url`, `create_webhdfs`. Nothing is sent at open.
-//! 2. Write with [`RemoteWriter::write`] (host memory) or submit [`Endpoint::Write`] requests of
-//!    host or GPU memory to [`gpufile::Engine::submit`] (GPU memory goes through the pinned
-//!    bounce pipeline, as reads do), in any order and in parallel.
+//! 2. Write with [`RemoteWriter::write`] (host memory) or submit
+//!    [`Endpoint::Write`](gpufile::source::Endpoint::Write) requests of host or GPU memory to
+//!    [`gpufile::Engine::submit`] (GPU memory goes through the pinned bounce pipeline, as reads
+//!    do), in any order and in parallel.
 //! 3. [`RemoteWriter::close`] makes the object: it exists only once close succeeds. A failure,
 //!    a cancellation, a close that finds the writes do not tile the object, or a writer dropped
 //!    unclosed makes nothing and, for S3, aborts the multipart upload, so that no upload is
 //!    left behind.
 //!
-//! The writes to an object tile it: every byte from 0 to the end of the last write is written
-//! exactly once. A write that overlaps an earlier one is refused before any byte moves; a gap is
-//! refused at close. Both are [`RemoteFailure::NotTiled`].
+//! The writer is the sink; its rooms: [`tiling`] (the writes tile the object; how a write is
+//! cut into parts), [`multipart`] (S3's multipart upload) and [`close`] (how the writer ends).
 //!
 //! S3: an object up to `remote_part_size` bytes is one PutObject at close. A larger one is a
 //! multipart upload: each part (`remote_part_size` bytes, the last one shorter) is uploaded by
@@ -28,7 +28,6 @@
 //! redirects to).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use gpufile::future::StopFlag;
@@ -43,13 +42,12 @@ use crate::gcs;
 use crate::http::{Client, RemoteStats, Target};
 
 mod close;
+mod multipart;
+mod tiling;
 
-/// S3's smallest part, in bytes (every part but the last).
-pub const S3_MIN_PART: u64 = 5 << 20;
-/// S3's largest part, in bytes.
-pub const S3_MAX_PART: u64 = 5 << 30;
-/// S3's most parts of one multipart upload.
-pub const S3_MAX_PARTS: u64 = 10_000;
+pub use multipart::{S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART};
+pub use tiling::part_size_for;
+use tiling::PartBuf;
 
 /// Where the bytes go.
 #[derive(Debug)]
@@ -60,13 +58,6 @@ enum Dest {
     Put { url: String },
     /// WebHDFS: `op=CREATE` at the name node, then the bytes where it redirects.
     WebHdfs { base: String, user: Option<String> },
-}
-
-/// A part's bytes collected from several writes.
-#[derive(Debug, Default)]
-struct PartBuf {
-    data: Vec<u8>,
-    filled: u64,
 }
 
 /// What has been written and sent so far.
@@ -118,14 +109,6 @@ pub struct RemoteWriter {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The part size for an object of `size_hint` bytes (when known) under `setting`: the setting,
-/// raised (to a whole MiB) where the object would need more than [`S3_MAX_PARTS`] parts.
-pub fn part_size_for(setting: u64, size_hint: Option<u64>) -> u64 {
-    let setting = setting.clamp(S3_MIN_PART, S3_MAX_PART);
-    let needed = size_hint.map_or(0, |n| n.div_ceil(S3_MAX_PARTS).next_multiple_of(1 << 20));
-    setting.max(needed).min(S3_MAX_PART)
 }
 
 impl RemoteWriter {
@@ -294,91 +277,6 @@ impl RemoteWriter {
         lock(&self.state).closed.is_some()
     }
 
-    fn not_tiled(&self, reason: String) -> Error {
-        RemoteError {
-            url: self.shown.clone(),
-            kind: RemoteFailure::NotTiled,
-            reason,
-        }
-        .into()
-    }
-
-    /// Reserves `ranges` for one request: refused, with nothing reserved, where one overlaps a
-    /// range reserved before or another of them, ends past S3's 10,000 parts, or the writer
-    /// is closed or failed.
-    fn reserve(&self, ranges: &[Range]) -> Result<()> {
-        let mut st = lock(&self.state);
-        if st.closed.is_some() {
-            return Err(Error::Closed);
-        }
-        if let Some(e) = &st.failed {
-            return Err(self.failed_earlier(e));
-        }
-        let mut asked: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-        for r in ranges.iter().filter(|r| r.len > 0) {
-            let end = r.file_offset.checked_add(r.len as u64).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "a write of {} bytes at {} ends past the largest offset",
-                    r.len, r.file_offset
-                ))
-            })?;
-            asked.push((r.file_offset, end));
-        }
-        asked.sort_unstable();
-        for w in asked.windows(2) {
-            if w[1].0 < w[0].1 {
-                return Err(self.overlap(w[1], w[0]));
-            }
-        }
-        for &(a, b) in &asked {
-            if let Some((&s, &e)) = st.reserved.range(..b).next_back() {
-                if e > a {
-                    return Err(self.overlap((a, b), (s, e)));
-                }
-            }
-        }
-        let end = asked.iter().map(|r| r.1).max().unwrap_or(0).max(st.extent);
-        if self.part_size != u64::MAX && end.div_ceil(self.part_size) > S3_MAX_PARTS {
-            return Err(RemoteError {
-                url: self.shown.clone(),
-                kind: RemoteFailure::PartLimit,
-                reason: format!(
-                    "a write up to byte {end} needs more than S3's {S3_MAX_PARTS} parts of {} \
-                     bytes (remote_part_size); raise remote_part_size, or give the object's \
-                     size (nbytes) when opening it",
-                    self.part_size
-                ),
-            }
-            .into());
-        }
-        for (a, b) in asked {
-            insert_range(&mut st.reserved, a, b);
-        }
-        st.extent = end;
-        if self.part_size != u64::MAX && end > self.part_size {
-            st.multipart = true;
-        }
-        Ok(())
-    }
-
-    /// Gives back ranges reserved by a request that could not start.
-    fn release(&self, ranges: &[Range]) {
-        let mut st = lock(&self.state);
-        for r in ranges.iter().filter(|r| r.len > 0) {
-            remove_range(&mut st.reserved, r.file_offset, r.end());
-        }
-        st.extent = st.reserved.values().next_back().copied().unwrap_or(0);
-    }
-
-    fn overlap(&self, (a, b): (u64, u64), (s, e): (u64, u64)) -> Error {
-        self.not_tiled(format!(
-            "a write of bytes {a}-{} overlaps bytes {s}-{} written before; the writes to an \
-             object must tile it (each byte written once)",
-            b - 1,
-            e - 1
-        ))
-    }
-
     fn failed_earlier(&self, e: &Error) -> Error {
         match RemoteError::of(e) {
             Some(r) => RemoteError {
@@ -434,103 +332,6 @@ impl RemoteWriter {
         r
     }
 
-    /// Takes in `src` at `offset`: whole parts go out at once, pieces into part buffers.
-    fn take(&self, src: &[u8], offset: u64, call: IoContext<'_>) -> Result<()> {
-        let p = self.part_size;
-        let end = offset + src.len() as u64;
-        let mut at = offset;
-        while at < end {
-            let k = at / p;
-            let part_end = (k + 1).saturating_mul(p).min(end);
-            let piece = &src[(at - offset) as usize..(part_end - offset) as usize];
-            let whole = at == k * p && piece.len() as u64 == p;
-            let ready = {
-                let mut st = lock(&self.state);
-                if let Some(e) = &st.failed {
-                    return Err(self.failed_earlier(e));
-                }
-                if whole && st.multipart {
-                    None
-                } else {
-                    let buf = st.buffers.entry(k).or_default();
-                    let from = (at - k.saturating_mul(p)) as usize;
-                    if buf.data.len() < from + piece.len() {
-                        buf.data.resize(from + piece.len(), 0);
-                    }
-                    buf.data[from..from + piece.len()].copy_from_slice(piece);
-                    buf.filled += piece.len() as u64;
-                    let full = p != u64::MAX && buf.filled == p && st.multipart;
-                    st.written += piece.len() as u64;
-                    match full {
-                        true => Some(st.buffers.remove(&k).map(|b| b.data).unwrap_or_default()),
-                        false => {
-                            at = part_end;
-                            continue;
-                        }
-                    }
-                }
-            };
-            match ready {
-                None => {
-                    self.upload_part(k, piece, Some(call.stop), true)?;
-                    lock(&self.state).written += piece.len() as u64;
-                }
-                Some(data) => self.upload_part(k, &data, Some(call.stop), true)?,
-            }
-            at = part_end;
-        }
-        call.progress.fetch_add(src.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Uploads part `k` (S3's part number `k + 1`); a failure fails the writer, and, where
-    /// `abort`, the last upload to end after a failure aborts the multipart upload (close
-    /// aborts on its own, under its caller's stop flag).
-    fn upload_part(&self, k: u64, data: &[u8], stop: Option<&StopFlag>, abort: bool) -> Result<()> {
-        {
-            let mut st = lock(&self.state);
-            if let Some(e) = &st.failed {
-                return Err(self.failed_earlier(e));
-            }
-            st.inflight += 1;
-        }
-        let r = self.send_part(k, data, stop);
-        let abort = {
-            let mut st = lock(&self.state);
-            st.inflight -= 1;
-            match &r {
-                Ok(etag) => {
-                    st.etags.insert(k, etag.clone());
-                }
-                Err(e) => {
-                    if st.failed.is_none() {
-                        st.failed = Some(e.clone());
-                    }
-                }
-            }
-            let abort = abort && st.failed.is_some() && st.inflight == 0 && !st.aborted;
-            if abort {
-                st.aborted = true;
-            }
-            abort
-        };
-        if abort {
-            self.send_abort(None);
-        }
-        self.idle.notify_all();
-        r.map(|_| ())
-    }
-
-    fn s3(&self) -> Result<&S3Object> {
-        match &self.dest {
-            Dest::S3(o) => Ok(o),
-            _ => Err(Error::InvalidArgument(format!(
-                "{}: not an S3 object",
-                self.shown
-            ))),
-        }
-    }
-
     /// A request of this object, stopped soon after `stop` is set.
     fn target<'a>(
         &'a self,
@@ -550,59 +351,6 @@ impl RemoteWriter {
             stop,
             label: Some(label),
         }
-    }
-
-    /// The object's URL with `query`.
-    fn s3_url(&self, query: &str) -> Result<String> {
-        let mut u = self.s3()?.url.clone();
-        u.set_query(Some(query));
-        Ok(u.into())
-    }
-
-    /// The multipart upload's id: created (`POST ?uploads`) by the first caller.
-    fn upload_id(&self, stop: Option<&StopFlag>) -> Result<String> {
-        let mut id = lock(&self.upload_id);
-        if let Some(id) = id.as_ref() {
-            return Ok(id.clone());
-        }
-        let url = self.s3_url("uploads")?;
-        let t = self.target(&url, "POST (CreateMultipartUpload)", stop);
-        let answer = self.client.send_body(&t, "POST", &[], None, false)?;
-        let created = xml_text(&answer.body, "UploadId").ok_or_else(|| {
-            self.bad_answer(format!(
-                "CreateMultipartUpload: the answer holds no UploadId{}",
-                s3_error(&answer.body)
-            ))
-        })?;
-        *id = Some(created.clone());
-        Ok(created)
-    }
-
-    fn bad_answer(&self, reason: String) -> Error {
-        RemoteError {
-            url: self.shown.clone(),
-            kind: RemoteFailure::BadResponse,
-            reason,
-        }
-        .into()
-    }
-
-    /// `PUT ?partNumber&uploadId` of part `k`; its ETag.
-    fn send_part(&self, k: u64, data: &[u8], stop: Option<&StopFlag>) -> Result<String> {
-        let id = self.upload_id(stop)?;
-        let query = form(&[("partNumber", &(k + 1).to_string()), ("uploadId", &id)]);
-        let url = self.s3_url(&query)?;
-        let start = k * self.part_size;
-        let label = format!(
-            "PUT of part {} (bytes {start}-{})",
-            k + 1,
-            start + (data.len() as u64).max(1) - 1
-        );
-        let t = self.target(&url, &label, stop);
-        let answer = self.client.send_body(&t, "PUT", data, None, false)?;
-        answer
-            .etag
-            .ok_or_else(|| self.bad_answer(format!("{label}: the answer has no ETag")))
     }
 }
 
@@ -639,78 +387,6 @@ impl Sink for RemoteWriter {
     fn part_size(&self) -> Option<usize> {
         RemoteWriter::part_size(self).map(|p| usize::try_from(p).unwrap_or(usize::MAX))
     }
-}
-
-/// Adds `[a, b)` to a set of disjoint ranges, merging neighbours.
-fn insert_range(set: &mut BTreeMap<u64, u64>, mut a: u64, mut b: u64) {
-    if let Some((&s, &e)) = set.range(..=a).next_back() {
-        if e >= a {
-            a = s;
-            b = b.max(e);
-            set.remove(&s);
-        }
-    }
-    while let Some((&s, &e)) = set.range(a..=b).next() {
-        b = b.max(e);
-        set.remove(&s);
-    }
-    set.insert(a, b);
-}
-
-/// Removes `[a, b)` from a set of disjoint ranges, splitting where needed.
-fn remove_range(set: &mut BTreeMap<u64, u64>, a: u64, b: u64) {
-    let hit: Vec<(u64, u64)> = set
-        .range(..b)
-        .filter(|(_, &e)| e > a)
-        .map(|(&s, &e)| (s, e))
-        .collect();
-    for (s, e) in hit {
-        set.remove(&s);
-        if s < a {
-            set.insert(s, a);
-        }
-        if e > b {
-            set.insert(b, e);
-        }
-    }
-}
-
-/// A query of `pairs`, form-encoded.
-fn form(pairs: &[(&str, &str)]) -> String {
-    url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(pairs)
-        .finish()
-}
-
-/// The text of the first `<tag>` element of `xml`.
-fn xml_text(xml: &str, tag: &str) -> Option<String> {
-    let open = format!("<{tag}>");
-    let start = xml.find(&open)? + open.len();
-    let end = start + xml[start..].find(&format!("</{tag}>"))?;
-    Some(xml_unescape(&xml[start..end]))
-}
-
-/// An S3 error answer's code and message, for errors (nothing else of the body: an S3 error can
-/// carry the request's canonical form and the access key id).
-fn s3_error(body: &str) -> String {
-    match (xml_text(body, "Code"), xml_text(body, "Message")) {
-        (Some(c), Some(m)) => format!(": {c}: {m}"),
-        (Some(c), None) => format!(": {c}"),
-        _ => String::new(),
-    }
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-fn xml_unescape(s: &str) -> String {
-    s.replace("&quot;", "\"")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 use gpufile::future::StopFlag;
 use gpufile::{Error, Result};
 
-use super::{form, lock, s3_error, xml_escape, Dest, RemoteWriter, State};
+use super::multipart::{form, s3_error, xml_escape};
+use super::{lock, Dest, RemoteWriter, State};
 use crate::endpoint;
 use crate::error::{RemoteError, RemoteFailure};
 use crate::file::user_param;

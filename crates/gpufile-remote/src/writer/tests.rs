@@ -1,6 +1,9 @@
 //! The writer's unit tests: tiling, part limits, S3 answers, a close under a stop flag.
 
+use super::multipart::{form, s3_error, xml_text};
+use super::tiling::{insert_range, remove_range};
 use super::*;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 #[test]

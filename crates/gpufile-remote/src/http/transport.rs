@@ -1,0 +1,226 @@
+//! The transport: the client's `ureq` agent (blocking, rustls, a connection pool shared by the
+//! workers), whose socket reads give up soon after the request's [`StopFlag`] is set, its
+//! resolver that spares IP literals a lookup thread, and the backoff sleep that a stop cuts
+//! short.
+//!
+//! A request stops (an [`Error::Cancelled`](gpufile::Error::Cancelled)) soon after its
+//! [`StopFlag`] is set (Ctrl-C, or another task of the request failed): between attempts,
+//! during a backoff, and while a response or a body is awaited (socket reads wait in slices of
+//! [`STOP_POLL`] and look at the flag between them); only a connection being opened is waited
+//! for.
+
+use std::cell::RefCell;
+use std::io;
+use std::time::{Duration, Instant};
+
+use gpufile::future::StopFlag;
+use ureq::tls::TlsConfig;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{
+    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, NextTimeout, RustlsConnector,
+    TcpConnector, Transport,
+};
+use ureq::Agent;
+
+use super::Target;
+
+/// How long a socket read or a backoff waits before it looks at the request's stop flag again:
+/// a cancelled request ends within about this long (Python polls for Ctrl-C every 50 ms too).
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// The agent of one client, trusting `tls`'s roots.
+pub(super) fn agent(tls: TlsConfig) -> Agent {
+    let config = Agent::config_builder()
+        .tls_config(tls)
+        // Status codes are ours to judge (retry list, range checks).
+        .http_status_as_error(false)
+        // One idle connection per worker, so that tasks reuse them.
+        .max_idle_connections(256)
+        .max_idle_connections_per_host(256)
+        .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
+        // Each hop is checked by `send` (credentials, https to http).
+        .max_redirects(0)
+        // The stored bytes, never an encoding of them (whatever ureq's features).
+        .accept_encoding("identity")
+        .build();
+    // ureq's default chain (CONNECT proxy, TCP, rustls) with a stoppable transport over TCP.
+    let connector =
+        ().chain(ConnectProxyConnector::default())
+            .chain(TcpConnector::default())
+            .chain(Stoppable)
+            .chain(RustlsConnector::default());
+    Agent::with_parts(config, connector, LiteralIpResolver::default())
+}
+
+thread_local! {
+    /// The stop flag of the request this thread is sending, for [`StoppableTransport`]: ureq runs
+    /// a request on the calling thread, through a pooled transport made for an earlier one.
+    static WATCHED: RefCell<Option<StopFlag>> = const { RefCell::new(None) };
+}
+
+/// Watches `stop` on this thread until dropped.
+pub(super) struct Watch(Option<StopFlag>);
+
+impl Watch {
+    pub(super) fn new(stop: Option<&StopFlag>) -> Self {
+        let before = WATCHED.with(|w| w.replace(stop.cloned()));
+        Watch(before)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let before = self.0.take();
+        WATCHED.with(|w| *w.borrow_mut() = before);
+    }
+}
+
+/// Whether this thread's request has a stop flag (`None`), and whether it is set.
+fn watched_stop() -> Option<bool> {
+    WATCHED.with(|w| w.borrow().as_ref().map(StopFlag::is_set))
+}
+
+/// Puts a [`StoppableTransport`] over each TCP connection (under TLS, if any).
+#[derive(Debug)]
+struct Stoppable;
+
+impl<In: Transport> Connector<In> for Stoppable {
+    type Out = StoppableTransport<In>;
+
+    fn connect(
+        &self,
+        _details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> std::result::Result<Option<Self::Out>, ureq::Error> {
+        Ok(chained.map(StoppableTransport))
+    }
+}
+
+/// A transport whose reads wait in slices of [`STOP_POLL`], giving up when the watched stop flag
+/// is set (a blocking socket read cannot be interrupted otherwise).
+#[derive(Debug)]
+struct StoppableTransport<T>(T);
+
+impl<T: Transport> Transport for StoppableTransport<T> {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.0.buffers()
+    }
+
+    fn transmit_output(
+        &mut self,
+        amount: usize,
+        timeout: NextTimeout,
+    ) -> std::result::Result<(), ureq::Error> {
+        self.0.transmit_output(amount, timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> std::result::Result<bool, ureq::Error> {
+        use ureq::unversioned::transport::time::Duration as Budget;
+        if watched_stop().is_none() {
+            return self.0.await_input(timeout); // nothing can stop it: one wait
+        }
+        let budget = timeout.for_read();
+        let until = match budget.after {
+            Budget::NotHappening => None,
+            after => Instant::now().checked_add(*after),
+        };
+        loop {
+            if watched_stop() == Some(true) {
+                return Err(ureq::Error::Io(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "the request was cancelled",
+                )));
+            }
+            // The budget left, in one slice when it fits (then its timeout is the request's).
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            let last = left.is_some_and(|l| l <= STOP_POLL);
+            let mut next = budget;
+            next.after = Budget::Exact(left.map_or(STOP_POLL, |l| l.min(STOP_POLL)));
+            match self.0.await_input(next) {
+                Err(ureq::Error::Timeout(_)) if !last => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.0.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.0.is_tls()
+    }
+}
+
+/// ureq's resolver, without its thread for an IP address.
+///
+/// ureq resolves the host before every request, pooled connection or not, and under a deadline
+/// (`http_timeout`) it does so on a thread spawned for the lookup, so that `getaddrinfo` cannot
+/// outlast the deadline. For an IP literal (`127.0.0.1`, `[::1]`) there is nothing to look up:
+/// without a deadline ureq parses it on the calling thread, which saves a thread spawned and
+/// joined per range (docs/performance.md, "Remote requests").
+#[derive(Debug, Default)]
+struct LiteralIpResolver(DefaultResolver);
+
+impl Resolver for LiteralIpResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> std::result::Result<ResolvedSocketAddrs, ureq::Error> {
+        let literal = uri.host().is_some_and(|h| {
+            h.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok()
+        });
+        let timeout = if literal {
+            NextTimeout::default()
+        } else {
+            timeout
+        };
+        self.0.resolve(uri, config, timeout)
+    }
+}
+
+/// Sleeps `delay` unless the target's request stops first; false if it stopped.
+pub(super) fn sleep_unless_stopped(delay: Duration, t: &Target<'_>) -> bool {
+    let until = Instant::now() + delay;
+    loop {
+        if t.stopped() {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(STOP_POLL));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_literals_resolve_without_a_lookup_past_any_deadline() {
+        use ureq::unversioned::transport::time::Duration as Deadline;
+        let config = ureq::config::Config::default();
+        // A deadline already spent: a lookup would time out; an IP literal needs none.
+        let spent = NextTimeout {
+            after: Deadline::Exact(Duration::ZERO),
+            ..NextTimeout::default()
+        };
+        for (uri, want) in [
+            ("http://127.0.0.1:8080/a", "127.0.0.1:8080"),
+            ("https://[::1]/a", "[::1]:443"),
+        ] {
+            let uri: ureq::http::Uri = uri.parse().unwrap();
+            let addrs = LiteralIpResolver::default()
+                .resolve(&uri, &config, spent)
+                .unwrap();
+            assert_eq!(addrs[0].to_string(), want);
+        }
+    }
+}
