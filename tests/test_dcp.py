@@ -276,3 +276,15 @@ def test_a_record_with_a_negative_storage_offset_is_refused(tmp_path):
     _append_record(ck2, "t", good, offset=-len(good))
     err = _load_error({"t": torch.zeros(4)}, gt.FileSystemReader(ck2))
     assert isinstance(err, ValueError) and "at a negative offset" in str(err), err
+
+
+def test_the_writers_stager_says_where_it_staged(tmp_path):
+    sd = {"b": torch.arange(10.0), "n": 3}
+    writer = gt.FileSystemWriter(tmp_path / "ck")
+    fut = dcp.async_save(sd, storage_writer=writer)
+    sd["b"].fill_(0)  # after the call: the staged copy keeps the values
+    assert writer.staging == {"where": "pinned", "bytes": 256, "reason": "CPU tensors"}
+    fut.result()
+    out = {"b": torch.zeros(10), "n": 0}
+    dcp.load(out, storage_reader=gt.FileSystemReader(tmp_path / "ck"))
+    assert torch.equal(out["b"], torch.arange(10.0)) and out["n"] == 3

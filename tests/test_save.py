@@ -531,6 +531,22 @@ def test_async_save_over_the_pinned_limit_is_refused_before_copying(tmp_path):
     assert _names(tmp_path) == []
 
 
+def test_async_save_says_where_it_staged_and_reserve_allocates_the_pinned_buffer_ahead(tmp_path):
+    fut = gs.async_save({"a": torch.arange(100)}, tmp_path / "a.safetensors")
+    assert fut.staging() == {"where": "pinned", "bytes": 1024, "reason": "CPU tensors"}
+    fut.result(timeout=60)
+    fut = gs.async_save({"n": np.arange(5)}, tmp_path / "n.safetensors")
+    assert fut.staging() == {"where": "host", "bytes": 0, "reason": "no PyTorch tensor"}
+    fut.result(timeout=60)
+    assert gs.reserve_async_staging(3 << 20) >= 3 << 20
+    for bad in (-1, 1.5, "1MB", True):
+        with pytest.raises(ValueError, match="nbytes must be a non-negative int"):
+            gs.reserve_async_staging(bad)
+    with defaults.set("async_save_pinned_limit", 1000):
+        with pytest.raises(ValueError, match="async_save_pinned_limit"):
+            gs.reserve_async_staging(1001)
+
+
 def test_async_save_errors_come_from_result(tmp_path):
     fut = gs.async_save({"a": torch.zeros(4)}, tmp_path / "no" / "m.safetensors")
     with pytest.raises(FileNotFoundError):
@@ -550,6 +566,7 @@ def test_save_from_gpu_memory_is_byte_identical():
         with open(os.path.join(d, "a"), "rb") as a, open(os.path.join(d, "b"), "rb") as b:
             assert a.read() == b.read()
         fut = gs.async_save(state, os.path.join(d, "c"))
+        assert fut.staging()["where"] == "device", fut.staging()
         for v in state.values():
             # Through bytes: CUDA has no fill for every dtype saved here (float4 pairs).
             (v.view(torch.uint8) if v.element_size() == 1 else v).zero_()
