@@ -13,8 +13,11 @@ every row) by:
     gpufile save_file, not durable   ``durable=False`` (page cache only)
     gpufile save_checkpoint  four shards (written together), durable and not
     safetensors / torch.save without fsync  (the page-cache peers of the row above)
-    async_save blocked       time ``gpufile.safetensors.async_save`` blocks its caller, beside
-                             the D2H copy of the same bytes into pinned memory
+    async_save blocked       time ``gpufile.safetensors.async_save`` blocks its caller (its
+                             first call in the process apart; a GPU snapshot, and pinned staging
+                             with ``async_save_device_limit`` 0), beside the D2H copy of the same
+                             bytes into pinned memory and their D2D copy; ``dcp.async_save`` with
+                             gpufile's and torch's writers
     dcp.save torch / gpufile ``dcp.save`` with torch's and gpufile's ``FileSystemWriter``
     dcp.load torch / gpufile ``dcp.load`` into GPU tensors, hot and cold (the files' pages
                              dropped with ``posix_fadvise(DONTNEED)`` before each cold run)
@@ -69,6 +72,7 @@ def main() -> None:
     import torch
     import safetensors.torch as st
 
+    import gpufile
     import gpufile.safetensors as gst
 
     dev = "cuda:0" if torch.cuda.is_available() else "cpu"
@@ -168,11 +172,49 @@ def main() -> None:
             torch.cuda.synchronize()
 
         measure("D2H copy into pinned memory (the floor)", d2h, unit="s")
-        futs = []
-        measure("async_save: caller blocked", lambda: futs.append(gst.async_save(sd, path)),
-                unit="s", setup=rm,
-                verify=lambda: (futs.pop().result(), check(st.load_file(path))))
         del pinned
+
+        futs = []
+
+        def blocked(name: str) -> None:
+            def save():
+                futs.append(gst.async_save(sd, path))
+                print(f"    staging: {futs[-1].staging()}", flush=True)
+
+            def finish():
+                futs.pop().result()
+                check(st.load_file(path))
+            measure(name, save, unit="s", setup=rm, verify=finish)
+
+        # The first call of the process is the one that used to pay for pinning its buffer.
+        runs = a.runs
+        a.runs = 1
+        blocked("async_save: caller blocked, first call")
+        a.runs = runs
+
+        def d2d():
+            snap = {k: v.clone() for k, v in sd.items()}
+            torch.cuda.synchronize()
+            return snap
+
+        measure("D2D copy of the same tensors (the floor of a GPU snapshot)", d2d, unit="s")
+        blocked("async_save: caller blocked (GPU snapshot)")
+        with gpufile.defaults.set("async_save_device_limit", 0):
+            blocked("async_save: caller blocked, pinned staging (device limit 0)")
+        if "dcp" not in skip:
+            import torch.distributed.checkpoint as dcp
+
+            from gpufile.torch import FileSystemWriter
+            dfuts = []
+            adir = os.path.join(base, "dcp-async")
+            measure("dcp.async_save, gpufile's writer: caller blocked",
+                    lambda: dfuts.append(dcp.async_save(sd, storage_writer=FileSystemWriter(adir))),
+                    unit="s", setup=lambda: rm(adir), verify=lambda: dfuts.pop().result())
+            measure("dcp.async_save, torch's writer: caller blocked",
+                    lambda: dfuts.append(dcp.async_save(
+                        sd, storage_writer=torch.distributed.checkpoint.FileSystemWriter(adir))),
+                    unit="s", setup=lambda: rm(adir), verify=lambda: dfuts.pop().result())
+            rm(adir)
 
     if "dcp" not in skip:
         import torch.distributed.checkpoint as dcp
