@@ -247,27 +247,18 @@ fn save_checkpoint_url(
     let _notices = crate::notices::OnReturn(py);
     use gpufile::formats::safetensors::save::checkpoint::SaveOptions;
     use gpufile_remote::SaveCheckpointError;
-    let (rows, views) = crate::safetensors::tensor_rows(tensors)?;
-    let engine = Engine::global().map_err(to_py)?;
-    let settings = engine.shared_settings();
-    let interrupt = Mutex::new(None);
-    let stop = crate::safetensors::signal_stop(&interrupt);
-    let options = SaveOptions {
-        max_shard_size,
-        metadata: metadata.as_ref(),
-        durable: false,
-        sizes: Some(&sizes),
-        stop: Some(&stop),
-    };
-    let saved = py.detach(|| {
-        // SAFETY: `views` hold every buffer's export (host) or array object (device) until
-        // the save has returned, after its every request ended.
-        unsafe { gpufile_remote::save_checkpoint(&prefix, &rows, &options, &engine, &settings) }
-    });
-    drop(views);
-    if let Some(e) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return Err(e);
-    }
+    let saved =
+        crate::safetensors::save_interruptibly(py, tensors, |rows, stop, engine, settings| {
+            let options = SaveOptions {
+                max_shard_size,
+                metadata: metadata.as_ref(),
+                durable: false,
+                sizes: Some(&sizes),
+                stop: Some(stop),
+            };
+            // SAFETY: `save_interruptibly` holds every row's buffer until this returns.
+            unsafe { gpufile_remote::save_checkpoint(&prefix, rows, &options, engine, settings) }
+        })?;
     match saved {
         Ok(index) => Ok(index.weight_map),
         Err(SaveCheckpointError::Format(e)) => Err(crate::safetensors::to_py(e)),

@@ -329,25 +329,15 @@ fn save_file(
     durable: bool,
 ) -> PyResult<u64> {
     let _notices = crate::notices::OnReturn(py);
-    let (rows, views) = tensor_rows(tensors)?;
-    let engine = Engine::global().map_err(crate::errors::to_py)?;
-    let settings = engine.shared_settings();
-    let interrupt = Mutex::new(None);
-    let stop = signal_stop(&interrupt);
-    let options = file::FileOptions {
-        metadata: metadata.as_ref(),
-        durable,
-        stop: Some(&stop),
-    };
-    let saved = py.detach(|| {
-        // SAFETY: `views` hold every buffer's export (host) or array object (device) until
-        // the save has returned, after its every request ended.
-        unsafe { file::save_file(&path.0, &rows, &options, &engine, &settings) }
-    });
-    drop(views);
-    if let Some(e) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return Err(e);
-    }
+    let saved = save_interruptibly(py, tensors, |rows, stop, engine, settings| {
+        let options = file::FileOptions {
+            metadata: metadata.as_ref(),
+            durable,
+            stop: Some(stop),
+        };
+        // SAFETY: `save_interruptibly` holds every row's buffer until this returns.
+        unsafe { file::save_file(&path.0, rows, &options, engine, settings) }
+    })?;
     saved.map_err(save_error)
 }
 
@@ -365,6 +355,40 @@ fn parse_shard_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
         )));
     }
     u64::try_from(n).map_err(|_| PyValueError::new_err(format!("max_shard_size {n} is too large")))
+}
+
+/// Runs `save` over `tensors` (as `write_safetensors` takes them) with the GIL released and
+/// Ctrl-C stopping it: `save` gets the rows, the stop function, the engine and its settings.
+/// A signal seen meanwhile is raised once the core has cancelled and cleaned up; otherwise
+/// the save's own outcome comes back.
+///
+/// `save` may treat every row's memory as valid until it returns: the buffers' exports (host)
+/// or array objects (device) are held here until then.
+pub(crate) fn save_interruptibly<T, E: Send>(
+    py: Python<'_>,
+    tensors: Vec<SaveRow<'_>>,
+    save: impl FnOnce(
+            &[CoreRow],
+            &(dyn Fn() -> bool + Sync),
+            &Engine,
+            &gpufile::Settings,
+        ) -> std::result::Result<T, E>
+        + Send,
+) -> PyResult<std::result::Result<T, E>>
+where
+    T: Send,
+{
+    let (rows, views) = tensor_rows(tensors)?;
+    let engine = Engine::global().map_err(crate::errors::to_py)?;
+    let settings = engine.shared_settings();
+    let interrupt = Mutex::new(None);
+    let stop = signal_stop(&interrupt);
+    let saved = py.detach(|| save(&rows, &stop, &engine, &settings));
+    drop(views);
+    if let Some(e) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e);
+    }
+    Ok(saved)
 }
 
 /// The stop function of a save that runs with the GIL released
@@ -399,27 +423,17 @@ fn save_checkpoint(
     durable: bool,
 ) -> PyResult<Vec<(String, String)>> {
     let _notices = crate::notices::OnReturn(py);
-    let (rows, views) = tensor_rows(tensors)?;
-    let engine = Engine::global().map_err(crate::errors::to_py)?;
-    let settings = engine.shared_settings();
-    let interrupt = Mutex::new(None);
-    let stop = signal_stop(&interrupt);
-    let options = checkpoint::SaveOptions {
-        max_shard_size,
-        metadata: metadata.as_ref(),
-        durable,
-        sizes: Some(&sizes),
-        stop: Some(&stop),
-    };
-    let saved = py.detach(|| {
-        // SAFETY: `views` hold every buffer's export (host) or array object (device) until
-        // the save has returned, after its every request ended.
-        unsafe { checkpoint::save_checkpoint(&directory.0, &rows, &options, &engine, &settings) }
-    });
-    drop(views);
-    if let Some(e) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return Err(e);
-    }
+    let saved = save_interruptibly(py, tensors, |rows, stop, engine, settings| {
+        let options = checkpoint::SaveOptions {
+            max_shard_size,
+            metadata: metadata.as_ref(),
+            durable,
+            sizes: Some(&sizes),
+            stop: Some(stop),
+        };
+        // SAFETY: `save_interruptibly` holds every row's buffer until this returns.
+        unsafe { checkpoint::save_checkpoint(&directory.0, rows, &options, engine, settings) }
+    })?;
     Ok(saved.map_err(save_error)?.weight_map)
 }
 
