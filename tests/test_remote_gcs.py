@@ -21,8 +21,18 @@ RET = gpufile.RemoteEndpointType
 
 # Object names with a space, UTF-8, slashes and characters that must be percent-encoded.
 NAMES = ["plain.bin", "dir/sub dir/naïve é.bin", "x+y 100%#?.bin"]
-HINT = ("gpufile reads public gs:// objects only; for private objects use a signed URL with "
-        "RemoteFile.open_http")
+HINT = ("No Google credentials were found (GOOGLE_APPLICATION_CREDENTIALS, gcloud's "
+        "application_default_credentials.json, the GCE metadata server were tried), so the "
+        "object was asked for anonymously, which reads public objects only")
+
+
+@pytest.fixture(autouse=True)
+def no_google_credentials(tmp_path, monkeypatch):
+    """These objects are read anonymously: no Google credentials in the environment."""
+    for var in ("GOOGLE_APPLICATION_CREDENTIALS", "GCE_METADATA_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
 
 
 @pytest.fixture
@@ -85,7 +95,7 @@ def test_missing_object_is_404_with_both_addresses(emulator):
     assert "URL returned error: 404" in text
     assert f"from {server.url}/bkt/dir/none%20here.bin" in text
     assert text.endswith("(gs://bkt/dir/none here.bin)")
-    assert "public gs:// objects only" not in text, "a 404 is not a permissions problem"
+    assert "public objects only" not in text, "a 404 is not a permissions problem"
     with pytest.raises(RuntimeError, match="URL returned error: 404"):
         gpufile.RemoteFile.open_gcs_public("gs://nobucket/plain.bin")
 
@@ -100,7 +110,7 @@ class Forbidden(RangeRequestHandler):
         return None
 
 
-def test_private_object_403_says_public_only(tmp_path, monkeypatch):
+def test_private_object_403_says_no_credentials_were_found(tmp_path, monkeypatch):
     (tmp_path / "bkt").mkdir()
     (tmp_path / "bkt" / "secret.bin").write_bytes(b"0123456789")
     with LocalHttpServer(tmp_path, max_lifetime=60, handler=Forbidden) as server:

@@ -402,8 +402,8 @@ def test_allow_list_and_unwritable_kinds_refuse_before_any_request(counting):
         gpufile.RemoteFile.open(f"{url}/a.bin", allow_list=[RET.WEBHDFS], mode="w")
     with pytest.raises(RuntimeError, match="S3 public object cannot be written"):
         gpufile.RemoteFile.open("s3://bkt/k", RET.S3_PUBLIC, mode="w")
-    with pytest.raises(RuntimeError, match="gs:// objects .* cannot be written"):
-        gpufile.RemoteFile.open("gs://bkt/obj", mode="w")
+    with pytest.raises(RuntimeError, match="Invalid URL for S3 endpoint: gs://bkt/obj"):
+        gpufile.RemoteFile.open("gs://bkt/obj", RET.S3, mode="w")
     with pytest.raises(ValueError, match="mode must be 'r' or 'w'"):
         gpufile.RemoteFile.open_http(f"{url}/a.bin", mode="a")
     # Opening for writing sends nothing; the first request is the close's PUT.

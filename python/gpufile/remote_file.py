@@ -1,5 +1,5 @@
 """Remote files: HTTP(S), S3, public S3, presigned S3 URLs and WebHDFS (KvikIO's ``RemoteFile``),
-and, beyond KvikIO, public Google Cloud Storage objects by ``gs://`` URL.
+and, beyond KvikIO, Google Cloud Storage objects by ``gs://`` URL.
 
 ::
 
@@ -8,9 +8,11 @@ and, beyond KvikIO, public Google Cloud Storage objects by ``gs://`` URL.
         buf = numpy.empty(f.nbytes(), dtype="u1")
         f.read(buf)
 
-``gs://<bucket>/<object>`` URLs are read anonymously through GCS's XML API
+``gs://<bucket>/<object>`` URLs are read through GCS's XML API
 (``https://storage.googleapis.com/<bucket>/<object>``, or the host in ``STORAGE_EMULATOR_HOST``)
-as HTTP endpoints. Signed URLs (Azure shared access signatures, GCS signed URLs) are plain HTTPS:
+as HTTP endpoints, with a bearer token of the Google credentials found as Google's libraries find
+them (``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application default credentials, the GCE
+metadata server), anonymously without any; ``open(url, mode="w")`` writes them. Signed URLs (Azure shared access signatures, GCS signed URLs) are plain HTTPS:
 ``open_http`` reads them, sending the query with every request and redacting its signature.
 
 Opened with ``mode="w"``, a remote file is written instead (S3 PutObject or multipart upload, HTTP
@@ -53,8 +55,8 @@ class RemoteEndpointType(enum.Enum):
     WEBHDFS
         Apache Hadoop WebHDFS (``http://host:port/webhdfs/v1/<path>``).
     HTTP
-        Any HTTP(S) server that answers ranged GETs; public ``gs://`` objects are read as this
-        type (gpufile's addition).
+        Any HTTP(S) server that answers ranged GETs; ``gs://`` objects are read as this type
+        (gpufile's addition).
     """
 
     AUTO = 0
@@ -337,9 +339,12 @@ class RemoteFile:
 
     @classmethod
     def open_gcs_public(cls, url: str, nbytes: Optional[int] = None) -> RemoteFile:
-        """Opens a public Google Cloud Storage object by ``gs://`` URL (gpufile's addition).
+        """Opens a Google Cloud Storage object by ``gs://`` URL (gpufile's addition).
 
-        The object is read anonymously, by plain ranged GETs of GCS's XML API address
+        The object is read by ranged GETs, each with a bearer token of the Google credentials
+        found (``GOOGLE_APPLICATION_CREDENTIALS``, gcloud's application default credentials,
+        the GCE metadata server; anonymously, public objects only, without any), of the XML
+        API address
         ``https://storage.googleapis.com/<bucket>/<object>`` (the name percent-encoded segment
         by segment, ``/`` kept), or of the same path at the host in ``STORAGE_EMULATOR_HOST``
         where that is set (``http://127.0.0.1:4443`` or ``127.0.0.1:4443``: the variable
@@ -363,11 +368,12 @@ class RemoteFile:
         Raises
         ------
         ValueError
-            A malformed URL (no bucket, no object, a bucket name GCS would refuse), or a
-            ``STORAGE_EMULATOR_HOST`` that is not ``host:port`` or ``http(s)://host:port``.
+            A malformed URL (no bucket, no object, a bucket name GCS would refuse), a
+            ``STORAGE_EMULATOR_HOST`` that is not ``host:port`` or ``http(s)://host:port``, or a
+            credentials file that cannot be used.
         RuntimeError
-            The server refused or failed; a 401 or 403 adds that gpufile reads public objects
-            only (a private object needs a signed URL, opened with ``open_http``).
+            The server or the token endpoint refused or failed; a 401 or 403 adds which
+            credentials were used, or that none were found (then only public objects read).
         """
         return cls._open("gcs_public", url, nbytes)
 
@@ -416,7 +422,8 @@ class RemoteFile:
             The size, if known (for writes to S3: raises the part size to fit 10,000 parts).
         mode
             ``"r"`` (default) or ``"w"``. Written, an S3 URL is S3 (with credentials, no
-            fallback to S3_PUBLIC); S3_PUBLIC and ``gs://`` objects cannot be written.
+            fallback to S3_PUBLIC); S3_PUBLIC objects cannot be written; a ``gs://``
+            object is written with GCS's resumable upload.
 
         Returns
         -------
@@ -543,8 +550,10 @@ class RemoteFile:
     def credentials_source(self) -> Optional[str]:
         """Where an S3 object's credentials come from: ``"arguments or environment"``, or the
         AWS default chain's source (``"shared config/credentials files"``, ``"web identity
-        (STS)"``, ``"container credentials"``, ``"EC2 instance metadata (IMDSv2)"``); never the
-        credentials themselves.
+        (STS)"``, ``"container credentials"``, ``"EC2 instance metadata (IMDSv2)"``); for a
+        ``gs://`` object, the Google credentials' source (``"GOOGLE_APPLICATION_CREDENTIALS
+        (service account key)"``, ``"GCE metadata server"``, ...) or ``"none (anonymous: no
+        Google credentials found)"``; never the credentials themselves.
 
         Returns
         -------

@@ -452,6 +452,7 @@ impl S3Object {
     /// `x-amz-content-sha256: UNSIGNED-PAYLOAD`, `x-amz-security-token` with a session token),
     /// signed now over `Host`, `Range` (when given) and those. Each request is signed for
     /// itself: the range differs from task to task.
+    #[cfg(test)]
     pub(crate) fn sign(
         &self,
         method: &str,

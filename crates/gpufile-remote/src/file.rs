@@ -7,7 +7,7 @@ use gpufile::{Error, Result};
 
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
 use crate::error::{RemoteError, RemoteFailure};
-use crate::gcs;
+use crate::gcs::{self, GcsObject};
 use crate::http::{Client, RangeSupport, RemoteStats, Target, WHOLE_BODY_REASON};
 
 /// Why a read of a server that answers ranges takes its path, in path reports.
@@ -37,8 +37,9 @@ impl ReadPlan {
 enum Access {
     /// A ranged GET of a fixed URL (HTTP, S3 public, presigned URL).
     Plain { url: String },
-    /// A public GCS object: a ranged GET of its XML API address `url`, shown as `gs`.
-    PublicGcs { url: String, gs: String },
+    /// A GCS object: a ranged GET of its XML API address, shown as its `gs://` URL, with a
+    /// bearer token where Google credentials were found.
+    Gcs(Box<GcsObject>),
     /// A ranged GET of the object's URL, each request signed in its headers (SigV4).
     S3(Box<S3Object>),
     /// WebHDFS: `op=GETFILESTATUS` for the size, `op=OPEN&offset&length` for the bytes.
@@ -68,7 +69,7 @@ impl RemoteFile {
     fn new(access: Access, kind: RemoteEndpointType, nbytes: Option<u64>) -> Result<Self> {
         let (shown, sent) = match &access {
             Access::Plain { url } => (endpoint::redact(url), url.clone()),
-            Access::PublicGcs { url, gs } => (gs.clone(), url.clone()),
+            Access::Gcs(g) => (g.gs.clone(), g.url.clone()),
             Access::S3(o) => (o.url(), o.url.as_str().to_owned()),
             Access::WebHdfs { base, .. } => (endpoint::redact(base), base.clone()),
         };
@@ -93,11 +94,13 @@ impl RemoteFile {
             Access::Plain { url } if self.kind == RemoteEndpointType::S3PresignedUrl => self
                 .client
                 .range_probe_size(&self.target(url, Some((0, 1)))),
-            Access::Plain { url } | Access::PublicGcs { url, .. } => {
-                self.client.head_size(&self.target(url, None))
-            }
+            Access::Plain { url } => self.client.head_size(&self.target(url, None)),
+            Access::Gcs(g) => self.client.head_size(&Target {
+                signer: g.creds.signer(),
+                ..self.target(&g.url, None)
+            }),
             Access::S3(o) => self.client.head_size(&Target {
-                signer: Some(o),
+                signer: Some(o.as_ref()),
                 ..self.target(o.url.as_str(), None)
             }),
             Access::WebHdfs { base, user } => {
@@ -118,29 +121,11 @@ impl RemoteFile {
         }
     }
 
-    /// A server's refusal of a `gs://` object, with the address asked and, for 401 and 403,
-    /// that only public objects are read; other errors as they are.
+    /// A server's refusal of a `gs://` object, explained ([`GcsObject::explain`]); other
+    /// errors as they are.
     fn explain(&self, e: Error) -> Error {
-        let Access::PublicGcs { url: sent, .. } = &self.access else {
-            return e;
-        };
-        match RemoteError::of(&e) {
-            Some(
-                r @ RemoteError {
-                    kind: RemoteFailure::Status(code),
-                    ..
-                },
-            ) => {
-                let hint = match code {
-                    401 | 403 => format!(". {}", gcs::PUBLIC_ONLY_HINT),
-                    _ => String::new(),
-                };
-                RemoteError {
-                    reason: format!("{}, from {sent}{hint}", r.reason),
-                    ..r.clone()
-                }
-                .into()
-            }
+        match &self.access {
+            Access::Gcs(g) => g.explain(e),
             _ => e,
         }
     }
@@ -160,11 +145,13 @@ impl RemoteFile {
     /// The GET of `range` of the object's URL (signed for S3), when it is read by ranges.
     fn ranged<'a>(&'a self, range: (u64, usize)) -> Option<Target<'a>> {
         match &self.access {
-            Access::Plain { url } | Access::PublicGcs { url, .. } => {
-                Some(self.target(url, Some(range)))
-            }
+            Access::Plain { url } => Some(self.target(url, Some(range))),
+            Access::Gcs(g) => Some(Target {
+                signer: g.creds.signer(),
+                ..self.target(&g.url, Some(range))
+            }),
             Access::S3(o) => Some(Target {
-                signer: Some(o),
+                signer: Some(o.as_ref()),
                 ..self.target(o.url.as_str(), Some(range))
             }),
             Access::WebHdfs { .. } => None,
@@ -305,26 +292,20 @@ impl RemoteFile {
         )
     }
 
-    /// A public Google Cloud Storage object, `gs://<bucket>/<object>` (gpufile's addition):
-    /// read anonymously as plain ranged GETs of `https://storage.googleapis.com/<bucket>/<object>`
-    /// (GCS's XML API), or of the host in `STORAGE_EMULATOR_HOST` where that is set; size by
-    /// `HEAD`. Opened as [`RemoteEndpointType::Http`], shown (`url()`, errors) as the `gs://` URL.
-    /// A 401 or 403 answer says that only public objects are read (a private one needs a signed
-    /// URL, opened with [`RemoteFile::open_http`]).
+    /// A Google Cloud Storage object, `gs://<bucket>/<object>` (gpufile's addition): ranged GETs
+    /// of `https://storage.googleapis.com/<bucket>/<object>` (GCS's XML API), or of the host in
+    /// `STORAGE_EMULATOR_HOST` where that is set; size by `HEAD`. Each request carries a bearer
+    /// token of the credentials Google's Application Default Credentials find (see
+    /// `gcs_auth.rs`); with none, requests are anonymous and read public objects only. Opened
+    /// as [`RemoteEndpointType::Http`], shown (`url()`, errors) as the `gs://` URL. A 401 or 403
+    /// answer says which credentials were used, or that none were found.
     pub fn open_gcs_public(url: &str, nbytes: Option<u64>) -> Result<Self> {
         Self::open_gcs_public_with_env(url, nbytes, &process_env)
     }
 
     fn open_gcs_public_with_env(url: &str, nbytes: Option<u64>, env: Env<'_>) -> Result<Self> {
-        let http = gcs::public_http_url(url, env)?;
-        Self::new(
-            Access::PublicGcs {
-                url: http,
-                gs: url.to_owned(),
-            },
-            RemoteEndpointType::Http,
-            nbytes,
-        )
+        let g = GcsObject::open(url, env)?;
+        Self::new(Access::Gcs(Box::new(g)), RemoteEndpointType::Http, nbytes)
     }
 
     /// A presigned S3 URL; size by `GET` with `Range: bytes=0-0` (`Content-Range`), since
@@ -415,10 +396,12 @@ impl RemoteFile {
     }
 
     /// For an S3 object read with credentials, where they come from ("arguments or
-    /// environment", "container credentials", ...); never the credentials themselves.
+    /// environment", "container credentials", ...); for a `gs://` object, the Google
+    /// credentials' source or that there are none; never the credentials themselves.
     pub fn credentials_source(&self) -> Option<&'static str> {
         match &self.access {
             Access::S3(o) => Some(o.credentials_source()),
+            Access::Gcs(g) => Some(g.creds.source()),
             _ => None,
         }
     }
@@ -697,80 +680,6 @@ mod tests {
     }
 
     #[test]
-    fn gs_urls_open_as_public_http_objects() {
-        let env = |k: &str| (k == gcs::EMULATOR_HOST_VAR).then(|| "127.0.0.1:9".to_string());
-        // nbytes given: no request at open.
-        let f = RemoteFile::open_gcs_public_with_env("gs://bkt/a b.bin", Some(10), &env).unwrap();
-        assert_eq!(f.url(), "gs://bkt/a b.bin");
-        assert_eq!(f.remote_endpoint_type(), RemoteEndpointType::Http);
-        assert!(
-            matches!(&f.access, Access::PublicGcs { url, .. } if url == "http://127.0.0.1:9/bkt/a%20b.bin")
-        );
-        let e = f.check_range(5, 6).unwrap_err().to_string();
-        assert!(e.contains("(gs://bkt/a b.bin)"), "{e}");
-        // A refusal names the address asked; 401 and 403 say that only public objects are read.
-        let refusal = |code: u16| -> Error {
-            RemoteError {
-                url: f.url().to_owned(),
-                kind: RemoteFailure::Status(code),
-                reason: format!("HEAD: URL returned error: {code}"),
-            }
-            .into()
-        };
-        let e = f.explain(refusal(403)).to_string();
-        assert_eq!(
-            e,
-            "HEAD: URL returned error: 403, from http://127.0.0.1:9/bkt/a%20b.bin. gpufile reads \
-             public gs:// objects only; for private objects use a signed URL with \
-             RemoteFile.open_http (gs://bkt/a b.bin)"
-        );
-        assert!(f
-            .explain(refusal(401))
-            .to_string()
-            .contains("public gs:// objects only"));
-        let e = f.explain(refusal(404)).to_string();
-        assert!(
-            e.ends_with("404, from http://127.0.0.1:9/bkt/a%20b.bin (gs://bkt/a b.bin)"),
-            "{e}"
-        );
-        let eof = f.explain(Error::Closed);
-        assert!(matches!(eof, Error::Closed));
-    }
-
-    #[test]
-    fn bad_gs_urls_are_refused_before_any_request() {
-        let e = RemoteFile::open_gcs_public("gs://bkt", Some(1)).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
-        assert!(e.to_string().contains("gs://bkt: no object name"), "{e}");
-        let e = RemoteFile::open_gcs_public("https://h/b/o", Some(1)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("for an http(s):// URL use RemoteFile.open_http"),
-            "{e}"
-        );
-        let e = RemoteFile::open("gs:///o", RemoteEndpointType::Auto, None, Some(1)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("Unsupported endpoint URL: gs:///o (no bucket name"),
-            "{e}"
-        );
-        let e = RemoteFile::open("gs://bkt/", RemoteEndpointType::Http, None, Some(1)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("Invalid URL for HTTP endpoint: gs://bkt/ (no object name"),
-            "{e}"
-        );
-        let e = RemoteFile::open("gs://bkt/o", RemoteEndpointType::S3, None, Some(1)).unwrap_err();
-        assert_eq!(e.to_string(), "Invalid URL for S3 endpoint: gs://bkt/o");
-        // open_http stays http(s) only.
-        let e = RemoteFile::open_http("gs://bkt/o", Some(1)).unwrap_err();
-        assert!(
-            e.to_string().contains("Unsupported protocol for HTTP"),
-            "{e}"
-        );
-    }
-
-    #[test]
     fn webhdfs_user_from_url_or_env() {
         let env = |k: &str| (k == "KVIKIO_WEBHDFS_USERNAME").then(|| "envuser".to_string());
         let f = RemoteFile::open_webhdfs_with_env(
@@ -794,3 +703,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "file_gcs_tests.rs"]
+mod gcs_tests;

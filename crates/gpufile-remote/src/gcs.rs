@@ -1,4 +1,4 @@
-//! Public Google Cloud Storage objects named by `gs://<bucket>/<object>`.
+//! Google Cloud Storage objects named by `gs://<bucket>/<object>`.
 //!
 //! How to use:
 //! 1. [`parse_gs_url`] checks a `gs://` URL and splits it into bucket and object name (taken
@@ -9,15 +9,18 @@
 //!    segment, `/` kept), or to the host in `STORAGE_EMULATOR_HOST`, the variable Google's
 //!    own client libraries read to target an emulator (`http://127.0.0.1:4443` or
 //!    `127.0.0.1:4443`).
+//! 3. [`GcsObject::open`] adds the credentials that Google's Application Default Credentials
+//!    find (`gcs_auth.rs`): each request carries `Authorization: Bearer <token>`; with none,
+//!    requests go unauthenticated and read public (`allUsers`) objects only.
 //!
-//! Nothing is signed: only objects readable by anyone (`allUsers`) can be read this way. A
-//! private object is read through a signed URL (`gcloud storage sign-url`) opened as HTTP.
-//! Pure: the environment comes in as a function.
+//! Pure but for [`GcsObject::open`]: the environment comes in as a function.
 
 use gpufile::{Error, Result};
 use percent_encoding::utf8_percent_encode;
 use url::Url;
 
+use crate::error::{RemoteError, RemoteFailure};
+use crate::gcs_auth::Credentials;
 use crate::keys::KEY_ENCODE;
 
 /// GCS's XML API, where objects are plain ranged GETs of `<endpoint>/<bucket>/<object>`.
@@ -31,10 +34,6 @@ const OBJECT_NAME_MAX: usize = 1024;
 
 /// What a `gs://` URL must look like, for errors.
 const EXPECTED: &str = "expected gs://<bucket>/<object>";
-
-/// Where `gpufile` sends a user whose object is not public.
-pub const PUBLIC_ONLY_HINT: &str = "gpufile reads public gs:// objects only; for private \
-                                    objects use a signed URL with RemoteFile.open_http";
 
 /// Whether `url` starts with `gs://` (any case): a URL this module is asked to judge.
 pub fn is_gs_scheme(url: &str) -> bool {
@@ -145,6 +144,69 @@ fn endpoint(env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
         ));
     }
     Ok(u.as_str().trim_end_matches('/').to_owned())
+}
+
+/// A `gs://` object: its XML API address, and the credentials its requests carry.
+#[derive(Clone, Debug)]
+pub(crate) struct GcsObject {
+    /// The object's XML API address (ranged GETs).
+    pub url: String,
+    /// The `gs://` URL, as shown.
+    pub gs: String,
+    pub creds: Credentials,
+    endpoint: String,
+    bucket: String,
+    object: String,
+}
+
+impl GcsObject {
+    /// `gs://<bucket>/<object>` at the XML API endpoint, with ADC's credentials from `env`.
+    pub(crate) fn open(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        let (bucket, object) = parse_gs_url(url)?;
+        let endpoint = endpoint(env)?;
+        Ok(GcsObject {
+            url: public_http_url(url, env)?,
+            gs: url.to_owned(),
+            creds: Credentials::from_env(env)?,
+            endpoint,
+            bucket,
+            object,
+        })
+    }
+
+    /// Where a resumable upload of the object starts (GCS's JSON API, on the same endpoint).
+    pub(crate) fn upload_url(&self) -> String {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([("uploadType", "resumable"), ("name", &self.object)])
+            .finish();
+        let bucket = utf8_percent_encode(&self.bucket, KEY_ENCODE);
+        format!("{}/upload/storage/v1/b/{bucket}/o?{query}", self.endpoint)
+    }
+
+    /// A server's refusal of the object, with the address asked and, for 401 and 403, what the
+    /// credentials (or their absence) mean; other errors, and refusals of a token endpoint
+    /// (which name themselves), as they are.
+    pub(crate) fn explain(&self, e: gpufile::Error) -> gpufile::Error {
+        match RemoteError::of(&e) {
+            Some(
+                r @ RemoteError {
+                    kind: RemoteFailure::Status(code),
+                    ..
+                },
+            ) if r.url == self.gs => {
+                let hint = match code {
+                    401 | 403 => format!(". {}", self.creds.refusal_hint()),
+                    _ => String::new(),
+                };
+                RemoteError {
+                    reason: format!("{}, from {}{hint}", r.reason, self.url),
+                    ..r.clone()
+                }
+                .into()
+            }
+            _ => e,
+        }
+    }
 }
 
 /// The address of the public object `gs://<bucket>/<object>` in GCS's XML API (or at the

@@ -27,8 +27,9 @@ use ureq::http::Response;
 use ureq::tls::TlsConfig;
 use ureq::{Agent, Body};
 
-use crate::endpoint::{self, S3Object};
+use crate::endpoint;
 use crate::error::{RemoteError, RemoteFailure};
+use crate::sign::SignRequest;
 use crate::tls_ca::tls_config;
 use range::WholeBody;
 pub use range::{RangeSupport, WHOLE_BODY_REASON};
@@ -48,8 +49,8 @@ pub(crate) struct Target<'a> {
     pub shown: &'a str,
     /// `Range: bytes=a-b` to send, if any.
     pub range: Option<(u64, usize)>,
-    /// Signs each attempt in its headers (S3 SigV4).
-    pub signer: Option<&'a S3Object>,
+    /// Authenticates each attempt in its headers (S3 SigV4, a GCS bearer token).
+    pub signer: Option<&'a dyn SignRequest>,
     /// The object's size, when known (checked against `Content-Range`).
     pub size: Option<u64>,
     /// The request's stop flag: set, the request ends with [`Error::Cancelled`].
@@ -102,7 +103,8 @@ pub(crate) struct Answer {
     pub status: u16,
     /// The `ETag` header (S3's name for an uploaded part).
     pub etag: Option<String>,
-    /// The `Location` of a redirect, when the request stopped at one.
+    /// The `Location` of a redirect, when the request stopped at one; else the answer's own
+    /// (a GCS resumable upload's session).
     pub location: Option<String>,
     /// The body, at most 1 MiB (S3's XML answers).
     pub body: String,
@@ -200,7 +202,9 @@ impl Client {
         }
         if let Some(s3) = t.signer {
             // Signed per attempt, so that a retry after a long backoff is signed afresh.
-            let headers = s3.sign(method, range.as_deref()).map_err(Attempt::Fail)?;
+            let headers = s3
+                .sign_request(method, url, range.as_deref())
+                .map_err(Attempt::Fail)?;
             for (name, value) in headers {
                 req = req.header(name, value);
             }
@@ -276,6 +280,7 @@ impl Client {
                             .bytes
                             .fetch_add(body.len() as u64, Ordering::Relaxed);
                         let etag = header_str(&resp, "etag");
+                        let location = header_str(&resp, "location");
                         let text = resp
                             .body_mut()
                             .with_config()
@@ -285,7 +290,7 @@ impl Client {
                         return Ok(Answer {
                             status: status.as_u16(),
                             etag,
-                            location: None,
+                            location,
                             body: text,
                         });
                     }
@@ -314,7 +319,7 @@ impl Client {
         }
         if let Some(s3) = t.signer {
             // Signed per attempt, over the URL sent (its query: uploads, partNumber, uploadId).
-            let signed = s3.sign_url(method, url, None).map_err(Attempt::Fail)?;
+            let signed = s3.sign_request(method, url, None).map_err(Attempt::Fail)?;
             headers.extend(signed);
         }
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -423,7 +428,7 @@ fn next_hop(
 mod tests {
     use super::*;
 
-    fn target<'a>(url: &'a str, signer: Option<&'a S3Object>) -> Target<'a> {
+    fn target<'a>(url: &'a str, signer: Option<&'a dyn SignRequest>) -> Target<'a> {
         Target {
             url,
             shown: url,
@@ -467,7 +472,7 @@ mod tests {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         };
-        let o = S3Object::from_http_url(
+        let o = crate::S3Object::from_http_url(
             "http://127.0.0.1:1/b/k",
             &crate::S3Options {
                 region: Some("us-east-1".into()),

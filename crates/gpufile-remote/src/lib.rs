@@ -1,6 +1,7 @@
 //! Remote objects as gpufile sources: HTTP(S), S3 (SigV4), S3 public, presigned S3 URLs and
-//! WebHDFS, with KvikIO's URL rules, environment and retry settings; beyond KvikIO, public
-//! Google Cloud Storage objects by `gs://` URL (read as HTTP, see [`parse_gs_url`]).
+//! WebHDFS, with KvikIO's URL rules, environment and retry settings; beyond KvikIO, Google
+//! Cloud Storage objects by `gs://` URL (read as HTTP, see [`parse_gs_url`]; written as
+//! resumable uploads), with the credentials Google's Application Default Credentials find.
 //!
 //! How to use:
 //! 1. Open with one of [`RemoteFile`]'s constructors (`open_http`, `open_s3`, `open_s3_url`,
@@ -39,9 +40,12 @@ mod endpoint;
 mod error;
 mod file;
 mod gcs;
+mod gcs_auth;
+mod gcs_write;
 mod http;
 mod keys;
 mod save;
+mod sign;
 mod tls_ca;
 mod writer;
 

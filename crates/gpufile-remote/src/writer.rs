@@ -25,7 +25,8 @@
 //! every part's ETag. Each part is retried on its own under the `http_*` settings. HTTP and
 //! WebHDFS have no parts: their object is collected in host memory and sent at close in one
 //! request (WebHDFS: `op=CREATE` to the name node, then the bytes to the data node it
-//! redirects to).
+//! redirects to). `gs://` objects go as GCS resumable uploads whose chunks are the parts, sent
+//! in order (`gcs_write.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -38,7 +39,8 @@ use gpufile::{Error, Result};
 use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
 use crate::error::{RemoteError, RemoteFailure};
 use crate::file::{self, check_http, process_env, Env};
-use crate::gcs;
+use crate::gcs::{self, GcsObject};
+use crate::gcs_write::{self, GcsUpload};
 use crate::http::{Client, RemoteStats, Target};
 
 mod close;
@@ -58,6 +60,8 @@ enum Dest {
     Put { url: String },
     /// WebHDFS: `op=CREATE` at the name node, then the bytes where it redirects.
     WebHdfs { base: String, user: Option<String> },
+    /// A `gs://` object: a resumable upload whose chunks are the parts (`gcs_write.rs`).
+    Gcs(Box<GcsUpload>),
 }
 
 /// What has been written and sent so far.
@@ -117,11 +121,16 @@ impl RemoteWriter {
             Dest::S3(o) => (o.url(), o.url.as_str().to_owned()),
             Dest::Put { url } => (endpoint::redact(url), url.clone()),
             Dest::WebHdfs { base, .. } => (endpoint::redact(base), base.clone()),
+            Dest::Gcs(g) => (g.obj.gs.clone(), g.obj.url.clone()),
         };
         let part_size = match &dest {
             Dest::S3(_) => {
                 let setting = gpufile::Engine::global()?.settings().remote_part_size as u64;
                 part_size_for(setting, size_hint)
+            }
+            Dest::Gcs(_) => {
+                let setting = gpufile::Engine::global()?.settings().remote_part_size as u64;
+                part_size_for(setting, size_hint).next_multiple_of(gcs_write::CHUNK_UNIT)
             }
             _ => u64::MAX,
         };
@@ -207,9 +216,18 @@ impl RemoteWriter {
         )
     }
 
+    /// A `gs://<bucket>/<object>` object, written with GCS's resumable upload and the bearer
+    /// token of the Google credentials found as [`crate::RemoteFile::open_gcs_public`] finds
+    /// them (see `gcs_write.rs`). Nothing is sent at open.
+    fn create_gcs(url: &str, size_hint: Option<u64>) -> Result<Self> {
+        let g = GcsUpload::new(GcsObject::open(url, &process_env)?);
+        Self::new(Dest::Gcs(Box::new(g)), RemoteEndpointType::Http, size_hint)
+    }
+
     /// The endpoint type from the URL, as [`crate::RemoteFile::open`] picks it (`allow_list`
-    /// checked before anything else; an explicit type must fit the URL). S3 public objects and
-    /// public `gs://` objects cannot be written: an `InvalidArgument` says what to use instead.
+    /// checked before anything else; an explicit type must fit the URL); a `gs://` URL is a
+    /// GCS object. S3 public objects cannot be written: an `InvalidArgument` says what to use
+    /// instead.
     pub fn create(
         url: &str,
         kind: RemoteEndpointType,
@@ -230,11 +248,7 @@ impl RemoteWriter {
             ))),
             RemoteEndpointType::S3PresignedUrl => Self::create_s3_presigned_url(url),
             RemoteEndpointType::WebHdfs => Self::create_webhdfs(url),
-            _ if gcs::is_gs_scheme(url) => Err(Error::InvalidArgument(format!(
-                "{}: gs:// objects are read anonymously and cannot be written; write a GCS \
-                 object through a signed URL with open_http",
-                endpoint::redact(url)
-            ))),
+            _ if gcs::is_gs_scheme(url) => Self::create_gcs(url, size_hint),
             _ => Self::create_http(url),
         }
     }
@@ -249,10 +263,11 @@ impl RemoteWriter {
         &self.shown
     }
 
-    /// For an S3 object, where its credentials come from; never the credentials themselves.
+    /// For an S3 or `gs://` object, where its credentials come from; never the credentials.
     pub fn credentials_source(&self) -> Option<&'static str> {
         match &self.dest {
             Dest::S3(o) => Some(o.credentials_source()),
+            Dest::Gcs(g) => Some(g.obj.creds.source()),
             _ => None,
         }
     }
@@ -344,7 +359,7 @@ impl RemoteWriter {
             shown: &self.shown,
             range: None,
             signer: match &self.dest {
-                Dest::S3(o) => Some(o),
+                Dest::S3(o) => Some(o.as_ref()),
                 _ => None,
             },
             size: None,

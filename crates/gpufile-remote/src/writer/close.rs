@@ -18,13 +18,23 @@ impl RemoteWriter {
     /// be aborted too; [`Self::abort_with_stop`] sends it under its caller's flag. False where
     /// that flag stopped it before the server answered (the upload may still be there).
     pub(super) fn send_abort(&self, stop: Option<&StopFlag>) -> bool {
-        let Some(id) = lock(&self.upload_id).clone() else {
-            return true;
+        let r = match &self.dest {
+            Dest::Gcs(g) => match g.cancel(&self.gcs_ctx(stop)) {
+                Some(r) => r,
+                None => return true,
+            },
+            _ => {
+                let Some(id) = lock(&self.upload_id).clone() else {
+                    return true;
+                };
+                self.s3_url(&form(&[("uploadId", &id)])).and_then(|url| {
+                    let t = self.target(&url, "DELETE (AbortMultipartUpload)", stop);
+                    self.client
+                        .send_body(&t, "DELETE", &[], None, false)
+                        .map(|_| ())
+                })
+            }
         };
-        let r = self.s3_url(&form(&[("uploadId", &id)])).and_then(|url| {
-            let t = self.target(&url, "DELETE (AbortMultipartUpload)", stop);
-            self.client.send_body(&t, "DELETE", &[], None, false)
-        });
         match r {
             Ok(_) => true,
             Err(_) if stop.is_some_and(StopFlag::is_set) => false,
@@ -100,6 +110,11 @@ impl RemoteWriter {
             (Dest::Put { .. }, _) => "the server may still store what it received of the PUT",
             (Dest::WebHdfs { .. }, _) => {
                 "the file may be created, with what the data node received of the bytes"
+            }
+            (Dest::Gcs(_), _) => {
+                "GCS holds the unfinished resumable upload (its bytes received so far) until \
+                 abort() cancels it or a week passes, unless its last request still makes the \
+                 object"
             }
         };
         self.interrupted(&format!(
@@ -205,15 +220,19 @@ impl RemoteWriter {
         let Some(r) = RemoteError::of(&e) else {
             return e;
         };
-        let had_upload = lock(&self.upload_id).is_some();
+        let (had_upload, what) = match &self.dest {
+            Dest::Gcs(g) => (g.started(), "resumable upload"),
+            _ => (lock(&self.upload_id).is_some(), "multipart upload"),
+        };
         let st = lock(&self.state);
         let note = match (had_upload, st.aborted, st.abort_error.as_ref()) {
             (false, _, _) => " (nothing was written)".to_owned(),
-            (true, false, _) => " (the abort of the multipart upload was interrupted: the \
-                                 upload may still be there; abort() removes it)"
-                .to_owned(),
-            (true, true, None) => " (the multipart upload was aborted)".to_owned(),
-            (true, true, Some(a)) => format!(" (aborting the multipart upload failed too: {a})"),
+            (true, false, _) => format!(
+                " (the abort of the {what} was interrupted: the upload may still be there; \
+                 abort() removes it)"
+            ),
+            (true, true, None) => format!(" (the {what} was aborted)"),
+            (true, true, Some(a)) => format!(" (aborting the {what} failed too: {a})"),
         };
         drop(st);
         RemoteError {
@@ -226,6 +245,7 @@ impl RemoteWriter {
     /// The object in one request: PutObject (S3), `PUT`, or WebHDFS `CREATE`.
     fn send_whole(&self, body: &[u8], stop: Option<&StopFlag>) -> Result<()> {
         match &self.dest {
+            Dest::Gcs(g) => g.whole(&self.gcs_ctx(stop), body),
             Dest::S3(o) => {
                 let url = o.url.as_str().to_owned();
                 let t = self.target(&url, "PUT (PutObject)", stop);
@@ -283,6 +303,9 @@ impl RemoteWriter {
         stop: Option<&StopFlag>,
     ) -> Result<()> {
         let extent = lock(&self.state).extent;
+        if let Dest::Gcs(g) = &self.dest {
+            return g.finish(&self.gcs_ctx(stop), buffers, extent);
+        }
         for (k, data) in buffers {
             let len = (extent - k * self.part_size).min(self.part_size) as usize;
             self.upload_part(k, &data[..len], stop, false)?;

@@ -8,6 +8,7 @@ use gpufile::{Error, Result};
 use super::{lock, Dest, RemoteWriter};
 use crate::endpoint::S3Object;
 use crate::error::{RemoteError, RemoteFailure};
+use crate::gcs_write;
 
 /// S3's smallest part, in bytes (every part but the last).
 pub const S3_MIN_PART: u64 = 5 << 20;
@@ -106,8 +107,22 @@ impl RemoteWriter {
         .into()
     }
 
-    /// `PUT ?partNumber&uploadId` of part `k`; its ETag.
+    /// What a GCS upload's requests need of this writer.
+    pub(super) fn gcs_ctx<'a>(&'a self, stop: Option<&'a StopFlag>) -> gcs_write::Ctx<'a> {
+        gcs_write::Ctx {
+            client: &self.client,
+            shown: &self.shown,
+            stop,
+            part_size: self.part_size,
+        }
+    }
+
+    /// `PUT ?partNumber&uploadId` of part `k`; its ETag (GCS: the part goes to the resumable
+    /// upload in its turn, and has no ETag).
     fn send_part(&self, k: u64, data: &[u8], stop: Option<&StopFlag>) -> Result<String> {
+        if let Dest::Gcs(g) = &self.dest {
+            return g.part(&self.gcs_ctx(stop), k, data).map(|()| String::new());
+        }
         let id = self.upload_id(stop)?;
         let query = form(&[("partNumber", &(k + 1).to_string()), ("uploadId", &id)]);
         let url = self.s3_url(&query)?;

@@ -14,7 +14,7 @@ use gpufile::source::IoContext;
 use gpufile::{Error, Result};
 
 use super::multipart::{S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART};
-use super::{lock, RemoteWriter};
+use super::{lock, Dest, RemoteWriter};
 use crate::error::{RemoteError, RemoteFailure};
 
 /// A part's bytes collected from several writes.
@@ -77,7 +77,9 @@ impl RemoteWriter {
             }
         }
         let end = asked.iter().map(|r| r.1).max().unwrap_or(0).max(st.extent);
-        if self.part_size != u64::MAX && end.div_ceil(self.part_size) > S3_MAX_PARTS {
+        // GCS's resumable upload has no part count limit.
+        let limited = self.part_size != u64::MAX && !matches!(self.dest, Dest::Gcs(_));
+        if limited && end.div_ceil(self.part_size) > S3_MAX_PARTS {
             return Err(RemoteError {
                 url: self.shown.clone(),
                 kind: RemoteFailure::PartLimit,
