@@ -120,11 +120,24 @@ def test_ranges_the_kernel_cannot_take_are_staged_in_the_same_request(hot):
         2 * GRANULE + 1,    # the kernel's, odd offset
     ])
     sizes = np.array([4096, 10, 31, 4096, 3000, 999])
+    # Twenty more of the kernel's: a request under 64 KiB does not use page-cache DMA at all.
+    offsets = np.concatenate([offsets, np.arange(20) * 1_000_003 + 7])
+    sizes = np.concatenate([sizes, np.full(20, 4096)])
     bufs = packed(sizes)
     got, report, dma = gather(path, offsets, sizes, bufs)
     np.testing.assert_array_equal(got, want(data, offsets, sizes, bufs, int(sizes.sum())))
-    assert report["gpu_gather"] is True
-    assert dma == 4096 + 3000 + 999, "the staged ranges are not counted as DMA"
+    assert report["gpu_gather"] is True, report
+    assert dma == 4096 + 3000 + 999 + 20 * 4096, "the staged ranges are not counted as DMA"
+
+
+def test_a_request_under_64_kib_stages_every_range(hot):
+    path, data = hot
+    offsets, sizes = np.array([0, 8192]), np.array([4096, 4096])
+    got, report, dma = gather(path, offsets, sizes)
+    np.testing.assert_array_equal(got, want(data, offsets, sizes, packed(sizes), 8192))
+    assert report["gpu_gather"] is False
+    assert report["gpu_gather_reason"] == "off: the request is under 65536 bytes"
+    assert dma == 0
 
 
 def test_a_first_read_of_a_file_stages_then_the_kernel_takes_over(tmp_path):
