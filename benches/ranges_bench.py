@@ -216,7 +216,8 @@ def g_hot(b: Bench, path: pathlib.Path, libs: dict[str, Any], cp: Any) -> None:
                     # Until every granule the rows touch is registered (one registration at a
                     # time, by whichever worker gets to it first: several reads).
                     warm_s, before = [], -1
-                    while len(warm_s) < 20 and gpufile.dma_cache_registered() != before:
+                    while len(warm_s) < 2 or (len(warm_s) < 20
+                                              and gpufile.dma_cache_registered() != before):
                         before = gpufile.dma_cache_registered()
                         t0 = time.perf_counter()
                         rows_run()
