@@ -504,7 +504,7 @@ enum class RemoteEndpointType : int {
   HTTP             = GPUFILE_REMOTE_HTTP,
 };
 
-/** Optional S3 credentials (unset: the AWS_* environment variables). */
+/** Optional S3 credentials (unset: the AWS default credential chain). */
 struct S3Options {
   std::optional<std::string> region, access_key_id, secret_access_key, endpoint_url,
     session_token;
@@ -590,6 +590,16 @@ class RemoteFile {
     return detail::copy_text([&](char* b, std::size_t len) {
       std::size_t needed = 0;
       detail::check(gpufile_remote_url(remote_, b, len, &needed));
+      return needed;
+    });
+  }
+  /** Where the object's credentials come from (empty: read without credentials); never the
+   * credentials themselves. */
+  [[nodiscard]] std::string credentials_source() const
+  {
+    return detail::copy_text([&](char* b, std::size_t len) {
+      std::size_t needed = 0;
+      detail::check(gpufile_remote_credentials_source(remote_, b, len, &needed));
       return needed;
     });
   }

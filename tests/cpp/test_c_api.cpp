@@ -368,8 +368,16 @@ TEST_F(CApi, a_remote_object_reads_from_a_local_server_and_the_allow_list_refuse
   expect_error(gpufile_remote_pread(r, buf.data(), 100, data.size() - 10, 0, &fut),
                GPUFILE_BAD_ARGUMENT,
                "cannot read");
+  char source[64] = "x";
+  size_t needed   = 0;
+  ASSERT_EQ(gpufile_remote_credentials_source(r, source, sizeof source, &needed), GPUFILE_OK);
+  EXPECT_STREQ(source, "") << "an HTTP object is read without credentials";
+  EXPECT_EQ(needed, 1u);
   ASSERT_EQ(gpufile_remote_close(r), GPUFILE_OK);
   expect_error(gpufile_remote_close(r), GPUFILE_BAD_ARGUMENT, "is not an open gpufile_remote");
+  expect_error(gpufile_remote_credentials_source(r, source, sizeof source, &needed),
+               GPUFILE_BAD_ARGUMENT,
+               "is not an open gpufile_remote");
 
   int const only_s3[] = {GPUFILE_REMOTE_S3};
   expect_error(gpufile_remote_open(url.c_str(), GPUFILE_REMOTE_HTTP, only_s3, 1, -1, &r),

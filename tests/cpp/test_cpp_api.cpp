@@ -169,6 +169,23 @@ TEST_F(CppApi, remote_file_reads_a_local_server_and_observe_counts_it)
   EXPECT_THROW(gpufile::RemoteFile::open(server.url() + "/missing"), gpufile::RemoteError);
 }
 
+TEST_F(CppApi, remote_file_says_where_its_credentials_come_from_never_the_credentials)
+{
+  support::HttpServer server(dir.path().string());
+  EXPECT_EQ(gpufile::RemoteFile::open(server.url() + "/data.bin").credentials_source(), "");
+  gpufile::S3Options o;
+  o.region            = "us-east-1";
+  o.access_key_id     = "AKIDEXAMPLE";
+  o.secret_access_key = "wJalrXUtnFEMI-secret";
+  o.endpoint_url      = server.url();
+  // With its size given, opening asks the server nothing.
+  auto r = gpufile::RemoteFile::open_s3("s3://bkt/data.bin", o, data.size());
+  auto const source = r.credentials_source();
+  EXPECT_EQ(source, "arguments or environment");
+  EXPECT_EQ(source.find("wJalr"), std::string::npos);
+  EXPECT_EQ(r.url().find("wJalr"), std::string::npos);
+}
+
 TEST_F(CppApi, check_reports_json)
 {
   auto const json = gpufile::check(path);

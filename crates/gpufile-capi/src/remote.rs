@@ -83,8 +83,11 @@ unsafe fn opt_text(ptr: *const c_char, what: &str) -> Result<Option<String>, Cal
 /// list in order); `allow_list` holds `allow_len` types (NULL: KvikIO's default list, S3, S3
 /// public, presigned, WebHDFS, HTTP); a type not in the list is refused
 /// (`GPUFILE_BAD_ARGUMENT`, "... is not in the allowlist."). `nbytes` is the object's size,
-/// or -1 to ask the server. S3 credentials come from the `AWS_*` environment variables. A
-/// server that cannot be reached, or answers an error, is `GPUFILE_REMOTE`.
+/// or -1 to ask the server. S3 credentials come from the AWS default chain (the `AWS_*`
+/// environment variables, profiles, web identity, container credentials, instance metadata),
+/// `gs://` ones from Google's application default credentials
+/// (`gpufile_remote_credentials_source` says which). A server that cannot be reached, or
+/// answers an error, is `GPUFILE_REMOTE`.
 ///
 /// # Safety
 /// `url` is null or a NUL-terminated string; `allow_list` is null or valid for reads of
@@ -229,6 +232,34 @@ pub unsafe extern "C" fn gpufile_remote_url(
         let file = REMOTES.get(remote as usize)?;
         // SAFETY: the caller's contract.
         let n = unsafe { copy_out(file.url(), buf, len) };
+        if !needed.is_null() {
+            // SAFETY: non-null; the caller's contract.
+            unsafe { put(needed, n) };
+        }
+        Ok(())
+    })
+}
+
+/// Copies where the object's credentials come from into `buf` as `gpufile_remote_url` copies
+/// text: for S3, "arguments or environment" or the AWS chain's source ("shared config and
+/// credentials files (profile ...)", "container credentials", "EC2 instance metadata", ...);
+/// for `gs://`, the Google credentials' source or that there are none; the empty string for
+/// objects read without credentials (HTTP, presigned URLs, WebHDFS). Never the credentials.
+///
+/// # Safety
+/// `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_remote_credentials_source(
+    remote: *const gpufile_remote_file,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        let file = REMOTES.get(remote as usize)?;
+        let source = file.credentials_source().unwrap_or("");
+        // SAFETY: the caller's contract.
+        let n = unsafe { copy_out(source, buf, len) };
         if !needed.is_null() {
             // SAFETY: non-null; the caller's contract.
             unsafe { put(needed, n) };
