@@ -177,22 +177,31 @@ impl Ranges {
                 ))
             })
         };
-        let mut packed = 0usize;
-        let mut list = Vec::with_capacity(n);
+        // Checked in a first pass, so that the list is built straight into its shared
+        // allocation (no copy of a vector into it: a gather's list is megabytes).
         for i in 0..n {
-            let len = word("sizes", i, sizes[i])?;
-            let buf_offset = match buf_offsets {
-                Some(b) => word("buf_offsets", i, b[i])?,
-                None => packed,
-            };
-            packed = packed.saturating_add(len);
-            list.push(Range {
-                file_offset: file_offsets[i],
-                len,
-                buf_offset,
-            });
+            word("sizes", i, sizes[i])?;
+            if let Some(b) = buf_offsets {
+                word("buf_offsets", i, b[i])?;
+            }
         }
-        Ok(Ranges::Many(list.into()))
+        let mut packed = 0usize;
+        let list = (0..n)
+            .map(|i| {
+                let len = sizes[i] as usize; // checked above
+                let buf_offset = match buf_offsets {
+                    Some(b) => b[i] as usize,
+                    None => packed,
+                };
+                packed = packed.saturating_add(len);
+                Range {
+                    file_offset: file_offsets[i],
+                    len,
+                    buf_offset,
+                }
+            })
+            .collect();
+        Ok(Ranges::Many(list))
     }
 
     /// The ranges of a fixed-row gather (`read_rows`): row `rows[i]`, the `row_bytes` bytes at
@@ -209,30 +218,35 @@ impl Ranges {
                 "row_bytes must be at least 1".into(),
             ));
         }
-        let mut list = Vec::with_capacity(rows.len());
-        for (i, &row) in rows.iter().enumerate() {
-            let file_offset = row
-                .checked_mul(row_stride)
+        let offset = |row: u64| {
+            row.checked_mul(row_stride)
                 .and_then(|o| o.checked_add(base_offset))
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "rows[{i}] {row} at row_stride {row_stride} from base_offset \
-                         {base_offset} is past the largest file offset"
-                    ))
-                })?;
-            let buf_offset = i.checked_mul(row_bytes).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "{} rows of {row_bytes} bytes overflow the address space",
-                    rows.len()
-                ))
-            })?;
-            list.push(Range {
-                file_offset,
-                len: row_bytes,
-                buf_offset,
-            });
+        };
+        // Checked in a first pass, so that the list is built straight into its shared
+        // allocation (no copy of a vector into it: 100,000 rows are 2.4 MB).
+        if let Some(i) = rows.iter().position(|&row| offset(row).is_none()) {
+            return Err(Error::InvalidArgument(format!(
+                "rows[{i}] {} at row_stride {row_stride} from base_offset {base_offset} is \
+                 past the largest file offset",
+                rows[i]
+            )));
         }
-        Ok(Ranges::Many(list.into()))
+        if rows.len().checked_mul(row_bytes).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{} rows of {row_bytes} bytes overflow the address space",
+                rows.len()
+            )));
+        }
+        let list = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &row)| Range {
+                file_offset: offset(row).unwrap_or(0), // checked above
+                len: row_bytes,
+                buf_offset: i * row_bytes, // at most rows.len() * row_bytes, checked above
+            })
+            .collect();
+        Ok(Ranges::Many(list))
     }
 
     /// Bytes in all of them.
@@ -270,6 +284,17 @@ impl Ranges {
         let Ranges::Many(v) = self else {
             return Ok(());
         };
+        // Gathers into a packed output, and writes in file order, come as a chain of ranges
+        // each ending before the next starts: no overlap, found without sorting or copying.
+        let chained = match direction {
+            Direction::Read => v
+                .windows(2)
+                .all(|w| w[0].buf_offset + w[0].len <= w[1].buf_offset),
+            Direction::Write => v.windows(2).all(|w| w[0].end() <= w[1].file_offset),
+        };
+        if chained {
+            return Ok(());
+        }
         let mut spans: Vec<(u64, u64)> = v
             .iter()
             .filter(|r| r.len > 0)
@@ -278,7 +303,6 @@ impl Ranges {
                 Direction::Write => (r.file_offset, r.end()),
             })
             .collect();
-        // Gathers into a packed output come sorted: an O(n) look spares them the sort.
         if !spans.windows(2).all(|w| w[0] <= w[1]) {
             spans.sort_unstable();
         }
@@ -474,5 +498,41 @@ mod tests {
         assert_eq!(e.to_string(), "row_bytes must be at least 1");
         let e = Ranges::rows(&[0, 1 << 62], 8, 1 << 10, 0).unwrap_err();
         assert!(e.to_string().contains("rows[1]") && e.to_string().contains("past the largest"));
+    }
+
+    /// Overlap is judged the same whether the ranges come as a chain (each ending before the
+    /// next starts: the path without a sort) or in any other order.
+    #[test]
+    fn overlap_is_found_in_chains_and_in_any_order() {
+        let list = |v: &[(u64, usize, usize)]| {
+            Ranges::Many(
+                v.iter()
+                    .map(|&(file_offset, len, buf_offset)| Range {
+                        file_offset,
+                        len,
+                        buf_offset,
+                    })
+                    .collect(),
+            )
+        };
+        let read = |v: &[(u64, usize, usize)]| list(v).check(Direction::Read, 100);
+        let write = |v: &[(u64, usize, usize)]| list(v).check(Direction::Write, 100);
+        // Chains, empty ranges among them.
+        assert!(read(&[(0, 10, 0), (50, 10, 10), (0, 0, 20), (9, 5, 20)]).is_ok());
+        assert!(write(&[(0, 10, 50), (10, 10, 0), (20, 0, 0), (20, 5, 0)]).is_ok());
+        // The same sets out of order, and an empty range inside another one.
+        assert!(read(&[(9, 5, 20), (0, 10, 0), (50, 10, 10)]).is_ok());
+        assert!(read(&[(0, 10, 0), (1, 0, 5), (50, 10, 10)]).is_ok());
+        assert!(write(&[(20, 5, 0), (0, 10, 50), (10, 10, 0)]).is_ok());
+        // Overlaps, next to each other or apart.
+        for v in [
+            &[(0, 10, 0), (50, 10, 9)][..],
+            &[(0, 10, 30), (0, 5, 0), (50, 10, 35)][..],
+        ] {
+            let e = read(v).unwrap_err().to_string();
+            assert!(e.starts_with("ranges overlap in the buffer"), "{e}");
+        }
+        let e = write(&[(10, 10, 0), (0, 11, 50)]).unwrap_err().to_string();
+        assert!(e.starts_with("ranges overlap in the file"), "{e}");
     }
 }
