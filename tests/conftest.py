@@ -78,6 +78,34 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
 TMP_PREFIX = ".gpufile-tmp-"
 
 
+def interrupt_when(started, code: str, what: str) -> tuple[str, str, float]:
+    """Runs ``code`` in a Python subprocess and sends it SIGINT 0.3 s after ``started`` is set
+    (the request it waits for has reached the server): (its stdout, stderr, seconds from SIGINT
+    to exit). Fails the test when it is still running 20 s after the signal (``what`` says
+    doing what)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert started.wait(60), "the request never reached the server"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            out = err = None
+        if out is None:
+            pytest.fail(f"still {what} 20 s after Ctrl-C")
+        return out.decode(), err.decode(), time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def kill_during_a_save(proc, directory: str, rng, round_: int, poll_s: float = 5.0) -> None:
     """SIGKILLs `proc`, a child saving into `directory` in a loop: on even rounds at a random
     moment (0-250 ms), on odd rounds as soon as one of its saves has a temporary open (then

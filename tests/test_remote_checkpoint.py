@@ -4,17 +4,16 @@ from moto's S3 server and gpufile's range server on 127.0.0.1, checked against t
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 
 import gpufile
+from conftest import interrupt_when
 from gpufile.safetensors import SafetensorError, load_checkpoint, load_file, safe_open
 from gpufile._http_server import LocalHttpServer
 
@@ -398,24 +397,7 @@ def test_ctrl_c_ends_a_checkpoint_save_whose_uploads_get_no_answer(put_server):
     then waited for each PUT's `http_timeout` before it could exit)."""
     stalled = threading.Event()
     url, store, order = put_server(stall=lambda path: True, stalled=stalled)
-    proc = subprocess.Popen([sys.executable, "-c", STALLED_SAVE.format(url=url)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        assert stalled.wait(60), "no PUT reached the server"
-        time.sleep(0.3)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the save still ran 20 s after Ctrl-C")
-        elapsed = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    out, err = out.decode(), err.decode()
+    out, err, elapsed = interrupt_when(stalled, STALLED_SAVE.format(url=url), "saving")
     assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
     assert "KeyboardInterrupt: gpufile: the index of" in out and "was not written" in out, \
         (out, err)

@@ -4,12 +4,8 @@ WebHDFS endpoint written here, and servers that count requests."""
 
 import http.client
 import io
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -21,6 +17,7 @@ import pytest
 
 import gpufile
 from gpufile._http_server import LocalHttpServer
+import conftest
 from conftest import pattern, set_s3_env
 
 RET = gpufile.RemoteEndpointType
@@ -360,25 +357,13 @@ def test_ctrl_c_during_a_write_aborts_the_multipart_upload(s3, proxy):
             print("KeyboardInterrupt", flush=True)
             raise
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        assert started.wait(60), "no part reached the server"
-        time.sleep(0.3)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
-        elapsed = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert b"KeyboardInterrupt" in out, (out, err)
+    out, err, elapsed = conftest.interrupt_when(started, script, "uploading")
+    assert "KeyboardInterrupt" in out, (out, err)
     assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
     assert [m for m, p, _ in log if m == "DELETE" and "uploadId" in p], "no AbortMultipartUpload"
     assert uploads_left(client) == []
     assert absent(client, "interrupted.bin")
-    assert_no_secret(out.decode(), err.decode())
+    assert_no_secret(out, err)
 
 
 def test_missing_credentials_are_refused_before_any_request(counting, monkeypatch):
@@ -600,24 +585,7 @@ def interrupt_when(started, **script):
     """Runs INTERRUPTED in a subprocess, sends SIGINT once ``started`` is set (the request the
     call waits for has reached the server): (its stdout, stderr, seconds from SIGINT to exit)."""
     code = textwrap.dedent(INTERRUPTED.format(**{"after": "", **script}))
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        assert started.wait(60), "the request never reached the server"
-        time.sleep(0.3)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, err = proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            out = None
-        if out is None:
-            pytest.fail(f"still in {script['call']}() 20 s after Ctrl-C")
-        return out.decode(), err.decode(), time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    return conftest.interrupt_when(started, code, f"in {script['call']}()")
 
 
 def test_ctrl_c_stops_a_close_whose_put_gets_no_answer():
