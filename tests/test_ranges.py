@@ -90,6 +90,25 @@ def test_read_rows_gathers_a_table_in_the_order_asked(table, io_uring):
     check_report(fut.report(), io_uring, rows.size)
 
 
+@pytest.mark.parametrize("dtype", ["u1", "i1", "<u2", ">i2", "<i4", ">u4", "<i8", ">u8", "<u8"])
+def test_row_indices_of_every_width_sign_and_byte_order_read_the_same_rows(table, dtype):
+    path, data = table
+    rows = np.array([3, 0, 120, 7, 7, 99], dtype=dtype)
+    out = np.zeros((rows.size, 16), dtype=np.uint8)
+    with gpufile.CuFile(path) as f:
+        assert f.read_rows(out, rows, 16).get() == out.nbytes
+    want = np.stack([data[int(r) * 16: int(r) * 16 + 16] for r in rows.astype(np.int64)])
+    np.testing.assert_array_equal(out, want)
+    if dtype.lstrip("<>").startswith("i"):
+        bad = rows.copy()
+        bad[4] = -3
+        out[:] = 0x5A
+        with gpufile.CuFile(path) as f:
+            with pytest.raises(ValueError, match=r"rows\[4\] must not be negative, got -3$"):
+                f.read_rows(out, bad, 16)
+        assert (out == 0x5A).all()
+
+
 def test_write_ranges_scatters_byte_exact(tmp_path, io_uring):
     path = tmp_path / "out.bin"
     np.zeros(1 << 20, dtype=np.uint8).tofile(path)

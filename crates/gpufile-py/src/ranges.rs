@@ -100,33 +100,44 @@ fn from_buffer(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u64>>>
     // SAFETY: the export is C-contiguous, `len_bytes` long, and held (so unchanged in size)
     // while it is read here, with the GIL held.
     let bytes = unsafe { std::slice::from_raw_parts(view.buf_ptr(), n * size) };
-    let mut out = Vec::with_capacity(n);
-    for (i, item) in bytes.chunks_exact(size).enumerate() {
+    let widened = match size {
+        1 => widen::<1>(bytes, signed, big),
+        2 => widen::<2>(bytes, signed, big),
+        4 => widen::<4>(bytes, signed, big),
+        _ => widen::<8>(bytes, signed, big),
+    };
+    widened
+        .map(Some)
+        .map_err(|(i, v)| out_of_range(format!("{name}[{i}] must not be negative, got {v}")))
+}
+
+/// The `N`-byte integers of `bytes` as `u64` (`signed`: two's complement; `big`: big-endian),
+/// or the index and value of the first negative one. One loop per width, so that each is a
+/// straight copy the compiler can widen many at a time (100,000 row indices in tens of µs).
+fn widen<const N: usize>(bytes: &[u8], signed: bool, big: bool) -> Result<Vec<u64>, (usize, i64)> {
+    let value = |item: &[u8]| {
         let mut raw = [0u8; 8];
-        match big {
-            false => raw[..size].copy_from_slice(item),
-            true => raw[..size]
-                .iter_mut()
-                .zip(item.iter().rev())
-                .for_each(|(d, s)| *d = *s),
+        raw[..N].copy_from_slice(item);
+        if big {
+            raw[..N].reverse();
         }
         let unsigned = u64::from_le_bytes(raw);
-        let value = match signed {
-            true => {
-                let shift = 64 - 8 * size as u32;
-                let v = ((unsigned << shift) as i64) >> shift;
-                if v < 0 {
-                    return Err(out_of_range(format!(
-                        "{name}[{i}] must not be negative, got {v}"
-                    )));
-                }
-                v as u64
-            }
-            false => unsigned,
-        };
-        out.push(value);
+        let shift = 64 - 8 * N as u32;
+        match signed {
+            true => ((unsigned << shift) as i64) >> shift,
+            false => unsigned as i64,
+        }
+    };
+    let out: Vec<u64> = bytes
+        .chunks_exact(N)
+        .map(|item| value(item) as u64)
+        .collect();
+    // Negatives are looked for apart from the copy, so that the copy has no exit.
+    if signed && out.iter().any(|&v| (v as i64) < 0) {
+        let i = out.iter().position(|&v| (v as i64) < 0).unwrap_or(0);
+        return Err((i, out[i] as i64));
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// `sizes`: an array like the offsets, or one int for every range.

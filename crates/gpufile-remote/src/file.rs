@@ -484,8 +484,9 @@ impl Source for RemoteFile {
     }
 
     /// KvikIO's range check ([`RemoteFile::check_range`]), against the size known at open.
-    fn check(&self, ranges: &[gpufile::request::Range]) -> Result<()> {
+    fn check(&self, ranges: &gpufile::request::Ranges) -> Result<()> {
         ranges
+            .as_slice()
             .iter()
             .try_for_each(|r| self.check_range(r.file_offset, r.len))
     }

@@ -245,8 +245,10 @@ pub unsafe fn submit(engine: &Engine, ops: &[Op<'_>], settings: &Settings) -> Re
                 .collect();
             let memory = first.buffer;
             let req = match first.endpoint.direction() {
-                Direction::Read => Request::read_ranges(memory.buffer, Ranges::Many(ranges)),
-                Direction::Write => Request::write_ranges(memory.buffer, Ranges::Many(ranges)),
+                Direction::Read => Request::read_ranges(memory.buffer, Ranges::Many(ranges.into())),
+                Direction::Write => {
+                    Request::write_ranges(memory.buffer, Ranges::Many(ranges.into()))
+                }
             };
             let req = req.pointer_info(memory.pointer_info).after(memory.after);
             (first.endpoint.clone(), req)

@@ -139,7 +139,7 @@ impl Engine {
         self.accept(endpoint, &req, settings)?;
         let target = resolve(req.buffer, req.pointer_info)?;
         let len = req.len();
-        endpoint.check(req.ranges.as_slice())?;
+        endpoint.check(&req.ranges)?;
         let local = endpoint.local_file();
         let device_read = matches!(target, Target::Device { .. })
             && req.direction == Direction::Read

@@ -26,7 +26,7 @@ pub fn gathers(ranges: &Ranges, task_size: Option<usize>, max_bytes: usize) -> b
         return false;
     };
     let limit = GATHER_MAX_RANGE.min(max_bytes);
-    task_size.is_none() && list.len() >= 2 && list.iter().all(|r| r.len <= limit)
+    task_size.is_none() && list.len() >= 2 && list.facts().max_len <= limit
 }
 
 /// Ranges per group of a gather of `n` ranges on `threads` workers: about
@@ -41,6 +41,18 @@ pub fn gather_group(n: usize, threads: usize) -> usize {
 /// within each group (ranges sorted by buffer offset in the group), so a gather into a packed
 /// output (rows one after the other) makes one copy per group.
 pub fn gather_copies(split: &TaskSplit) -> usize {
+    // A packed list's groups are one run each (where they move a byte), known from their ends.
+    if split.ranges().facts().packed {
+        return (0..split.count())
+            .filter(|&i| {
+                let g = split.group(i);
+                let (first, last) = (g.first(), g.last());
+                first
+                    .zip(last)
+                    .is_some_and(|(f, l)| l.buf_offset + l.len > f.buf_offset)
+            })
+            .count();
+    }
     (0..split.count())
         .map(|i| contiguous_runs(split.group(i)))
         .sum()

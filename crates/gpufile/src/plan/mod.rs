@@ -136,13 +136,7 @@ pub fn plan_request(shape: &Shape<'_>, settings: &Settings, machine: &mut dyn Ma
     let gather = !shape.batch_whole && gathers(shape.ranges, shape.task_size, group_bytes);
     // A gather moves each range by itself: cuFile would too, so gds_threshold is a range's.
     let path_len = match gather {
-        true => shape
-            .ranges
-            .as_slice()
-            .iter()
-            .map(|r| r.len)
-            .max()
-            .unwrap_or(0),
+        true => shape.ranges.facts().max_len,
         false => shape.len,
     };
     let path = decide_path(shape.memory, path_len, local, policy, machine);

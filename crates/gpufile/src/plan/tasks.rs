@@ -77,23 +77,24 @@ impl TaskSplit {
     pub fn grouped(ranges: Ranges, max_ranges: usize, max_bytes: usize) -> Self {
         let (max_ranges, max_bytes) = (max_ranges.max(1), max_bytes.max(1));
         let list = ranges.as_slice();
-        let mut starts = Vec::with_capacity(list.len().div_ceil(max_ranges));
-        let (mut n, mut bytes) = (0usize, 0usize);
-        for (i, r) in list.iter().enumerate() {
-            if i == 0 || n == max_ranges || (r.len > 0 && bytes + r.len > max_bytes) {
-                starts.push(i);
-                (n, bytes) = (0, 0);
+        // Ranges of one length (a `read_rows`) make groups of one size, known without reading
+        // the list: as many ranges as fit `max_bytes` (at least one), at most `max_ranges`.
+        let starts: Arc<[usize]> = match ranges.facts().uniform_len {
+            Some(len) => {
+                let per = match len {
+                    0 => max_ranges,
+                    _ => (max_bytes / len).clamp(1, max_ranges),
+                };
+                (0..list.len()).step_by(per).collect()
             }
-            n += 1;
-            bytes += r.len;
-        }
-        let count = starts.len();
+            None => group_starts(list, max_ranges, max_bytes).into(),
+        };
         TaskSplit {
+            count: starts.len(),
             ranges,
             task_size: max_bytes,
             starts: None,
-            groups: Some(starts.into()),
-            count,
+            groups: Some(starts),
         }
     }
 
@@ -161,4 +162,21 @@ impl TaskSplit {
 pub fn split(file_offset: u64, size: usize, task_size: usize) -> impl Iterator<Item = Task> {
     let s = TaskSplit::new(file_offset, size, task_size);
     (0..s.count()).map(move |i| s.task(i))
+}
+
+/// Where each group of [`TaskSplit::grouped`] starts in `list`, found by reading it: a group
+/// ends before the range that would make it `max_ranges` ranges or (a range moving bytes) more
+/// than `max_bytes` bytes.
+pub(super) fn group_starts(list: &[Range], max_ranges: usize, max_bytes: usize) -> Vec<usize> {
+    let mut starts = Vec::with_capacity(list.len().div_ceil(max_ranges));
+    let (mut n, mut bytes) = (0usize, 0usize);
+    for (i, r) in list.iter().enumerate() {
+        if i == 0 || n == max_ranges || (r.len > 0 && bytes + r.len > max_bytes) {
+            starts.push(i);
+            (n, bytes) = (0, 0);
+        }
+        n += 1;
+        bytes += r.len;
+    }
+    starts
 }

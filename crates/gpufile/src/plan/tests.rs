@@ -445,6 +445,32 @@ proptest! {
         prop_assert_eq!(next, at);
     }
 
+    /// Ranges of one length are grouped without reading the list, exactly as reading it
+    /// would group them; a packed list's copies are counted from its groups' ends, exactly as
+    /// sorting each group's ranges would count them.
+    #[test]
+    fn groups_and_copies_known_from_the_facts_are_those_found_by_reading(
+        n in 0usize..300, len in 0usize..5000, max_ranges in 1usize..50,
+        max_bytes in 1usize..20_000, packed in proptest::bool::ANY,
+    ) {
+        let list: Vec<Range> = (0..n)
+            .map(|i| Range {
+                file_offset: (i * 7 % 13) as u64,
+                len,
+                buf_offset: if packed { i * len } else { (n - i) * len },
+            })
+            .collect();
+        let split = TaskSplit::grouped(Ranges::Many(list.clone().into()), max_ranges, max_bytes);
+        let read = super::tasks::group_starts(&list, max_ranges, max_bytes);
+        prop_assert_eq!(split.count(), read.len());
+        for (i, &start) in read.iter().enumerate() {
+            let end = read.get(i + 1).copied().unwrap_or(n);
+            prop_assert_eq!(split.group(i), &list[start..end]);
+        }
+        let runs: usize = (0..split.count()).map(|i| contiguous_runs(split.group(i))).sum();
+        prop_assert_eq!(gather_copies(&split), runs);
+    }
+
     #[test]
     fn chunks_are_o_direct_aligned(task in 1usize..(1 << 30), bounce_pages in 1usize..8192) {
         let bounce = bounce_pages * 4096;

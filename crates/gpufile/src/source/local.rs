@@ -18,7 +18,7 @@ use crate::cufile::RegisteredFile;
 use crate::error::{Error, Op, Result};
 use crate::pagecache::{self, FileMapping};
 use crate::posix;
-use crate::request::Range;
+use crate::request::{Range, Ranges};
 use crate::source::{IoContext, Sink, Source};
 use crate::streamed::{self, STREAMED_MAX, STREAMED_MIN};
 
@@ -223,17 +223,17 @@ impl Source for LocalFile {
     /// file again, so a file that grew is read and one that is too short is refused before any
     /// byte moves. A file that shrank after it was seen fails in the read itself, with the same
     /// [`Error::UnexpectedEof`] (as it would if it shrank between an `fstat` and the read).
-    fn check(&self, ranges: &[Range]) -> Result<()> {
+    fn check(&self, ranges: &Ranges) -> Result<()> {
         if !self.readable {
             return Err(Error::NotReadable {
                 path: self.path.clone(),
                 flags: self.flags().to_owned(),
             });
         }
-        let Some(last) = ranges.iter().filter(|r| r.len > 0).max_by_key(|r| r.end()) else {
+        let Some(end) = ranges.file_end() else {
             return Ok(());
         };
-        if last.end() <= self.size_seen.load(Ordering::Relaxed) {
+        if end <= self.size_seen.load(Ordering::Relaxed) {
             return Ok(());
         }
         let meta = self.file.metadata();
@@ -242,7 +242,7 @@ impl Source for LocalFile {
             return Ok(());
         }
         self.size_seen.fetch_max(meta.len(), Ordering::Relaxed);
-        if last.end() > meta.len() {
+        if let Some(last) = ranges.last_in_file().filter(|_| end > meta.len()) {
             return Err(Error::UnexpectedEof {
                 path: self.path.clone(),
                 offset: last.file_offset,

@@ -326,8 +326,9 @@ impl Source for MmapSource {
     /// Refuses ranges outside the mapped region ([`Error::OutOfRange`], KvikIO's message), with
     /// no `fstat`: [`MmapSource::read_len`] looked at the file's size already, and a file that
     /// shrank since fails in the read with [`Error::UnexpectedEof`].
-    fn check(&self, ranges: &[crate::request::Range]) -> Result<()> {
+    fn check(&self, ranges: &crate::request::Ranges) -> Result<()> {
         ranges
+            .as_slice()
             .iter()
             .try_for_each(|r| self.in_region(r.file_offset, r.len))
     }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::future::StopFlag;
-use crate::request::{Direction, Range};
+use crate::request::{Direction, Range, Ranges};
 
 /// What one call of a source or sink may use beyond the range itself.
 #[derive(Clone, Copy, Debug)]
@@ -48,12 +48,12 @@ pub trait Source: Send + Sync {
 
     /// Refuses, before any byte moves, a read of `ranges` that cannot be served: by default,
     /// one that ends past [`Source::size`] ([`Error::UnexpectedEof`]).
-    fn check(&self, ranges: &[Range]) -> Result<()> {
-        let Some(last) = ranges.iter().filter(|r| r.len > 0).max_by_key(|r| r.end()) else {
+    fn check(&self, ranges: &Ranges) -> Result<()> {
+        let Some(end) = ranges.file_end() else {
             return Ok(());
         };
         let file_size = self.size()?;
-        if last.end() > file_size {
+        if let Some(last) = ranges.last_in_file().filter(|_| end > file_size) {
             return Err(Error::UnexpectedEof {
                 path: self.describe().into(),
                 offset: last.file_offset,
@@ -158,10 +158,10 @@ impl Endpoint {
 
     /// Refuses `ranges` where the source or sink cannot serve them ([`Source::check`],
     /// [`Sink::check`]).
-    pub fn check(&self, ranges: &[Range]) -> Result<()> {
+    pub fn check(&self, ranges: &Ranges) -> Result<()> {
         match self {
             Endpoint::Read(s) => s.check(ranges),
-            Endpoint::Write(s) => s.check(ranges),
+            Endpoint::Write(s) => s.check(ranges.as_slice()),
         }
     }
 

@@ -62,7 +62,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::cuda::{self, Context, StreamCopy};
 use crate::error::{Error, Result};
 use crate::future::{lock, Completion};
-use crate::request::{Buffer, Direction, Range};
+use crate::request::{Buffer, Direction, Range, Ranges};
 use crate::source::Endpoint;
 use crate::{Engine, IoFuture, Request, Settings};
 
@@ -126,8 +126,8 @@ pub unsafe fn submit(
             .device
             .is_none_or(|_| last_write(stream.handle).is_none());
     match sure_now {
-        true => endpoint.check(req.ranges.as_slice())?,
-        false => endpoint.check(&[])?,
+        true => endpoint.check(&req.ranges)?,
+        false => endpoint.check(&Ranges::NONE)?,
     }
     let mut staging = None;
     if let (Some((_, ordinal)), true, false) = (
