@@ -99,7 +99,7 @@ def cli_json(*args, status=0, env=None):
     r = cli(*args, "--json", env=env)
     assert r.returncode == status, (r.returncode, r.stdout, r.stderr)
     out = json.loads(r.stdout)
-    assert out["schema_version"] == 1
+    assert out["schema_version"] == 2
     no_rust_leaks(out)
     return out, r
 
@@ -216,7 +216,8 @@ def test_explain_json(data):
     check_object(p["cufile"], "cufile-plan", "$.prediction.cufile")
     assert p["path"]["backend"] == "cufile"
     assert p["path"]["reason"]["kind"] == "compat-mode-off"
-    assert p["tasks"] == {"count": 256, "runs": [{"count": 256, "bytes": 4 << 20}]}
+    assert p["tasks"] == {"task_size": 4 << 20, "count": 256,
+                          "runs": [{"count": 256, "bytes": 4 << 20}]}
     assert p["cufile"]["pieces"] == [{"requests": 256, "piece_bytes": [4 << 20]}]
     assert out["observed"] is None
 
@@ -230,6 +231,24 @@ def test_explain_json(data):
                       "--device", "0")
     check_object(out, "explain")
     assert out["prediction"]["path"] is None and "cuFile" in out["prediction"]["error"]
+
+
+def test_explain_json_settings_hold_the_setting_and_tasks_the_plan_s_task_size():
+    # A read alone of 4 MiB over 4 workers is cut into 1 MiB tasks: the plan's task size, not
+    # the setting (4 MiB, as `gpufile config` reports it).
+    env = {"GPUFILE_TASK_SIZE": "4MiB"}
+    config, _ = cli_json("config", env=env)
+    out, _ = cli_json("explain", "--size", "4MiB", "--threads", "4", "--host", env=env)
+    check_object(out, "explain")
+    p = out["prediction"]
+    assert p["settings"]["task_size"] == config["settings"]["task_size"]["value"] == 4 << 20
+    assert p["tasks"]["task_size"] == 1 << 20
+    assert p["tasks"]["runs"] == [{"count": 4, "bytes": 1 << 20}]
+    # `--task-size` is the setting, and as the request's own task size the plan keeps it.
+    out, _ = cli_json("explain", "--size", "4MiB", "--threads", "4", "--host",
+                      "--task-size", "2MiB", env=env)
+    assert out["prediction"]["settings"]["task_size"] == 2 << 20
+    assert out["prediction"]["tasks"]["task_size"] == 2 << 20
 
 
 def test_bench_json(tmp_path):

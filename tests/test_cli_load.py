@@ -66,7 +66,7 @@ def test_one_file_loads_every_tensor_into_host_memory(tmp_path):
     path = tmp_path / "model.safetensors"
     stn.save_file(tensors, path)
     rep = load_json(path, "--host", "--verify")
-    assert rep["schema_version"] == 1 and rep["command"] == "load"
+    assert rep["schema_version"] == 2 and rep["command"] == "load"
     assert rep["tensors"] == rep["tensors_total"] == len(tensors)
     assert rep["bytes"] == rep["checkpoint_bytes"] == nbytes(tensors)
     assert rep["memory"] == "host" and rep["device"] is None

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use gpufile_core::observe::{self, Observation};
 
-use crate::error::{copy_out, guard, CallError};
+use crate::error::{give_text, guard, CallError};
 use crate::handles::Table;
 use crate::{gpufile_status, out_arg, put};
 
@@ -17,19 +17,6 @@ pub struct gpufile_observation {
 }
 
 static OBSERVATIONS: Table<std::sync::Mutex<Option<Observation>>> = Table::new("observation");
-
-/// Copies `text` out and stores the bytes it needs in `*needed` (if not null).
-///
-/// # Safety
-/// `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
-unsafe fn give_text(text: &str, buf: *mut c_char, len: usize, needed: *mut usize) {
-    // SAFETY: the caller's contract.
-    let n = unsafe { copy_out(text, buf, len) };
-    if !needed.is_null() {
-        // SAFETY: non-null; the caller's contract.
-        unsafe { put(needed, n) };
-    }
-}
 
 /// Probes the machine (and `path`, if not NULL) as `gpufile check --json` does, and copies
 /// the report's JSON into `buf` (at most `len` bytes, NUL-terminated where `len > 0`); the

@@ -210,6 +210,20 @@ pub(crate) unsafe fn copy_out(text: &str, buf: *mut c_char, len: usize) -> usize
     needed
 }
 
+/// Copies `text` out as [`copy_out`] does and stores the bytes it needs in `*needed` (if not
+/// null): the out-parameter form of the functions that return a status.
+///
+/// # Safety
+/// `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
+pub(crate) unsafe fn give_text(text: &str, buf: *mut c_char, len: usize, needed: *mut usize) {
+    // SAFETY: the caller's contract.
+    let n = unsafe { copy_out(text, buf, len) };
+    if !needed.is_null() {
+        // SAFETY: non-null; the caller's contract.
+        unsafe { crate::put(needed, n) };
+    }
+}
+
 /// Reads the last error of this thread through `f` (`None`: no call failed yet).
 fn with_last<T>(f: impl FnOnce(Option<&LastError>) -> T) -> T {
     LAST.with(|l| f(l.borrow().as_ref()))

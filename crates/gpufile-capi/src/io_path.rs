@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use gpufile_core::{Backend, Engine, Memory};
 
-use crate::error::{copy_out, guard, CallError};
+use crate::error::{give_text, guard, CallError};
 use crate::{
     buffer, direction_of, file_of, gpufile_backend, gpufile_file, gpufile_io_options,
     gpufile_range, gpufile_status, out_arg, put, ranges_of, settings_for, GPUFILE_MEMORY_DEVICE,
@@ -70,11 +70,7 @@ unsafe fn report_path(
     // SAFETY: checked non-null by the caller; the caller's contract.
     unsafe { put(out_backend, backend) };
     // SAFETY: the caller's contract.
-    let n = unsafe { copy_out(&path.reason.to_string(), reason, len) };
-    if !needed.is_null() {
-        // SAFETY: non-null; the caller's contract.
-        unsafe { put(needed, n) };
-    }
+    unsafe { give_text(&path.reason.to_string(), reason, len, needed) };
 }
 
 /// The path report of a request before it runs: what would move the bytes of the read

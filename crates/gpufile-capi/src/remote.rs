@@ -8,7 +8,7 @@ use ::gpufile_remote::{RemoteEndpointType, RemoteFile, S3Object, S3Options};
 use gpufile_core::source::{Endpoint, Source};
 use gpufile_core::Engine;
 
-use crate::error::{copy_out, guard, CallError};
+use crate::error::{give_text, guard, CallError};
 use crate::handles::Table;
 use crate::{give_future, gpufile_future, gpufile_status, out_arg, put, start_on, text, What};
 
@@ -231,11 +231,7 @@ pub unsafe extern "C" fn gpufile_remote_url(
     guard(|| {
         let file = REMOTES.get(remote as usize)?;
         // SAFETY: the caller's contract.
-        let n = unsafe { copy_out(file.url(), buf, len) };
-        if !needed.is_null() {
-            // SAFETY: non-null; the caller's contract.
-            unsafe { put(needed, n) };
-        }
+        unsafe { give_text(file.url(), buf, len, needed) };
         Ok(())
     })
 }
@@ -259,11 +255,7 @@ pub unsafe extern "C" fn gpufile_remote_credentials_source(
         let file = REMOTES.get(remote as usize)?;
         let source = file.credentials_source().unwrap_or("");
         // SAFETY: the caller's contract.
-        let n = unsafe { copy_out(source, buf, len) };
-        if !needed.is_null() {
-            // SAFETY: non-null; the caller's contract.
-            unsafe { put(needed, n) };
-        }
+        unsafe { give_text(source, buf, len, needed) };
         Ok(())
     })
 }
@@ -403,11 +395,7 @@ pub unsafe extern "C" fn gpufile_remote_s3_object_url(
             }
         };
         // SAFETY: the caller's contract.
-        let n = unsafe { copy_out(&object_url.url(), buf, len) };
-        if !needed.is_null() {
-            // SAFETY: non-null; the caller's contract.
-            unsafe { put(needed, n) };
-        }
+        unsafe { give_text(&object_url.url(), buf, len, needed) };
         Ok(())
     })
 }

@@ -6,7 +6,7 @@ use std::ffi::c_char;
 use gpufile_core::config::{Input, Name, Value};
 use gpufile_core::Engine;
 
-use crate::error::{copy_out, guard, CallError};
+use crate::error::{give_text, guard, CallError};
 use crate::{gpufile_status, out_arg, put, text};
 
 /// The setting `name` (the names of Python's `gpufile.defaults` / KvikIO's `defaults`).
@@ -117,11 +117,7 @@ pub unsafe extern "C" fn gpufile_settings_get_str(
         // SAFETY: the caller's contract.
         let value = get(unsafe { setting(name)? })?.to_string();
         // SAFETY: the caller's contract.
-        let n = unsafe { copy_out(&value, buf, len) };
-        if !needed.is_null() {
-            // SAFETY: non-null; the caller's contract.
-            unsafe { put(needed, n) };
-        }
+        unsafe { give_text(&value, buf, len, needed) };
         Ok(())
     })
 }

@@ -212,7 +212,7 @@ impl Loaded {
     ///
     /// | field | type | meaning |
     /// | --- | --- | --- |
-    /// | `schema_version` | int | 1 |
+    /// | `schema_version` | int | 2 |
     /// | `command` | string | `"load"` |
     /// | `checkpoint` | string | the path given |
     /// | `files` | [{`path`, `tensors`, `bytes`}] | every file of the checkpoint: tensors loaded from it, bytes read |

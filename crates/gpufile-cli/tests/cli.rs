@@ -93,7 +93,7 @@ fn read_reports_bytes_throughput_and_path() {
     assert_eq!(v["path"]["backend"], "gpufile-posix");
     assert_eq!(v["memory"], "host");
     assert_eq!(v["seconds_per_run"].as_array().unwrap().len(), 3);
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
 }
 
 #[test]

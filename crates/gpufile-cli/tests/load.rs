@@ -80,7 +80,7 @@ fn load_to_host_reports_tensors_bytes_and_path() {
     let f = dir.path().join("model.safetensors");
     let total = model(&f);
     let v = load_json(&["load", f.to_str().unwrap(), "--host", "--json", "--verify"]);
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     assert_eq!(v["command"], "load");
     // The fields load.rs documents, no more, no fewer.
     let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

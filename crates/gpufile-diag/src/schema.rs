@@ -14,9 +14,9 @@ use crate::units;
 
 /// The version of the JSON shapes; raised when a field changes meaning or goes away (a new
 /// field does not raise it).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
-/// Every command's output: `{"schema_version": 1, "command": NAME, ...body}`.
+/// Every command's output: `{"schema_version": 2, "command": NAME, ...body}`.
 pub fn envelope(command: &str, body: Value) -> Value {
     let mut map = match body {
         Value::Object(map) => map,

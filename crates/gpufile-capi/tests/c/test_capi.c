@@ -1,6 +1,7 @@
 /* The C API as a C program uses it: real files in the folder given as argv[1], host memory.
  * Built and run by tests/c_api.rs against libgpufile.a and libgpufile.so. */
 #undef NDEBUG
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
@@ -294,6 +295,37 @@ static void test_io_path(void) {
     assert(gpufile_file_close(f) == GPUFILE_OK);
 }
 
+/* An S3 object's URL, copied out as every text getter copies: sized with a NULL buffer, cut
+ * and NUL-terminated in a short one, whole in a large one; a refusal leaves both as they were. */
+static void test_s3_object_url(void) {
+    assert(setenv("AWS_ACCESS_KEY_ID", "AKID", 1) == 0);
+    assert(setenv("AWS_SECRET_ACCESS_KEY", "secret", 1) == 0);
+    assert(unsetenv("AWS_ENDPOINT_URL") == 0);
+    const char *want = "http://127.0.0.1:9000/bkt/a%20b/c.bin";
+    const char *at = "http://127.0.0.1:9000";
+    size_t needed = 0;
+    assert(gpufile_remote_s3_object_url(NULL, "bkt", "a b/c.bin", "us-east-1", at, NULL, 0,
+                                        &needed) == GPUFILE_OK);
+    assert(needed == strlen(want) + 1);
+    char buf[128];
+    memset(buf, '#', sizeof buf);
+    needed = 0;
+    assert(gpufile_remote_s3_object_url(NULL, "bkt", "a b/c.bin", "us-east-1", at, buf, 8,
+                                        &needed) == GPUFILE_OK);
+    assert(needed == strlen(want) + 1 && strlen(buf) == 7 && strncmp(buf, want, 7) == 0);
+    assert(buf[8] == '#');
+    assert(gpufile_remote_s3_object_url("s3://bkt/k", NULL, NULL, "eu-west-1", NULL, buf,
+                                        sizeof buf, NULL) == GPUFILE_OK);
+    assert(strcmp(buf, "https://bkt.s3.eu-west-1.amazonaws.com/k") == 0);
+    memset(buf, '#', sizeof buf);
+    needed = 99;
+    assert(gpufile_remote_s3_object_url(NULL, "", "k", "us-east-1", at, buf, sizeof buf,
+                                        &needed) == GPUFILE_BAD_ARGUMENT);
+    assert(strstr(last_message(), "must not be empty") != NULL);
+    assert(buf[0] == '#' && needed == 99);
+    assert(unsetenv("AWS_ACCESS_KEY_ID") == 0 && unsetenv("AWS_SECRET_ACCESS_KEY") == 0);
+}
+
 /* Handles closed or freed already, and pointers gpufile never gave out, are refused. */
 static void test_stale_handles(void) {
     char path[4200], buf[4] = {0};
@@ -393,6 +425,7 @@ int main(int argc, char **argv) {
     test_error_copy_out();
     test_last_error_is_per_thread();
     test_io_path();
+    test_s3_object_url();
     test_stale_handles();
     test_bad_sizes();
     test_page_cache();

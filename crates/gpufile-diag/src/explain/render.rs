@@ -79,11 +79,12 @@ impl Explanation {
             },
             "settings": {
                 "compat_mode": self.compat_mode.name(),
-                "task_size": self.task_size,
+                "task_size": self.task_size_setting,
                 "num_threads": self.num_threads,
                 "gds_threshold": self.gds_threshold,
             },
             "tasks": {
+                "task_size": self.task_size,
                 "count": self.task_count,
                 "runs": self.tasks.iter().map(|(n, b)| json!({"count": n, "bytes": b}))
                     .collect::<Vec<_>>(),
