@@ -109,6 +109,27 @@ def test_row_indices_of_every_width_sign_and_byte_order_read_the_same_rows(table
         assert (out == 0x5A).all()
 
 
+def test_row_indices_read_in_place_or_copied_give_the_same_rows(table):
+    """Native 8-byte indices are read in the caller's array itself; an unaligned or read-only
+    array of them reads the same rows, and a negative one is refused the same way."""
+    path, data = table
+    rows = np.array([5, 1, 200, 5], dtype=np.int64)
+    unaligned = np.frombuffer(b"\0" + rows.tobytes(), dtype=np.int64, offset=1)
+    assert unaligned.ctypes.data % 8 != 0
+    readonly = rows.copy()
+    readonly.setflags(write=False)
+    want = np.stack([data[r * 32: r * 32 + 32] for r in rows])
+    with gpufile.CuFile(path) as f:
+        for given in (rows, unaligned, readonly, rows.astype(np.uint64)):
+            out = np.zeros((4, 32), dtype=np.uint8)
+            assert f.read_rows(out, given, 32).get() == out.nbytes
+            np.testing.assert_array_equal(out, want)
+        for bad in (np.array([1, -7], dtype=np.int64),
+                    np.frombuffer(b"\0" + np.array([1, -7]).tobytes(), dtype=np.int64, offset=1)):
+            with pytest.raises(ValueError, match=r"rows\[1\] must not be negative, got -7$"):
+                f.read_rows(np.zeros((2, 32), dtype=np.uint8), bad, 32)
+
+
 def test_write_ranges_scatters_byte_exact(tmp_path, io_uring):
     path = tmp_path / "out.bin"
     np.zeros(1 << 20, dtype=np.uint8).tofile(path)
