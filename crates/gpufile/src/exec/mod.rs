@@ -70,12 +70,13 @@ fn fail_run(tasks: &Tasks, done: &Completion, e: crate::Error) {
     tasks.skip_rest(&mut lease, done);
 }
 
-/// The tasks of one request, handed out to the runs in blocks of consecutive tasks, of the size
-/// the plan gives ([`crate::plan::task_block`]).
+/// The tasks of one request, handed out to the runs in blocks of consecutive tasks, of the sizes
+/// the plan gives ([`crate::plan::task_block`], shrinking at the end: [`crate::plan::lease_size`]).
 pub struct Tasks {
     split: TaskSplit,
     next: AtomicUsize,
     block: usize,
+    runs: usize,
 }
 
 /// A run's current block of tasks.
@@ -93,6 +94,7 @@ impl Tasks {
             split,
             next: AtomicUsize::new(0),
             block,
+            runs,
         }
     }
 
@@ -110,13 +112,17 @@ impl Tasks {
     pub fn next_index(&self, lease: &mut Lease) -> Option<usize> {
         if lease.next >= lease.end {
             let count = self.split.count();
-            let start = self.next.fetch_add(self.block, Ordering::Relaxed);
+            // What remains may be less by the time the lease is taken (other runs lease too):
+            // a lease a little larger than the rule's, never a wrong one.
+            let remaining = count.saturating_sub(self.next.load(Ordering::Relaxed));
+            let block = crate::plan::lease_size(remaining, self.runs, self.block);
+            let start = self.next.fetch_add(block, Ordering::Relaxed);
             if start >= count {
                 return None;
             }
             *lease = Lease {
                 next: start,
-                end: (start + self.block).min(count),
+                end: (start + block).min(count),
             };
         }
         let i = lease.next;
@@ -160,7 +166,7 @@ impl SendPtr {
 }
 
 #[cfg(test)]
-mod after_stream_tests {
+mod tasks_tests {
     use super::{fail_run, Lease, Tasks};
     use crate::future::{Completion, IoFuture};
     use crate::plan::TaskSplit;
@@ -223,6 +229,28 @@ mod after_stream_tests {
                     "{runs:?} over {count} tasks: {r:?}"
                 );
             }
+        }
+    }
+
+    /// Leases taken one after another (as runs take them) hand out every task once, in order,
+    /// whole blocks first and single tasks at the end, so runs finish together.
+    #[test]
+    fn leases_cover_every_task_once_and_shrink_to_one_at_the_end() {
+        for (count, runs) in [(1024, 16), (1000, 4), (3, 4), (100_000, 7), (64, 1)] {
+            let tasks = Tasks::new(TaskSplit::new(0, count, 1), runs);
+            let (mut lens, mut next, mut lease) = (Vec::new(), 0, Lease::default());
+            while let Some(t) = tasks.next(&mut lease) {
+                assert_eq!(t.file_offset, next, "{count} tasks, {runs} runs");
+                // The first task of a lease: its length is the lease's.
+                if lens.iter().sum::<usize>() == next as usize {
+                    lens.push(lease.end - next as usize);
+                }
+                next += 1;
+            }
+            assert_eq!(next as usize, count);
+            assert_eq!(lens[0], crate::plan::task_block(count, runs).min(count));
+            assert!(lens.windows(2).all(|w| w[0] >= w[1]), "{lens:?}");
+            assert_eq!(lens.last(), Some(&1), "{lens:?}");
         }
     }
 }
