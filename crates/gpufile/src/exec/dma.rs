@@ -256,11 +256,11 @@ pub struct Span {
 pub struct Held(HashMap<usize, Arc<Granule>>);
 
 impl Held {
-    /// Keeps `granule` registered until [`Held::release`].
-    pub fn hold(&mut self, granule: &Arc<Granule>) {
-        self.0
-            .entry(Arc::as_ptr(granule) as usize)
-            .or_insert_with(|| Arc::clone(granule));
+    /// Keeps the granules of `memo` ([`DmaRead::whole`]'s) registered until [`Held::release`].
+    pub fn hold_all(&mut self, memo: HashMap<u64, Option<Arc<Granule>>>) {
+        for granule in memo.into_values().flatten() {
+            self.0.entry(Arc::as_ptr(&granule) as usize).or_insert(granule);
+        }
     }
 
     /// Lets the granules go once `drained` says the queue is empty. Where the drain failed a
@@ -473,14 +473,17 @@ impl DmaRead {
 
     /// Where the GPU reads `[offset, offset + len)` when one registered granule holds all of it
     /// (registering the granule now where [`DmaRead::span`] would): a range of a gather. `memo`
-    /// keeps each granule's answer for a group of ranges, so each is asked once per group.
+    /// keeps each granule's answer for a group of ranges, so each is asked once per group, and
+    /// holds the granules the answers point into: the caller keeps them ([`Held::hold_all`])
+    /// until the copies are done. No granule is shared per range (a count shared by every
+    /// worker, touched twice per 4 KiB row, would cost more than the row's copy).
     pub fn whole(
         &self,
         offset: u64,
         len: usize,
         ctx: Context,
         memo: &mut HashMap<u64, Option<Arc<Granule>>>,
-    ) -> Option<(*const u8, Arc<Granule>)> {
+    ) -> Option<*const u8> {
         if len == 0 || offset.checked_add(len as u64)? > self.file.version.size {
             return None;
         }
@@ -488,14 +491,13 @@ impl DmaRead {
         let granule = memo
             .entry(g)
             .or_insert_with(|| self.file.granule(g).or_else(|| self.register(g, ctx)))
-            .clone()?;
+            .as_ref()?;
         let within = (offset - g * GRANULE as u64) as usize;
         if within + len > granule.reg.len() {
             return None; // the range runs into the next granule
         }
         // SAFETY: `within + len <= reg.len()`, so the range stays in the registration.
-        let ptr = unsafe { granule.reg.as_ptr().add(within) };
-        Some((ptr, granule))
+        Some(unsafe { granule.reg.as_ptr().add(within) })
     }
 
     fn register(&self, g: u64, ctx: Context) -> Option<Arc<Granule>> {

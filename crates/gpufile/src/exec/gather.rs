@@ -292,8 +292,7 @@ impl GatherExec {
                 .then(|| gpu.dma.whole(r.file_offset, r.len, device.ctx, &mut memo))
                 .flatten();
             match hot {
-                Some((src, granule)) => {
-                    held.hold(&granule);
+                Some(src) => {
                     pieces.push(GatherPiece {
                         src: src as u64,
                         dst: dst + r.buf_offset as u64,
@@ -303,6 +302,8 @@ impl GatherExec {
                 None => rest.push(*r),
             }
         }
+        // The granules the pieces read stay registered until the run's queue is drained.
+        held.hold_all(memo);
         let staged: usize = rest.iter().map(|r| r.len).sum();
         let at = staged.next_multiple_of(std::mem::align_of::<GatherPiece>());
         let room = std::mem::size_of_val(pieces.as_slice());
