@@ -259,7 +259,9 @@ impl Held {
     /// Keeps the granules of `memo` ([`DmaRead::whole`]'s) registered until [`Held::release`].
     pub fn hold_all(&mut self, memo: HashMap<u64, Option<Arc<Granule>>>) {
         for granule in memo.into_values().flatten() {
-            self.0.entry(Arc::as_ptr(&granule) as usize).or_insert(granule);
+            self.0
+                .entry(Arc::as_ptr(&granule) as usize)
+                .or_insert(granule);
         }
     }
 
