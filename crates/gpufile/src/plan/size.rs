@@ -150,8 +150,8 @@ pub fn task_block(count: usize, runs: usize) -> usize {
 /// Tasks a run leases next, with `remaining` tasks not yet handed out to `runs` runs, at most
 /// `block` ([`task_block`]): the whole block while many remain, then less and less, down to one
 /// task (guided scheduling). Fixed blocks end a request with a few runs reading a last block of
-/// up to 64 tasks each while the others idle: a fifth of a hot 4 GiB read's time at 16 threads
-/// (docs/performance.md, "Leases that shrink at the end").
+/// up to 64 tasks each while the others idle (docs/performance.md, "Leases that shrink at the
+/// end").
 pub fn lease_size(remaining: usize, runs: usize, block: usize) -> usize {
     (remaining / (2 * runs.max(1))).clamp(1, block.max(1))
 }
