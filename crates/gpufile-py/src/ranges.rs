@@ -151,8 +151,8 @@ fn from_buffer(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Option<Uints>> {
 }
 
 /// The `N`-byte integers of `bytes` as `u64` (`signed`: two's complement; `big`: big-endian),
-/// or the index and value of the first negative one. One loop per width, so that each is a
-/// straight copy the compiler can widen many at a time (100,000 row indices in tens of µs).
+/// or the index and value of the first negative one. One loop per width, so that the width is
+/// a constant of the loop rather than a test per item.
 fn widen<const N: usize>(bytes: &[u8], signed: bool, big: bool) -> Result<Vec<u64>, (usize, i64)> {
     let value = |item: &[u8]| {
         let mut raw = [0u8; 8];

@@ -118,11 +118,6 @@ impl RangeList {
     pub fn facts(&self) -> &Facts {
         &self.facts
     }
-
-    /// The list, shared.
-    pub fn shared(&self) -> &Arc<[Range]> {
-        &self.list
-    }
 }
 
 impl std::ops::Deref for RangeList {
