@@ -22,7 +22,11 @@ the shards once so the page cache holds them, then times, alternating, medians o
 GB/s is the bytes of the tensors over the wall time. Every load is checked: the gpufile model's
 tensors equal the transformers model's, and both give the same logits for the same tokens.
 
-    python benches/hf_model_bench.py [--dir DIR] [--runs 5] [--json FILE]
+With ``--cold N``, N more rounds of the loads with every shard evicted from the page cache
+before each (``gpufile.drop_file_page_cache``), beside ``dd iflag=direct`` of the shards: the
+disk's own rate.
+
+    python benches/hf_model_bench.py [--dir DIR] [--runs 5] [--cold 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import glob
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 
@@ -103,6 +108,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--cold", type=int, default=0, metavar="RUNS",
+                    help="also time cold loads (each file evicted from the page cache first)")
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -141,6 +148,11 @@ def main() -> None:
         assert got == file_bytes
         return got
 
+    def dd():
+        for s in shards:
+            subprocess.run(["dd", f"if={s}", "of=/dev/null", "bs=16M", "iflag=direct"],
+                           check=True, capture_output=True)
+
     # Checked once, outside the timing: the same tensors and the same logits.
     reference = hf().eval()
     mine = ours()
@@ -165,11 +177,13 @@ def main() -> None:
             "the model on meta (no weights)": skeleton,
             "gpufile load_checkpoint": state,
             "gpufile CuFile.read of the shards": raw}
+    # Timed runs only: the first round warms allocators and pools and is not kept.
     walls: dict[str, list[float]] = {k: [] for k in rows}
-    for _ in range(args.runs + 1):
+    for i in range(args.runs + 1):
         for name, fn in rows.items():
             out, wall = timed(fn)
-            walls[name].append(wall)
+            if i:
+                walls[name].append(wall)
             del out
             torch.cuda.empty_cache()
     # Page-cache DMA apart: the setting must stay on between the reads (turned off, it unpins),
@@ -182,16 +196,29 @@ def main() -> None:
             if i == args.runs + 1:
                 for name, t in out.items():  # the bytes the GPU copied itself, checked
                     assert torch.equal(t, state_on_host[name].to("cuda:0")), name
-            walls[dma].append(wall)
+            if i >= 2:
+                walls[dma].append(wall)
             del out
-    walls[dma] = walls[dma][1:]
+    cold_rows = {"cold: transformers from_pretrained": hf,
+                 "cold: gpufile load_checkpoint + assign": ours,
+                 "cold: gpufile load_checkpoint": state,
+                 "cold: gpufile CuFile.read of the shards": raw,
+                 "cold: dd iflag=direct bs=16M of the shards (the disk)": dd}
+    for _ in range(args.cold):
+        for name, fn in cold_rows.items():
+            for s in shards:
+                gpufile.drop_file_page_cache(s)
+            out, wall = timed(fn)
+            walls.setdefault(name, []).append(wall)
+            del out
+            torch.cuda.empty_cache()
     print(f"{len(shards)} shards, {tensor_bytes / 1e9:.2f} GB of tensors "
-          f"({file_bytes / 1e9:.2f} GB of files), hot, medians of {args.runs}:")
+          f"({file_bytes / 1e9:.2f} GB of files), medians of {args.runs} hot, {args.cold} cold:")
     result = {}
     for name, w in walls.items():
-        med = statistics.median(w[1:])  # the first round warms allocators and pools
-        nbytes = file_bytes if name.endswith("shards") else tensor_bytes
-        result[name] = {"median_s": med, "gb_per_s": nbytes / med / 1e9, "runs_s": w[1:]}
+        med = statistics.median(w)
+        nbytes = file_bytes if "shards" in name else tensor_bytes
+        result[name] = {"median_s": med, "gb_per_s": nbytes / med / 1e9, "runs_s": w}
         print(f"  {name:<36} {med * 1e3:8.1f} ms {nbytes / med / 1e9:7.2f} GB/s")
     if args.json:
         with open(args.json, "w") as f:
