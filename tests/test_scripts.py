@@ -193,3 +193,24 @@ def test_test_sh_fails_at_once_without_cmake_or_valgrind(tmp_path, bare_path):
     assert "!! LEFT OUT (GPUFILE_SKIP_CPP=1): the C and C++ API tests" in r.stdout
     assert "FAILED: valgrind memcheck cannot run here; missing: valgrind" in r.stdout
 
+
+# ---- the variables the scripts set are gpufile's own, not misspelt settings
+
+SCRIPT_VARS = ("GPUFILE_TEST_MACHINE", "GPUFILE_TEST_SHUFFLE", "GPUFILE_TEST_TIME_SCALE",
+               "GPUFILE_REQUIRE_GPU", "GPUFILE_SKIP_CPP", "GPUFILE_SKIP_VALGRIND")
+
+
+def test_the_test_commands_variables_are_not_flagged(tmp_path):
+    """scripts/test.sh and device_round.sh run every test under them: an `import gpufile` that
+    warned of each (GPUFILE_REQUIRE_GPU: "did you mean GPUFILE_REQUIRE_GDS?") would put a warning
+    into every test's subprocess."""
+    env = {**os.environ, **{v: "1" for v in SCRIPT_VARS}}
+    r = subprocess.run([sys.executable, "-W", "error", "-c", "import gpufile"], env=env,
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "not one gpufile reads" not in r.stderr
+    # a misspelling of one is still a warning
+    env["GPUFILE_REQUIRE_GPUS"] = "1"
+    r = subprocess.run([sys.executable, "-c", "import gpufile"], env=env,
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "GPUFILE_REQUIRE_GPUS is not one gpufile reads" in r.stderr

@@ -12,15 +12,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::{Name, ENV_PREFIXES};
 
 /// Variables under the prefixes that are read but are not settings: gpufile's own (the cuFile
-/// search path, the interpreter `bench --plot` runs, the scripts' virtualenvs) and KvikIO's that
-/// gpufile accepts with no effect (it has no use for them), so a KvikIO environment warns of
-/// nothing.
-pub const OTHER_ENV_VARS: [&str; 10] = [
+/// search path, the interpreter `bench --plot` runs, the scripts' virtualenvs, what the test
+/// scripts and the test suite read) and KvikIO's that gpufile accepts with no effect (it has no
+/// use for them), so a KvikIO environment warns of nothing.
+pub const OTHER_ENV_VARS: [&str; 16] = [
     "GPUFILE_CUFILE_PATH",
     "GPUFILE_PYTHON",
     "GPUFILE_VENV",
     "GPUFILE_TEST_VENV",
     "GPUFILE_RELEASE_VENV",
+    // The test command's and the GPU round's: every `import gpufile` under them would warn.
+    "GPUFILE_TEST_MACHINE",
+    "GPUFILE_TEST_SHUFFLE",
+    "GPUFILE_TEST_TIME_SCALE",
+    "GPUFILE_REQUIRE_GPU",
+    "GPUFILE_SKIP_CPP",
+    "GPUFILE_SKIP_VALGRIND",
     "KVIKIO_WEBHDFS_USERNAME",
     "KVIKIO_AUTO_DIRECT_IO_READ_OVERREAD",
     "KVIKIO_NUM_BOUNCE_BUFFERS_PER_CACHE",
