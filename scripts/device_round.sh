@@ -135,7 +135,7 @@ benches() {  # the benchmark(s), then what --conformance and --safetensors add
 gpu_tests() {
   local t
   # Every GPU test, in every language: one that finds no usable GPU fails rather than skips.
-  export GPUFILE_REQUIRE_GPU=1
+  local -x GPUFILE_REQUIRE_GPU=1
   echo "== Rust GPU tests"
   if ! compgen -G "target/gpu-tests/*" >/dev/null; then
     record "Rust GPU tests" "NOT RUN: target/gpu-tests is empty (scripts/build_for_device.sh)"
