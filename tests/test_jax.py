@@ -280,7 +280,7 @@ def test_a_shape_xla_cannot_hold_is_a_value_error_not_an_abort(tmp_path, shape, 
     np.testing.assert_array_equal(np.asarray(got["w"]), [1.0, 2.0])
     with gs.safe_open(path, framework="flax") as f:
         if shape[0]:
-            # Rows of it that XLA can hold load (safetensors.flax builds only the slice too).
+            # Rows of it that XLA can hold load: only the slice becomes an array.
             assert f.get_slice("huge")[:1].shape == (1, *shape[1:])
 
 
