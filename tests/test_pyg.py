@@ -232,6 +232,130 @@ def test_a_rows_file_that_does_not_match_its_descriptor_is_refused(tmp_path):
         FeatureStore(tmp_path)[None, "x", torch.tensor([0])]
 
 
+def test_indices_out_of_range_are_index_errors_whatever_their_type(tmp_path):
+    """2**64 - 1 as uint64 (torch or NumPy) or as a Python int in a list used to wrap to -1,
+    the last row; every index outside [-rows, rows) is an IndexError naming it (in-range
+    negatives count from the end, as torch's indexing and PyG's in-memory store do)."""
+    store = FeatureStore(tmp_path)
+    x = torch.arange(10.0).view(5, 2)
+    store.put_tensor(x, group_name=None, attr_name="x", index=None)
+    get = store.get_tensor
+    big = 2**64 - 1
+    for index, shown in [(torch.tensor([1, big], dtype=torch.uint64), big),
+                         (np.array([big], np.uint64), big), (np.array([2**63], np.uint64), 2**63),
+                         (torch.tensor([5], dtype=torch.uint64), 5), ([0, big], big),
+                         ([[1], [2**63]], 2**63), ([-2**63 - 1], -2**63 - 1),
+                         (np.uint64(big), big), (torch.tensor([-6]), -6), (-6, -6)]:
+        with pytest.raises(IndexError, match=rf"index {shown} is out of range for the 5 rows"):
+            get(group_name=None, attr_name="x", index=index)
+    assert torch.equal(get(None, "x", torch.tensor([4, 0], dtype=torch.uint64)), x[[4, 0]])
+    assert torch.equal(get(None, "x", np.array([3], np.uint64)), x[[3]])
+    assert torch.equal(get(None, "x", [-1, -5]), x[[-1, -5]])
+
+
+def _descriptor(root, shape, dtype="float32", rows_bytes=b""):
+    """A descriptor of attribute "x" (no group) and its rows file, as a put writes them."""
+    store = FeatureStore(root)
+    store.put_tensor(torch.zeros(1, dtype=getattr(torch, dtype)), group_name=None,
+                     attr_name="x", index=None)
+    rows = store.rows_path(None, "x")
+    store.close()
+    desc = next(pathlib.Path(root).glob("*.tensor.json"))
+    d = json.loads(desc.read_text())
+    d["shape"] = shape
+    desc.write_text(json.dumps(d))
+    pathlib.Path(rows).write_bytes(rows_bytes)
+    return desc, pathlib.Path(rows)
+
+
+@pytest.mark.parametrize("shape", [[1, 2**32, 2**32], [0, 2**62, 2], [3, 2**62],
+                                   [2**63, 0], [2**62, 1]])
+def test_a_descriptor_whose_sizes_overflow_int64_is_refused(tmp_path, shape):
+    """Row size (row dimensions times the item size) or table size past 2**63 - 1: NumPy's
+    int64 product wrapped to 0, which matched an empty rows file, and reads went on with a
+    shape no tensor can have. Each is a ValueError naming the descriptor, on every use."""
+    desc, _ = _descriptor(tmp_path, shape)
+    store = FeatureStore(tmp_path)
+    want = rf"{desc} is not a gpufile.pyg descriptor: shape .* past what torch can index"
+    with pytest.raises(ValueError, match=want):
+        store.get_tensor_size(None, "x")
+    with pytest.raises(ValueError, match=want):
+        store.get_tensor(None, "x", torch.tensor([0]))
+
+
+def test_a_descriptor_of_huge_dimensions_and_no_bytes_is_a_table_torch_can_hold(tmp_path):
+    _descriptor(tmp_path, [2**62, 0, 2**62])
+    store = FeatureStore(tmp_path)
+    assert tuple(store.get_tensor_size(None, "x")) == (2**62, 0, 2**62)
+    assert store.get_tensor(None, "x", torch.tensor([7, 2**62 - 1])).shape == (2, 0, 2**62)
+
+
+def test_a_rows_file_linked_out_of_the_root_is_refused_as_checkpoints_refuse_it(tmp_path):
+    """A rows file that is a symlink leading out of the store's root (to another user's data)
+    is not read: ValueError before it is opened, as a checkpoint's shard linked out of its
+    directory is refused. A link that stays inside the root is followed."""
+    root = tmp_path / "store"
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.arange(8, dtype=np.float32).tobytes())
+    desc, rows = _descriptor(root, [4, 2])
+    rows.unlink()
+    os.symlink(secret, rows)
+    store = FeatureStore(root)
+    with pytest.raises(ValueError, match=r"names rows file .* which leads out of the feature "
+                                         r"store's root: .* resolves to .*secret\.bin, outside"):
+        store.get_tensor(None, "x", None)
+    # The same rule as a checkpoint's (gpufile's checkpoint loader refuses such a shard).
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    os.symlink(secret, ck / "model.safetensors")
+    with pytest.raises(ValueError, match="outside the checkpoint's directory"):
+        import gpufile.safetensors as gs
+        gs.load_checkpoint(ck, framework="numpy")
+    inside = root / "kept.bin"
+    inside.write_bytes(secret.read_bytes())
+    rows.unlink()
+    os.symlink("kept.bin", rows)
+    assert torch.equal(FeatureStore(root).get_tensor(None, "x", None),
+                       torch.arange(8.0).view(4, 2))
+
+
+def test_a_put_keeps_the_temporaries_a_checkpoint_in_the_same_directory_names(tmp_path):
+    """A sharded save killed between its two index publishes leaves an index that names its
+    shards under their temporary names (of a process that is gone): that is the directory's
+    checkpoint. A put into a feature store on the same directory removes only its own
+    temporaries; the checkpoint still loads, and a killed put's leftovers still go."""
+    import gpufile.safetensors as gs
+    d = tmp_path / "shared"
+    state = {f"t{i}": np.full(1000, i, np.float32) for i in range(4)}
+    gs.save_checkpoint(state, d, max_shard_size="5KB")
+    index_path = d / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = "".join(c for c in os.uname().nodename if c.isascii() and c.isalnum())[:32]
+    renamed = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        temp = f".gpufile-tmp-h{host or 'unknown'}-{dead.pid}-1-00000000.{shard}"
+        os.rename(d / shard, d / temp)
+        renamed[shard] = temp
+    index["weight_map"] = {k: renamed[v] for k, v in index["weight_map"].items()}
+    index_path.write_text(json.dumps(index))
+    killed_put = d / f".gpufile-tmp-h{host or 'unknown'}-{dead.pid}-2-00000000.x-0.rows"
+    killed_put.write_bytes(b"a killed put's leftover")
+    before = {k: v.copy() for k, v in gs.load_checkpoint(d, framework="numpy").items()}
+    assert before.keys() == state.keys()
+
+    store = FeatureStore(d)
+    store.put_tensor(torch.ones(3, 2), group_name=None, attr_name="x", index=None)
+    got = gs.load_checkpoint(d, framework="numpy")
+    assert got.keys() == state.keys()
+    for k, v in state.items():
+        np.testing.assert_array_equal(got[k], v)
+    assert all((d / t).exists() for t in renamed.values())
+    assert not killed_put.exists()
+    assert torch.equal(store.get_tensor(None, "x", None), torch.ones(3, 2))
+
+
 _WRITER = textwrap.dedent("""
     import sys, torch
     from gpufile.pyg import FeatureStore

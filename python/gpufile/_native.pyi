@@ -74,6 +74,7 @@ __all__ = [
     "open_remote",
     "is_temporary_name",
     "remove_stale_temporaries",
+    "resolve_inside",
     "redact_url",
     "safetensors_header",
     "memory_deregister",
@@ -371,4 +372,5 @@ class DirLock:
     def __exit__(self, ty: object, value: object, tb: object) -> bool: ...
 
 def remove_stale_temporaries(directory: _StrOrBytesPath, keep: list[str]) -> int: ...
+def resolve_inside(directory: _StrOrBytesPath, file: _StrOrBytesPath) -> str: ...
 def is_temporary_name(name: str | PathLike[str]) -> bool: ...

@@ -50,6 +50,7 @@ __all__ = ["FeatureStore"]
 DESCRIPTOR_SUFFIX = ".tensor.json"
 ROWS_SUFFIX = ".rows"
 FORMAT = "gpufile.pyg/1"
+_INT64_MAX = 2**63 - 1
 
 # The dtypes a table may hold: every torch dtype with a fixed byte size that a byte view can
 # carry (quantized and bit-packed dtypes have no such view); those this torch has.
@@ -61,6 +62,7 @@ _DTYPES = {
     if isinstance(getattr(torch, name, None), torch.dtype)
 }
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_UINT64 = getattr(torch, "uint64", None)
 
 
 def _group_json(group: Any) -> Any:
@@ -98,6 +100,15 @@ def _as_tensor(value: Any, what: str) -> torch.Tensor:
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             return torch.from_numpy(np.ascontiguousarray(value))
     raise TypeError(f"{what} must be a torch.Tensor or a NumPy array, not {type(value).__name__}")
+
+
+def _ints(value: Any) -> Any:
+    """The Python ints of a (nested) list or tuple."""
+    for v in value:
+        if isinstance(v, (list, tuple)):
+            yield from _ints(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            yield v
 
 
 def _byte_view(t: torch.Tensor) -> Any:
@@ -139,10 +150,24 @@ class _Table:
         self.dtype: torch.dtype = dtype
         self.shape: tuple[int, ...] = tuple(shape)
         self.row_shape = self.shape[1:]
-        self.row_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * dtype.itemsize
+        # Python ints: NumPy's int64 product wraps, and a wrapped size can match the file.
+        self.row_bytes = dtype.itemsize
+        for s in self.row_shape:
+            self.row_bytes *= s
         self.nbytes = self.shape[0] * self.row_bytes
+        if max(self.shape + (self.row_bytes, self.nbytes)) > _INT64_MAX:
+            raise ValueError(f"{desc_path} is not a gpufile.pyg descriptor: shape {shape} of "
+                             f"{desc['dtype']} is {self.nbytes} bytes ({self.row_bytes} a row), "
+                             f"past what torch can index (2**63 - 1)")
         self.path = os.path.join(root, rows)
-        self.file = CuFile(self.path, "r")
+        try:
+            # The rule of a checkpoint directory's files: a rows file that is a symlink is
+            # followed only while it stays inside the store's root.
+            real = _native.resolve_inside(root, self.path)
+        except _native.SafetensorError as e:
+            raise ValueError(f"{desc_path} names rows file {rows!r}, which leads out of the "
+                             f"feature store's root: {e}") from None
+        self.file = CuFile(real, "r")
         size = os.fstat(self.file.fileno()).st_size
         if size != self.nbytes:
             self.file.close()
@@ -364,12 +389,19 @@ class FeatureStore(_PygFeatureStore):
     def _remove_unnamed(self, stem: str, keep: str | None) -> None:
         """Removes the rows files of ``stem`` but ``keep`` (the one its descriptor names): the
         table a put replaced, and any that a put killed before its commit left; and the
-        temporaries of killed writers. Call it holding the directory's lock."""
+        temporaries of rows files and descriptors that killed writers left. Call it holding the
+        directory's lock."""
         pattern = re.compile(re.escape(stem) + r"\.[0-9a-f]{12}" + re.escape(ROWS_SUFFIX))
-        for name in os.listdir(self.root):
+        names = os.listdir(self.root)
+        for name in names:
             if name != keep and pattern.fullmatch(name):
                 self._unlink(name)
-        _native.remove_stale_temporaries(self.root, [])
+        # Only the store's own temporaries (of rows files and descriptors): others in the root
+        # are another writer's, which may still need them (a checkpoint save killed between
+        # its two index publishes leaves an index that names its shards' temporaries).
+        others = [n for n in names if _native.is_temporary_name(n)
+                  and not n.endswith((ROWS_SUFFIX, DESCRIPTOR_SUFFIX))]
+        _native.remove_stale_temporaries(self.root, others)
 
     def _unlink(self, name: str) -> None:
         try:
@@ -414,7 +446,14 @@ class FeatureStore(_PygFeatureStore):
                                  f"{_index_name(attr)}")
             return table.row_shape, (i % n, 1)
         if isinstance(index, (list, tuple)):
-            index = torch.as_tensor(index)
+            try:
+                index = torch.as_tensor(index)
+            except (OverflowError, ValueError, RuntimeError):
+                bad = next((i for i in _ints(index) if not -n <= i < n), None)
+                if bad is None:
+                    raise
+                raise IndexError(f"index {bad} is out of range for the {n} rows of "
+                                 f"{_index_name(attr)}") from None
         idx = _as_tensor(index, "index")
         if idx.dtype == torch.bool:
             if idx.dim() != 1 or idx.numel() != n:
@@ -423,6 +462,12 @@ class FeatureStore(_PygFeatureStore):
             idx = idx.nonzero().view(-1)
         elif idx.is_floating_point() or idx.is_complex():
             raise TypeError(f"index must hold integers (or booleans), got {idx.dtype}")
+        elif idx.dtype == _UINT64 and idx.numel():
+            # Values from 2**63 would wrap to negative int64s, which count from the end.
+            hi = int(idx.detach().cpu().reshape(-1).numpy().max())
+            if hi >= n:
+                raise IndexError(f"index {hi} is out of range for the {n} rows of "
+                                 f"{_index_name(attr)}")
         idx = idx.detach().to("cpu", torch.int64)
         shape = tuple(idx.shape) + table.row_shape
         flat = idx.reshape(-1)

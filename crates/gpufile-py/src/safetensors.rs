@@ -609,6 +609,15 @@ fn remove_stale_temporaries(
         .map_err(crate::errors::to_py)
 }
 
+/// The real path of `file`, which must lie inside `directory` by the rule of a checkpoint
+/// directory's files (`gpufile::formats::safetensors::resolve_inside`): `SafetensorError`
+/// where a symlink leads out of it, `OSError` where it cannot be resolved.
+#[pyfunction]
+fn resolve_inside(py: Python<'_>, directory: PathArg, file: PathArg) -> PyResult<PathBuf> {
+    py.detach(|| gpufile::formats::safetensors::resolve_inside(&directory.0, &file.0))
+        .map_err(to_py)
+}
+
 /// Adds the safetensors classes to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SafetensorError", m.py().get_type::<SafetensorError>())?;
@@ -616,6 +625,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PendingFile>()?;
     m.add_class::<DirLock>()?;
     m.add_function(wrap_pyfunction!(remove_stale_temporaries, m)?)?;
+    m.add_function(wrap_pyfunction!(resolve_inside, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors_header, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors_files, m)?)?;

@@ -76,6 +76,16 @@ impl Containment {
     }
 }
 
+/// The real path of `file`, a file that must lie inside the directory `dir` by the rule a
+/// checkpoint directory's files follow (symlinks followed as long as they stay inside `dir`'s
+/// real path, or lead from a Hugging Face snapshot into its repository's blobs folder):
+/// [`FormatError::OutsideCheckpoint`] where it leads anywhere else, [`FormatError::Io`] where it
+/// does not exist. For stores of other files kept in a directory (a feature store's rows
+/// files), so that they refuse what a checkpoint refuses. Open the path it returns.
+pub fn resolve_inside(dir: &Path, file: &Path) -> Result<PathBuf> {
+    Containment::new(dir, dir)?.check(file)
+}
+
 /// One tensor of a checkpoint: which file, which of its tensors.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {

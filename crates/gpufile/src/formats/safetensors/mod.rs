@@ -33,7 +33,7 @@ pub mod save;
 #[cfg(test)]
 mod tests;
 
-pub use checkpoint::{Checkpoint, Entry, PlanOptions, ReadPlan, ReadRange};
+pub use checkpoint::{resolve_inside, Checkpoint, Entry, PlanOptions, ReadPlan, ReadRange};
 pub use dtype::Dtype;
 pub use error::FormatError;
 pub use header::{Header, TensorInfo};

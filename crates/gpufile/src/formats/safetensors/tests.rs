@@ -608,6 +608,25 @@ fn symlinks_may_not_lead_a_checkpoints_files_out_of_its_directory() {
     assert_eq!(Checkpoint::open(&secret).unwrap().entries.len(), 1);
 }
 
+#[test]
+fn resolve_inside_follows_links_within_the_directory_and_refuses_the_rest() {
+    use std::os::unix::fs::symlink;
+    let root = tempfile::tempdir().unwrap();
+    let secret = write(root.path(), "secret", b"x");
+    let d = root.path().join("store");
+    std::fs::create_dir(&d).unwrap();
+    let real = write(&d, "a.rows", b"a");
+    symlink("a.rows", d.join("b.rows")).unwrap();
+    symlink(&secret, d.join("c.rows")).unwrap();
+    let canonical = std::fs::canonicalize(&real).unwrap();
+    assert_eq!(resolve_inside(&d, &real).unwrap(), canonical);
+    assert_eq!(resolve_inside(&d, &d.join("b.rows")).unwrap(), canonical);
+    let e = resolve_inside(&d, &d.join("c.rows")).unwrap_err();
+    assert!(matches!(e, FormatError::OutsideCheckpoint { .. }), "{e}");
+    let e = resolve_inside(&d, &d.join("missing.rows")).unwrap_err();
+    assert_eq!(e.errno(), Some(libc::ENOENT), "{e}");
+}
+
 /// Hugging Face hub's cache: `<repo>/snapshots/<revision>/<name>` are symlinks to
 /// `../../blobs/<hash>`; such a snapshot opens by directory and by index.
 #[test]
