@@ -5,6 +5,7 @@ import pytest
 
 import gpufile
 from conftest import pattern
+from gpufile.batch import IOStatus
 
 
 def test_read_batch_of_many_files_byte_for_byte(tmp_path):
@@ -156,3 +157,89 @@ def test_a_batch_of_1100_entries_on_one_file_opens_it_once(tmp_path):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def test_batch_handle_status_after_close_raises_at_once(tmp_path):
+    """status() on a closed handle raises ValueError at once, whether its submission's events
+    were returned or not (it used to wait forever for events close() had dropped). Run in a
+    subprocess with a deadline, so that a wait that never ends fails the test."""
+    import subprocess
+    import sys
+    import textwrap
+    p = tmp_path / "s.bin"
+    pattern(1 << 16, 4).tofile(p)
+    script = textwrap.dedent(f"""
+        import numpy as np
+        import gpufile
+        out = np.zeros(8 * 4096, dtype=np.uint8)
+        with gpufile.CuFile({str(p)!r}) as f:
+            batch = gpufile.BatchHandle(8)
+            batch.submit([gpufile.BatchOp(f, out, i * 4096, i * 4096, 4096) for i in range(8)])
+            batch.close()  # no event returned
+        unused = gpufile.BatchHandle(2)
+        unused.close()
+        for b, args in ((batch, (8, 8)), (batch, (1, 1, None)), (batch, (0, 8, 5.0)),
+                        (unused, (1, 1))):
+            try:
+                b.status(*args)
+            except ValueError as e:
+                print(type(e).__name__, e)
+            else:
+                print("returned")
+        batch.cancel()  # harmless on a closed handle
+        print(batch.closed())
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == ["ValueError the batch handle is closed"] * 4 + ["True"]
+
+
+def test_writes_to_the_same_bytes_of_one_file_are_refused_whatever_the_buffers(tmp_path):
+    """Two writes of one batch to the same bytes of one file (two buffers; two handles of the
+    file too) are refused naming both and the shared bytes; the file is left as it was."""
+    from gpufile.batch import OpCode
+    p, other = tmp_path / "f.bin", tmp_path / "other.bin"
+    before = pattern(1 << 16, 6)
+    before.tofile(p)
+    before.tofile(other)
+    a = np.full(8192, 0xAA, dtype=np.uint8)
+    b = np.full(8192, 0xBB, dtype=np.uint8)
+    # write_batch: entry i is request i.
+    with pytest.raises(ValueError, match=r"requests 0 and 1 of the batch write the same bytes "
+                                         r"of .*f\.bin \(bytes 4096\.\.8192\)"):
+        gpufile.write_batch([(p, a, None, 0), (p, b, None, 4096)])
+    with gpufile.CuFile(p, "r+") as w, gpufile.CuFile(p, "r+") as again, \
+            gpufile.CuFile(other, "r+") as o:
+        with pytest.raises(ValueError, match=r"requests 0 and 2 of the batch write the same "
+                                             r"bytes .* \(bytes 100\.\.200\)"):
+            gpufile.write_batch([(w, a[:100], None, 100), (o, b, None, 0),
+                                 (again, b[:1000], None, 0)])
+        # BatchHandle: operation i is BatchOp i, whatever their buffers and handles.
+        with gpufile.BatchHandle(4) as batch:
+            cases = [
+                ([gpufile.BatchOp(w, a, 0, 0, 8192, OpCode.WRITE),
+                  gpufile.BatchOp(o, b, 0, 0, 8192, OpCode.WRITE),
+                  gpufile.BatchOp(again, b, 4096, 0, 8192, OpCode.WRITE)],
+                 r"operations 0 and 2 of the batch write the same bytes of .*f\.bin "
+                 r"\(bytes 4096\.\.8192\)"),
+                ([gpufile.BatchOp(w, a, 1000, 0, 100, OpCode.WRITE),
+                  gpufile.BatchOp(w, b, 1050, 0, 100, OpCode.WRITE)],
+                 r"operations 0 and 1 of the batch write the same bytes .*\(bytes 1050\.\.1100\)"),
+                ([gpufile.BatchOp(w, a, 9000, 0, 100, OpCode.WRITE),
+                  gpufile.BatchOp(w, a, 9050, 0, 1, OpCode.WRITE)],
+                 r"operations 0 and 1 of the batch write the same bytes .*\(bytes 9050\.\.9051\)"),
+            ]
+            for ops, says in cases:
+                with pytest.raises(ValueError, match=says):
+                    batch.submit(ops)
+            assert p.read_bytes() == before.tobytes()
+            assert other.read_bytes() == before.tobytes()
+            # Adjacent bytes through the two handles, from two buffers, are written.
+            batch.submit([gpufile.BatchOp(w, a, 0, 0, 4096, OpCode.WRITE),
+                          gpufile.BatchOp(again, b, 4096, 0, 4096, OpCode.WRITE)])
+            events = batch.status(2, 2, timeout=30)
+            assert [(e.status, e.ret) for e in events] == [(IOStatus.COMPLETE, 4096)] * 2
+    now = np.fromfile(p, dtype=np.uint8)
+    assert (now[:4096] == 0xAA).all() and (now[4096:8192] == 0xBB).all()
+    np.testing.assert_array_equal(now[8192:], before[8192:])

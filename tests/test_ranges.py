@@ -369,3 +369,43 @@ def test_batch_cancel_reports_every_operation_once(table):
         assert sorted(e.cookie for e in events) == list(range(2000))
         assert {e.status for e in events} <= {IOStatus.COMPLETE, IOStatus.CANCELED}
         batch.close()
+
+
+class HostDlpackProducer:
+    """A DLPack producer of host memory that follows the protocol's rule for it as PyTorch
+    does: ``__dlpack__`` refuses any ``stream`` but None, with PyTorch's own assertion. Its
+    ``device`` is what ``__dlpack_device__`` says: ``(1, 0)`` (kDLCPU) for a CPU tensor,
+    ``(3, 0)`` (kDLCUDAHost) for a ``pin_memory=True`` one. The memory is a NumPy array's,
+    exported by NumPy's own ``__dlpack__`` (host memory either way: pinning changes nothing for
+    the CPU that reads and writes it)."""
+
+    def __init__(self, array, device):
+        self.array = array
+        self.device = device
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        assert stream is None, "stream should be None on cpu."
+        return self.array.__dlpack__(max_version=max_version)
+
+
+@pytest.mark.parametrize("device", [(1, 0), (3, 0)], ids=["kDLCPU", "kDLCUDAHost"])
+def test_read_rows_into_a_host_dlpack_tensor_passes_no_stream(table, device):
+    """A pinned PyTorch CPU tensor as read_rows' destination (kDLCUDAHost) is host memory, and
+    gets no stream: it used to get stream=1 and raise PyTorch's AssertionError."""
+    path, data = table
+    n, row_bytes = 300, 4096
+    rows = np.random.default_rng(8).integers(0, data.nbytes // row_bytes, n)
+    out = np.zeros((n, row_bytes), dtype=np.uint8)
+    with gpufile.CuFile(path) as f:
+        assert f.read_rows(HostDlpackProducer(out, device), rows, row_bytes).get() == out.nbytes
+    np.testing.assert_array_equal(out, np.stack([data[r * row_bytes:(r + 1) * row_bytes]
+                                                 for r in rows]))
+    # The same memory as a write's source.
+    back = path.with_name("back.bin")
+    back.write_bytes(b"\0" * out.nbytes)
+    with gpufile.CuFile(back, "r+") as f:
+        assert f.write(HostDlpackProducer(out, device)) == out.nbytes
+    assert back.read_bytes() == out.tobytes()

@@ -119,3 +119,31 @@ def test_write_ranges_from_cupy_keeps_a_task_per_range(tmp_path):
     host = src.get()
     for i in range(40):
         np.testing.assert_array_equal(back[i * 10_000:i * 10_000 + 100], host[i * 100:(i + 1) * 100])
+
+
+def test_read_rows_into_a_pinned_torch_cpu_tensor_is_byte_exact(table):
+    """A pinned PyTorch CPU tensor (``pin_memory=True``, viewed as rows) is host memory as
+    read_rows' destination: its DLPack export is asked for with no stream (PyTorch asserts
+    ``stream should be None on cpu.`` otherwise), and the rows land byte for byte."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device (pinned memory needs one)")
+    path, data = table
+    n, row_bytes = 2000, 4096
+    rows = np.random.default_rng(13).integers(0, data.nbytes // row_bytes, n)
+    out = torch.empty(n * row_bytes, dtype=torch.uint8, pin_memory=True).view(n, row_bytes)
+    assert out.is_pinned() and out.__dlpack_device__()[0] == 3  # kDLCUDAHost
+    with gpufile.CuFile(path) as f:
+        assert f.read_rows(out, rows, row_bytes).get() == n * row_bytes
+        want = np.stack([data[r * row_bytes:(r + 1) * row_bytes] for r in rows])
+        np.testing.assert_array_equal(out.numpy(), want)
+        # A plain read and a write from the same pinned memory.
+        flat = out.view(-1)
+        assert f.read(flat, row_bytes * 3, 12345) == row_bytes * 3
+        np.testing.assert_array_equal(flat[:row_bytes * 3].numpy(),
+                                      data[12345:12345 + row_bytes * 3])
+    back = path.with_name("back.bin")
+    back.write_bytes(b"\0" * (n * row_bytes))
+    with gpufile.CuFile(back, "r+") as f:
+        assert f.write(out) == n * row_bytes
+    assert back.read_bytes() == out.numpy().tobytes()

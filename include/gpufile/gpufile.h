@@ -319,14 +319,16 @@ gpufile_status gpufile_file_check_request(const gpufile_file *file,
 // handle, one buffer (`buf`) and one direction become one request of many ranges (a group),
 // and every group is checked and planned before any starts, so a refused operation (a read
 // past the end of its file, a handle not open for the direction, reads whose destinations
-// overlap, a NULL file or buffer) is the error here and no byte moves. `opts` may be NULL (the
+// overlap, writes to the same bytes of one file whatever their buffers and handles, a NULL
+// file or buffer) is the error here and no byte moves. `opts` may be NULL (the
 // settings; a `task_size` is the largest piece a worker moves, small operations are still
 // gathered several to a task).
 //
 // On success `*out_ngroups` is the number of groups, `out_futures[0..*out_ngroups]` their
 // futures (free each with `gpufile_future_free`) and `out_group[i]` the index of operation
 // `i`'s group; groups are numbered in the order of their first operation (an error naming
-// "requests a and b of the batch" names groups). An operation's outcome is its group's: once
+// "requests a and b of the batch" names groups, one naming "operations a and b" names
+// operations). An operation's outcome is its group's: once
 // the group's future is done without error each of its operations moved its `size` bytes;
 // a group's error (with its errno) is every one of its operations'. On error nothing is stored.
 //

@@ -160,7 +160,8 @@ class BatchHandle:
             More operations than ``max_num_events``; a handle closed, or with a submission
             whose events were not all returned (``RuntimeError``); a negative offset or size,
             a range past its buffer, reads whose destinations overlap (in one buffer or in
-            views of the same memory).
+            views of the same memory), writes to the same bytes of one file (whatever their
+            buffers and handles: "operations i and j of the batch write the same bytes ...").
         TypeError
             An item that is not a ``BatchOp``.
         gpufile.EndOfFileError
@@ -263,7 +264,15 @@ class BatchHandle:
         -------
         list of IOEvent
             ``(cookie, status, ret)`` per finished operation, in submission order.
+
+        Raises
+        ------
+        ValueError
+            The handle is closed (``close()`` dropped its operations: there is nothing left to
+            wait for), or ``min_nr`` or ``max_nr`` is negative.
         """
+        if self._closed:
+            raise ValueError("the batch handle is closed")
         if min_nr < 0 or max_nr < 0:
             raise ValueError(f"min_nr and max_nr must not be negative, got {min_nr}, {max_nr}")
         want = min(min_nr, self._total - len(self._reported))
@@ -299,6 +308,8 @@ class BatchHandle:
             except Exception:  # noqa: BLE001 - cancelled on purpose
                 pass
         self._groups = []
+        self._reported = set()
+        self._total = 0
         self._closed = True
 
     def __enter__(self) -> "BatchHandle":

@@ -690,5 +690,12 @@ def write_batch(entries: Any) -> IOFuture:
     -------
     IOFuture
         ``get()`` returns the total bytes written, or raises the first error.
+
+    Raises
+    ------
+    ValueError
+        Two entries that write the same bytes of one file (whatever their buffers; two handles
+        of one file are one file): "requests i and j of the batch write the same bytes of
+        PATH (bytes a..b)", before any request starts.
     """
     return _submit_batch(entries, True)

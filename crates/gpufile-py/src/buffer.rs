@@ -21,8 +21,8 @@ use crate::errors::{to_py, type_name, uint_arg};
 pub(crate) enum BufferView {
     /// Exported through the buffer protocol.
     Host(HostBuffer),
-    /// A DLPack `kDLCPU` tensor (PyTorch CPU tensors, JAX on CPU, ...); the object and its
-    /// capsule are held.
+    /// A DLPack host tensor, `kDLCPU` or pinned `kDLCUDAHost` (PyTorch CPU tensors, pinned or
+    /// not, JAX on CPU, ...); the object and its capsule are held.
     HostDlpack {
         addr: u64,
         len: usize,

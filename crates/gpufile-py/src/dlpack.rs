@@ -1,5 +1,6 @@
 //! DLPack intake (`__dlpack__` / `__dlpack_device__`): JAX, PyTorch, CuPy and others, GPU
-//! tensors and CPU ones (`kDLCPU`: a PyTorch CPU tensor has no buffer protocol).
+//! tensors and CPU ones (`kDLCPU`, or pinned `kDLCUDAHost`: a PyTorch CPU tensor has no buffer
+//! protocol). The device is asked first: only device memory gets a `stream`.
 //!
 //! The capsule is held, not consumed: while gpufile holds it, the producer's tensor stays alive;
 //! when it is dropped, the capsule's own destructor calls the tensor's deleter, as the DLPack
@@ -19,7 +20,7 @@ use pyo3::prelude::*;
 const KDL_CPU: i32 = 1;
 /// `kDLCUDA`.
 const KDL_CUDA: i32 = 2;
-/// `kDLCUDAHost` (pinned host memory).
+/// `kDLCUDAHost` (pinned host memory: PyTorch's `pin_memory=True` CPU tensors).
 const KDL_CUDA_HOST: i32 = 3;
 /// `kDLCUDAManaged`.
 const KDL_CUDA_MANAGED: i32 = 13;
@@ -80,18 +81,20 @@ struct DLManagedTensor {
 pub(crate) struct DlpackTensor {
     pub addr: u64,
     pub len: usize,
-    /// `kDLCPU` memory: plain host memory, not CUDA's.
+    /// Host memory (`kDLCPU`, or pinned `kDLCUDAHost`): read and written by the CPU in place.
     pub host: bool,
     /// The capsule; dropping it lets the producer free the tensor.
     pub capsule: Py<PyAny>,
 }
 
 /// Calls `__dlpack__(stream=..., max_version=(1, 0))`, or the legacy `__dlpack__(stream=...)`
-/// where the producer does not know `max_version` (a TypeError).
+/// where the producer does not know `max_version` (a TypeError); `host`: the device (asked
+/// first, with `__dlpack_device__`) is host memory, pinned or not.
 fn export<'py>(obj: &Bound<'py, PyAny>, host: bool) -> PyResult<Bound<'py, PyAny>> {
-    // stream=1 for CUDA memory: the producer makes the data ready on the legacy default stream,
-    // which the caller then synchronises before any transfer. CPU memory has no stream, and the
-    // protocol asks for None there (NumPy refuses any other value).
+    // stream=1 for device memory (kDLCUDA, kDLCUDAManaged): the producer makes the data ready
+    // on the legacy default stream, which the caller then synchronises before any transfer.
+    // Host memory (kDLCPU, and kDLCUDAHost: a pinned PyTorch CPU tensor) has no stream, and the
+    // protocol asks for None there (NumPy refuses any other value, PyTorch asserts it).
     let kwargs = pyo3::types::PyDict::new(obj.py());
     kwargs.set_item("stream", if host { None } else { Some(1) })?;
     kwargs.set_item("max_version", (1, 0))?;
@@ -118,7 +121,8 @@ pub(crate) fn take(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Option<Dl
              kDLCPU, kDLCUDA, kDLCUDAHost and kDLCUDAManaged)"
         )));
     }
-    let host = device_type == KDL_CPU;
+    // Pinned host memory is host memory: read and written in place by the CPU like any other.
+    let host = device_type == KDL_CPU || device_type == KDL_CUDA_HOST;
     let capsule = export(obj, host)?;
     const VERSIONED: &CStr = c"dltensor_versioned";
     const LEGACY: &CStr = c"dltensor";

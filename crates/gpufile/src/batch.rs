@@ -10,8 +10,9 @@
 //! 3. The operations of one endpoint, one buffer and one direction start as one request of many
 //!    ranges ([`Group`]); every group is checked and planned before any starts
 //!    ([`Engine::submit_each`]), so a refused operation (a range past its buffer, reads whose
-//!    destinations overlap, a read past the end of its file, a write on a file not open for
-//!    writing) refuses the submission before any byte moves.
+//!    destinations overlap, writes to the same bytes of one file, a read past the end of its
+//!    file, a write on a file not open for writing) refuses the submission before any byte
+//!    moves.
 //! 4. An operation's outcome is its group's ([`Submission::outcome`]): complete with its size
 //!    once the group's request succeeded, else failed with the group's error, or cancelled.
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use crate::config::Settings;
 use crate::cuda::{PointerInfo, StreamWait};
+use crate::engine::shared_writes::WriteSpans;
 use crate::engine::{Engine, PathReport};
 use crate::error::{Error, Result};
 use crate::future::IoFuture;
@@ -219,17 +221,44 @@ impl Submission {
     }
 }
 
+/// Refuses write operations that land on the same bytes of one file, whatever their buffers and
+/// handles (two handles of one file are one file): which lands last is not defined. The error
+/// names the two operations and the first shared bytes.
+fn no_shared_file_bytes(ops: &[Op<'_>]) -> Result<()> {
+    let writes = ops
+        .iter()
+        .filter(|op| op.endpoint.direction() == Direction::Write);
+    if writes.take(2).count() < 2 {
+        return Ok(());
+    }
+    let mut spans = WriteSpans::default();
+    for (i, op) in ops.iter().enumerate() {
+        let range = Range {
+            file_offset: op.file_offset,
+            len: op.size,
+            buf_offset: op.buf_offset,
+        };
+        spans.add(op.endpoint, i, &[range]);
+    }
+    match spans.first_shared() {
+        None => Ok(()),
+        Some(shared) => Err(shared.error("operations", &ops[shared.a].endpoint.describe())),
+    }
+}
+
 /// Starts `ops` on `engine` under `settings`: the operations of one endpoint, direction and
 /// buffer as one request of many ranges, every request checked and planned before the first
 /// starts. A refused operation is the error, and nothing has started: its check's error (as
 /// [`Engine::submit`] gives it for a request of ranges: a range past its buffer or overlapping
-/// another in the buffer, a read past the end of the file, ...), or reads of different groups
-/// into the same bytes ([`Error::InvalidArgument`]).
+/// another in the buffer, a read past the end of the file, ...), reads of different groups
+/// into the same bytes, or writes of any two operations to the same bytes of one file
+/// ([`Error::InvalidArgument`]).
 ///
 /// # Safety
 /// Each operation's buffer is valid for its whole length (writable for a read) until the future
 /// of its group is done, and not used otherwise meanwhile (as for [`Engine::submit`]).
 pub unsafe fn submit(engine: &Engine, ops: &[Op<'_>], settings: &Settings) -> Result<Submission> {
+    no_shared_file_bytes(ops)?;
     let groups = group(ops);
     let requests: Vec<(Endpoint, Request)> = groups
         .iter()

@@ -28,6 +28,7 @@ use crate::source::Endpoint;
 mod batch;
 mod launch;
 mod planning;
+pub(crate) mod shared_writes;
 
 pub use planning::host_io;
 use planning::Prepared;

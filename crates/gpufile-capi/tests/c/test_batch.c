@@ -173,6 +173,61 @@ static void test_a_refused_operation_moves_no_byte(void) {
     free(w_bytes);
 }
 
+/* Writes of two buffers to the same bytes of one file (through two handles of it, or one) are
+ * refused, naming the two operations and the shared bytes; the file is left as it was. */
+static void test_writes_to_the_same_bytes_are_refused(void) {
+    unsigned char *bytes = NULL;
+    gpufile_file *w = make_file("same.bin", 1 << 16, 9, "r+", &bytes);
+    char path[4200];
+    gpufile_file *again = NULL;
+    assert(gpufile_file_open(in_dir(path, sizeof path, "same.bin"), "r+", &again) == GPUFILE_OK);
+    gpufile_file *other = make_file("other.bin", 1 << 16, 10, "r+", NULL);
+    static unsigned char a[8192], b[8192];
+    memset(a, 0xAA, sizeof a);
+    memset(b, 0xBB, sizeof b);
+    struct {
+        gpufile_batch_op ops[3];
+        const char *says;
+    } cases[] = {
+        {{{w, a, 0, 0, 8192, 1}, {other, b, 0, 0, 8192, 1}, {again, b, 4096, 0, 8192, 1}},
+         "operations 0 and 2 of the batch write the same bytes of"},
+        {{{other, a, 0, 0, 10, 1}, {w, a, 1000, 0, 100, 1}, {w, b, 1050, 0, 100, 1}},
+         "operations 1 and 2 of the batch write the same bytes of"},
+    };
+    const char *range[] = {"(bytes 4096..8192)", "(bytes 1050..1100)"};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gpufile_future *futs[3] = {NULL, NULL, NULL};
+        size_t group[3] = {9, 9, 9}, ngroups = 9;
+        gpufile_status s = gpufile_batch_submit(cases[c].ops, 3, NULL, futs, group, &ngroups);
+        if (s != GPUFILE_BAD_ARGUMENT || !strstr(last_message(), cases[c].says) ||
+            !strstr(last_message(), range[c]) || !strstr(last_message(), "same.bin")) {
+            fprintf(stderr, "case %zu: status %d, %s\n", c, (int)s, last_message());
+            abort();
+        }
+        assert(ngroups == 9 && futs[0] == NULL);
+        unsigned char now[1 << 16];
+        assert(gpufile_file_read(w, now, sizeof now, 0, NULL) == GPUFILE_OK);
+        assert(memcmp(now, bytes, sizeof now) == 0);
+    }
+    /* Adjacent bytes through the two handles are fine. */
+    const gpufile_batch_op ok[2] = {{w, a, 0, 0, 4096, 1}, {again, b, 4096, 0, 4096, 1}};
+    gpufile_future *futs[2];
+    size_t group[2], ngroups = 0;
+    assert(gpufile_batch_submit(ok, 2, NULL, futs, group, &ngroups) == GPUFILE_OK);
+    for (size_t g = 0; g < ngroups; g++) {
+        size_t n = 0;
+        assert(gpufile_future_wait(futs[g], &n) == GPUFILE_OK && n == 4096);
+        assert(gpufile_future_free(futs[g]) == GPUFILE_OK);
+    }
+    unsigned char now[8192];
+    assert(gpufile_file_read(w, now, sizeof now, 0, NULL) == GPUFILE_OK);
+    assert(memcmp(now, a, 4096) == 0 && memcmp(now + 4096, b, 4096) == 0);
+    gpufile_file_close(w);
+    gpufile_file_close(again);
+    gpufile_file_close(other);
+    free(bytes);
+}
+
 /* Options apply to every group; a bad one is refused before anything starts. */
 static void test_options(void) {
     unsigned char *bytes = NULL;
@@ -203,6 +258,7 @@ int main(int argc, char **argv) {
     strcpy(dir, argv[1]);
     test_groups_run_as_one_request_each();
     test_a_refused_operation_moves_no_byte();
+    test_writes_to_the_same_bytes_are_refused();
     test_options();
     puts("test_batch: all passed");
     return 0;

@@ -183,6 +183,100 @@ fn a_refused_op_refuses_the_whole_submission_before_any_byte_moves() {
 }
 
 #[test]
+fn writes_to_the_same_bytes_of_one_file_are_refused_whatever_their_buffers_and_handles() {
+    let engine = engine();
+    let (file, before) = file_of(64 << 10, 6);
+    let (other_file, other_before) = file_of(64 << 10, 7);
+    // Two handles of one file (one inode) and a third file.
+    let (h1, h2) = (
+        FileHandle::open(file.path(), "r+").unwrap(),
+        FileHandle::open(file.path(), "r+").unwrap(),
+    );
+    let h3 = FileHandle::open(other_file.path(), "r+").unwrap();
+    let (w1, w2, w3) = (
+        h1.endpoint(Direction::Write),
+        h2.endpoint(Direction::Write),
+        h3.endpoint(Direction::Write),
+    );
+    let mut a = vec![0xAAu8; 8192];
+    let mut b = vec![0xBBu8; 8192];
+    let (oa, ob) = (
+        OpBuffer::new(Buffer::host(&mut a)),
+        OpBuffer::new(Buffer::host(&mut b)),
+    );
+    let op = |endpoint, buffer, file_offset, size| Op {
+        endpoint,
+        buffer,
+        file_offset,
+        buf_offset: 0,
+        size,
+    };
+    let settings = engine.settings();
+    let cases: [(&str, Vec<Op<'_>>); 3] = [
+        (
+            "operations 0 and 2 of the batch write the same bytes of",
+            vec![
+                op(&w1, &oa, 0, 8192),
+                op(&w3, &ob, 0, 8192),
+                op(&w1, &ob, 4096, 8192),
+            ],
+        ),
+        (
+            "operations 1 and 2 of the batch write the same bytes of",
+            vec![
+                op(&w3, &oa, 0, 100),
+                op(&w1, &oa, 1000, 100),
+                op(&w2, &ob, 1050, 100),
+            ],
+        ),
+        (
+            "operations 0 and 1 of the batch write the same bytes of",
+            vec![op(&w2, &ob, 9000, 100), op(&w2, &oa, 9000, 1)],
+        ),
+    ];
+    let ranges = [
+        "(bytes 4096..8192)",
+        "(bytes 1050..1100)",
+        "(bytes 9000..9001)",
+    ];
+    for ((what, ops), range) in cases.into_iter().zip(ranges) {
+        // SAFETY: the buffers outlive the call; a refused submission starts nothing.
+        let refused = unsafe { submit(&engine, &ops, &settings) };
+        match refused {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains(what) && m.contains(range), "{m}");
+                assert!(m.contains(&*file.path().to_string_lossy()), "{m}");
+            }
+            Err(e) => panic!("{what}: {e}"),
+            Ok(_) => panic!("{what}: the submission started"),
+        }
+        assert_eq!(engine.in_flight(), 0);
+        assert_eq!(std::fs::read(file.path()).unwrap(), before, "{what}");
+        assert_eq!(std::fs::read(other_file.path()).unwrap(), other_before);
+    }
+    // Adjacent writes through the two handles, the same bytes of two files, and a read of the
+    // written bytes run.
+    let r = h1.endpoint(Direction::Read);
+    let mut out = vec![0u8; 100];
+    let oo = OpBuffer::new(Buffer::host(&mut out));
+    let ops = [
+        op(&w1, &oa, 0, 4096),
+        op(&w2, &ob, 4096, 4096),
+        op(&w3, &ob, 0, 8192),
+        op(&r, &oo, 100, 100),
+    ];
+    // SAFETY: the buffers outlive the waits below.
+    let sub = unsafe { submit(&engine, &ops, &settings) }.unwrap();
+    for i in 0..ops.len() {
+        assert!(matches!(sub.wait(i), Outcome::Complete(_)), "{i}");
+    }
+    let now = std::fs::read(file.path()).unwrap();
+    assert!(now[..4096].iter().all(|&x| x == 0xAA));
+    assert!(now[4096..8192].iter().all(|&x| x == 0xBB));
+    assert_eq!(now[8192..], before[8192..]);
+}
+
+#[test]
 fn an_operation_s_outcome_is_its_group_s_result() {
     let ok: Result<usize> = Ok(3 * 4096);
     assert!(matches!(Outcome::of(4096, &ok), Outcome::Complete(4096)));

@@ -2,6 +2,7 @@
 //! request is checked and planned before the first starts, so a refused one leaves every buffer
 //! and file as it was.
 
+use super::shared_writes::WriteSpans;
 use super::{Engine, Prepared};
 use crate::config::Settings;
 use crate::engine::PathReport;
@@ -71,14 +72,17 @@ impl Engine {
         whole: bool,
     ) -> Result<Vec<(IoFuture, Option<PathReport>)>> {
         let mut reads = Vec::new();
+        let mut writes = Vec::new();
         let mut prepared: Vec<Prepared> = Vec::new();
         for (i, (endpoint, req)) in requests.enumerate() {
-            if req.direction == Direction::Read {
-                reads.push((i, req.buffer, req.ranges.clone()));
+            match req.direction {
+                Direction::Read => reads.push((i, req.buffer, req.ranges.clone())),
+                Direction::Write => writes.push((i, endpoint, req.ranges.clone())),
             }
             prepared.push(self.prepare(endpoint, req, settings, report, i == 0, whole)?);
         }
         no_shared_destination(&reads)?;
+        no_shared_file_bytes(&writes)?;
         let mut started = Vec::with_capacity(prepared.len());
         for p in prepared {
             // SAFETY: the caller's contract.
@@ -96,6 +100,30 @@ impl Engine {
             }
         }
         Ok(started)
+    }
+}
+
+/// Refuses writes of different requests that land on the same bytes of one file (two handles
+/// of one file too): which lands last would not be defined, as [`crate::Ranges::check`] refuses
+/// such writes within one request.
+fn no_shared_file_bytes(writes: &[(usize, &Endpoint, crate::Ranges)]) -> Result<()> {
+    if writes.len() < 2 {
+        return Ok(());
+    }
+    let mut spans = WriteSpans::default();
+    for (i, endpoint, ranges) in writes {
+        spans.add(endpoint, *i, ranges.as_slice());
+    }
+    match spans.first_shared() {
+        None => Ok(()),
+        Some(shared) => {
+            let file = writes
+                .iter()
+                .find(|(i, ..)| *i == shared.a)
+                .map(|(_, e, _)| e.describe())
+                .unwrap_or_default();
+            Err(shared.error("requests", &file))
+        }
     }
 }
 
@@ -223,5 +251,41 @@ mod tests {
         let fut = unsafe { engine.submit_batch(&adjacent, &settings) }.unwrap();
         assert_eq!(fut.wait().unwrap(), 3000);
         assert!(out.iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    fn writes_of_two_requests_to_the_same_bytes_of_one_file_are_refused() {
+        let (file, engine, h) = zeros_and_engine(1 << 20);
+        let again = FileHandle::open(file.path(), "r+").unwrap();
+        let mut a = vec![0xAAu8; 4096];
+        let mut b = vec![0xBBu8; 4096];
+        let settings = engine.settings();
+        let batch = [
+            (
+                h.endpoint(Direction::Write),
+                Request::write(Buffer::host(&mut a), 0),
+            ),
+            (
+                h.endpoint(Direction::Write),
+                Request::write(Buffer::host(&mut b), 8192),
+            ),
+            (
+                again.endpoint(Direction::Write),
+                Request::write(Buffer::host(&mut b), 2048),
+            ),
+        ];
+        // SAFETY: the buffers outlive the call; a refused batch starts nothing.
+        let refused = unsafe { engine.submit_batch(&batch, &settings) };
+        match refused {
+            Err(Error::InvalidArgument(m)) => assert!(
+                m.contains("requests 0 and 2 of the batch write the same bytes of")
+                    && m.contains("(bytes 2048..4096)"),
+                "{m}"
+            ),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a batch of overlapping writes started"),
+        }
+        assert_eq!(engine.in_flight(), 0);
+        assert!(std::fs::read(file.path()).unwrap().iter().all(|b| *b == 0));
     }
 }
