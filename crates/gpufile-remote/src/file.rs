@@ -33,7 +33,7 @@ impl ReadPlan {
 }
 
 /// How the bytes of an object are asked for.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 enum Access {
     /// A ranged GET of a fixed URL (HTTP, S3 public, presigned URL).
     Plain { url: String },
@@ -44,6 +44,25 @@ enum Access {
     S3(Box<S3Object>),
     /// WebHDFS: `op=GETFILESTATUS` for the size, `op=OPEN&offset&length` for the bytes.
     WebHdfs { base: String, user: Option<String> },
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URLs redacted, as everywhere they are shown.
+        match self {
+            Access::Plain { url } => f
+                .debug_struct("Plain")
+                .field("url", &endpoint::redact(url))
+                .finish(),
+            Access::Gcs(g) => g.fmt(f),
+            Access::S3(o) => o.fmt(f),
+            Access::WebHdfs { base, user } => f
+                .debug_struct("WebHdfs")
+                .field("base", &endpoint::redact(base))
+                .field("user", user)
+                .finish(),
+        }
+    }
 }
 
 /// An opened remote object. Cheap to share (`Arc`); safe to read from several threads at once.
@@ -557,13 +576,24 @@ pub(crate) fn explicit_kind(
 /// A WebHDFS URL's base (no query) and user: `user.name` in the URL, else
 /// `KVIKIO_WEBHDFS_USERNAME`.
 pub(crate) fn webhdfs_parts(url: &str, env: Env<'_>) -> (String, Option<String>) {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    // The query starts after the userinfo, whose password may hold a `?` or `#`.
+    let after_userinfo = url.split_once("://").map_or(0, |(scheme, rest)| {
+        scheme.len() + 3 + crate::redact::userinfo_end(rest).map_or(0, |at| at + 1)
+    });
+    let (base, query) = match url[after_userinfo..].find('?') {
+        Some(i) => (&url[..after_userinfo + i], &url[after_userinfo + i + 1..]),
+        None => (url, ""),
+    };
     let user = query
         .split('&')
         .find_map(|kv| kv.strip_prefix("user.name="))
         .map(str::to_owned)
         .or_else(|| env("KVIKIO_WEBHDFS_USERNAME").filter(|u| !u.is_empty()));
-    (base.split('#').next().unwrap_or(base).to_owned(), user)
+    let base = match base[after_userinfo..].find('#') {
+        Some(i) => &base[..after_userinfo + i],
+        None => base,
+    };
+    (base.to_owned(), user)
 }
 
 pub(crate) fn user_param(user: &Option<String>) -> String {
@@ -708,3 +738,7 @@ mod tests {
 #[cfg(test)]
 #[path = "file_gcs_tests.rs"]
 mod gcs_tests;
+
+#[cfg(test)]
+#[path = "file_shown_tests.rs"]
+mod shown_tests;
