@@ -576,24 +576,13 @@ pub(crate) fn explicit_kind(
 /// A WebHDFS URL's base (no query) and user: `user.name` in the URL, else
 /// `KVIKIO_WEBHDFS_USERNAME`.
 pub(crate) fn webhdfs_parts(url: &str, env: Env<'_>) -> (String, Option<String>) {
-    // The query starts after the userinfo, whose password may hold a `?` or `#`.
-    let after_userinfo = url.split_once("://").map_or(0, |(scheme, rest)| {
-        scheme.len() + 3 + crate::redact::userinfo_end(rest).map_or(0, |at| at + 1)
-    });
-    let (base, query) = match url[after_userinfo..].find('?') {
-        Some(i) => (&url[..after_userinfo + i], &url[after_userinfo + i + 1..]),
-        None => (url, ""),
-    };
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let user = query
         .split('&')
         .find_map(|kv| kv.strip_prefix("user.name="))
         .map(str::to_owned)
         .or_else(|| env("KVIKIO_WEBHDFS_USERNAME").filter(|u| !u.is_empty()));
-    let base = match base[after_userinfo..].find('#') {
-        Some(i) => &base[..after_userinfo + i],
-        None => base,
-    };
-    (base.to_owned(), user)
+    (base.split('#').next().unwrap_or(base).to_owned(), user)
 }
 
 pub(crate) fn user_param(user: &Option<String>) -> String {
@@ -613,7 +602,22 @@ fn webhdfs_length(body: &str) -> Option<u64> {
 
 pub(crate) fn check_http(url: &str, kind: RemoteEndpointType) -> Result<()> {
     match endpoint::scheme(url)?.as_str() {
-        "http" | "https" => Ok(()),
+        "http" | "https" => {
+            // A `#`, `?` or `/` typed in a password ends the authority for every client, which
+            // would then ask another host (the user name looked up as one): refused here,
+            // said plainly.
+            let (_, rest) = url.split_once("://").unwrap_or_default();
+            match crate::redact::userinfo_end(rest) {
+                Some(at) if rest[..at].contains(['#', '?', '/']) => {
+                    Err(Error::InvalidArgument(format!(
+                        "{}: the URL's user name or password holds a '#', '?' or '/' that is not \
+                         percent-encoded (write %23, %3F, %2F)",
+                        endpoint::redact(url)
+                    )))
+                }
+                _ => Ok(()),
+            }
+        }
         _ => Err(Error::InvalidArgument(format!(
             "Unsupported protocol for {kind}: {} (http:// or https://)",
             endpoint::redact(url)

@@ -83,20 +83,40 @@ fn a_plain_http_object_shows_its_url_redacted() {
     assert!(heads.contains("authorization: Basic"), "{heads}");
 }
 
-/// Passwords with `#`, `?` or `/` unencoded: no client reads them as userinfo (the request
-/// fails or goes elsewhere), and the URL shown still hides the whole password.
+/// Passwords with `#`, `?` or `/` unencoded: no client reads them as userinfo (the user name
+/// would be looked up as the host), so every opener refuses them before any request, and the
+/// error hides the whole password.
 #[test]
-fn a_password_typed_with_hash_question_mark_or_slash_is_never_shown() {
-    let (port, _log) = server();
+fn a_password_typed_with_hash_question_mark_or_slash_is_refused_unshown() {
+    let (port, log) = server();
     for password in ["p#ss", "p?ss", "p/ss", "p#s?s/s@s"] {
-        let url = format!("http://alice:{password}@127.0.0.1:{port}/a.bin");
-        let f = RemoteFile::open_http(&url, Some(10)).unwrap();
-        assert_eq!(f.url(), format!("http://REDACTED@127.0.0.1:{port}/a.bin"));
         let secrets = ["alice", password, "ss@", "s@s"];
-        assert_hidden(&everything_shown(f), &secrets);
-        let e = RemoteFile::open_http(&url, None).unwrap_err().to_string();
-        assert_hidden(&e, &secrets);
+        let url = format!("http://alice:{password}@127.0.0.1:{port}/a.bin");
+        let hdfs = format!("http://alice:{password}@127.0.0.1:{port}/webhdfs/v1/a.bin");
+        for e in [
+            RemoteFile::open_http(&url, Some(10)).unwrap_err(),
+            RemoteFile::open_http(&url, None).unwrap_err(),
+            RemoteFile::open_s3_public(&url, Some(10)).unwrap_err(),
+            RemoteFile::open_s3_presigned_url(&url, Some(10)).unwrap_err(),
+            RemoteFile::open_webhdfs(&hdfs, Some(10)).unwrap_err(),
+            RemoteFile::open(&url, RemoteEndpointType::Auto, None, Some(10)).unwrap_err(),
+            RemoteFile::open(&url, RemoteEndpointType::Http, None, Some(10)).unwrap_err(),
+            crate::RemoteWriter::create_http(&url).unwrap_err(),
+        ] {
+            assert_hidden(&e.to_string(), &secrets);
+        }
+        let e = RemoteFile::open_http(&url, Some(10))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "http://REDACTED@127.0.0.1:{port}/a.bin: the URL's user name or password holds \
+                 a '#', '?' or '/' that is not percent-encoded (write %23, %3F, %2F)"
+            )
+        );
     }
+    assert!(log.lock().unwrap().is_empty(), "a request was sent");
 }
 
 #[test]
@@ -121,6 +141,15 @@ fn s3_public_and_presigned_objects_show_their_urls_redacted() {
         )
     );
     assert_hidden(&everything_shown(f), &["AKIDX", "5ig", "t0k", "s2"]);
+    // Written: the writer's Debug too.
+    let w = crate::RemoteWriter::create_s3_presigned_url(&presigned).unwrap();
+    assert_hidden(
+        &format!("{w:?} {}", w.url()),
+        &["AKIDX", "5ig", "t0k", "s2"],
+    );
+    let w =
+        crate::RemoteWriter::create_http(&format!("http://alice:p@ss@127.0.0.1:{port}/o")).unwrap();
+    assert_hidden(&format!("{w:?} {}", w.url()), &["alice", "p@ss", "ss@"]);
 }
 
 /// A signed S3 object at an endpoint with userinfo (`AWS_ENDPOINT_URL`), and by its
@@ -161,7 +190,7 @@ fn signed_s3_objects_show_their_urls_redacted() {
 #[test]
 fn webhdfs_objects_show_their_urls_redacted() {
     let (port, log) = server();
-    for password in ["p@ss", "p%40ss", "p?ss"] {
+    for password in ["p@ss", "p%40ss", "p@s@s"] {
         let url = format!(
             "http://alice:{password}@127.0.0.1:{port}/webhdfs/v1/a.bin?delegation=DT0K&user.name=me"
         );
