@@ -172,12 +172,6 @@ pub(super) fn classify(t: &Target<'_>, method: &str, e: ureq::Error, policy: &Po
             RemoteFailure::BadResponse,
             format!("{}: the response is larger than {n} bytes", t.what(method)),
         )),
-        // Its text is the URI as sent, credentials and signature included; the error shows
-        // the redacted one.
-        ureq::Error::BadUri(_) => Attempt::Fail(t.error(
-            RemoteFailure::Transport,
-            format!("{}: bad uri (no scheme or host)", t.what(method)),
-        )),
         other => Attempt::Fail(t.error(
             RemoteFailure::Transport,
             format!("{}: {other}", t.what(method)),
