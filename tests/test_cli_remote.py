@@ -128,6 +128,29 @@ def test_read_url_never_shows_userinfo_credentials(served):
         assert b"alice" not in run.stdout + run.stderr
 
 
+@pytest.mark.parametrize("password", ["p#ss", "p?ss", "p/ss", "p@ss", "p%40ss", "p#s?s/s@s"])
+def test_read_and_load_never_show_a_password_however_typed(served, password):
+    """`#`, `?`, `/` unencoded (the URL names no reachable host: an error), `@` and `%40` (read
+    with the credentials): the report, the error and stderr show none of the password."""
+    url, data = served
+    host = url.removeprefix("http://")
+    given = f"http://alice:{password}@{host}"
+    runs = [cli("read", f"{given}/f.bin", "--host"),
+            cli("read", f"{given}/f.bin", "--host", "--json"),
+            cli("load", f"{given}/missing.safetensors", "--host"),
+            cli("load", f"{given}/missing.safetensors", "--host", "--json")]
+    for r in runs:
+        text = (r.stdout + r.stderr).decode(errors="replace")
+        for secret in ("alice", password, "ss@", "s@s"):
+            assert secret not in text, (secret, text)
+    if not any(c in password for c in "#?/"):
+        assert runs[0].returncode == 0, runs[0].stderr
+        out = json.loads(runs[1].stdout)
+        assert out["bytes"] == len(data) and out["file"] == f"http://REDACTED@{host}/f.bin"
+    assert json.loads(runs[3].stdout)["error"]["message"]
+    assert all(r.returncode != 0 for r in runs[2:])
+
+
 def test_read_url_from_a_server_ignoring_ranges_says_so_in_the_path(tmp_path):
     data = os.urandom((1 << 20) + 7)
     (tmp_path / "f.bin").write_bytes(data)

@@ -234,6 +234,65 @@ def test_userinfo_credentials_are_redacted(servers):
     assert "pw-secret" not in str(e.value)
 
 
+# Passwords as users type them: `#`, `?`, `/` unencoded (no client reads them as userinfo: such
+# a URL is refused), `@` unencoded, `%40`. None is ever shown, in part or whole.
+PASSWORDS = ["p#ss", "p?ss", "p/ss", "p@ss", "p%40ss", "p#s?s/s@s"]
+
+
+def assert_no_password(text: str, password: str) -> None:
+    for secret in ("alice", password, "ss@", "s@s"):
+        assert secret not in text, f"{secret!r} shown in {text!r}"
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+def test_a_password_with_hash_question_mark_slash_or_at_is_never_shown(servers, password):
+    port = servers(handler(extra_headers={"Content-Encoding": "br"}))
+    base = f"http://alice:{password}@127.0.0.1:{port}"
+    shown = []
+    for open_ in (lambda: gpufile.RemoteFile.open_http(f"{base}/a.bin"),
+                  lambda: gpufile.RemoteFile.open_http(f"{base}/a.bin", nbytes=len(DATA)),
+                  lambda: gpufile.RemoteFile.open(f"{base}/a.bin"),
+                  lambda: gpufile.RemoteFile.open_s3_public(f"{base}/b/a.bin", nbytes=9),
+                  lambda: gpufile.RemoteFile.open_webhdfs(f"{base}/webhdfs/v1/a.bin", nbytes=9)):
+        try:
+            f = open_()
+        except Exception as e:  # refused: the error shows none of it
+            shown.append(f"{e!r} {getattr(e, '__notes__', '')}")
+            continue
+        with f:
+            assert str(f).startswith("http://REDACTED@127.0.0.1:")
+            shown += [str(f), repr(f)]
+            for offset in (0, len(DATA)):  # refused by the server (br), past the end
+                with pytest.raises(Exception) as e:
+                    f.read(bytearray(10), file_offset=offset)
+                shown.append(f"{e.value!r}")
+    assert len(shown) >= 5
+    for text in shown:
+        assert_no_password(text, password)
+    if any(c in password for c in "#?/"):
+        # No client would read it as a password (the user name would be looked up as the
+        # host): refused before any request, saying how to write it.
+        assert sum("that is not percent-encoded (write %23, %3F, %2F)" in t for t in shown) == 4
+    else:
+        # `@` and `%40`: the URL is a good one, read with the credentials.
+        assert f"http://REDACTED@127.0.0.1:{port}/a.bin" in shown
+
+
+def test_tokens_in_the_query_are_not_shown(servers):
+    port = servers(handler(extra_headers={"Content-Encoding": "br"}))
+    url = (f"http://127.0.0.1:{port}/a.bin?access_token=T0K1&token=T0K2&key=K3Y&%73ig=S1G"
+           "&X-Amz-Signature=S1G2&alt=media")
+    with gpufile.RemoteFile.open_http(url) as f:
+        assert str(f) == (f"http://127.0.0.1:{port}/a.bin?access_token=REDACTED&token=REDACTED"
+                          "&key=REDACTED&%73ig=REDACTED&X-Amz-Signature=REDACTED&alt=media")
+        with pytest.raises(RuntimeError) as e:
+            f.read(bytearray(10))
+    for text in (str(f), repr(f), str(e.value)):
+        for secret in ("T0K1", "T0K2", "K3Y", "S1G"):
+            assert secret not in text, text
+    assert gpufile._native.redact_url(url) == str(f)
+
+
 # ---------------------------------------------------------------- Ctrl-C
 
 

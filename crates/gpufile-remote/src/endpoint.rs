@@ -20,6 +20,8 @@ use url::Url;
 use crate::aws_chain;
 use crate::gcs;
 use crate::keys::KEY_ENCODE;
+// Every URL this crate shows goes through the one redaction; its callers name it here too.
+pub(crate) use crate::redact::redact;
 
 /// The kinds of remote endpoint (KvikIO's `RemoteEndpointType`, same values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -183,7 +185,8 @@ pub fn is_s3_url(url: &str) -> bool {
 pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
     let bad = || {
         Error::InvalidArgument(format!(
-            "{url:?} does not match the expected S3 URL format s3://<bucket>/<object>"
+            "{:?} does not match the expected S3 URL format s3://<bucket>/<object>",
+            redact(url)
         ))
     };
     let rest = url
@@ -191,55 +194,19 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
         .filter(|p| p.eq_ignore_ascii_case("s3://"))
         .map(|_| &url[5..])
         .ok_or_else(bad)?;
+    if crate::redact::userinfo_end(rest).is_some() {
+        // No bucket name holds an `@`: it is credentials, which come from the environment.
+        return Err(Error::InvalidArgument(format!(
+            "{:?}: an s3:// URL holds no user name or password (credentials come from the \
+             arguments or the environment)",
+            redact(url)
+        )));
+    }
     let (bucket, key) = rest.split_once('/').ok_or_else(bad)?;
     if bucket.is_empty() || key.is_empty() {
         return Err(bad());
     }
     Ok((bucket.to_owned(), key.to_owned()))
-}
-
-/// The URL with the values of its signature and credential parameters replaced by `REDACTED`,
-/// for errors and `str()`: a signed URL is a bearer credential. Those of S3 presigned URLs
-/// (`X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`, SigV2's `Signature`), of
-/// GCS signed URLs (`X-Goog-Signature`, `X-Goog-Credential`; V2's `Signature`) and of Azure
-/// shared access signatures (`sig`). Credentials in the URL's userinfo (`user:password@`) are
-/// replaced as a whole: `https://REDACTED@host/...`.
-pub fn redact(url: &str) -> String {
-    let url = &redact_userinfo(url);
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let secret = [
-        "x-amz-signature",
-        "x-amz-credential",
-        "x-amz-security-token",
-        "signature",
-        "x-goog-signature",
-        "x-goog-credential",
-        "sig",
-    ];
-    let parts: Vec<String> = query
-        .split('&')
-        .map(|kv| match kv.split_once('=') {
-            Some((k, _)) if secret.contains(&k.to_ascii_lowercase().as_str()) => {
-                format!("{k}=REDACTED")
-            }
-            _ => kv.to_owned(),
-        })
-        .collect();
-    format!("{base}?{}", parts.join("&"))
-}
-
-/// `scheme://user:password@host/...` → `scheme://REDACTED@host/...`.
-fn redact_userinfo(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    match authority.rfind('@') {
-        Some(at) => format!("{scheme}://REDACTED@{}", &rest[at + 1..]),
-        None => url.to_owned(),
-    }
 }
 
 /// S3 settings given by the caller; what is `None` comes from KvikIO's environment variables.
@@ -322,7 +289,7 @@ impl fmt::Debug for S3Object {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The credentials stay out, even the key id.
         f.debug_struct("S3Object")
-            .field("url", &self.url.as_str())
+            .field("url", &redact(self.url.as_str()))
             .field("region", &self.region)
             .finish_non_exhaustive()
     }
@@ -487,12 +454,12 @@ impl S3Object {
             .time(SystemTime::now())
             .settings(settings)
             .build()
-            .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url)))?
+            .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url())))?
             .into();
         let headers = range.map(|r| ("range", r)).into_iter();
         let signed = SignableRequest::new(method, url, headers, SignableBody::UnsignedPayload)
             .and_then(|req| sign(req, &params))
-            .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url)))?;
+            .map_err(|e| Error::InvalidArgument(format!("S3 signing of {}: {e}", self.url())))?;
         let (headers, _query) = signed.into_parts().0.into_parts();
         Ok(headers
             .into_iter()
@@ -515,9 +482,12 @@ fn object_url(endpoint: &Url, style: UrlStyle, bucket: &str, key: &str) -> Resul
             url.set_path(&format!("{base}/{bucket}/{key}"));
         }
         UrlStyle::VirtualHost => {
-            let host = url
-                .host_str()
-                .ok_or_else(|| bad(format!("endpoint {endpoint} has no host")))?;
+            let host = url.host_str().ok_or_else(|| {
+                bad(format!(
+                    "endpoint {} has no host",
+                    redact(endpoint.as_str())
+                ))
+            })?;
             let host = format!("{bucket}.{host}");
             url.set_host(Some(&host))
                 .map_err(|e| bad(format!("{host:?} is not a host name ({e})")))?;

@@ -251,32 +251,6 @@ fn path_style_urls_encode_bucket_and_key() {
 }
 
 #[test]
-fn presigned_secrets_are_redacted() {
-    let u = "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=A&X-Amz-Credential=AKID%2F1&X-Amz-Signature=abc&x-amz-security-token=t";
-    let r = redact(u);
-    assert!(
-        !r.contains("abc") && !r.contains("AKID") && !r.contains("=t"),
-        "{r}"
-    );
-    assert!(r.contains("X-Amz-Algorithm=A"), "{r}");
-    assert_eq!(redact("http://h/p"), "http://h/p");
-}
-
-#[test]
-fn userinfo_is_redacted() {
-    assert_eq!(
-        redact("http://alice:pw@127.0.0.1:8/a@b.bin?x=1"),
-        "http://REDACTED@127.0.0.1:8/a@b.bin?x=1"
-    );
-    assert_eq!(redact("https://tok@h/k"), "https://REDACTED@h/k");
-    assert_eq!(
-        redact("https://u:p@h?sig=s"),
-        "https://REDACTED@h?sig=REDACTED"
-    );
-    assert_eq!(redact("https://h/a@b"), "https://h/a@b");
-}
-
-#[test]
 fn public_url_of_s3_url() {
     assert_eq!(
         public_http_url("s3://b/k", &env(&[])).unwrap(),
@@ -331,21 +305,6 @@ fn gs_urls_are_http_urls() {
         .unwrap_err()
         .to_string();
     assert_eq!(e, "Unsupported endpoint URL: az://c/b");
-}
-
-#[test]
-fn gcs_and_azure_signatures_are_redacted() {
-    let sas = "https://acct.blob.core.windows.net/c/b.bin?sv=2022-11-02&se=2030-01-01&sr=b&sp=r&sig=abc%2Fdef%3D";
-    assert_eq!(
-        redact(sas),
-        "https://acct.blob.core.windows.net/c/b.bin?sv=2022-11-02&se=2030-01-01&sr=b&sp=r&sig=REDACTED"
-    );
-    let goog = "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential=sa%40p&X-Goog-Signature=0123";
-    let r = redact(goog);
-    assert!(!r.contains("sa%40p") && !r.contains("0123"), "{r}");
-    assert!(r.contains("X-Goog-Algorithm=GOOG4-RSA-SHA256"), "{r}");
-    let v2 = "https://storage.googleapis.com/b/o?GoogleAccessId=a&Expires=1&Signature=xyz";
-    assert!(redact(v2).ends_with("Signature=REDACTED"));
 }
 
 #[test]

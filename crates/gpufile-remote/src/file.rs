@@ -33,7 +33,7 @@ impl ReadPlan {
 }
 
 /// How the bytes of an object are asked for.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 enum Access {
     /// A ranged GET of a fixed URL (HTTP, S3 public, presigned URL).
     Plain { url: String },
@@ -44,6 +44,25 @@ enum Access {
     S3(Box<S3Object>),
     /// WebHDFS: `op=GETFILESTATUS` for the size, `op=OPEN&offset&length` for the bytes.
     WebHdfs { base: String, user: Option<String> },
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URLs redacted, as everywhere they are shown.
+        match self {
+            Access::Plain { url } => f
+                .debug_struct("Plain")
+                .field("url", &endpoint::redact(url))
+                .finish(),
+            Access::Gcs(g) => g.fmt(f),
+            Access::S3(o) => o.fmt(f),
+            Access::WebHdfs { base, user } => f
+                .debug_struct("WebHdfs")
+                .field("base", &endpoint::redact(base))
+                .field("user", user)
+                .finish(),
+        }
+    }
 }
 
 /// An opened remote object. Cheap to share (`Arc`); safe to read from several threads at once.
@@ -583,7 +602,22 @@ fn webhdfs_length(body: &str) -> Option<u64> {
 
 pub(crate) fn check_http(url: &str, kind: RemoteEndpointType) -> Result<()> {
     match endpoint::scheme(url)?.as_str() {
-        "http" | "https" => Ok(()),
+        "http" | "https" => {
+            // A `#`, `?` or `/` typed in a password ends the authority for every client, which
+            // would then ask another host (the user name looked up as one): refused here,
+            // said plainly.
+            let (_, rest) = url.split_once("://").unwrap_or_default();
+            match crate::redact::userinfo_end(rest) {
+                Some(at) if rest[..at].contains(['#', '?', '/']) => {
+                    Err(Error::InvalidArgument(format!(
+                        "{}: the URL's user name or password holds a '#', '?' or '/' that is not \
+                         percent-encoded (write %23, %3F, %2F)",
+                        endpoint::redact(url)
+                    )))
+                }
+                _ => Ok(()),
+            }
+        }
         _ => Err(Error::InvalidArgument(format!(
             "Unsupported protocol for {kind}: {} (http:// or https://)",
             endpoint::redact(url)
@@ -708,3 +742,7 @@ mod tests {
 #[cfg(test)]
 #[path = "file_gcs_tests.rs"]
 mod gcs_tests;
+
+#[cfg(test)]
+#[path = "file_shown_tests.rs"]
+mod shown_tests;

@@ -22,6 +22,7 @@ use url::Url;
 use crate::error::{RemoteError, RemoteFailure};
 use crate::gcs_auth::Credentials;
 use crate::keys::KEY_ENCODE;
+use crate::redact::redact;
 
 /// GCS's XML API, where objects are plain ranged GETs of `<endpoint>/<bucket>/<object>`.
 pub const XML_API_ENDPOINT: &str = "https://storage.googleapis.com";
@@ -66,6 +67,14 @@ fn split(url: &str) -> std::result::Result<(&str, &str), String> {
         return Err("not a gs:// URL (for an http(s):// URL use RemoteFile.open_http)".into());
     }
     let rest = &url[5..];
+    if crate::redact::userinfo_end(rest).is_some() {
+        // Said without the bucket: what precedes its `@` is a secret.
+        return Err(
+            "a gs:// URL holds no user name or password (credentials come from \
+                    Application Default Credentials)"
+                .into(),
+        );
+    }
     let (bucket, object) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
         return Err("no bucket name".into());
@@ -100,7 +109,7 @@ pub fn problem(url: &str) -> Option<String> {
 pub fn parse_gs_url(url: &str) -> Result<(String, String)> {
     split(url)
         .map(|(b, o)| (b.to_owned(), o.to_owned()))
-        .map_err(|why| Error::InvalidArgument(format!("{url}: {why}; {EXPECTED}")))
+        .map_err(|why| Error::InvalidArgument(format!("{}: {why}; {EXPECTED}", redact(url))))
 }
 
 /// The object name as a URL path: each `/`-separated segment percent-encoded (RFC 3986
@@ -123,15 +132,16 @@ fn endpoint(env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
     let Some(value) = env(EMULATOR_HOST_VAR).filter(|v| !v.trim().is_empty()) else {
         return Ok(XML_API_ENDPOINT.to_owned());
     };
-    let invalid = |reason: String| Error::InvalidEnv {
-        var: EMULATOR_HOST_VAR.to_owned(),
-        value: value.clone(),
-        reason,
-    };
     let text = value.trim();
     let text = match text.contains("://") {
         true => text.to_owned(),
         false => format!("http://{text}"),
+    };
+    let invalid = |reason: String| Error::InvalidEnv {
+        var: EMULATOR_HOST_VAR.to_owned(),
+        // As read (`http://` added to a bare host), without the credentials it may hold.
+        value: redact(&text),
+        reason,
     };
     let u = Url::parse(&text)
         .map_err(|e| invalid(format!("expected host:port or http(s)://host:port ({e})")))?;
@@ -166,6 +176,8 @@ impl GcsObject {
         let endpoint = endpoint(env)?;
         Ok(GcsObject {
             url: public_http_url(url, env)?,
+            // Shown as given: a name is literal (`?` and `#` are its characters), and a URL
+            // with userinfo was refused above.
             gs: url.to_owned(),
             creds: Credentials::from_env(env)?,
             endpoint,
@@ -296,10 +308,17 @@ mod tests {
             "http://h:1/?q=1",
             "http://u@h:1",
             "h:port",
+            "u:p@ss@h:1",
+            "http://u:p/ss@h:1",
         ] {
             let e = public_http_url("gs://bkt/a", &emulator(bad)).unwrap_err();
             assert!(matches!(e, Error::InvalidEnv { .. }), "{bad}: {e:?}");
             assert!(e.to_string().contains(EMULATOR_HOST_VAR), "{e}");
+            // Credentials in the address are not shown.
+            assert!(
+                !e.to_string().contains("u@") && !e.to_string().contains("ss@"),
+                "{e}"
+            );
         }
     }
 
@@ -315,7 +334,6 @@ mod tests {
             ("gs://ab/o", "\"ab\" is not a bucket name"),
             ("gs://-ab/o", "is not a bucket name"),
             ("gs://ab-/o", "is not a bucket name"),
-            ("gs://user@bkt/o", "is not a bucket name"),
             ("gs://bkt:80/o", "is not a bucket name"),
             ("gs://bkt/a\nb", "line feed"),
             ("https://h/b/o", "not a gs:// URL"),
@@ -324,6 +342,17 @@ mod tests {
             assert!(e.contains(want), "{url:?}: {e}");
             assert!(e.contains(url), "{url:?}: {e}");
             assert!(e.contains("expected gs://<bucket>/<object>"), "{e}");
+        }
+        // Credentials in the URL are refused unshown.
+        for (url, secret) in [
+            ("gs://tok3n@bkt/o", "tok3n"),
+            ("gs://u:p@ss@bkt/o", "p@ss"),
+            ("gs://u:p/ss@bkt/o", "p/ss"),
+        ] {
+            let e = why(url);
+            assert!(e.contains("holds no user name or password"), "{e}");
+            assert!(!e.contains(secret), "{e}");
+            assert!(e.starts_with("gs://REDACTED@bkt/o: "), "{e}");
         }
         let long = format!("gs://bkt/{}", "x".repeat(1025));
         assert!(why(&long).contains("1025 bytes long"));

@@ -395,7 +395,9 @@ fn parse_token(body: &str) -> std::result::Result<(String, Duration), String> {
     }
     if let Some(kind) = v.get("token_type").and_then(Value::as_str) {
         if !kind.eq_ignore_ascii_case("bearer") {
-            return Err(format!("the token is of type {kind:.20?}, not Bearer"));
+            // Cut at 20 characters: `{:.20?}` would not cut a `str`'s Debug.
+            let kind: String = kind.chars().take(20).collect();
+            return Err(format!("the token is of type {kind:?}, not Bearer"));
         }
     }
     let secs = match v.get("expires_in") {

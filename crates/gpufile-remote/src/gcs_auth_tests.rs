@@ -254,6 +254,16 @@ fn token_answers_parse_and_refusals_say_the_oauth_error() {
         assert!(e.contains(why), "{body}: {e}");
         assert!(!e.contains("a b"), "{e}");
     }
+    // A token type that is not Bearer is shown cut at 20 characters.
+    let long = format!(
+        r#"{{"access_token": "a", "token_type": "MAC{}"}}"#,
+        "x".repeat(500)
+    );
+    let e = parse_token(&long).unwrap_err();
+    assert_eq!(
+        e,
+        r#"the token is of type "MACxxxxxxxxxxxxxxxxx", not Bearer"#
+    );
     assert_eq!(
         oauth_error(r#"{"error": "invalid_grant", "error_description": "Invalid JWT Signature."}"#),
         ": invalid_grant: Invalid JWT Signature."

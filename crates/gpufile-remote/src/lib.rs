@@ -44,6 +44,7 @@ mod gcs_auth;
 mod gcs_write;
 mod http;
 mod keys;
+mod redact;
 mod save;
 mod sign;
 mod tls_ca;
@@ -54,11 +55,12 @@ pub use checkpoint::{
     HEADER_PROBE,
 };
 pub use endpoint::{
-    infer_remote_endpoint_type, parse_s3_url, redact, RemoteEndpointType, S3Object, S3Options,
+    infer_remote_endpoint_type, parse_s3_url, RemoteEndpointType, S3Object, S3Options,
 };
 pub use error::{RemoteError, RemoteFailure, SOURCE_WHAT};
 pub use file::{read_into, ReadPlan, RemoteFile, RANGED_REASON};
 pub use gcs::{parse_gs_url, EMULATOR_HOST_VAR, XML_API_ENDPOINT};
 pub use http::{RangeSupport, RemoteStats, WHOLE_BODY_REASON};
+pub use redact::{redact, SECRET_PARAMS};
 pub use save::{save_checkpoint, SaveCheckpointError};
 pub use writer::{part_size_for, RemoteWriter, S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART};

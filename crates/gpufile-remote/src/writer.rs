@@ -52,7 +52,6 @@ pub use tiling::part_size_for;
 use tiling::PartBuf;
 
 /// Where the bytes go.
-#[derive(Debug)]
 enum Dest {
     /// An S3 object, each request signed (SigV4).
     S3(Box<S3Object>),
@@ -62,6 +61,25 @@ enum Dest {
     WebHdfs { base: String, user: Option<String> },
     /// A `gs://` object: a resumable upload whose chunks are the parts (`gcs_write.rs`).
     Gcs(Box<GcsUpload>),
+}
+
+impl std::fmt::Debug for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URLs redacted (a presigned PUT URL's signature), as everywhere they are shown.
+        match self {
+            Dest::S3(o) => o.fmt(f),
+            Dest::Put { url } => f
+                .debug_struct("Put")
+                .field("url", &endpoint::redact(url))
+                .finish(),
+            Dest::WebHdfs { base, user } => f
+                .debug_struct("WebHdfs")
+                .field("base", &endpoint::redact(base))
+                .field("user", user)
+                .finish(),
+            Dest::Gcs(g) => g.fmt(f),
+        }
+    }
 }
 
 /// What has been written and sent so far.
