@@ -36,6 +36,7 @@
 
 mod aws_chain;
 mod checkpoint;
+mod children;
 mod endpoint;
 mod error;
 mod file;
@@ -46,6 +47,7 @@ mod http;
 mod keys;
 mod save;
 mod sign;
+mod stop;
 mod tls_ca;
 mod writer;
 
@@ -61,4 +63,5 @@ pub use file::{read_into, ReadPlan, RemoteFile, RANGED_REASON};
 pub use gcs::{parse_gs_url, EMULATOR_HOST_VAR, XML_API_ENDPOINT};
 pub use http::{RangeSupport, RemoteStats, WHOLE_BODY_REASON};
 pub use save::{save_checkpoint, SaveCheckpointError};
+pub use stop::with_stop;
 pub use writer::{part_size_for, RemoteWriter, S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART};
