@@ -19,7 +19,9 @@
 //! Tokens are kept in memory only, shared by every object opened with the same credentials,
 //! and fetched again when less than 5 minutes (or half a short token's life) remain. Keys,
 //! assertions, refresh tokens and access tokens never appear in an error or a `Debug`: errors
-//! name the source and the token endpoint.
+//! name the source and the token endpoint. A token request times out after 30 s (3 s for the
+//! metadata server), 3 attempts; under a caller's stop flag ([`crate::stop::with_stop`]) it
+//! ends soon after the flag is set (Ctrl-C), however long the endpoint stalls.
 
 use std::collections::HashMap;
 use std::fmt;

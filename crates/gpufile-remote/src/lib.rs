@@ -27,7 +27,11 @@
 //!    [`RemoteError`] (with a [`RemoteFailure`] kind) inside [`gpufile::Error::Source`] (found
 //!    again with [`RemoteError::of`]), with the URL (signatures redacted), the byte range and
 //!    the attempts made; `InvalidArgument` for bad URLs, missing credentials and reads past the
-//!    end.
+//!    end; a configured credential source that fails is a [`RemoteFailure::Credentials`].
+//! 7. An open waits on credential sources (a `credential_process`, STS, IMDS, a Google token
+//!    endpoint) and on the size request: run it under [`with_stop`] on a thread of its own and
+//!    set the flag on Ctrl-C, and it ends soon with [`gpufile::Error::Cancelled`], a helper
+//!    process killed (the Python binding and the CLI do).
 //!
 //! Libraries: `ureq` (blocking HTTP/1.1, rustls with ring, webpki roots) and `aws-sigv4` (AWS's
 //! own SigV4 signer: each S3 GET/HEAD is signed in its headers, `Authorization`, as the AWS SDKs
