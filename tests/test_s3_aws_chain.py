@@ -665,3 +665,59 @@ def test_ctrl_c_ends_cli_read_waiting_on_a_credential_process(public, no_aws, mo
     pid = int(pid_file.read_text())
     assert wait_ended(pid, 5.0 * time_scale()), f"the credential_process {pid} still runs"
     assert public.requests == []
+
+
+REFRESH_HELPER = """
+import datetime, json, os, time
+if not os.path.exists({marker!r}):
+    open({marker!r}, "w").close()
+    exp = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+    print(json.dumps({{"Version": 1, "AccessKeyId": "AKIDREFRESH", "SecretAccessKey": "s",
+                      "SessionToken": "t", "Expiration": exp.strftime("%Y-%m-%dT%H:%M:%SZ")}}))
+else:
+    open({pid!r}, "w").write(str(os.getpid()))
+    time.sleep(3600)
+"""
+
+READ_SCRIPT = """
+import time
+import gpufile
+f = gpufile.RemoteFile.open_s3_url("s3://refresh/o.bin")
+time.sleep(1.5)  # the credentials are due for refresh
+buf = bytearray(f.nbytes())
+try:
+    with gpufile.defaults.set({"num_threads": 4, "task_size": 1 << 20}):
+        f.read(buf)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+    raise
+print("returned", flush=True)
+"""
+
+
+def test_ctrl_c_ends_a_read_whose_credential_refresh_waits_on_a_credential_process(
+        moto_endpoint, no_aws, monkeypatch):
+    # The first call of the helper gives credentials that expire in a second; the refresh
+    # during the read runs it again, and it never exits.
+    import boto3
+    from conftest import interrupt_when
+
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                 aws_access_key_id="x", aws_secret_access_key="y").create_bucket(Bucket="refresh")
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                 aws_access_key_id="x", aws_secret_access_key="y").put_object(
+        Bucket="refresh", Key="o.bin", Body=b"r" * (4 * MiB))
+    pid_file = no_aws / "refresh.pid"
+    script = no_aws / "refresh_helper.py"
+    script.write_text(REFRESH_HELPER.format(marker=str(no_aws / "first-done"), pid=str(pid_file)))
+    monkeypatch.setenv("AWS_CONFIG_FILE", write_profile(
+        no_aws / "config", f"[default]\ncredential_process = {sys.executable} {script}\n"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    out, err, elapsed = interrupt_when(pid_written(pid_file), READ_SCRIPT,
+                                       "reading while a credential refresh waits")
+    assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
+    assert "KeyboardInterrupt" in out and "KeyboardInterrupt" in err, (out, err)
+    assert "panicked" not in err, err
+    pid = int(pid_file.read_text())
+    assert wait_ended(pid, 5.0 * time_scale()), f"the credential_process {pid} still runs"
