@@ -493,8 +493,8 @@ def test_auto_open_without_any_source_still_reads_a_public_bucket_anonymously(pu
 
 
 class FailingImds(Imds):
-    """IMDSv2 that hands out its session token, then answers the credentials request 500 with
-    secrets in its headers and body."""
+    """IMDSv2 that hands out its session token, then answers the credentials request 400 (not
+    retried, unlike a 5xx) with secrets in its headers and body."""
 
     def __init__(self):
         super().__init__("role", "AKID", "imds-secret-in-body")
@@ -502,7 +502,7 @@ class FailingImds(Imds):
 
         def do_GET(h):
             body = b'{"Code": "Failure", "Message": "imds-secret-in-body"}'
-            h.send_response(500)
+            h.send_response(400)
             h.send_header("X-Leak", "imds-secret-in-header")
             h.send_header("Content-Length", str(len(body)))
             h.end_headers()
@@ -524,7 +524,7 @@ def test_an_imds_error_answer_is_summarised_never_shown_raw(no_aws, monkeypatch)
         imds.server.shutdown()
         imds.server.server_close()
     text = str(e.value) + repr(e.value)
-    assert "EC2 instance metadata (IMDSv2)" in text and "500" in text, text
+    assert "EC2 instance metadata (IMDSv2)" in text and "(code: 400)" in text, text
     for secret in ("imds-secret-in-body", "imds-secret-in-header", Imds.SESSION):
         assert secret not in text, text
 
