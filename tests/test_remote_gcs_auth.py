@@ -329,3 +329,31 @@ def test_cli_report_names_the_credentials_source(gcs, key, tmp_path, monkeypatch
     assert out["remote"]["credentials"] == "GOOGLE_APPLICATION_CREDENTIALS (service account key)"
     assert_no_secret(r.stdout.decode() + r.stderr.decode(), tokens, key[1])
     assert os.environ["GOOGLE_APPLICATION_CREDENTIALS"]  # the CLI found it the same way
+
+
+@pytest.mark.parametrize("source", ["metadata", "token endpoint"])
+def test_ctrl_c_ends_an_open_whose_token_source_never_answers(gcs, key, tmp_path, monkeypatch,
+                                                               source):
+    # Before, the open held Ctrl-C until its 3 token attempts of 30 s each had timed out.
+    from conftest import interrupt_when
+    from test_s3_aws_chain import Silent, time_scale
+
+    silent = Silent()
+    try:
+        if source == "metadata":
+            monkeypatch.delenv("NO_GCE_CHECK")
+            monkeypatch.setenv("GCE_METADATA_HOST", silent.url.removeprefix("http://"))
+        else:
+            path = tmp_path / "user.json"
+            path.write_text(json.dumps({"type": "authorized_user", **USER,
+                                        "token_uri": silent.url + "/token"}))
+            monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(path))
+        code = ("import gpufile\ntry:\n    gpufile.RemoteFile.open('gs://bkt/o.bin')\n"
+                "except KeyboardInterrupt:\n    print('KeyboardInterrupt', flush=True)\n    raise\n")
+        out, err, elapsed = interrupt_when(silent.got, code, f"waiting on the {source}")
+    finally:
+        silent.close()
+    assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
+    assert "KeyboardInterrupt" in out and "KeyboardInterrupt" in err, (out, err)
+    assert "panicked" not in err, err
+    assert_no_secret(out + err, gcs[2])

@@ -366,3 +366,358 @@ def test_the_cli_read_report_names_the_source_never_the_key(s3, container):
     assert b"credentials container credentials" in text.stdout, text.stdout
     for secret in (SECRET, TOKEN):
         assert secret.encode() not in r.stdout + r.stderr + text.stdout + text.stderr
+
+
+# --- Credential sources that fail or hang: bounded, interruptible, never leaking, never
+# --- read anonymously behind the user's back.
+
+try:
+    from conftest import time_scale
+except ImportError:  # the shared helper may not be there yet
+    def time_scale() -> float:
+        return float(os.environ.get("GPUFILE_TEST_TIME_SCALE", "1"))
+
+HELPER_SECRET = "helper-secret-printed-on-failure"
+
+
+class Silent:
+    """A server on 127.0.0.1 that accepts connections and never answers: ``got`` is set once
+    one arrived (an STS, IMDS or metadata server that hangs)."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.got, self.conns = threading.Event(), []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            self.got.set()
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+class Public:
+    """An S3-like server on 127.0.0.1 that serves every object to anyone (a public bucket),
+    recording the requests: an anonymous read would succeed here."""
+
+    BODY = b"public bytes" * 10
+
+    def __init__(self):
+        outer = self
+        self.requests = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_HEAD(self):
+                outer.requests.append(("HEAD", self.path, self.headers.get("Authorization")))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(outer.BODY)))
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def public(no_aws, monkeypatch):
+    p = Public()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", p.url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    yield p
+    p.close()
+
+
+def failing_helper(directory) -> str:
+    """A credential_process that prints a secret to stderr and exits 1."""
+    script = directory / "failing_helper.py"
+    script.write_text(f"import sys\nprint({HELPER_SECRET!r}, file=sys.stderr)\nsys.exit(1)\n")
+    return f"{sys.executable} {script}"
+
+
+def hanging_helper(directory) -> tuple[str, object]:
+    """A credential_process that writes its pid to a file, then sleeps forever: (the command,
+    the pid file)."""
+    pid_file = directory / "helper.pid"
+    script = directory / "hanging_helper.py"
+    script.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                      "time.sleep(3600)\n")
+    return f"{sys.executable} {script}", pid_file
+
+
+def test_a_failing_credential_process_is_an_error_that_never_shows_its_stderr(public, no_aws,
+                                                                             monkeypatch):
+    monkeypatch.setenv("AWS_CONFIG_FILE", write_profile(
+        no_aws / "config", f"[default]\ncredential_process = {failing_helper(no_aws)}\n"))
+    for open_ in (lambda: gpufile.RemoteFile.open_s3_url("s3://bkt/o.bin"),
+                  lambda: gpufile.RemoteFile.open("s3://bkt/o.bin")):
+        with pytest.raises(RuntimeError) as e:
+            open_()
+        text = str(e.value) + repr(e.value)
+        assert "S3 credentials from shared config/credentials files" in text, text
+        assert "exit status: 1" in text and "stderr is not shown" in text, text
+        assert HELPER_SECRET not in text
+    # Not read anonymously instead.
+    assert public.requests == []
+
+
+def test_auto_open_with_a_profile_that_does_not_exist_is_an_error_not_an_anonymous_read(
+        public, monkeypatch):
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    with pytest.raises(RuntimeError, match="the profile \"no-such-profile\" named by AWS_PROFILE "
+                                           "does not exist"):
+        gpufile.RemoteFile.open("s3://bkt/o.bin")
+    assert public.requests == []
+
+
+def test_auto_open_without_any_source_still_reads_a_public_bucket_anonymously(public):
+    f = gpufile.RemoteFile.open("s3://bkt/o.bin")
+    assert f.nbytes() == len(Public.BODY)
+    assert f.remote_endpoint_type() == gpufile.RemoteEndpointType.S3_PUBLIC
+    assert public.requests == [("HEAD", "/bkt/o.bin", None)]
+
+
+class FailingImds(Imds):
+    """IMDSv2 that hands out its session token, then answers the credentials request 400 (not
+    retried, unlike a 5xx) with secrets in its headers and body."""
+
+    def __init__(self):
+        super().__init__("role", "AKID", "imds-secret-in-body")
+        handler = self.server.RequestHandlerClass
+
+        def do_GET(h):
+            body = b'{"Code": "Failure", "Message": "imds-secret-in-body"}'
+            h.send_response(400)
+            h.send_header("X-Leak", "imds-secret-in-header")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+
+        handler.do_GET = do_GET
+
+
+def test_an_imds_error_answer_is_summarised_never_shown_raw(no_aws, monkeypatch):
+    imds = FailingImds()
+    try:
+        monkeypatch.delenv("AWS_EC2_METADATA_DISABLED")
+        monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds.url)
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        with pytest.raises(RuntimeError) as e:
+            gpufile.RemoteFile.open_s3_url("s3://bkt/o.bin")
+    finally:
+        imds.server.shutdown()
+        imds.server.server_close()
+    text = str(e.value) + repr(e.value)
+    assert "EC2 instance metadata (IMDSv2)" in text and "(code: 400)" in text, text
+    for secret in ("imds-secret-in-body", "imds-secret-in-header", Imds.SESSION):
+        assert secret not in text, text
+
+
+OPEN_SCRIPT = """
+import gpufile
+try:
+    gpufile.RemoteFile.open({url!r})
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+    raise
+print("returned", flush=True)
+"""
+
+
+def pid_written(pid_file):
+    """An event set once the helper wrote its pid (it runs)."""
+    ev = threading.Event()
+
+    def poll():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if pid_file.exists() and pid_file.read_text():
+                ev.set()
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=poll, daemon=True).start()
+    return ev
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie left to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_ended(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not ended(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_ctrl_c_ends_an_open_waiting_on_a_credential_process_and_kills_it(public, no_aws,
+                                                                        monkeypatch):
+    from conftest import interrupt_when
+
+    command, pid_file = hanging_helper(no_aws)
+    monkeypatch.setenv("AWS_CONFIG_FILE", write_profile(
+        no_aws / "config", f"[default]\ncredential_process = {command}\n"))
+    out, err, elapsed = interrupt_when(pid_written(pid_file), OPEN_SCRIPT.format(url="s3://bkt/o"),
+                                       "waiting on a credential_process")
+    assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
+    assert "KeyboardInterrupt" in out and "KeyboardInterrupt" in err, (out, err)
+    assert "panicked" not in err, err
+    pid = int(pid_file.read_text())
+    assert wait_ended(pid, 5.0 * time_scale()), f"the credential_process {pid} still runs"
+    assert public.requests == []
+
+
+def test_ctrl_c_ends_an_open_waiting_on_an_sts_that_never_answers(public, no_aws, monkeypatch):
+    from conftest import interrupt_when
+
+    sts = Silent()
+    try:
+        token = no_aws / "token"
+        token.write_text("a.jwt.token")
+        monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(token))
+        monkeypatch.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/reader")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", sts.url)
+        out, err, elapsed = interrupt_when(sts.got, OPEN_SCRIPT.format(url="s3://bkt/o"),
+                                           "waiting on STS")
+    finally:
+        sts.close()
+    assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
+    assert "KeyboardInterrupt" in out and "KeyboardInterrupt" in err, (out, err)
+    assert "panicked" not in err, err
+    assert public.requests == []
+
+
+def gpufile_cli(*args):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "gpufile", *args], capture_output=True,
+                          timeout=120)
+
+
+def test_cli_read_with_a_profile_that_does_not_exist_is_an_error_not_an_anonymous_read(
+        public, monkeypatch):
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    r = gpufile_cli("read", "s3://bkt/o.bin", "--json")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    error = json.loads(r.stdout)["error"]
+    assert "named by AWS_PROFILE does not exist" in error["message"], error
+    assert public.requests == []
+
+
+def test_cli_read_with_a_failing_credential_process_never_shows_its_stderr(public, no_aws,
+                                                                          monkeypatch):
+    monkeypatch.setenv("AWS_CONFIG_FILE", write_profile(
+        no_aws / "config", f"[default]\ncredential_process = {failing_helper(no_aws)}\n"))
+    r = gpufile_cli("read", "s3://bkt/o.bin")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert b"exit status: 1" in r.stderr, r.stderr
+    assert HELPER_SECRET.encode() not in r.stdout + r.stderr
+    assert public.requests == []
+
+
+def test_ctrl_c_ends_cli_read_waiting_on_a_credential_process(public, no_aws, monkeypatch):
+    import signal
+    import subprocess
+
+    command, pid_file = hanging_helper(no_aws)
+    monkeypatch.setenv("AWS_CONFIG_FILE", write_profile(
+        no_aws / "config", f"[default]\ncredential_process = {command}\n"))
+    proc = subprocess.Popen([sys.executable, "-m", "gpufile", "read", "s3://bkt/o.bin"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert pid_written(pid_file).wait(60), "the credential_process never ran"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGINT, (proc.returncode, out, err)
+    assert b"interrupted (SIGINT)" in err and b"panicked" not in err, err
+    assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
+    pid = int(pid_file.read_text())
+    assert wait_ended(pid, 5.0 * time_scale()), f"the credential_process {pid} still runs"
+    assert public.requests == []
+
+
+REFRESH_HELPER = """
+import datetime, json, os, time
+if not os.path.exists({marker!r}):
+    open({marker!r}, "w").close()
+    exp = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+    print(json.dumps({{"Version": 1, "AccessKeyId": "AKIDREFRESH", "SecretAccessKey": "s",
+                      "SessionToken": "t", "Expiration": exp.strftime("%Y-%m-%dT%H:%M:%SZ")}}))
+else:
+    open({pid!r}, "w").write(str(os.getpid()))
+    time.sleep(3600)
+"""
+
+READ_SCRIPT = """
+import time
+import gpufile
+f = gpufile.RemoteFile.open_s3_url("s3://refresh/o.bin")
+time.sleep(1.5)  # the credentials are due for refresh
+buf = bytearray(f.nbytes())
+try:
+    with gpufile.defaults.set({"num_threads": 4, "task_size": 1 << 20}):
+        f.read(buf)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+    raise
+print("returned", flush=True)
+"""
+
+
+def test_ctrl_c_ends_a_read_whose_credential_refresh_waits_on_a_credential_process(
+        moto_endpoint, no_aws, monkeypatch):
+    # The first call of the helper gives credentials that expire in a second; the refresh
+    # during the read runs it again, and it never exits.
+    import boto3
+    from conftest import interrupt_when
+
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                 aws_access_key_id="x", aws_secret_access_key="y").create_bucket(Bucket="refresh")
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                 aws_access_key_id="x", aws_secret_access_key="y").put_object(
+        Bucket="refresh", Key="o.bin", Body=b"r" * (4 * MiB))
+    pid_file = no_aws / "refresh.pid"
+    script = no_aws / "refresh_helper.py"
+    script.write_text(REFRESH_HELPER.format(marker=str(no_aws / "first-done"), pid=str(pid_file)))
+    monkeypatch.setenv("AWS_CONFIG_FILE", write_profile(
+        no_aws / "config", f"[default]\ncredential_process = {sys.executable} {script}\n"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    out, err, elapsed = interrupt_when(pid_written(pid_file), READ_SCRIPT,
+                                       "reading while a credential refresh waits")
+    assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
+    assert "KeyboardInterrupt" in out and "KeyboardInterrupt" in err, (out, err)
+    assert "panicked" not in err, err
+    pid = int(pid_file.read_text())
+    assert wait_ended(pid, 5.0 * time_scale()), f"the credential_process {pid} still runs"

@@ -415,7 +415,9 @@ class RemoteFile:
             opened as ``open_gcs_public`` opens it (KvikIO: "Unsupported endpoint URL").
         remote_endpoint_type
             AUTO (default) infers it from the URL, trying ``allow_list`` in order; an S3 URL
-            whose credentials are missing or refused falls back to S3_PUBLIC if allowed.
+            whose credentials are missing (no source configured at all) or refused falls back
+            to S3_PUBLIC if allowed; a configured credential source that fails (a profile named
+            by ``AWS_PROFILE`` that does not exist, a failing ``credential_process``) raises.
         allow_list
             Endpoint types allowed (default: S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, HTTP).
         nbytes
@@ -434,7 +436,11 @@ class RemoteFile:
         ------
         RuntimeError
             "Bad scheme", "Unsupported endpoint URL", "... is not in the allowlist.",
-            "Invalid URL for ... endpoint", or a failed request.
+            "Invalid URL for ... endpoint", a failed request, or "S3 credentials from
+            <source>: <why>" for a configured credential source that failed.
+        KeyboardInterrupt
+            Ctrl-C while the open waits (a credential source, the size request), within about
+            50 ms; a ``credential_process`` still running is killed.
         """
         kind = _type_value(remote_endpoint_type, "remote_endpoint_type")
         allowed = None

@@ -1,4 +1,5 @@
-//! Ctrl-C (SIGINT) and SIGTERM for a command that makes files (`bench`): while an
+//! Ctrl-C (SIGINT) and SIGTERM for a command that makes files (`bench`) or waits on a remote
+//! object's credentials (`read`'s open of a URL): while an
 //! [`Interrupts`] guard lives, the signals only set a flag; the command looks at it between
 //! steps and while it waits for I/O, stops, and removes what it made on its way out (drops),
 //! instead of dying with a half-written file left behind. The previous handlers (the default
@@ -63,22 +64,24 @@ impl Interrupts {
     /// `Err` (exit status 128 + the signal, as a shell reports a command it ended) once a
     /// signal was caught.
     pub(crate) fn check(&self) -> Result<(), CliError> {
-        match self.caught() {
+        match self.error("the files bench made are removed") {
             None => Ok(()),
-            Some(sig) => {
-                let name = if sig == libc::SIGINT {
-                    "SIGINT"
-                } else {
-                    "SIGTERM"
-                };
-                let mut e = CliError::new(
-                    "interrupted",
-                    format!("interrupted ({name}); the files bench made are removed"),
-                );
-                e.status = 128 + sig;
-                Err(e)
-            }
+            Some(e) => Err(e),
         }
+    }
+
+    /// The error of a command that a caught signal ended (exit status 128 + the signal), saying
+    /// `what` became of its work; `None` while none was caught.
+    pub(crate) fn error(&self, what: &str) -> Option<CliError> {
+        let sig = self.caught()?;
+        let name = if sig == libc::SIGINT {
+            "SIGINT"
+        } else {
+            "SIGTERM"
+        };
+        let mut e = CliError::new("interrupted", format!("interrupted ({name}); {what}"));
+        e.status = 128 + sig;
+        Some(e)
     }
 }
 

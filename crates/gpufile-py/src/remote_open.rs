@@ -3,6 +3,11 @@
 //! and the S3 options, parsed here once. `gpufile.RemoteFile`'s `open_*` methods, KvikIO's
 //! names, are thin Python entries over it.
 
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use gpufile::future::StopFlag;
 use gpufile::Error;
 use gpufile_remote::{RemoteEndpointType, RemoteFile, RemoteWriter, S3Options};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -10,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::{to_py, uint_arg};
+use crate::file::SIGNAL_POLL;
 use crate::remote::NativeRemoteFile;
 use crate::remote_write::NativeRemoteWriter;
 
@@ -208,7 +214,8 @@ fn s3_options(aws: Option<&Bound<'_, PyDict>>) -> PyResult<S3Options> {
 }
 
 /// Opens a remote object for reading (a `NativeRemoteFile`) or, with `write`, for writing (a
-/// `NativeRemoteWriter`), the GIL released: `how` names KvikIO's constructor (`http`, `s3` with
+/// `NativeRemoteWriter`), the GIL released and Ctrl-C heard (KeyboardInterrupt within about
+/// 50 ms, see [`until_interrupted`]): `how` names KvikIO's constructor (`http`, `s3` with
 /// `object_name` and the bucket as `url`, `s3_url`, `s3_public`, `s3_presigned_url`,
 /// `webhdfs`, gpufile's `gcs_public`, or `infer`: KvikIO's `open`, with `remote_endpoint_type`
 /// and `allow_list` as its integer values); `aws` holds KvikIO's AWS keyword arguments by name.
@@ -239,12 +246,61 @@ pub(crate) fn open_remote(
     let purpose = if write { Purpose::Write } else { Purpose::Read };
     let args = OpenArgs::parse(raw, purpose)?;
     if write {
-        let w = py
-            .detach(|| args.open_writer())
-            .map_err(|e| args.error(e))?;
+        let (args, w) = until_interrupted(py, move || {
+            let w = args.open_writer();
+            (args, w)
+        })?;
+        let w = w.map_err(|e| args.error(e))?;
         Ok(Py::new(py, NativeRemoteWriter::new(w))?.into_any())
     } else {
-        let f = py.detach(|| args.open_file()).map_err(|e| args.error(e))?;
+        let (args, f) = until_interrupted(py, move || {
+            let f = args.open_file();
+            (args, f)
+        })?;
+        let f = f.map_err(|e| args.error(e))?;
         Ok(Py::new(py, NativeRemoteFile::from_file(f))?.into_any())
+    }
+}
+
+/// Runs `open` on a thread of its own under a stop flag ([`gpufile_remote::with_stop`]) while
+/// this thread looks for signals every [`SIGNAL_POLL`], the GIL let go between looks: an open
+/// waits on credential sources (a `credential_process`, STS, IMDS, a token endpoint) and on the
+/// size request, which Ctrl-C must end. A signal sets the flag, waits for `open` to end (soon:
+/// its waits look at the flag every 20 ms, a helper process is killed) and raises the
+/// signal's exception (KeyboardInterrupt); whatever `open` made is dropped.
+fn until_interrupted<T: Send + 'static>(
+    py: Python<'_>,
+    open: impl FnOnce() -> T + Send + 'static,
+) -> PyResult<T> {
+    let stop = StopFlag::default();
+    let flag = stop.clone();
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("gpufile-remote-open".into())
+        .spawn(move || {
+            let _ = tx.send(gpufile_remote::with_stop(&flag, open));
+        })
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
+    // A `Receiver` is not `Sync`: the detached closures borrow it through a lock.
+    let rx = Mutex::new(rx);
+    let recv = |wait: Option<Duration>| {
+        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+        match wait {
+            Some(d) => rx.recv_timeout(d),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    };
+    let panicked = || PyRuntimeError::new_err("the thread of the open panicked");
+    loop {
+        match py.detach(|| recv(Some(SIGNAL_POLL))) {
+            Ok(v) => return Ok(v),
+            Err(RecvTimeoutError::Disconnected) => return Err(panicked()),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if let Err(interrupt) = py.check_signals() {
+            stop.set();
+            let _ = py.detach(|| recv(None));
+            return Err(interrupt);
+        }
     }
 }

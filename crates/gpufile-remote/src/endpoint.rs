@@ -322,7 +322,10 @@ impl S3Object {
             (None, Some(_)) => {
                 return Err(required(None, "aws_access_key_id", "AWS_ACCESS_KEY_ID").unwrap_err())
             }
-            (None, None) => Signer::Chain(aws_chain::Chain::shared(&region)?),
+            (None, None) => Signer::Chain(
+                aws_chain::Chain::shared(&region)
+                    .map_err(|e| aws_chain::for_object(e, url.as_str()))?,
+            ),
         };
         Ok(S3Object {
             url,

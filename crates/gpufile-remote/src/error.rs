@@ -56,6 +56,11 @@ pub enum RemoteFailure {
     /// request: the object is not known to be made, and what the server holds is said in the
     /// reason.
     Interrupted,
+    /// A configured credential source failed (an AWS profile that does not exist, a
+    /// `credential_process` that failed, STS refusing a web identity, IMDS answering an
+    /// error): the reason names the source and why, never a secret. Not a cue to read the
+    /// object anonymously.
+    Credentials,
 }
 
 impl RemoteFailure {
@@ -68,7 +73,8 @@ impl RemoteFailure {
             | RemoteFailure::Transport
             | RemoteFailure::ShortBody
             | RemoteFailure::BadResponse
-            | RemoteFailure::Interrupted => ErrorKind::Remote,
+            | RemoteFailure::Interrupted
+            | RemoteFailure::Credentials => ErrorKind::Remote,
             RemoteFailure::NoRangeSupport => ErrorKind::RangeNotSupported,
             // The caller's layout of writes, not the server's doing.
             RemoteFailure::NotTiled | RemoteFailure::PartLimit => ErrorKind::BadArgument,
@@ -88,6 +94,7 @@ impl RemoteFailure {
             RemoteFailure::NotTiled,
             RemoteFailure::PartLimit,
             RemoteFailure::Interrupted,
+            RemoteFailure::Credentials,
         ];
         // Exhaustive: a new failure fails to compile here until it is listed above.
         for f in &all {
@@ -100,7 +107,8 @@ impl RemoteFailure {
                 | RemoteFailure::BadResponse
                 | RemoteFailure::NotTiled
                 | RemoteFailure::PartLimit
-                | RemoteFailure::Interrupted => {}
+                | RemoteFailure::Interrupted
+                | RemoteFailure::Credentials => {}
             }
         }
         all

@@ -358,8 +358,10 @@ impl RemoteFile {
 
     /// KvikIO's `RemoteHandle::open`: `kind` AUTO infers the type from the URL, trying
     /// `allow_list` (default: S3, S3 public, presigned, WebHDFS, HTTP) in order; an explicit
-    /// type must be in `allow_list`. With AUTO, an S3 URL whose credentials are missing or
-    /// refused is opened as S3 public when that is allowed. Beyond KvikIO (which answers
+    /// type must be in `allow_list`. With AUTO, an S3 URL whose credentials are missing (no
+    /// source configured at all) or refused is opened as S3 public when that is allowed; a
+    /// configured source that fails ([`RemoteFailure::Credentials`]: a profile named by
+    /// `AWS_PROFILE` that does not exist, a failing `credential_process`, ...) is an error. Beyond KvikIO (which answers
     /// `Unsupported endpoint URL`), a `gs://<bucket>/<object>` URL is an HTTP one, opened with
     /// [`RemoteFile::open_gcs_public`].
     pub fn open(
@@ -373,7 +375,13 @@ impl RemoteFile {
             let kind = endpoint::infer(url, allow)?;
             if kind == RemoteEndpointType::S3 {
                 match Self::open_as(url, kind, nbytes) {
-                    Err(_) if allow.contains(&RemoteEndpointType::S3Public) => {
+                    // Not when a configured credential source failed (boto3 and the AWS SDKs
+                    // raise too), nor when the open was stopped.
+                    Err(e)
+                        if allow.contains(&RemoteEndpointType::S3Public)
+                            && !matches!(e, Error::Cancelled)
+                            && !crate::aws_chain::is_source_failure(&e) =>
+                    {
                         return Self::open_as(url, RemoteEndpointType::S3Public, nbytes)
                     }
                     other => return other,

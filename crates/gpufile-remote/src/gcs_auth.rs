@@ -19,7 +19,9 @@
 //! Tokens are kept in memory only, shared by every object opened with the same credentials,
 //! and fetched again when less than 5 minutes (or half a short token's life) remain. Keys,
 //! assertions, refresh tokens and access tokens never appear in an error or a `Debug`: errors
-//! name the source and the token endpoint.
+//! name the source and the token endpoint. A token request times out after 30 s (3 s for the
+//! metadata server), 3 attempts; under a caller's stop flag ([`crate::stop::with_stop`]) it
+//! ends soon after the flag is set (Ctrl-C), however long the endpoint stalls.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -59,6 +61,8 @@ const JWT_LIFETIME: u64 = 3600;
 /// A token is fetched again this long before it expires at the latest.
 const REFRESH_BEFORE: Duration = Duration::from_secs(300);
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A metadata server answers at once or not at all: google-auth waits 3 s for it.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(3);
 const TOKEN_ATTEMPTS: u32 = 3;
 const FILE_LIMIT: u64 = 1 << 20;
 
@@ -448,14 +452,19 @@ impl GcsAuth {
             .http_status_as_error(false)
             // A token request follows no redirect: its body is a credential.
             .max_redirects(0)
-            .timeout_global(Some(TOKEN_TIMEOUT))
+            .timeout_global(Some(match grant {
+                Grant::Metadata { .. } => METADATA_TIMEOUT,
+                _ => TOKEN_TIMEOUT,
+            }))
             .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
             .build();
         Ok(GcsAuth {
             grant,
             source,
             token: Mutex::default(),
-            agent: config.into(),
+            // Stoppable: a fetch made under a caller's stop flag (an open in Python or the
+            // CLI) ends soon after Ctrl-C, however long the endpoint stalls.
+            agent: crate::http::stoppable_agent(config),
         })
     }
 
@@ -494,12 +503,16 @@ impl GcsAuth {
         .into()
     }
 
-    /// A new token and its life.
+    /// A new token and its life; [`Error::Cancelled`] soon after the caller's stop flag is set
+    /// ([`crate::stop::with_stop`]).
     fn fetch(&self) -> Result<(String, Duration)> {
         let mut last = String::new();
         for attempt in 0..TOKEN_ATTEMPTS {
-            if attempt > 0 {
-                std::thread::sleep(Duration::from_millis(500 << (attempt - 1)));
+            if attempt > 0 && !crate::stop::sleep(Duration::from_millis(500 << (attempt - 1))) {
+                return Err(Error::Cancelled);
+            }
+            if crate::stop::stopped() {
+                return Err(Error::Cancelled);
             }
             let sent = match &self.grant {
                 Grant::ServiceAccount {
@@ -539,6 +552,7 @@ impl GcsAuth {
             };
             let mut resp = match sent {
                 Ok(r) => r,
+                Err(_) if crate::stop::stopped() => return Err(Error::Cancelled),
                 Err(e) => {
                     last = format!("the token request failed: {e}");
                     continue;

@@ -34,6 +34,7 @@ use crate::tls_ca::tls_config;
 use range::WholeBody;
 pub use range::{RangeSupport, WHOLE_BODY_REASON};
 use retry::{classify, Attempt, Policy, RetryCause};
+pub(crate) use transport::{stoppable_agent, STOP_POLL};
 
 /// Bodies read into memory (WebHDFS JSON) are bounded; a file status is a few hundred bytes.
 const SMALL_BODY_LIMIT: u64 = 1 << 20;
@@ -80,8 +81,11 @@ impl Target<'_> {
         .into()
     }
 
+    /// Its own stop flag is set, or, for a request without one (the size request of an open),
+    /// its caller's ([`crate::stop::with_stop`]).
     fn stopped(&self) -> bool {
-        self.stop.is_some_and(StopFlag::is_set)
+        self.stop
+            .map_or_else(crate::stop::stopped, StopFlag::is_set)
     }
 }
 

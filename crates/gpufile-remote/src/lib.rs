@@ -27,7 +27,11 @@
 //!    [`RemoteError`] (with a [`RemoteFailure`] kind) inside [`gpufile::Error::Source`] (found
 //!    again with [`RemoteError::of`]), with the URL (signatures redacted), the byte range and
 //!    the attempts made; `InvalidArgument` for bad URLs, missing credentials and reads past the
-//!    end.
+//!    end; a configured credential source that fails is a [`RemoteFailure::Credentials`].
+//! 7. An open waits on credential sources (a `credential_process`, STS, IMDS, a Google token
+//!    endpoint) and on the size request: run it under [`with_stop`] on a thread of its own and
+//!    set the flag on Ctrl-C, and it ends soon with [`gpufile::Error::Cancelled`], a helper
+//!    process killed (the Python binding and the CLI do).
 //!
 //! Libraries: `ureq` (blocking HTTP/1.1, rustls with ring, webpki roots) and `aws-sigv4` (AWS's
 //! own SigV4 signer: each S3 GET/HEAD is signed in its headers, `Authorization`, as the AWS SDKs
@@ -36,6 +40,7 @@
 
 mod aws_chain;
 mod checkpoint;
+mod children;
 mod endpoint;
 mod error;
 mod file;
@@ -47,6 +52,7 @@ mod keys;
 mod redact;
 mod save;
 mod sign;
+mod stop;
 mod tls_ca;
 mod writer;
 
@@ -63,4 +69,5 @@ pub use gcs::{parse_gs_url, EMULATOR_HOST_VAR, XML_API_ENDPOINT};
 pub use http::{RangeSupport, RemoteStats, WHOLE_BODY_REASON};
 pub use redact::{redact, SECRET_PARAMS};
 pub use save::{save_checkpoint, SaveCheckpointError};
+pub use stop::with_stop;
 pub use writer::{part_size_for, RemoteWriter, S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART};

@@ -2,9 +2,11 @@
 //! (gpufile_remote), and the path a read of it takes, with the reason, for the report.
 
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
+use gpufile::future::StopFlag;
 use gpufile::source::{IoContext, Source};
 use gpufile::{FileHandle, IoPath};
 use gpufile_diag::schema;
@@ -12,6 +14,10 @@ use gpufile_remote::{ReadPlan, RemoteEndpointType, RemoteFile, RemoteStats};
 use serde_json::{json, Value};
 
 use crate::error::CliError;
+use crate::interrupt::Interrupts;
+
+/// How often the open of a URL looks for a caught signal.
+const SIGNAL_POLL: Duration = Duration::from_millis(20);
 
 /// What `gpufile read` reads: a local file, or a remote object where FILE is a URL.
 pub(super) enum ReadSource {
@@ -30,13 +36,43 @@ fn remote_url(file: &Path) -> Option<&str> {
     valid.then_some(text)
 }
 
+/// Opens `url` with Ctrl-C (SIGINT, SIGTERM) heard: the open waits on credential sources (a
+/// `credential_process`, STS, IMDS, a token endpoint) and on the size request, which end soon
+/// after a signal (a helper process killed, [`gpufile_remote::with_stop`]); the command then
+/// ends with status 128 + the signal.
+fn open_remote(url: &str) -> Result<RemoteFile, CliError> {
+    let interrupts = Interrupts::catch()?;
+    let stop = StopFlag::default();
+    let done = AtomicBool::new(false);
+    let opened = std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            while !done.load(Ordering::SeqCst) {
+                if interrupts.caught().is_some() {
+                    stop.set();
+                    return;
+                }
+                std::thread::park_timeout(SIGNAL_POLL);
+            }
+        });
+        let opened = gpufile_remote::with_stop(&stop, || {
+            RemoteFile::open(url, RemoteEndpointType::Auto, None, None)
+        });
+        done.store(true, Ordering::SeqCst);
+        watcher.thread().unpark();
+        opened
+    });
+    match interrupts.error("nothing was read") {
+        Some(e) => Err(e),
+        None => opened.map_err(CliError::from),
+    }
+}
+
 impl ReadSource {
     pub(super) fn open(file: &Path) -> Result<Self, CliError> {
         let Some(url) = remote_url(file) else {
             return Ok(ReadSource::Local(FileHandle::open(file, "r")?));
         };
-        let remote = RemoteFile::open(url, RemoteEndpointType::Auto, None, None).map_err(|e| {
-            let e = CliError::from(e);
+        let remote = open_remote(url).map_err(|e| {
             if e.path.is_some() {
                 e
             } else {

@@ -126,7 +126,13 @@ impl Client {
             if t.stopped() {
                 return Err(Error::Cancelled);
             }
-            match attempt(&policy) {
+            // Under the request's flag, the credentials an attempt signs with (a refresh that
+            // runs a `credential_process` or asks STS) stop with it too.
+            let outcome = match t.stop {
+                Some(stop) => crate::stop::with_stop(stop, || attempt(&policy)),
+                None => attempt(&policy),
+            };
+            match outcome {
                 Ok(v) => return Ok(v),
                 // A request stopped mid-attempt fails as cancelled, whatever the socket said.
                 Err(_) if t.stopped() => return Err(Error::Cancelled),

@@ -43,6 +43,13 @@ pub(super) fn agent(tls: TlsConfig) -> Agent {
         // The stored bytes, never an encoding of them (whatever ureq's features).
         .accept_encoding("identity")
         .build();
+    stoppable_agent(config)
+}
+
+/// An agent of `config` whose socket reads give up soon after the watched stop flag is set
+/// (the request's, else the caller's of [`crate::stop::with_stop`]): the clients' agents and
+/// the credential fetches'.
+pub(crate) fn stoppable_agent(config: ureq::config::Config) -> Agent {
     // ureq's default chain (CONNECT proxy, TCP, rustls) with a stoppable transport over TCP.
     let connector =
         ().chain(ConnectProxyConnector::default())
@@ -75,9 +82,12 @@ impl Drop for Watch {
     }
 }
 
-/// Whether this thread's request has a stop flag (`None`), and whether it is set.
+/// Whether this thread's request has a stop flag (`None`: neither its own nor its caller's,
+/// [`crate::stop::with_stop`]), and whether it is set.
 fn watched_stop() -> Option<bool> {
-    WATCHED.with(|w| w.borrow().as_ref().map(StopFlag::is_set))
+    WATCHED
+        .with(|w| w.borrow().as_ref().map(StopFlag::is_set))
+        .or_else(|| crate::stop::current().map(|s| s.is_set()))
 }
 
 /// Puts a [`StoppableTransport`] over each TCP connection (under TLS, if any).
