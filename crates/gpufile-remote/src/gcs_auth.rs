@@ -252,7 +252,8 @@ fn metadata_base(value: &str) -> Result<String> {
         Some(u) => Ok(u.as_str().trim_end_matches('/').to_owned()),
         None => Err(Error::InvalidEnv {
             var: METADATA_HOST_VAR.into(),
-            value: value.to_owned(),
+            // A refused value may hold a user's password: shown as every URL is.
+            value: crate::redact::redact(value),
             reason: "expected host:port or http(s)://host:port".into(),
         }),
     }

@@ -221,6 +221,8 @@ fn metadata_hosts_take_host_port_or_urls() {
     );
     assert_eq!(metadata_base("http://h:1/").unwrap(), "http://h:1");
     assert!(metadata_base("http://u@h:1").is_err());
+    let e = metadata_base("http://user:s3cret@h:1").unwrap_err();
+    assert!(!e.to_string().contains("s3cret"), "{e}");
     assert!(metadata_base("h:port").is_err());
 }
 
