@@ -66,8 +66,13 @@ def _placement(device: DeviceLike, device_map: DeviceMap) -> Callable[[str], int
 def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filter,
           device_map: DeviceMap, own_memory: bool) -> dict[str, Any]:
     fw = Framework(framework)
-    ck = Checkpoint(path)
-    selected = _select(ck, filter)
+    ck, handles = _open(path)
+    try:
+        selected = _select(ck, filter)
+    except BaseException:
+        for h in handles:
+            h.close()
+        raise
     place = _placement(device, device_map)
     groups: dict[int | None, list[Tensor]] = {}
     for t in selected:
@@ -77,7 +82,6 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
     dtypes = {t.name: fw.dtype(t, ck.files[t.file]) for t in selected}
     views: dict[str, Any] = {}
 
-    handles = [ck.open_file(i) for i in range(len(ck.files))]
     if fw.name == "flax":
         # JAX arrays own their memory (JAX has no views): each tensor is read into its own.
         try:
@@ -117,6 +121,25 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
     if error is not None:
         raise error
     return {t.name: views[t.name] for t in selected}
+
+
+def _open(path: PathArg) -> tuple[Checkpoint, list]:
+    """The checkpoint at ``path`` and a handle on each of its files. A save committing into a
+    directory meanwhile may remove or replace a file between its header's read and its open;
+    the directory, which holds one whole checkpoint at every instant, is then read again."""
+    for attempt in range(16):
+        ck = Checkpoint(path)
+        handles: list = []
+        try:
+            for i in range(len(ck.files)):
+                handles.append(ck.open_file(i))
+            return ck, handles
+        except (FileNotFoundError, _native.SafetensorError):
+            for h in handles:
+                h.close()
+            if attempt == 15 or not os.path.isdir(path):
+                raise
+    raise AssertionError("unreachable")
 
 
 def load_checkpoint(path: PathArg, device: DeviceLike = "cpu", *,
