@@ -177,7 +177,7 @@ def _as_user(uid, fn):
             os.setresuid(uid, uid, uid)
             fn()
         except BaseException as e:
-            text = f"{type(e).__name__}: {e}"
+            text = f"{type(e).__name__}: {e} | " + " | ".join(getattr(e, "__notes__", []))
         finally:
             os.write(w, text.encode() or b"-")
             os._exit(0)
@@ -265,3 +265,19 @@ def test_leftover_temporaries_the_cleanup_cannot_remove_do_not_stop_saves(shared
     gs.save_checkpoint(_state(9), shared_dir, durable=False)
     assert theirs not in os.listdir(shared_dir)
     assert as_dir in os.listdir(shared_dir)  # not a file: never a temporary of gpufile's
+
+
+def test_a_shard_name_another_user_holds_is_named_and_the_new_checkpoint_still_loads(shared_dir):
+    """A shard's final name that this user may not replace (another user's file in a sticky
+    directory) fails the save after its commit: the error names the file and says the new
+    checkpoint is published, and the directory loads as it."""
+    stray = os.path.join(shared_dir, "model-00002-of-00003.safetensors")
+    with open(stray, "wb") as f:
+        f.write(b"not a shard of this checkpoint")
+    os.chown(stray, NOBODY, NOBODY)
+    err = _as_user(OTHER, lambda: gs.save_checkpoint(_state(4), shared_dir, "300KB",
+                                                      durable=False))
+    assert err is not None and err.startswith("PermissionError"), err
+    assert "model-00002-of-00003.safetensors" in err, err
+    assert "the new checkpoint is published" in err, err
+    assert _version(shared_dir) == 4.0
