@@ -444,6 +444,8 @@ _CHILD = textwrap.dedent("""
         state = {f"t{k:02d}": np.full(1 << 16, v, np.float32) for k in range(24)}  # 6 MiB
         if mode == "file":
             gs.save_file(state, target, {"v": str(v)})
+        elif mode == "layouts":  # six shards, then one file (a commit that changes the layout)
+            gs.save_checkpoint(state, target, 1_100_000 if i % 2 else "100MB", durable=False)
         else:
             gs.save_checkpoint(state, target, 1_100_000)
         print(i, flush=True)
@@ -465,7 +467,7 @@ def _final_files_complete(d):
             gs.load_file(os.path.join(d, f), framework="numpy")  # validates the whole file
 
 
-@pytest.mark.parametrize("mode", ["file", "checkpoint"])
+@pytest.mark.parametrize("mode", ["file", "checkpoint", "layouts"])
 def test_kill_9_at_random_moments_leaves_a_whole_old_or_new_checkpoint(tmp_path, mode):
     target = str(tmp_path / ("m.safetensors" if mode == "file" else "ck"))
     rng = random.Random(1234)
@@ -487,7 +489,7 @@ def test_kill_9_at_random_moments_leaves_a_whole_old_or_new_checkpoint(tmp_path,
     # The kills did land in the middle of saves (each such kill leaves a new temporary).
     assert mid_save >= 3, mid_save
     # Leftover temporaries are hidden, and the next save removes those of dead processes.
-    if mode == "checkpoint":
+    if mode != "file":
         gs.save_checkpoint({f"t{k:02d}": np.zeros(4, np.float32) for k in range(24)}, target,
                            1_100_000)
         assert not [f for f in os.listdir(target) if f.startswith(".gpufile-tmp-")]

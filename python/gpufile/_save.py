@@ -25,7 +25,12 @@ from ._save_rows import (
 
 
 def _annotate(e: BaseException, what: str) -> None:
-    if isinstance(e, OSError):
+    if getattr(e, "gpufile_published", False):
+        # A step of the commit after its commit point (docs/checkpoints.md, "Crash safety").
+        e.add_note(f"gpufile: the new checkpoint is published at {what} and loads; a step after "
+                   "its commit failed (its index may name the shards by their temporary names "
+                   "until the next save)")
+    elif isinstance(e, OSError):
         e.add_note(f"gpufile: nothing was published at {what} (what was there is as it was; "
                    "no temporary file is left)")
 

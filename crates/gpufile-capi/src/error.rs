@@ -81,6 +81,12 @@ impl CallError {
         self
     }
 
+    /// The error with `suffix` after its text.
+    pub(crate) fn suffixed(mut self, suffix: &str) -> Self {
+        self.message.push_str(suffix);
+        self
+    }
+
     /// A timeout, said in `message`.
     pub(crate) fn timeout(message: impl Into<String>) -> Self {
         CallError {

@@ -148,6 +148,8 @@ unsafe fn pairs(
 fn save_failed(e: SaveError, what: &str, doing: &str) -> CallError {
     match e {
         SaveError::Format(e) => CallError::bad(e.to_string()),
+        SaveError::Committed(e) => CallError::from(e)
+            .suffixed(" (the new checkpoint is published: the directory loads as it)"),
         SaveError::Io(e) => {
             let named = e.to_string().contains(what);
             let e = CallError::from(e);

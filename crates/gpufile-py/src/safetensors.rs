@@ -275,6 +275,14 @@ pub(crate) fn save_error(e: SaveError) -> PyErr {
     match e {
         SaveError::Format(e) => to_py(e),
         SaveError::Io(e) => crate::errors::to_py(e),
+        // The step's own exception, marked: Python's note then says the checkpoint is published.
+        SaveError::Committed(e) => {
+            let err = crate::errors::to_py(e);
+            Python::attach(|py| {
+                let _ = err.value(py).setattr("gpufile_published", true);
+            });
+            err
+        }
     }
 }
 

@@ -48,7 +48,7 @@ impl From<SaveError> for SaveCheckpointError {
     fn from(e: SaveError) -> Self {
         match e {
             SaveError::Format(e) => SaveCheckpointError::Format(e),
-            SaveError::Io(e) => SaveCheckpointError::Io(e),
+            SaveError::Io(e) | SaveError::Committed(e) => SaveCheckpointError::Io(e),
         }
     }
 }

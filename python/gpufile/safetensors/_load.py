@@ -63,8 +63,43 @@ def _placement(device: DeviceLike, device_map: DeviceMap) -> Callable[[str], int
     return place
 
 
+class _Vanished(Exception):
+    """A file of a checkpoint directory went or was replaced between its header's read and its
+    open (the cause): a save committed into the directory meanwhile."""
+
+
+def _open_files(ck: Checkpoint, path: PathArg) -> list:
+    """A handle on each file of ``ck``; :class:`_Vanished` where ``path`` is a directory one
+    of whose files went or was replaced since its header was read."""
+    handles: list = []
+    try:
+        for i in range(len(ck.files)):
+            handles.append(ck.open_file(i))
+        return handles
+    except (FileNotFoundError, _native.SafetensorError) as e:
+        for h in handles:
+            h.close()
+        if os.path.isdir(path):
+            raise _Vanished() from e
+        raise
+
+
 def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filter,
           device_map: DeviceMap, own_memory: bool) -> dict[str, Any]:
+    """The tensors of the checkpoint at ``path``. A directory is read again where a save
+    committing into it meanwhile removed or replaced one of its files: it holds one whole
+    checkpoint at every instant (docs/checkpoints.md, "The commit's order")."""
+    for attempt in range(16):
+        try:
+            return _load_tensors(path, device, framework, filter, device_map, own_memory)
+        except _Vanished as e:
+            if attempt == 15 and e.__cause__ is not None:
+                raise e.__cause__ from None
+    raise AssertionError("a checkpoint directory that changed 16 times while it was read")
+
+
+def _load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filter,
+                  device_map: DeviceMap, own_memory: bool) -> dict[str, Any]:
     fw = Framework(framework)
     ck = Checkpoint(path)
     selected = _select(ck, filter)
@@ -79,7 +114,7 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
         fw.check_shape(t, dtypes[t.name], ck.files[t.file])
     views: dict[str, Any] = {}
 
-    handles = [ck.open_file(i) for i in range(len(ck.files))]
+    handles = _open_files(ck, path)
     if fw.name == "flax":
         # JAX arrays own their memory (JAX has no views): each tensor is read into its own.
         try:

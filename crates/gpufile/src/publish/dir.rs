@@ -123,8 +123,8 @@ fn held(path: &Path) -> bool {
 
 /// Removes from `dir` the temporaries that no save will publish: written by a process of this
 /// host that is gone, held by no writer's `flock`, and not named in `keep` (names an index
-/// published before still points at). Returns how many were removed. Call it holding the
-/// directory's [`DirLock`].
+/// published before still points at). Returns how many were removed; one that cannot be
+/// removed is left, said in a notice. Call it holding the directory's [`DirLock`].
 pub fn remove_stale_temporaries(dir: &Path, keep: &HashSet<OsString>) -> Result<usize> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::os(Op::Open, dir, 0, 0, e))?;
     let mut removed = 0;
@@ -140,21 +140,44 @@ pub fn remove_stale_temporaries(dir: &Path, keep: &HashSet<OsString>) -> Result<
             continue;
         }
         let path = dir.join(&name);
-        if held(&path) {
+        // Only a regular file is a temporary (a directory of that name is someone else's).
+        let is_file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file());
+        if !is_file || held(&path) {
             continue;
         }
-        match std::fs::remove_file(&path) {
+        // One that cannot be removed (another user's, in a sticky directory) stays, said in a
+        // notice: it takes no final name, so saves go on beside it.
+        match super::remove_file(&path) {
             Ok(()) => removed += 1,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::os(Op::Remove, &path, 0, 0, e)),
+            Err(e) => crate::observe::notice(
+                "stale-temporary",
+                format!(
+                    "{} is left in place ({e}): saves go on beside it",
+                    path.display()
+                ),
+            ),
         }
     }
     Ok(removed)
 }
 
-/// Directories of this process whose lock a thread holds, by device and inode.
-static HELD: Mutex<Option<HashSet<(u64, u64)>>> = Mutex::new(None);
+/// Directories whose lock a thread of process `.0` holds (or waits for on the file), by device
+/// and inode. A forked child finds its parent's table, whose threads it does not have: it
+/// starts a table of its own, as the engine does (`Engine::global`).
+static HELD: Mutex<Option<Held>> = Mutex::new(None);
 static RELEASED: Condvar = Condvar::new();
+
+/// A process id and the (device, inode) of the directories its threads hold.
+type Held = (u32, HashSet<(u64, u64)>);
+
+/// This process's set in `held`, made anew where it is another process's.
+fn held_here(held: &mut Option<Held>) -> &mut HashSet<(u64, u64)> {
+    let pid = crate::posix::pid();
+    if held.as_ref().is_none_or(|(p, _)| *p != pid) {
+        *held = Some((pid, HashSet::new()));
+    }
+    &mut held.as_mut().expect("set above").1
+}
 
 /// The commit lock of one directory (see the module's header); released when dropped.
 #[derive(Debug)]
@@ -162,6 +185,8 @@ pub struct DirLock {
     key: (u64, u64),
     path: PathBuf,
     file: Option<File>,
+    /// The process that took it: a forked child's copy is not its to release.
+    pid: u32,
 }
 
 impl DirLock {
@@ -172,15 +197,16 @@ impl DirLock {
         let key = (meta.dev(), meta.ino());
         {
             let mut held = lock(&HELD);
-            while held.get_or_insert_with(HashSet::new).contains(&key) {
+            while held_here(&mut held).contains(&key) {
                 held = RELEASED.wait(held).unwrap_or_else(|e| e.into_inner());
             }
-            held.get_or_insert_with(HashSet::new).insert(key);
+            held_here(&mut held).insert(key);
         }
         let mut guard = DirLock {
             key,
             path: dir.join(LOCK_NAME),
             file: None,
+            pid: crate::posix::pid(),
         };
         guard.file = Some(lock_file(&guard.path)?);
         Ok(guard)
@@ -189,18 +215,41 @@ impl DirLock {
 
 /// Opens (creating) and locks the lock file at `path`, until the name still holds the file
 /// locked (a holder removes the name before it lets go).
+///
+/// The file is opened read-only (`flock` needs no more) and made readable by everyone: in a
+/// directory shared by several users, one user's lock file (held, or left by a killed commit)
+/// is another's to wait on and lock, never a `PermissionError`. One that this process may not
+/// read is an error naming it and its owner.
 fn lock_file(path: &Path) -> Result<File> {
     let dir = path.parent().unwrap_or(Path::new("."));
     loop {
-        let file = OpenOptions::new()
+        let opened = OpenOptions::new()
             .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o666)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| Error::os(Op::Create, dir, 0, 0, e))?;
+            .open(path);
+        let file = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let created = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(path);
+                match created {
+                    Ok(f) => {
+                        // Readable whatever the umask: other users lock it too.
+                        // SAFETY: fchmod on the descriptor `f` owns; no memory is passed.
+                        unsafe { libc::fchmod(f.as_raw_fd(), 0o644) };
+                        f
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(Error::os(Op::Create, dir, 0, 0, e)),
+                }
+            }
+            Err(e) => return Err(unreadable_lock(path, e)),
+        };
         loop {
             // SAFETY: flock on the descriptor `file` owns; released when it closes.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
@@ -220,21 +269,53 @@ fn lock_file(path: &Path) -> Result<File> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::os(Op::Stat, path, 0, 0, e)),
         }
+        // A name removed meanwhile: unlocked, not only closed, as a child forked while this
+        // thread waited holds a copy of the descriptor, which would keep the lock held (and
+        // a waiter of its own stuck on it) as long as it lives.
+        // SAFETY: flock on the descriptor `file` owns, open until it drops.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
     }
+}
+
+/// The error of a lock file this process may not open: `open` of the file, its errno. Where it
+/// is another user's that this process may not read, a notice says whose and what to do (a
+/// lock file exists only while a commit holds it, or after one was killed).
+fn unreadable_lock(path: &Path, e: io::Error) -> Error {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        crate::observe::notice(
+            "commit-lock",
+            format!(
+                "the commit lock {} (owner uid {}, mode {:04o}) cannot be opened by this \
+                 process ({e}), so no save can commit there; once no save is committing into \
+                 the directory, remove the file",
+                path.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+        );
+    }
+    Error::os(Op::Open, path, 0, 0, e)
 }
 
 impl Drop for DirLock {
     fn drop(&mut self) {
+        if self.pid != crate::posix::pid() {
+            // A forked child's copy: the lock is its parent's, and so is the table's entry.
+            // Closing the inherited descriptor leaves the parent's lock held.
+            drop(self.file.take());
+            return;
+        }
         if let Some(file) = self.file.take() {
             // Removed while still locked, so that whoever opens the name next makes a new file
-            // (see lock_file); then closed, which lets the lock go.
+            // (see lock_file); then unlocked, not only closed: a child forked meanwhile holds
+            // a copy of the descriptor, which would keep the lock held as long as it lives.
             let _ = std::fs::remove_file(&self.path);
+            // SAFETY: flock on the descriptor `file` owns, open until it drops below.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
             drop(file);
         }
         let mut held = lock(&HELD);
-        if let Some(set) = held.as_mut() {
-            set.remove(&self.key);
-        }
+        held_here(&mut held).remove(&self.key);
         RELEASED.notify_all();
     }
 }

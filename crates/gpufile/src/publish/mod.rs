@@ -37,7 +37,11 @@ use crate::error::{Error, Op, Result};
 use crate::file::{FileHandle, OpenMode};
 
 mod dir;
+mod seam;
 pub use dir::{host_tag, remove_stale_temporaries, temp_owner, DirLock, TempOwner, LOCK_NAME};
+#[cfg(test)]
+pub(crate) use seam::with_hook;
+pub(crate) use seam::{before, Step};
 
 /// What every temporary name starts with (after the dot that hides it).
 pub const TEMP_PREFIX: &str = ".gpufile-tmp-";
@@ -57,12 +61,25 @@ pub struct PendingFile {
     handle: FileHandle,
     /// The temporary name still exists (not renamed away, not removed).
     temp_exists: bool,
+    /// The file is at its final name (renamed there, whatever failed after).
+    published: bool,
 }
 
 /// `fsync` of the directory `dir`: makes the names created, renamed or removed in it durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     let d = File::open(dir).map_err(|e| Error::os(Op::Open, dir, 0, 0, e))?;
-    d.sync_all().map_err(|e| Error::os(Op::Sync, dir, 0, 0, e))
+    before(Step::SyncDir, dir)
+        .and_then(|()| d.sync_all())
+        .map_err(|e| Error::os(Op::Sync, dir, 0, 0, e))
+}
+
+/// Removes the file at `path`; one that is already gone is no error.
+pub(crate) fn remove_file(path: &Path) -> Result<()> {
+    match before(Step::Remove, path).and_then(|()| std::fs::remove_file(path)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::os(Op::Remove, path, 0, 0, e)),
+    }
 }
 
 /// The directory a path's file lives in (`.` for a bare name).
@@ -135,6 +152,7 @@ impl PendingFile {
                         dir,
                         handle,
                         temp_exists: true,
+                        published: false,
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
@@ -164,6 +182,8 @@ impl PendingFile {
 
     /// `fsync` of the file's data and size.
     pub fn sync(&self) -> Result<()> {
+        before(Step::SyncFile, &self.final_path)
+            .map_err(|e| Error::os(Op::Sync, &self.final_path, 0, 0, e))?;
         let fd = self.handle.fd();
         // SAFETY: fsync on the descriptor the handle owns and keeps open; no memory is passed.
         if unsafe { libc::fsync(fd) } != 0 {
@@ -196,14 +216,22 @@ impl PendingFile {
             let link = self
                 .dir
                 .join(temp_name(self.final_path.file_name().unwrap_or_default()));
-            std::fs::hard_link(&self.temp_path, &link).map_err(rename_err)?;
-            if let Err(e) = std::fs::rename(&link, &self.final_path) {
+            before(Step::Link, &self.final_path)
+                .and_then(|()| std::fs::hard_link(&self.temp_path, &link))
+                .map_err(rename_err)?;
+            let renamed = before(Step::Rename, &self.final_path)
+                .and_then(|()| std::fs::rename(&link, &self.final_path));
+            if let Err(e) = renamed {
                 let _ = std::fs::remove_file(&link);
                 return Err(rename_err(e));
             }
+            self.published = true;
         } else {
-            std::fs::rename(&self.temp_path, &self.final_path).map_err(rename_err)?;
+            before(Step::Rename, &self.final_path)
+                .and_then(|()| std::fs::rename(&self.temp_path, &self.final_path))
+                .map_err(rename_err)?;
             self.temp_exists = false;
+            self.published = true;
         }
         if durable {
             sync_dir(&self.dir).map_err(|e| match e {
@@ -271,17 +299,24 @@ impl PendingFile {
         WriteBehind::start(self.handle.clone())
     }
 
+    /// Whether the file is at its final name: [`PendingFile::publish`] renamed it there (even
+    /// where the directory's `fsync` after the rename failed).
+    pub fn published(&self) -> bool {
+        self.published
+    }
+
+    /// Lets the file go and leaves its temporary name in place (a published index names it).
+    pub fn leave(mut self) {
+        self.temp_exists = false;
+    }
+
     /// Removes the temporary name (if it is still there); the final name is not touched.
     pub fn discard(&mut self) -> Result<()> {
         if !self.temp_exists {
             return Ok(());
         }
         self.temp_exists = false;
-        match std::fs::remove_file(&self.temp_path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::os(Op::Remove, &self.temp_path, 0, 0, e)),
-        }
+        remove_file(&self.temp_path)
     }
 }
 

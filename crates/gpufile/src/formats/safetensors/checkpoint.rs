@@ -186,6 +186,24 @@ impl Checkpoint {
                 Checkpoint::from_headers(path, vec![Header::read(path)?], None, None)
             };
         }
+        // A save committing meanwhile renames and removes the files a listing found: a file
+        // gone between the listing and its open is looked for again in a new listing (each
+        // instant of a commit is one whole checkpoint; see save::commit).
+        let mut tries = 0;
+        loop {
+            match Checkpoint::open_dir(path) {
+                Err(e) if e.errno() == Some(libc::ENOENT) && tries < 16 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    /// [`Checkpoint::open`] of a directory, from one listing of it.
+    fn open_dir(path: &Path) -> Result<Checkpoint> {
+        let io_err = |source| FormatError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let mut indexes = Vec::new();
         let mut shards = Vec::new();
         for entry in std::fs::read_dir(path).map_err(io_err)? {

@@ -27,6 +27,7 @@ use serde::Serialize;
 use super::{Dtype, FormatError, Result, MAX_HEADER_LEN};
 
 pub mod checkpoint;
+mod commit;
 pub mod file;
 pub mod write;
 

@@ -5,23 +5,21 @@
 //! sort_keys=True) + "\n"` writes it, and the commit that leaves the directory holding a whole
 //! checkpoint, the old or the new one, at every moment (a kill -9 included).
 //!
-//! How it goes ([`save_checkpoint`]): the directory is created where missing; temporaries that
-//! killed saves left are removed (under the directory's [`DirLock`]); every shard is written
-//! under a temporary name (one batch, [`submit_files`]) and synced; then, under the lock, the
-//! commit: one shard is published as `model.safetensors`; several are named by an index that
-//! names their temporaries, published keeping their temporary names, the directory synced, and
-//! the final index published. What the replaced checkpoint had and this one has not (its single
-//! file or its index, shards of another count) and stale temporaries go last.
+//! How it goes ([`save_checkpoint`]): every shard's header is built (a refused tensor touches
+//! no file); the directory is created where missing; temporaries that killed saves left are
+//! removed (under the directory's [`DirLock`]); every shard is written under a temporary name
+//! (one batch, [`submit_files`]) and synced; then, under the lock, the commit, in the order
+//! `commit` gives (each instant leaves a directory that loads as the old or the new checkpoint).
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::error::Op;
 use crate::publish::{remove_stale_temporaries, sync_dir, DirLock, PendingFile, WriteBehind};
 use crate::{Engine, Error, Settings};
 
+use super::commit::commit;
 use super::write::{submit_files, wait_stoppable, FileToWrite, SaveError, TensorRow};
 
 /// The index of a sharded checkpoint.
@@ -346,8 +344,8 @@ pub fn layout(
 /// Saves `tensors` as a Hugging Face checkpoint in `dir` (see the module's header): shards as
 /// [`split`] makes them, each written by `engine` with `settings` from the tensors' own memory
 /// (host or device). The index (also for one shard, where no index file is written). On an
-/// error every temporary is gone and the directory holds what it held, or the new checkpoint
-/// once its commit ran.
+/// error every temporary is gone and the directory holds what it held (a refused tensor or
+/// argument creates no directory), or, on [`SaveError::Committed`], loads as the new checkpoint.
 ///
 /// # Safety
 /// Every row's buffer must stay valid, and unchanged, until the call returns.
@@ -365,6 +363,12 @@ pub unsafe fn save_checkpoint(
         index,
     } = layout(&dir.display().to_string(), tensors, options)?;
     let n = shards.len();
+    // Every shard's header is built before anything is created: a refused tensor leaves the
+    // file system as it was, missing directories included.
+    for (keys, name) in shards.iter().zip(&names) {
+        let specs: Vec<_> = keys.iter().map(|&i| tensors[i].spec()).collect();
+        super::plan_save(&dir.join(name), &specs, Some(&file_meta))?;
+    }
     if !dir.is_dir() {
         let parent = std::path::absolute(dir)
             .ok()
@@ -417,105 +421,20 @@ pub unsafe fn save_checkpoint(
         commit(dir, &names, &mut pending, &index, options.durable)?;
         Ok(())
     })();
-    if let Err(e) = result {
-        for p in &mut pending {
-            let _ = p.discard();
+    match result {
+        Ok(()) => Ok(index),
+        // The published index may name the temporaries: they stay.
+        Err(e @ SaveError::Committed(_)) => {
+            pending.into_iter().for_each(PendingFile::leave);
+            Err(e)
         }
-        return Err(e);
-    }
-    Ok(index)
-}
-
-/// Publishes a checkpoint whose shards are written and synced under their temporary names,
-/// then removes what the checkpoint it replaces had. Call it holding the directory's lock.
-fn commit(
-    dir: &Path,
-    names: &[String],
-    pending: &mut [PendingFile],
-    index: &CheckpointIndex,
-    durable: bool,
-) -> crate::Result<()> {
-    if let [single] = pending {
-        single.publish(durable, false)?;
-    } else {
-        // An index naming the temporaries (each complete) replaces the previous index in one
-        // rename. The shards then take their final names, each keeping its temporary name
-        // meanwhile, and a second index names them: at every moment the index in the directory
-        // names complete files of one checkpoint.
-        let temp_of = |name: &str| -> String {
-            let k = names.iter().position(|n| n == name).unwrap_or(0);
-            pending[k]
-                .temp_path()
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        };
-        let first = CheckpointIndex {
-            metadata: index.metadata.clone(),
-            weight_map: index
-                .weight_map
-                .iter()
-                .map(|(k, f)| (k.clone(), temp_of(f)))
-                .collect(),
-        };
-        publish_text(&dir.join(INDEX_NAME), &first.to_json(), durable)?;
-        for p in pending.iter_mut() {
-            p.publish(false, true)?;
-        }
-        if durable {
-            sync_dir(dir)?;
-        }
-        publish_text(&dir.join(INDEX_NAME), &index.to_json(), durable)?;
-    }
-    for p in pending.iter_mut() {
-        p.discard()?;
-    }
-    // What the previous checkpoint had and this one has not: its single file or its index,
-    // and shards of another count. Under the lock, final shard names are only ever those of
-    // committed checkpoints.
-    let mut stale = vec![if names.len() > 1 {
-        SINGLE_NAME
-    } else {
-        INDEX_NAME
-    }
-    .to_owned()];
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::os(Op::Open, dir, 0, 0, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::os(Op::Open, dir, 0, 0, e))?;
-        let name = entry.file_name();
-        if let Some(name) = name.to_str() {
-            if is_shard_name(name) && !names.iter().any(|n| n == name) {
-                stale.push(name.to_owned());
+        Err(e) => {
+            for p in &mut pending {
+                let _ = p.discard();
             }
+            Err(e)
         }
     }
-    for f in stale {
-        let path = dir.join(&f);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::os(Op::Remove, &path, 0, 0, e)),
-        }
-    }
-    // Temporaries of a killed save that its index named (kept until now) are no one's now.
-    remove_stale_checkpoint_temporaries(dir)?;
-    if durable {
-        sync_dir(dir)?;
-    }
-    Ok(())
-}
-
-/// Publishes `text` at `path` whole (a temporary renamed over it).
-fn publish_text(path: &Path, text: &str, durable: bool) -> crate::Result<()> {
-    let mut pending = PendingFile::create(path)?;
-    let written = pending
-        .handle()
-        .write(text.as_bytes(), 0, None)
-        .and_then(|_| pending.publish(durable, false));
-    if written.is_err() {
-        let _ = pending.discard();
-    }
-    written
 }
 
 #[cfg(test)]

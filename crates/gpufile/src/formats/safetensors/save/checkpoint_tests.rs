@@ -250,3 +250,28 @@ fn a_refused_save_leaves_the_directory_as_it_was() {
     assert!(e.to_string().contains("\"t00\" is given twice"), "{e}");
     assert_eq!(names(dir), before);
 }
+
+#[test]
+fn a_refused_save_creates_no_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a").join("b");
+    let data: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 100]).collect();
+    let engine = Engine::global().unwrap();
+    let settings = engine.shared_settings();
+    let mut tensors = rows(&data);
+    tensors[2].shape = vec![99]; // 100 bytes said to be 99
+    for limit in [150, 1 << 20] {
+        let options = SaveOptions {
+            max_shard_size: limit,
+            metadata: None,
+            durable: true,
+            sizes: None,
+            stop: None,
+        };
+        // SAFETY: `data` outlives the call.
+        let e =
+            unsafe { save_checkpoint(&dir, &tensors, &options, &engine, &settings) }.unwrap_err();
+        assert!(e.to_string().contains("needs 99 bytes"), "{e}");
+        assert!(!tmp.path().join("a").exists(), "{limit}: {e}");
+    }
+}

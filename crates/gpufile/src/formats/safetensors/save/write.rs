@@ -81,8 +81,9 @@ pub struct FileToWrite<'a> {
     pub metadata: Option<&'a BTreeMap<String, String>>,
 }
 
-/// Why a save failed: a tensor or header the format refuses (nothing written), or the I/O (or
-/// an argument the save itself refuses: [`crate::Error::InvalidArgument`]).
+/// Why a save failed: a tensor or header the format refuses (nothing written), the I/O (or an
+/// argument the save itself refuses: [`crate::Error::InvalidArgument`]), or a step of a
+/// checkpoint's commit after the new checkpoint was published.
 #[derive(Debug, thiserror::Error)]
 pub enum SaveError {
     /// A tensor or header the format refuses.
@@ -91,6 +92,22 @@ pub enum SaveError {
     /// The I/O failed.
     #[error(transparent)]
     Io(#[from] crate::Error),
+    /// A step of a checkpoint's commit failed after its commit point: the directory loads as the
+    /// new checkpoint (its index may name the shards by their temporary names, which a later
+    /// save replaces), and the error is the failed step's.
+    #[error("{0} (the new checkpoint is published: the directory loads as it)")]
+    Committed(crate::Error),
+}
+
+impl SaveError {
+    /// The I/O error of an [`SaveError::Io`] or [`SaveError::Committed`]; a refused tensor as
+    /// an argument error.
+    pub fn into_error(self) -> crate::Error {
+        match self {
+            SaveError::Io(e) | SaveError::Committed(e) => e,
+            SaveError::Format(e) => crate::Error::InvalidArgument(e.to_string()),
+        }
+    }
 }
 
 /// Plans every file first (a refused tensor writes nothing), writes each header, then submits
