@@ -232,6 +232,58 @@ def test_sub_byte_types_are_refused_by_name_and_the_rest_loads(tmp_path):
     np.testing.assert_array_equal(np.asarray(got["w"]), np.ones(3, np.float32))
 
 
+_HUGE_EMPTY = """
+import sys
+import gpufile.safetensors as gs
+path, api = sys.argv[1], sys.argv[2]
+try:
+    if api == "load_file":
+        gs.load_file(path, framework="flax")
+    elif api == "safe_open":
+        with gs.safe_open(path, framework="flax") as f:
+            f.get_tensor("huge")
+    else:
+        import safetensors.flax
+        safetensors.flax.load_file(path)
+except ValueError as e:
+    print("ValueError:", e)
+"""
+
+
+@pytest.mark.parametrize("shape,dtype", [([2**62, 0], "F32"), ([2**31, 2**30, 0], "F32"),
+                                         ([0, 2**63], "U8")])
+def test_a_shape_xla_cannot_hold_is_a_value_error_not_an_abort(tmp_path, shape, dtype):
+    """A valid file whose empty tensor has dimensions too big for XLA (their product times the
+    item size past int64): XLA aborts the process when such an array is made, so the loads run
+    in a child; each raises ValueError, as safetensors.flax does (NumPy's "array is too big"),
+    and the other tensors of the file load where the filter leaves it out."""
+    path = tmp_path / "huge.safetensors"
+    header = json.dumps({"huge": {"dtype": dtype, "shape": shape, "data_offsets": [0, 0]},
+                         "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header
+                     + np.array([1.0, 2.0], np.float32).tobytes())
+    apis = ["load_file", "safe_open"]
+    try:
+        import safetensors.flax  # noqa: F401
+        apis.append("safetensors.flax")
+    except ImportError:
+        pass
+    for api in apis:
+        out = subprocess.run([sys.executable, "-c", _HUGE_EMPTY, str(path), api],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, (api, out.returncode, out.stderr[-2000:])
+        assert out.stdout.startswith("ValueError:"), (api, out.stdout, out.stderr[-2000:])
+        if api != "safetensors.flax":
+            assert f"tensor 'huge' of shape {shape} and {dtype} is too big for framework " \
+                   "'flax'" in out.stdout, out.stdout
+    got = gs.load_file(path, framework="flax", filter=["w"])
+    np.testing.assert_array_equal(np.asarray(got["w"]), [1.0, 2.0])
+    with gs.safe_open(path, framework="flax") as f:
+        if shape[0]:
+            # Rows of it that XLA can hold load (safetensors.flax builds only the slice too).
+            assert f.get_slice("huge")[:1].shape == (1, *shape[1:])
+
+
 def test_without_jax_the_error_names_jax(tmp_path, monkeypatch):
     path = tmp_path / "m.safetensors"
     gs.save_file({"a": np.arange(3.0)}, path)

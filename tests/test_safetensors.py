@@ -5,6 +5,7 @@ and CuPy on cuda:0, device_map over two GPUs) skip with the reason where there i
 """
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -348,6 +349,31 @@ def test_f4_and_f6_need_pytorch(tmp_path):
         gs.load_file(path, framework="numpy")
     with gs.safe_open(path, "numpy") as f:
         assert f.get_slice("b").get_shape() == [4] and f.get_slice("b").get_dtype() == "F6_E2M3"
+
+
+@pytest.mark.parametrize("shape,dtype", [([2**62, 0], "F32"), ([2**40, 2**23, 0], "U8"),
+                                         ([0, 2**63], "U8")])
+def test_a_shape_numpy_cannot_hold_is_a_value_error_naming_the_tensor(tmp_path, shape, dtype):
+    """An empty tensor whose non-zero dimensions times the item size pass int64: NumPy cannot
+    make it, so ValueError (safetensors.numpy's type) naming the file and the tensor, before
+    any memory is allocated; PyTorch holds such a shape and loads it, as safetensors.torch."""
+    path = _craft(tmp_path / "huge.safetensors",
+                  {"huge": _t(dtype, shape, 0, 0), "w": _t("F32", [2], 0, 8)},
+                  np.array([1.0, 2.0], np.float32).tobytes())
+    with pytest.raises(ValueError):
+        stn.load_file(path)
+    want = f"huge.safetensors: tensor 'huge' of shape {shape} and {dtype} is too big for " \
+           "framework 'numpy'"
+    for own in (False, True):
+        with pytest.raises(ValueError, match=re.escape(want)):
+            gs.load_file(path, framework="numpy", own_memory=own)
+    with gs.safe_open(path, "numpy") as f, pytest.raises(ValueError, match=re.escape(want)):
+        f.get_tensor("huge")
+    np.testing.assert_array_equal(gs.load_file(path, framework="numpy", filter=["w"])["w"],
+                                  [1.0, 2.0])
+    torch = pytest.importorskip("torch")
+    if shape[-1] < 2**63:
+        assert gs.load_file(path, framework="pt")["huge"].shape == torch.Size(shape)
 
 
 def test_cli_prints_speed_and_path_report(model):

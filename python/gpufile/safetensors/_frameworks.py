@@ -33,6 +33,7 @@ TORCH_NAMES = {
     "F4": "float4_e2m1fn_x2",
 }
 BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+INT64_MAX = 2**63 - 1
 _DEVICE_FORMS = "'cpu', 'cuda', 'cuda:N', N, a torch.device or a jax.Device"
 
 
@@ -185,6 +186,23 @@ class Framework:
             return self.mod.dtype(getattr(ml_dtypes, ML_DTYPES_NAMES[t.dtype]))
         raise TypeError(f"{path}: tensor {t.name!r} is {t.dtype}, which {self.name} has no "
                         f"type for; use framework='pt'")
+
+    def check_shape(self, t: Tensor, dtype: Any, path: str) -> None:
+        """Refuses a shape NumPy, CuPy and JAX cannot hold, before any array exists: the
+        product of its non-zero dimensions times the item size must fit an ``int64``. It is
+        NumPy's rule, so ``ValueError`` as ``safetensors.numpy`` and ``safetensors.flax`` raise
+        it; XLA aborts the process on such a shape even where it has no element. PyTorch takes
+        any dimension that fits an ``int64`` (a larger one is its ``TypeError``)."""
+        if self.name == "pt":
+            return
+        size = int(dtype.itemsize)
+        for d in t.shape:
+            size *= d or 1
+        if size > INT64_MAX:
+            raise ValueError(f"{path}: tensor {t.name!r} of shape {list(t.shape)} and "
+                             f"{t.dtype} is too big for framework {self.name!r}: the product "
+                             f"of its non-zero dimensions times its item size ({dtype.itemsize}) "
+                             f"is larger than 2**63 - 1 (array is too big, as NumPy says)")
 
     def view(self, buf: Any, dest: int, t: Tensor, dtype: Any) -> Any:
         """The tensor ``t`` as a typed view of ``buf[dest:dest + t.nbytes]``."""

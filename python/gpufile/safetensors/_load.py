@@ -75,6 +75,8 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
         fw.check_device(dev)
         groups.setdefault(dev, []).append(t)
     dtypes = {t.name: fw.dtype(t, ck.files[t.file]) for t in selected}
+    for t in selected:
+        fw.check_shape(t, dtypes[t.name], ck.files[t.file])
     views: dict[str, Any] = {}
 
     handles = [ck.open_file(i) for i in range(len(ck.files))]

@@ -146,6 +146,7 @@ class safe_open:  # noqa: N801 - safetensors' name
             offset, nbytes = t.offset + lo * row_bytes, (hi - lo) * row_bytes
             part = Tensor((t.name, t.file, t.dtype, (hi - lo,) + t.shape[1:], offset, nbytes),
                            t.index)
+        fw.check_shape(part, dtype, self._ck.files[t.file])
         if fw.name == "flax":
             # A JAX array of its own; indexing it makes another (JAX has no views).
             out = read_groups(fw.mod, {self._dev: [(part, self._file(t.file), dtype)]})
