@@ -31,6 +31,8 @@ mod error;
 mod header;
 mod index;
 pub mod load;
+#[cfg(test)]
+mod load_tests;
 pub mod save;
 #[cfg(test)]
 mod tests;
