@@ -4,11 +4,13 @@
 //! How it runs:
 //! 1. [`Checkpoint::open`] reads and validates every header before a byte of data is read (a bad
 //!    file is refused, naming the file and the tensor).
-//! 2. [`Checkpoint::plan`] gives the byte ranges of the selected tensors (`--filter`), adjacent
-//!    tensors of a file merged, and where each tensor lands in one destination allocation.
+//! 2. [`Checkpoint::select`] picks the tensors (`--filter`, the core's rule) and
+//!    [`Checkpoint::plan`] gives their byte ranges, adjacent tensors of a file merged, and where
+//!    each tensor lands in one destination allocation.
 //! 3. One allocation (GPU memory, or host memory with `--host` or where no GPU can be used),
-//!    then every range of every file goes to the engine at once
-//!    ([`Engine::submit_batch`]): the workers go from one file to the next with no gap.
+//!    then every range of every file goes to the engine at once (the core's [`submit_load`],
+//!    as Python and C load: one [`Engine::submit_batch`]): the workers go from one file to the
+//!    next with no gap.
 //! 4. Tensors, bytes, seconds, GB/s, tensors/s and what ran (the path report); `--verify`
 //!    compares every tensor's bytes with a plain read of its range.
 //!
