@@ -150,3 +150,15 @@ def test_a_load_into_cuda_makes_the_tasks_of_the_same_load_into_host_memory(chec
             for n, t in got.items():
                 np.testing.assert_array_equal(t.cpu().numpy(), tensors[n])
     assert counts["cuda:0"] == counts["cpu"] == 9 + 8 + 3, counts
+
+
+def test_python_selects_by_the_core_rule_naming_every_miss(checkpoint):
+    d, _ = checkpoint
+    assert load_checkpoint(d, framework="numpy", filter=[]) == {}
+    got = load_checkpoint(d, framework="numpy", filter=["model.layers.1*", "model.layers.00.a"])
+    assert sorted(got) == ["model.layers.00.a"] + [f"model.layers.{i}.{p}"
+                                                    for i in range(10, 16) for p in "ab"]
+    with pytest.raises(KeyError, match="no tensor named 'nope'; no tensor name starts with "
+                                       "'model.layers.9'"):
+        load_checkpoint(d, framework="numpy", filter=["nope", "model.layers.00.a",
+                                                      "model.layers.9*"])

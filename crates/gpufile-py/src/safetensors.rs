@@ -194,7 +194,8 @@ impl SafetensorsCheckpoint {
 
     /// Indices into `tensors()` of the tensors selected, in checkpoint order, by the core's
     /// rule (`Checkpoint::select`): `patterns` (names, or a prefix followed by `*`; `KeyError`
-    /// naming every pattern that matches nothing), or `keep(name) -> bool`; neither: all.
+    /// naming every pattern that matches nothing; an empty list: none), or `keep(name) ->
+    /// bool`; neither: all.
     #[pyo3(signature = (patterns=None, keep=None))]
     fn select(
         &self,
@@ -204,8 +205,13 @@ impl SafetensorsCheckpoint {
     ) -> PyResult<Vec<usize>> {
         let ck = &self.inner;
         let Some(keep) = keep else {
-            let patterns = patterns.unwrap_or_default();
-            return ck.select(&patterns).map_err(|e| select_error(py, e));
+            return match patterns {
+                // An empty list selects nothing (no list selects all).
+                Some(p) if p.is_empty() => Ok(Vec::new()),
+                p => ck
+                    .select(&p.unwrap_or_default())
+                    .map_err(|e| select_error(py, e)),
+            };
         };
         let mut failed = None;
         let chosen = ck.select_where(|name| {
