@@ -1,11 +1,13 @@
 /*
- * gpufile's C++ saving (included by gpufile/gpufile.hpp): one safetensors file, or a Hugging
- * Face sharded checkpoint, from tensors in host or device memory, as gpufile_save_file and
- * gpufile_save_checkpoint write them.
+ * gpufile's C++ checkpoints (included by gpufile/gpufile.hpp): saving one safetensors file, or
+ * a Hugging Face sharded checkpoint, from tensors in host or device memory, as
+ * gpufile_save_file and gpufile_save_checkpoint write them; loading one into the caller's
+ * buffers, as gpufile_load_checkpoint (and `gpufile load`) reads it.
  *
  *   std::vector<gpufile::TensorView> t = {{"w", "F32", {1000}, ptr, 4000}};
  *   gpufile::save_file("out/model.safetensors", t, {{"format", "pt"}});
  *   gpufile::save_checkpoint("out/ck", t, "5GB", {{"step", "7"}});
+ *   gpufile::load_checkpoint("out/ck", {{"w", dst, 4000}});
  *
  * See docs/cpp.md and docs/checkpoints.md.
  */
@@ -99,6 +101,30 @@ inline void save_checkpoint(std::string const& dir,
                                         max_shard_size.c_str(),
                                         metadata.empty() ? nullptr : kv.data(),
                                         durable ? 1 : 0));
+}
+
+/** Where one tensor of a checkpoint is loaded: its name, and exactly its bytes of memory. */
+struct TensorBuffer {
+  std::string name;
+  void* data = nullptr;  // host or device memory
+  std::size_t size = 0;  // bytes: the tensor's byte length
+};
+
+/**
+ * Loads `tensors` of the checkpoint at `path` (a .safetensors file, an index, a directory of
+ * shards, or the URL of one) into their buffers, every range of every file as one batch of
+ * requests (buffers back to back in memory take tensors adjacent in a file as one request).
+ * Throws gpufile::Error (BadArgumentError for a name the checkpoint lacks or a size other than
+ * the tensor's, nothing then read).
+ */
+inline void load_checkpoint(std::string const& path, std::vector<TensorBuffer> const& tensors)
+{
+  std::vector<gpufile_tensor_buffer> rows;
+  rows.reserve(tensors.size());
+  for (auto const& t : tensors) {
+    rows.push_back(gpufile_tensor_buffer{t.name.c_str(), t.data, t.size});
+  }
+  detail::check(gpufile_load_checkpoint(path.c_str(), rows.data(), rows.size()));
 }
 
 }  // namespace gpufile

@@ -158,6 +158,17 @@ typedef struct {
   int is_write;
 } gpufile_batch_op;
 
+// Where one tensor of a checkpoint is loaded: `size` bytes at `data`, host or device memory
+// (NULL where `size` is 0), exactly the tensor's byte length.
+typedef struct {
+  // NUL-terminated UTF-8 name of the tensor.
+  const char *name;
+  // Where its bytes go.
+  void *data;
+  // Their count.
+  size_t size;
+} gpufile_tensor_buffer;
+
 // One tensor to save: its name, safetensors dtype (`"F32"`, `"BF16"`, ...), logical shape,
 // and its `size` bytes (C order) at `data`, host or device memory (NULL where `size` is 0).
 typedef struct {
@@ -576,6 +587,26 @@ gpufile_status gpufile_file_request_io_path(const gpufile_file *file,
                                             char *reason,
                                             size_t len,
                                             size_t *needed);
+
+// Loads `n` tensors of the checkpoint at `path` into the caller's buffers, as
+// `gpufile load` and `gpufile.safetensors.load_checkpoint` load them (docs/checkpoints.md):
+// `path` a `.safetensors` file, a `model.safetensors.index.json`, a directory of shards, or
+// the URL of one (`s3://`, `gs://`, `http(s)://`); every header read and validated first,
+// then every byte range of every file read as one batch of requests. Tensors adjacent in a
+// file whose buffers are back to back in memory (host memory, or one device allocation) are
+// read as one request. Blocks until every byte is in place.
+//
+// A name the checkpoint lacks, a name given twice, or a `size` other than the tensor's byte
+// length is `GPUFILE_BAD_ARGUMENT` (the message names the tensor) and reads nothing; a file
+// that breaks the format is `GPUFILE_BAD_ARGUMENT` naming the file and the tensor.
+//
+// # Safety
+// `path` is NUL-terminated; `tensors` is valid for `n` elements (NULL where `n` is 0), each
+// as [`gpufile_tensor_buffer`] describes, its memory untouched by others until the call
+// returns.
+gpufile_status gpufile_load_checkpoint(const char *path,
+                                       const gpufile_tensor_buffer *tensors,
+                                       size_t n);
 
 // Maps `initial_map_size` bytes (-1: to the end of the file) at `initial_map_offset` of
 // `path`, opened with `flags` ("r" or "r+"), as KvikIO's `MmapHandle`; `mode` is the

@@ -462,3 +462,43 @@ TEST_F(CppApi, save_checkpoint_writes_hugging_face_shards_and_an_index)
   EXPECT_THROW(gpufile::save_checkpoint(ck, bad), gpufile::BadArgumentError);
   EXPECT_EQ(support::read_file(ck + "/model.safetensors.index.json"), index);
 }
+
+TEST_F(CppApi, load_checkpoint_fills_the_callers_buffers_and_a_refusal_reads_nothing)
+{
+  // Three tensors in three shards (as the save test writes them), loaded back into buffers of
+  // one arena, back to back, and one alone.
+  std::vector<std::vector<unsigned char>> bytes;
+  std::vector<gpufile::TensorView> tensors;
+  for (int i = 0; i < 3; ++i) {
+    auto b = support::pattern(4000);
+    for (auto& c : b) { c = static_cast<unsigned char>(c + 3 * i); }
+    bytes.push_back(std::move(b));
+  }
+  for (int i = 0; i < 3; ++i) {
+    tensors.push_back(
+      {"t" + std::to_string(i), "F32", {1000}, bytes[i].data(), bytes[i].size()});
+  }
+  auto const ck = dir.file("ck");
+  gpufile::save_checkpoint(ck, tensors, "5000");
+  std::vector<unsigned char> arena(8000, 0);
+  std::vector<unsigned char> alone(4000, 0);
+  gpufile::load_checkpoint(ck, {{"t2", arena.data(), 4000},
+                                {"t0", arena.data() + 4000, 4000},
+                                {"t1", alone.data(), 4000}});
+  EXPECT_EQ(0, std::memcmp(arena.data(), bytes[2].data(), 4000));
+  EXPECT_EQ(0, std::memcmp(arena.data() + 4000, bytes[0].data(), 4000));
+  EXPECT_EQ(alone, bytes[1]);
+  // A name the checkpoint lacks, or a size other than the tensor's: an exception naming the
+  // tensor, and no byte read.
+  std::vector<unsigned char> untouched(4000, 9);
+  try {
+    gpufile::load_checkpoint(ck, {{"t0", untouched.data(), 4000}, {"nope", alone.data(), 4}});
+    ADD_FAILURE() << "no exception";
+  } catch (gpufile::BadArgumentError const& e) {
+    EXPECT_NE(std::string(e.what()).find("no tensor named \"nope\""), std::string::npos)
+      << e.what();
+  }
+  EXPECT_THROW(gpufile::load_checkpoint(ck, {{"t0", untouched.data(), 3999}}),
+               gpufile::BadArgumentError);
+  EXPECT_EQ(untouched, std::vector<unsigned char>(4000, 9));
+}

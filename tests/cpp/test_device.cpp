@@ -213,3 +213,32 @@ TEST_P(Device, kvikio_file_handle_with_device_memory_and_stream_ordered_calls)
   EXPECT_TRUE(std::equal(data.begin(), data.end(), file.begin()));
   EXPECT_TRUE(std::equal(data.begin(), data.begin() + 4096, file.begin() + data.size()));
 }
+
+TEST_P(Device, load_checkpoint_fills_device_buffers_back_to_back_in_one_allocation)
+{
+  gpufile::ScopedSettings s{{"compat_mode", GetParam()}};
+  // Three tensors of one file, loaded into one device allocation: t1 and t2 back to back
+  // (adjacent in the file too: one request), t0 after them.
+  std::vector<std::vector<unsigned char>> bytes;
+  std::vector<gpufile::TensorView> tensors;
+  for (int i = 0; i < 3; ++i) {
+    auto b = support::pattern(4000);
+    for (auto& c : b) { c = static_cast<unsigned char>(c + 5 * i); }
+    bytes.push_back(std::move(b));
+  }
+  for (int i = 0; i < 3; ++i) {
+    tensors.push_back(
+      {"t" + std::to_string(i), "U8", {4000}, bytes[i].data(), bytes[i].size()});
+  }
+  auto const file = dir.file("model.safetensors");
+  gpufile::save_file(file, tensors);
+  DeviceBuffer dev(12000);
+  dev.fill(0);
+  gpufile::load_checkpoint(file, {{"t1", dev.ptr(0), 4000},
+                                  {"t2", dev.ptr(4000), 4000},
+                                  {"t0", dev.ptr(8000), 4000}});
+  auto const got = dev.bytes();
+  EXPECT_TRUE(std::equal(bytes[1].begin(), bytes[1].end(), got.begin()));
+  EXPECT_TRUE(std::equal(bytes[2].begin(), bytes[2].end(), got.begin() + 4000));
+  EXPECT_TRUE(std::equal(bytes[0].begin(), bytes[0].end(), got.begin() + 8000));
+}

@@ -17,6 +17,7 @@ mod error;
 mod future;
 mod handles;
 mod io_path;
+mod load;
 mod mmap;
 mod remote;
 mod save;
@@ -46,6 +47,7 @@ pub use future::{
 };
 use handles::Table;
 pub use io_path::{gpufile_file_io_path, gpufile_file_request_io_path};
+pub use load::{gpufile_load_checkpoint, gpufile_tensor_buffer};
 pub use remote::{
     GPUFILE_REMOTE_AUTO, GPUFILE_REMOTE_HTTP, GPUFILE_REMOTE_S3, GPUFILE_REMOTE_S3_PRESIGNED_URL,
     GPUFILE_REMOTE_S3_PUBLIC, GPUFILE_REMOTE_WEBHDFS,

@@ -4,11 +4,13 @@
 //! How it runs:
 //! 1. [`Checkpoint::open`] reads and validates every header before a byte of data is read (a bad
 //!    file is refused, naming the file and the tensor).
-//! 2. [`Checkpoint::plan`] gives the byte ranges of the selected tensors (`--filter`), adjacent
-//!    tensors of a file merged, and where each tensor lands in one destination allocation.
+//! 2. [`Checkpoint::select`] picks the tensors (`--filter`, the core's rule) and
+//!    [`Checkpoint::plan`] gives their byte ranges, adjacent tensors of a file merged, and where
+//!    each tensor lands in one destination allocation.
 //! 3. One allocation (GPU memory, or host memory with `--host` or where no GPU can be used),
-//!    then every range of every file goes to the engine at once
-//!    ([`Engine::submit_batch`]): the workers go from one file to the next with no gap.
+//!    then every range of every file goes to the engine at once (the core's [`submit_load`],
+//!    as Python and C load: one [`Engine::submit_batch`]): the workers go from one file to the
+//!    next with no gap.
 //! 4. Tensors, bytes, seconds, GB/s, tensors/s and what ran (the path report); `--verify`
 //!    compares every tensor's bytes with a plain read of its range.
 //!
@@ -16,15 +18,18 @@
 //! times in seconds, one throughput field in decimal GB/s); an error is its error object.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpufile::formats::safetensors::{Checkpoint, FormatError, PlanOptions, ReadPlan};
+use gpufile::batch::OpBuffer;
+use gpufile::formats::safetensors::{
+    submit_load, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan, Target,
+};
 use gpufile::observe::Report;
-use gpufile::{Engine, FileHandle, IoPath, Memory, Request, Settings};
+use gpufile::{Engine, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
 use serde_json::{json, Value};
@@ -74,7 +79,9 @@ impl From<FormatError> for CliError {
                 err.message = message;
                 return err;
             }
-            FormatError::UnknownTensor { path, .. } => ("unknown-tensor", Some(path)),
+            FormatError::UnknownTensor { path, .. } | FormatError::NoMatch { path, .. } => {
+                ("unknown-tensor", Some(path))
+            }
             // As `read` refuses one.
             FormatError::NotSeekable { ref path, .. } => {
                 let mut err = CliError::new("not-a-regular-file", message).with_path(path);
@@ -115,13 +122,6 @@ impl From<gpufile_remote::CheckpointError> for CliError {
     }
 }
 
-/// Where the checkpoint's bytes are: local files (opened per load), or remote objects opened
-/// with their headers.
-enum Files {
-    Local,
-    Remote(Vec<Arc<gpufile_remote::RemoteFile>>),
-}
-
 /// An OS error of a plain read of `path` (`--verify`), the file named in the message too.
 fn os_error(path: &Path, source: std::io::Error) -> CliError {
     let mut err = CliError::from(source).with_path(path);
@@ -130,43 +130,15 @@ fn os_error(path: &Path, source: std::io::Error) -> CliError {
 }
 
 /// The selected tensors (indices into `checkpoint.entries`, each once, in checkpoint order):
-/// every tensor without `--filter`; an unknown name is an error naming the checkpoint.
+/// the core's rule ([`Checkpoint::select`]); an empty name is a usage error of `--filter`.
 fn select(checkpoint: &Checkpoint, filter: &[String]) -> Result<Vec<usize>, CliError> {
-    if filter.is_empty() {
-        return Ok((0..checkpoint.entries.len()).collect());
+    let patterns: Vec<&str> = filter.iter().map(|p| p.trim()).collect();
+    if patterns.iter().any(|p| p.is_empty()) {
+        return Err(CliError::invalid(
+            "--filter: an empty tensor name (two commas in a row?)",
+        ));
     }
-    let mut chosen = BTreeSet::new();
-    for pattern in filter.iter().map(|p| p.trim()) {
-        if pattern.is_empty() {
-            return Err(CliError::invalid(
-                "--filter: an empty tensor name (two commas in a row?)",
-            ));
-        }
-        if let Some(prefix) = pattern.strip_suffix('*') {
-            let matches: Vec<usize> = (0..checkpoint.entries.len())
-                .filter(|&i| {
-                    checkpoint
-                        .info(&checkpoint.entries[i])
-                        .name
-                        .starts_with(prefix)
-                })
-                .collect();
-            if matches.is_empty() {
-                return Err(CliError::new(
-                    "unknown-tensor",
-                    format!(
-                        "{}: no tensor name starts with {prefix:?} (--filter {pattern:?})",
-                        checkpoint.path.display()
-                    ),
-                )
-                .with_path(&checkpoint.path));
-            }
-            chosen.extend(matches);
-        } else {
-            chosen.insert(checkpoint.find(pattern)?);
-        }
-    }
-    Ok(chosen.into_iter().collect())
+    Ok(checkpoint.select(&patterns)?)
 }
 
 /// What one file of the checkpoint gave.
@@ -367,56 +339,47 @@ impl Loaded {
     }
 }
 
-/// Reads every range of `plan` into `dest` as one batch of requests; the bytes read.
+/// Reads the `selection` into `dest` as the core loads a checkpoint ([`submit_load`]: one
+/// batch of requests over every file); the bytes read.
 fn read_all(
     checkpoint: &Checkpoint,
     sources: &Files,
-    plan: &ReadPlan,
+    selection: &[usize],
     dest: &mut Destination,
     settings: &Settings,
     show_progress: bool,
     rates: Units,
 ) -> Result<u64, CliError> {
-    let mut handles: Vec<Option<FileHandle>> = vec![None; checkpoint.files.len()];
-    let mut batch = Vec::with_capacity(plan.ranges.len());
-    for r in &plan.ranges {
-        if let Files::Remote(files) = sources {
-            let source: Arc<dyn gpufile::source::Source> = files[r.file].clone();
-            let buffer = dest.buffer(r.dest as usize, r.len as usize);
-            batch.push((
-                gpufile::source::Endpoint::Read(source),
-                Request::read(buffer, r.offset),
-            ));
-            continue;
-        }
-        let file = match &handles[r.file] {
-            Some(f) => f.clone(),
-            None => {
-                let header = &checkpoint.files[r.file];
-                let f = FileHandle::open(&header.path, "r")?;
-                header.check_same_file(f.local().file())?;
-                handles[r.file] = Some(f.clone());
-                f
-            }
-        };
-        let buffer = dest.buffer(r.dest as usize, r.len as usize);
-        batch.push((
-            file.endpoint(gpufile::Direction::Read),
-            Request::read(buffer, r.offset),
-        ));
+    let len = dest.len();
+    let target = Target {
+        selection: selection.to_vec(),
+        buffer: (len > 0).then(|| OpBuffer::new(dest.buffer(0, len))),
+    };
+    // SAFETY: `dest` is neither used nor dropped until the future has been waited on below.
+    let submitted = unsafe {
+        submit_load(
+            &*Engine::global()?,
+            settings,
+            checkpoint,
+            sources,
+            std::slice::from_ref(&target),
+        )
     }
-    // SAFETY: every buffer is a range of `dest` (inside it: the plan's ranges end within
-    // `plan.total`, its size), ranges do not overlap, and `dest` is neither used nor dropped
-    // until the future has been waited on below.
-    let fut = unsafe { Engine::global()?.submit_batch(&batch, settings) }?;
-    let n = crate::progress::wait_with_progress(&fut, plan.bytes(), show_progress, rates)? as u64;
-    if n != plan.bytes() {
+    .map_err(|e| match e {
+        LoadError::Format(e) => CliError::from(e),
+        LoadError::Io(e) => CliError::from(e),
+        e => CliError::new("safetensors", e.to_string()),
+    })?;
+    let expected = submitted.bytes();
+    let n = crate::progress::wait_with_progress(&submitted.future, expected, show_progress, rates)?
+        as u64;
+    if n != expected {
         return Err(CliError::new(
             "unexpected-eof",
             format!(
                 "read {}, expected {}",
-                units::count(n as u64, "byte", "bytes"),
-                plan.bytes()
+                units::count(n, "byte", "bytes"),
+                expected
             ),
         ));
     }
@@ -426,7 +389,7 @@ fn read_all(
 /// Compares every selected tensor with a plain read of its bytes; a mismatch names the tensor.
 fn verify(
     checkpoint: &Checkpoint,
-    sources: &Files,
+    remote: Option<&[Arc<gpufile_remote::RemoteFile>]>,
     selection: &[usize],
     plan: &ReadPlan,
     dest: &Destination,
@@ -445,11 +408,11 @@ fn verify(
             want.resize(n, 0);
             got.resize(n, 0);
             let at_file = header.data_start + info.start + done;
-            match sources {
-                Files::Remote(remote) => {
+            match remote {
+                Some(remote) => {
                     remote[entry.file].read(&mut want, at_file, settings)?;
                 }
-                Files::Local => {
+                None => {
                     let file = match files.entry(entry.file) {
                         Entry::Occupied(o) => o.into_mut(),
                         Entry::Vacant(v) => {
@@ -486,12 +449,21 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
 
     let start = Instant::now();
     let url = args.path.to_str().filter(|p| gpufile_remote::is_url(p));
-    let (checkpoint, sources) = match url {
+    let (checkpoint, remote) = match url {
         Some(url) => {
             let rc = gpufile_remote::open_checkpoint(url)?;
-            (rc.checkpoint, Files::Remote(rc.files))
+            (rc.checkpoint, Some(rc.files))
         }
-        None => (Checkpoint::open(&args.path)?, Files::Local),
+        None => (Checkpoint::open(&args.path)?, None),
+    };
+    let sources = match &remote {
+        Some(files) => Files::Sources(
+            files
+                .iter()
+                .map(|f| f.clone() as Arc<dyn gpufile::source::Source>)
+                .collect(),
+        ),
+        None => Files::Local,
     };
     let header_seconds = start.elapsed().as_secs_f64();
     let selection = select(&checkpoint, &args.filter)?;
@@ -508,7 +480,7 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let largest = plan.ranges.iter().max_by_key(|r| r.len);
     let path = match largest {
         // A remote object's path is its ranged requests (the report's records say so).
-        Some(_) if matches!(sources, Files::Remote(_)) => None,
+        Some(_) if remote.is_some() => None,
         Some(r) => {
             let file = FileHandle::open(&checkpoint.files[r.file].path, "r")?;
             Some(file.io_path(dest.memory(), r.len as usize, &settings)?)
@@ -521,7 +493,7 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let bytes = read_all(
         &checkpoint,
         &sources,
-        &plan,
+        &selection,
         &mut dest,
         &settings,
         !args.json,
@@ -531,7 +503,14 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let observed = gpufile::observe::end(observation);
 
     let verified = if args.verify {
-        verify(&checkpoint, &sources, &selection, &plan, &dest, &settings)?;
+        verify(
+            &checkpoint,
+            remote.as_deref(),
+            &selection,
+            &plan,
+            &dest,
+            &settings,
+        )?;
         Some(true)
     } else {
         None
@@ -671,30 +650,14 @@ mod tests {
                 .copy_from_slice(&data[at..at + r.len as usize]);
         }
         let mut dest = Destination::Host(host);
-        verify(
-            &ck,
-            &Files::Local,
-            &selection,
-            &plan,
-            &dest,
-            &Settings::default(),
-        )
-        .unwrap();
+        verify(&ck, None, &selection, &plan, &dest, &Settings::default()).unwrap();
 
         let Destination::Host(host) = &mut dest else {
             unreachable!()
         };
         let wrong = plan.dests[1] as usize + VERIFY_CHUNK + 5;
         host[wrong] ^= 1;
-        let e = verify(
-            &ck,
-            &Files::Local,
-            &selection,
-            &plan,
-            &dest,
-            &Settings::default(),
-        )
-        .unwrap_err();
+        let e = verify(&ck, None, &selection, &plan, &dest, &Settings::default()).unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("m.safetensors")

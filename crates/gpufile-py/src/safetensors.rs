@@ -1,18 +1,22 @@
-//! Bindings of `gpufile::formats::safetensors`: validated headers and read plans (the reading
-//! itself is the `gpufile.safetensors` package's, through `CuFile.pread`); the save side: headers
+//! Bindings of `gpufile::formats::safetensors`: validated headers, read plans, selection and
+//! loading into the caller's buffers (the core's `load`: the package allocates, the core
+//! selects and reads); the save side: headers
 //! built as the reference serializer builds them, tensors written by the engine straight from
 //! their memory, and files published whole (`gpufile::publish`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use gpufile::formats::safetensors::save::write::{
     submit_files, FileToWrite, SaveError, TensorRow as CoreRow,
 };
 use gpufile::formats::safetensors::save::{checkpoint, file};
 use gpufile::formats::safetensors::save::{plan_save, SaveTensor};
-use gpufile::formats::safetensors::{Checkpoint, Dtype, FormatError, PlanOptions};
+use gpufile::formats::safetensors::{
+    submit_load, Checkpoint, Dtype, Files, FormatError, LoadError, PlanOptions, Target,
+};
+use gpufile::source::Source;
 use gpufile::{Direction, Engine};
 
 use crate::buffer::BufferView;
@@ -51,7 +55,9 @@ pub(crate) fn to_py(e: FormatError) -> PyErr {
             format!("is {what}: safetensors files are read at offsets, which {what} does not have"),
             path.to_string_lossy().into_owned(),
         )),
-        FormatError::UnknownTensor { .. } => PyKeyError::new_err(text),
+        FormatError::UnknownTensor { .. } | FormatError::NoMatch { .. } => {
+            PyKeyError::new_err(text)
+        }
         FormatError::InvalidOptions(_) => PyValueError::new_err(text),
         _ => SafetensorError::new_err(text),
     }
@@ -67,6 +73,9 @@ type PlanRows = (u64, Vec<(usize, u64, u64, u64)>, Vec<u64>);
 #[pyclass(frozen, module = "gpufile._native")]
 struct SafetensorsCheckpoint {
     inner: Checkpoint,
+    /// Where the files' bytes are: local files (opened by each load), or the remote objects
+    /// opened with their headers.
+    files: Files,
 }
 
 #[pymethods]
@@ -76,7 +85,10 @@ impl SafetensorsCheckpoint {
     #[staticmethod]
     fn open(py: Python<'_>, path: PathArg) -> PyResult<Self> {
         let inner = py.detach(|| Checkpoint::open(&path.0)).map_err(to_py)?;
-        Ok(SafetensorsCheckpoint { inner })
+        Ok(SafetensorsCheckpoint {
+            inner,
+            files: Files::Local,
+        })
     }
 
     /// Opens a checkpoint by URL (`s3://`, `gs://`, `http(s)://`, WebHDFS): a file, an index or
@@ -87,6 +99,11 @@ impl SafetensorsCheckpoint {
         let opened = py.detach(|| gpufile_remote::open_checkpoint(&url));
         match opened {
             Ok(rc) => {
+                let sources = rc
+                    .files
+                    .iter()
+                    .map(|f| f.clone() as Arc<dyn Source>)
+                    .collect();
                 let files = rc
                     .files
                     .into_iter()
@@ -95,6 +112,7 @@ impl SafetensorsCheckpoint {
                 Ok((
                     SafetensorsCheckpoint {
                         inner: rc.checkpoint,
+                        files: Files::Sources(sources),
                     },
                     files,
                 ))
@@ -173,6 +191,108 @@ impl SafetensorsCheckpoint {
     fn find(&self, name: &str) -> PyResult<usize> {
         self.inner.find(name).map_err(to_py)
     }
+
+    /// Indices into `tensors()` of the tensors selected, in checkpoint order, by the core's
+    /// rule (`Checkpoint::select`): `patterns` (names, or a prefix followed by `*`; `KeyError`
+    /// naming every pattern that matches nothing; an empty list: none), or `keep(name) ->
+    /// bool`; neither: all.
+    #[pyo3(signature = (patterns=None, keep=None))]
+    fn select(
+        &self,
+        py: Python<'_>,
+        patterns: Option<Vec<String>>,
+        keep: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<usize>> {
+        let ck = &self.inner;
+        let Some(keep) = keep else {
+            return match patterns {
+                // An empty list selects nothing (no list selects all).
+                Some(p) if p.is_empty() => Ok(Vec::new()),
+                p => ck
+                    .select(&p.unwrap_or_default())
+                    .map_err(|e| select_error(py, e)),
+            };
+        };
+        let mut failed = None;
+        let chosen = ck.select_where(|name| {
+            if failed.is_some() {
+                return false;
+            }
+            match keep.call1((name,)).and_then(|v| v.is_truthy()) {
+                Ok(k) => k,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(chosen),
+        }
+    }
+
+    /// Loads tensors into the caller's buffers: `targets` as (selection, buffer), the buffer
+    /// (host or device memory, as `CuFile.pread` takes one; `None` where the selection holds no
+    /// byte) laid out as `plan(selection)` says. Every range of every file is read as one batch
+    /// (the core's `submit_load`, GIL released); Ctrl-C stops the wait. The bytes read.
+    fn load(
+        &self,
+        py: Python<'_>,
+        targets: Vec<(Vec<usize>, Option<Bound<'_, PyAny>>)>,
+    ) -> PyResult<usize> {
+        let mut views = Vec::with_capacity(targets.len());
+        let mut core = Vec::with_capacity(targets.len());
+        for (selection, buf) in targets {
+            let buffer = match buf {
+                Some(b) => {
+                    let view = BufferView::for_request(&b, true)?;
+                    let whole = view.op_buffer();
+                    views.push(view);
+                    Some(whole)
+                }
+                None => None,
+            };
+            core.push(Target { selection, buffer });
+        }
+        let engine = Engine::global().map_err(crate::errors::to_py)?;
+        let settings = engine.shared_settings();
+        let submitted = py.detach(|| {
+            // SAFETY: `views` hold every buffer's export (host) or array object (device)
+            // until the wait below has seen every request end.
+            unsafe { submit_load(&engine, &settings, &self.inner, &self.files, &core) }
+        });
+        let submitted = submitted.map_err(|e| match e {
+            LoadError::Format(e) => to_py(e),
+            LoadError::Io(e) => crate::errors::to_py(e),
+            e => SafetensorError::new_err(e.to_string()),
+        })?;
+        let result = wait_interruptibly(py, &submitted.future);
+        drop(views);
+        result
+    }
+}
+
+/// A selection's error: `KeyError` in Python's words for patterns that match nothing
+/// (`'a'`, not `"a"`), else as [`to_py`].
+fn select_error(py: Python<'_>, e: FormatError) -> PyErr {
+    let FormatError::NoMatch { path, missing } = e else {
+        return to_py(e);
+    };
+    let quote = |s: &str| {
+        pyo3::types::PyString::new(py, s)
+            .repr()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|_| format!("{s:?}"))
+    };
+    let parts: Vec<String> = missing
+        .iter()
+        .map(|p| match p.strip_suffix('*') {
+            Some(prefix) => format!("no tensor name starts with {}", quote(prefix)),
+            None => format!("no tensor named {}", quote(p)),
+        })
+        .collect();
+    PyKeyError::new_err(format!("{}: {}", path.display(), parts.join("; ")))
 }
 
 /// A tensor to save as Python describes it: (name, dtype name, logical shape).

@@ -10,6 +10,8 @@ by CuPy say, would compete with it). Every array owns its memory, as JAX arrays 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
 import warnings
 from typing import Any
@@ -17,6 +19,18 @@ from typing import Any
 from .. import _native
 from ._checkpoint import wait_all
 from ._frameworks import device_name
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by this module's caller name the first
+    frame outside gpufile (the user's line), however deep the package's own calls go."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
+    return level
+
 
 #: A tensor to read: its (possibly partial) row, the open file, the dtype JAX gets.
 Read = tuple
@@ -172,7 +186,8 @@ def read_groups(jax: Any, groups: dict[int | None, list[Read]]) -> dict[int | No
         to = _canonical(jax, dt)
         warnings.warn(f"tensor {t.name!r} is {t.dtype}, which JAX holds as {to} while "
                       f"jax_enable_x64 is off: its values are converted as jnp.asarray converts "
-                      f"them (enable x64 to keep {t.dtype})", UserWarning, stacklevel=4)
+                      f"them (enable x64 to keep {t.dtype})", UserWarning,
+                      stacklevel=_user_stacklevel())
         value = buf.view(dt).reshape(t.shape).astype(to)
         out[dev][i] = jax.device_put(value, devices[dev])
     return out

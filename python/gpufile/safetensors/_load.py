@@ -8,37 +8,22 @@ from typing import Any, Callable, Iterable, Mapping, Union
 
 from .. import _native
 from . import _jax
-from ._checkpoint import Checkpoint, PathArg, Tensor, wait_all
+from ._checkpoint import Checkpoint, PathArg, Tensor
 from ._frameworks import DeviceLike, Framework, device_number
 
 Filter = Union[Callable[[str], bool], Iterable[str], None]
 DeviceMap = Union[Mapping[str, DeviceLike], Callable[[str], DeviceLike], None]
 
 
-def _select(ck: Checkpoint, filter: Filter) -> list[Tensor]:
+def _selected(ck: Checkpoint, filter: Filter) -> list[Tensor]:
+    """The tensors ``filter`` selects, by the core's rule (that of ``gpufile load --filter``)."""
     if filter is None:
         return list(ck.tensors)
     if callable(filter):
-        return [t for t in ck.tensors if filter(t.name)]
+        return [ck.tensors[i] for i in ck.native.select(keep=filter)]
     if isinstance(filter, (str, bytes)):
         raise TypeError("filter must be a callable or a list of tensor names, not a string")
-    # The rule of `gpufile load --filter`: a name, or a prefix followed by `*`.
-    names = list(filter)
-    wanted: set[str] = set()
-    missing = []
-    for pattern in names:
-        if isinstance(pattern, str) and pattern.endswith("*"):
-            matched = {t.name for t in ck.tensors if t.name.startswith(pattern[:-1])}
-            if not matched:
-                missing.append(f"{pattern[:-1]!r}* (no tensor name starts with {pattern[:-1]!r})")
-            wanted |= matched
-        elif pattern in ck.by_name:
-            wanted.add(pattern)
-        else:
-            missing.append(repr(pattern))
-    if missing:
-        raise KeyError(f"{ck.path}: no tensor named {', '.join(missing)}")
-    return [t for t in ck.tensors if t.name in wanted]
+    return [ck.tensors[i] for i in ck.native.select(list(filter))]
 
 
 def _placement(device: DeviceLike, device_map: DeviceMap) -> Callable[[str], int | None]:
@@ -102,7 +87,7 @@ def _load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Fil
                   device_map: DeviceMap, own_memory: bool) -> dict[str, Any]:
     fw = Framework(framework)
     ck = Checkpoint(path)
-    selected = _select(ck, filter)
+    selected = _selected(ck, filter)
     place = _placement(device, device_map)
     groups: dict[int | None, list[Tensor]] = {}
     for t in selected:
@@ -114,8 +99,8 @@ def _load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Fil
         fw.check_shape(t, dtypes[t.name], ck.files[t.file])
     views: dict[str, Any] = {}
 
-    handles = _open_files(ck, path)
     if fw.name == "flax":
+        handles = _open_files(ck, path)
         # JAX arrays own their memory (JAX has no views): each tensor is read into its own.
         try:
             arrays = _jax.read_groups(fw.mod, {
@@ -127,32 +112,29 @@ def _load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Fil
         for dev, tensors in groups.items():
             views.update((t.name, a) for t, a in zip(tensors, arrays[dev]))
         return {t.name: views[t.name] for t in selected}
-    futures: list = []
+    # Every device's memory allocated first; then the core reads every range of every file
+    # into it as one batch (one native call, the same requests as `gpufile load`).
+    targets: list[tuple[list[int], Any]] = []
+    for dev, tensors in groups.items():
+        if own_memory:
+            for t in tensors:
+                buf = fw.empty(t.nbytes, dev)
+                targets.append(([t.index], fw.io_target(buf) if t.nbytes else None))
+                views[t.name] = fw.view(buf, 0, t, dtypes[t.name])
+            continue
+        indices = [t.index for t in tensors]
+        total, _, dests = ck.native.plan(indices)
+        buf = fw.empty(total, dev)
+        targets.append((indices, fw.io_target(buf) if total else None))
+        for t, dest in zip(tensors, dests):
+            views[t.name] = fw.view(buf, dest, t, dtypes[t.name])
     try:
-        # Allocate every device's memory first, then start every read of every device and
-        # file, then wait once.
-        for dev, tensors in groups.items():
-            if own_memory:
-                for t in tensors:
-                    buf = fw.empty(t.nbytes, dev)
-                    if t.nbytes:
-                        futures.append(handles[t.file].pread(fw.io_target(buf), t.nbytes,
-                                                             t.offset))
-                    views[t.name] = fw.view(buf, 0, t, dtypes[t.name])
-                continue
-            total, ranges, dests = ck.native.plan([t.index for t in tensors])
-            buf = fw.empty(total, dev)
-            target = fw.io_target(buf)
-            for file, offset, length, dest in ranges:
-                futures.append(handles[file].pread(target[dest:dest + length], length, offset))
-            for t, dest in zip(tensors, dests):
-                views[t.name] = fw.view(buf, dest, t, dtypes[t.name])
-    finally:
-        error = wait_all(futures)
-        for h in handles:
-            h.close()
-    if error is not None:
-        raise error
+        ck.native.load(targets)
+    except (FileNotFoundError, _native.SafetensorError) as e:
+        # The core opens each file by its name and checks it is the one whose header was read.
+        if os.path.isdir(path):
+            raise _Vanished() from e
+        raise
     return {t.name: views[t.name] for t in selected}
 
 

@@ -194,6 +194,15 @@ pub enum FormatError {
         /// The name asked for.
         tensor: String,
     },
+    /// Patterns of a selection ([`super::Checkpoint::select`]) that match no tensor: a name the
+    /// checkpoint does not hold, or a `prefix*` no tensor name starts with.
+    #[error("{}: {}", path.display(), no_match(missing))]
+    NoMatch {
+        /// The checkpoint (file, index or directory).
+        path: PathBuf,
+        /// Every pattern that matched nothing, as given.
+        missing: Vec<String>,
+    },
     /// Plan options out of range.
     #[error("invalid plan options: {0}")]
     InvalidOptions(String),
@@ -241,4 +250,16 @@ impl FormatError {
             _ => None,
         }
     }
+}
+
+/// `no tensor named "a"; no tensor name starts with "b."` for the patterns `a`, `b.*`.
+fn no_match(missing: &[String]) -> String {
+    let parts: Vec<String> = missing
+        .iter()
+        .map(|p| match p.strip_suffix('*') {
+            Some(prefix) => format!("no tensor name starts with {prefix:?}"),
+            None => format!("no tensor named {p:?}"),
+        })
+        .collect();
+    parts.join("; ")
 }

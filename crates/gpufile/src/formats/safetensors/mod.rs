@@ -22,13 +22,17 @@
 //!
 //! The modules: `dtype` ([`Dtype`]), `error` ([`FormatError`]), `header` (one file's
 //! [`Header`] and its [`TensorInfo`]), `index` (a sharded checkpoint's [`Index`]), `checkpoint`
-//! ([`Checkpoint`] and its [`ReadPlan`]) and [`save`] (writing files).
+//! ([`Checkpoint`] and its [`ReadPlan`]), [`load`] (selecting tensors and reading them, as every
+//! binding does) and [`save`] (writing files).
 
 mod checkpoint;
 mod dtype;
 mod error;
 mod header;
 mod index;
+pub mod load;
+#[cfg(test)]
+mod load_tests;
 pub mod save;
 #[cfg(test)]
 mod tests;
@@ -38,6 +42,7 @@ pub use dtype::Dtype;
 pub use error::FormatError;
 pub use header::{Header, TensorInfo};
 pub use index::Index;
+pub use load::{submit_load, Files, LoadError, Submitted, Target};
 
 /// Largest header gpufile reads, as in the `safetensors` crate (100 MB): a larger length field
 /// is not a safetensors file, and would size an allocation by untrusted input.
