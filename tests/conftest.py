@@ -268,7 +268,8 @@ SKIPS_ALLOWED: dict[str, list[tuple[str, str]]] = {
     ],
     "gpu": [
         (_TWO_GPUS, "the GPU round runs on one GPU; the two-GPU tests run on a two-GPU kind"),
-        (r"^this machine has (a CUDA driver|libcufile|a GPU\b)|a CUDA device is present",
+        (r"^this machine has (a CUDA driver|libcufile|a GPU\b)|a CUDA device is present"
+         r"|on a machine without a GPU$",
          "they test what gpufile does where there is no GPU, driver or libcufile: the CPU "
          "machine runs them"),
         (r"no gpufile entry point beside this interpreter",
@@ -283,6 +284,13 @@ SKIPS_ALLOWED: dict[str, list[tuple[str, str]]] = {
          "the documentation site is built on the CPU machine (scripts/docs.sh)"),
     ],
 }
+
+
+def pytest_configure(config):
+    """A misspelt value of the run's variables stops the run before any test (even with -q,
+    where the header that shows them is not printed)."""
+    time_scale()
+    machine()
 
 
 def _skip_reason(report) -> str:
