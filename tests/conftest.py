@@ -334,13 +334,19 @@ def pytest_make_collect_report(collector):
 
 
 def _skips_not_allowed() -> list[tuple[str, str]]:
+    """The skips of this run that fail it: a reason not on the machine's list, and with
+    GPUFILE_REQUIRE_GPU=1 a whole module skipped for want of a GPU (a test's own such skip has
+    already failed it)."""
     here = machine()
-    return [(node, reason) for node, reason in _SKIPPED if skip_allowed(reason, here) is None]
+    return [(node, reason) for node, reason in _SKIPPED
+            if skip_allowed(reason, here) is None
+            or (require_gpu() and re.search(GPU_MISSING, reason))]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
-    if _skips_not_allowed() and exitstatus == pytest.ExitCode.OK:
+    if _skips_not_allowed() and exitstatus in (pytest.ExitCode.OK,
+                                               pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -352,7 +358,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                    red=True)
         for node, reason in bad:
             tr.line(f"{node}: {reason}", red=True)
-        tr.line(f"{len(bad)} skip(s) with a reason not on the list: the run fails", red=True)
+        tr.line(f"{len(bad)} skip(s) not allowed here: the run fails", red=True)
 
 
 def _shuffle_seed() -> str | None:
