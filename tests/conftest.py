@@ -265,6 +265,14 @@ SKIPS_ALLOWED: dict[str, list[tuple[str, str]]] = {
         (GPU_MISSING, "the CPU machine has no GPU: the GPU tests run on the GPU machine, where "
                       "this skip is a failure"),
         (_TWO_GPUS, "the CPU machine has no GPU, let alone two"),
+        (r"refuses O_DIRECT|takes O_DIRECT|keeps its pages \(tmpfs\?\)",
+         "what they test (O_DIRECT reads, pages evicted) does not exist on a file system that "
+         "has no O_DIRECT or keeps every page (tmpfs, some overlays), as a CI machine's "
+         "temporary folder and checkout may be; the GPU machine's ext4 disk runs them"),
+        (r"needs unshare --uts",
+         "a second host name needs root or a user namespace, which a CI runner may not grant "
+         "(Ubuntu's AppArmor restricts unprivileged user namespaces); the GPU machine runs it "
+         "as root"),
     ],
     "gpu": [
         (_TWO_GPUS, "the GPU round runs on one GPU; the two-GPU tests run on a two-GPU kind"),
