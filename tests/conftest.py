@@ -247,10 +247,10 @@ def require_gpu() -> bool:
 
 def machine() -> str:
     """GPUFILE_TEST_MACHINE: which allow-list of skip reasons applies (cpu by default)."""
-    machine = os.environ.get("GPUFILE_TEST_MACHINE", "").strip() or "cpu"
-    if machine not in SKIPS_ALLOWED:
-        raise pytest.UsageError(f"GPUFILE_TEST_MACHINE={machine!r}: cpu or gpu")
-    return machine
+    name = os.environ.get("GPUFILE_TEST_MACHINE", "").strip() or "cpu"
+    if name not in SKIPS_ALLOWED:
+        raise pytest.UsageError(f"GPUFILE_TEST_MACHINE={name!r}: cpu or gpu")
+    return name
 
 
 # The skips a run may have, per machine: (a pattern searched for in the skip reason, why such a
@@ -359,9 +359,13 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    tr = terminalreporter
+    seed = _shuffle_seed()
+    if seed is not None:  # also where -q left the header out
+        tr.line(f"test order shuffled with GPUFILE_TEST_SHUFFLE={seed}: the same seed gives the "
+                f"same order")
     bad = _skips_not_allowed()
     if bad:
-        tr = terminalreporter
         tr.section(f"skips not allowed on the {machine()} machine (conftest.SKIPS_ALLOWED)",
                    red=True)
         for node, reason in bad:
