@@ -1,6 +1,9 @@
 import ctypes
 import functools
+import math
 import os
+import random
+import re
 import subprocess
 import sys
 
@@ -75,14 +78,66 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
                           text=True, timeout=120)
 
 
+NOBODY = 65534  # the unprivileged user and group of Debian and most distributions
+
+
+def without_root(fn) -> None:
+    """Runs ``fn()`` as a user that file permission bits apply to: here where this process is not
+    root, else in a forked child that drops root first (uid and gid 65534, no groups, so no
+    capability either); a failure or exception in the child fails the test with its traceback."""
+    import traceback
+
+    if os.geteuid() != 0:
+        fn()
+        return
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            fn()
+        except BaseException:
+            status = 1
+            os.write(w, traceback.format_exc().encode())
+        finally:
+            os._exit(status)
+    os.close(w)
+    with os.fdopen(r, "rb") as pipe:
+        out = pipe.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        pytest.fail(f"as uid {NOBODY} (dropped from root in a forked child):\n{out}",
+                    pytrace=False)
+
+
+@pytest.fixture
+def open_tmp_path():
+    """A fresh folder every user may look into (pytest's tmp_path sits in root's private
+    folder), for files a test opens after dropping root (without_root)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    d = tempfile.mkdtemp(prefix="gpufile-test-")
+    os.chmod(d, 0o755)
+    try:
+        yield Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 TMP_PREFIX = ".gpufile-tmp-"
 
 
 def interrupt_when(started, code: str, what: str) -> tuple[str, str, float]:
     """Runs ``code`` in a Python subprocess and sends it SIGINT 0.3 s after ``started`` is set
     (the request it waits for has reached the server): (its stdout, stderr, seconds from SIGINT
-    to exit). Fails the test when it is still running 20 s after the signal (``what`` says
-    doing what)."""
+    to exit). Fails the test when it is still running 20 s (times time_scale()) after the
+    signal (``what`` says doing what)."""
     import signal
     import time
 
@@ -94,11 +149,11 @@ def interrupt_when(started, code: str, what: str) -> tuple[str, str, float]:
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         try:
-            out, err = proc.communicate(timeout=20)
+            out, err = proc.communicate(timeout=20 * time_scale())
         except subprocess.TimeoutExpired:
             out = err = None
         if out is None:
-            pytest.fail(f"still {what} 20 s after Ctrl-C")
+            pytest.fail(f"still {what} {20 * time_scale():g} s after Ctrl-C")
         return out.decode(), err.decode(), time.monotonic() - sent
     finally:
         if proc.poll() is None:
@@ -163,3 +218,199 @@ def moto_endpoint():
     server.start()
     yield f"http://127.0.0.1:{port}"
     server.stop()
+
+
+# --- How the run is judged: time limits, GPU tests that must run, allowed skips, shuffled order.
+# The variables are the interface scripts/test.sh, .ci/run and scripts/device_round.sh use.
+
+
+@functools.cache
+def time_scale() -> float:
+    """The factor every wall-clock limit in the tests is multiplied by: GPUFILE_TEST_TIME_SCALE
+    (default 1), raised on a slow or loaded machine, where a fixed 50 ms or 1 s limit fails for
+    want of a core and not for a fault of gpufile's."""
+    raw = os.environ.get("GPUFILE_TEST_TIME_SCALE", "").strip() or "1"
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = math.nan
+    if not (math.isfinite(scale) and scale > 0):
+        raise pytest.UsageError(f"GPUFILE_TEST_TIME_SCALE={raw!r}: a number above 0, e.g. 3")
+    return scale
+
+
+def require_gpu() -> bool:
+    """GPUFILE_REQUIRE_GPU=1 (on the GPU machine): a test skipped for want of a GPU, a CUDA
+    driver or CuPy fails instead, showing the reason it would have skipped with."""
+    return os.environ.get("GPUFILE_REQUIRE_GPU", "").strip() not in ("", "0")
+
+
+def machine() -> str:
+    """GPUFILE_TEST_MACHINE: which allow-list of skip reasons applies (cpu by default)."""
+    name = os.environ.get("GPUFILE_TEST_MACHINE", "").strip() or "cpu"
+    if name not in SKIPS_ALLOWED:
+        raise pytest.UsageError(f"GPUFILE_TEST_MACHINE={name!r}: cpu or gpu")
+    return name
+
+
+# The skips a run may have, per machine: (a pattern searched for in the skip reason, why such a
+# skip is no gap on that machine). Any other skip fails the run, listed at its end, so that a
+# test which silently stopped running (a missing package, a fixture that cannot start) is seen.
+# A skip for want of a GPU (GPU_MISSING) is also what GPUFILE_REQUIRE_GPU=1 turns into a failure.
+GPU_MISSING = (r"\bno GPU\b|no CUDA device|CuPy is not installed|CuPy cannot use the GPU"
+               r"|JAX has no GPU backend")
+_TWO_GPUS = r"needs (2|two)( or more)? GPUs"
+SKIPS_ALLOWED: dict[str, list[tuple[str, str]]] = {
+    "cpu": [
+        (GPU_MISSING, "the CPU machine has no GPU: the GPU tests run on the GPU machine, where "
+                      "this skip is a failure"),
+        (_TWO_GPUS, "the CPU machine has no GPU, let alone two"),
+        (r"refuses O_DIRECT|takes O_DIRECT|keeps its pages \(tmpfs\?\)",
+         "what they test (O_DIRECT reads, pages evicted) does not exist on a file system that "
+         "has no O_DIRECT or keeps every page (tmpfs, some overlays), as a CI machine's "
+         "temporary folder and checkout may be; the GPU machine's ext4 disk runs them"),
+        (r"needs unshare --uts",
+         "a second host name needs root or a user namespace, which a CI runner may not grant "
+         "(Ubuntu's AppArmor restricts unprivileged user namespaces); the GPU machine runs it "
+         "as root"),
+    ],
+    "gpu": [
+        (_TWO_GPUS, "the GPU round runs on one GPU; the two-GPU tests run on a two-GPU kind"),
+        (r"^this machine has (a CUDA driver|libcufile|a GPU\b)|a CUDA device is present"
+         r"|on a machine without a GPU$",
+         "they test what gpufile does where there is no GPU, driver or libcufile: the CPU "
+         "machine runs them"),
+        (r"no gpufile entry point beside this interpreter",
+         "the round installs the wheel with pip --target, which writes no console script; the "
+         "CLI runs there as python -m gpufile, and the entry point is tested on the CPU machine"),
+        (r"no libgpufile\.so under .*cargo test",
+         "the GPU machine has no Rust toolchain to build the C library; the CPU machine runs it"),
+        (r"the C and C\+\+ section needs .*cargo",
+         "the README's C/C++ section builds with cargo, which the GPU machine lacks; the CPU "
+         "machine runs it"),
+        (r"^mkdocs is not installed here",
+         "the documentation site is built on the CPU machine (scripts/docs.sh)"),
+    ],
+}
+
+
+def pytest_configure(config):
+    """A misspelt value of the run's variables stops the run before any test (even with -q,
+    where the header that shows them is not printed)."""
+    time_scale()
+    machine()
+
+
+def _skip_reason(report) -> str:
+    """The reason a skipped report gives (pytest keeps it as "Skipped: REASON")."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def skip_allowed(reason: str, machine: str) -> str | None:
+    """Why a skip with `reason` is allowed on `machine`, or None where it is not."""
+    for pattern_, why in SKIPS_ALLOWED[machine]:
+        if re.search(pattern_, reason):
+            return why
+    return None
+
+
+_SKIPPED: list[tuple[str, str]] = []  # (node id, reason) of every skip in this run
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report)
+        if require_gpu() and re.search(GPU_MISSING, reason):
+            report.outcome = "failed"
+            report.longrepr = (f"GPUFILE_REQUIRE_GPU=1, and this test would have skipped for "
+                               f"want of a GPU: {reason}")
+        else:
+            _SKIPPED.append((report.nodeid, reason))
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    if report.skipped:  # a whole module skipped (importorskip, allow_module_level)
+        _SKIPPED.append((report.nodeid, _skip_reason(report)))
+    return report
+
+
+def _skips_not_allowed() -> list[tuple[str, str]]:
+    """The skips of this run that fail it: a reason not on the machine's list, and with
+    GPUFILE_REQUIRE_GPU=1 a whole module skipped for want of a GPU (a test's own such skip has
+    already failed it)."""
+    here = machine()
+    return [(node, reason) for node, reason in _SKIPPED
+            if skip_allowed(reason, here) is None
+            or (require_gpu() and re.search(GPU_MISSING, reason))]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    if _skips_not_allowed() and exitstatus in (pytest.ExitCode.OK,
+                                               pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    tr = terminalreporter
+    seed = _shuffle_seed()
+    if seed is not None:  # also where -q left the header out
+        tr.line(f"test order shuffled with GPUFILE_TEST_SHUFFLE={seed}: the same seed gives the "
+                f"same order")
+    bad = _skips_not_allowed()
+    if bad:
+        tr.section(f"skips not allowed on the {machine()} machine (conftest.SKIPS_ALLOWED)",
+                   red=True)
+        for node, reason in bad:
+            tr.line(f"{node}: {reason}", red=True)
+        tr.line(f"{len(bad)} skip(s) not allowed here: the run fails", red=True)
+
+
+def _shuffle_seed() -> str | None:
+    seed = os.environ.get("GPUFILE_TEST_SHUFFLE", "").strip()
+    return seed or None
+
+
+def pytest_report_header(config):
+    lines = [f"gpufile: GPUFILE_TEST_MACHINE={machine()}, "
+             f"GPUFILE_REQUIRE_GPU={int(require_gpu())}, GPUFILE_TEST_TIME_SCALE={time_scale():g}"]
+    seed = _shuffle_seed()
+    if seed is not None:
+        lines.append(f"gpufile: test order shuffled with GPUFILE_TEST_SHUFFLE={seed} "
+                     f"(the same seed gives the same order)")
+    return lines
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """GPUFILE_TEST_SHUFFLE=SEED: the modules in an order drawn from SEED, and each module's
+    tests too, so that a test that passes only after another is found. A module's tests stay
+    together (its module-scoped fixtures, servers among them, start once), and so do a class's."""
+    seed = _shuffle_seed()
+    if seed is None:
+        return
+    rng = random.Random(seed)
+    modules: dict[str, dict[object, list]] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        # a class's tests are one block; every other test a block of its own
+        cls = getattr(item, "cls", None)
+        key = cls if cls is not None else item.nodeid
+        modules.setdefault(module, {}).setdefault(key, []).append(item)
+    order = list(modules)
+    rng.shuffle(order)
+    shuffled = []
+    for module in order:
+        blocks = list(modules[module].values())
+        rng.shuffle(blocks)
+        for block in blocks:
+            rng.shuffle(block)
+            shuffled.extend(block)
+    items[:] = shuffled

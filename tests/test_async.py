@@ -21,6 +21,20 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def _io_workers() -> int:
+    """gpufile's I/O workers alive in this process (threads named gpufile-io-N). The pool grows
+    to the largest num_threads any request of the process asked for and never shrinks, so after
+    a test that raised num_threads there are more of them than the setting says."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().startswith("gpufile-io-")
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return n
+
+
 @pytest.fixture
 def data_file(tmp_path):
     data = np.random.default_rng(7).integers(0, 256, 10_000 * 4096, dtype=np.uint8)
@@ -191,7 +205,6 @@ def test_await_ten_thousand_futures_without_a_thread_each(data_file, no_faults):
     path, data = data_file
     n = 10_000
     out = np.zeros(n * 4096, dtype=np.uint8)
-    workers = gpufile.defaults.get("num_threads")
 
     async def main(f):
         futs = [f.pread(out[i * 4096:(i + 1) * 4096], file_offset=i * 4096) for i in range(n)]
@@ -205,6 +218,10 @@ def test_await_ten_thousand_futures_without_a_thread_each(data_file, no_faults):
 
     with gpufile.CuFile(path) as f:
         f.pread(np.empty(4096, dtype=np.uint8)).get()  # the workers exist before counting
+        # Every worker takes one of the reads, however many an earlier test left (not
+        # num_threads: see _io_workers).
+        workers = _io_workers()
+        assert workers >= gpufile.defaults.get("num_threads")
         before = _threads()
         peak = [before]
         stop = threading.Event()

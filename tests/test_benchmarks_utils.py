@@ -1,12 +1,12 @@
 """gpufile.benchmarks.utils: the helpers KvikIO's benchmark scripts import, at KvikIO's place."""
 
 import argparse
-import os
 import pathlib
 
 import pytest
 
 from gpufile.benchmarks import utils
+from conftest import without_root
 
 
 def test_parse_directory_takes_a_directory_and_passes_none_through(tmp_path):
@@ -36,7 +36,9 @@ def test_pprint_sys_info_prints_what_the_figures_depend_on(capsys):
     assert lines[-1].split("|")[1].strip() in ("ON", "OFF", "AUTO")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="as root it would drop this machine's page cache")
 def test_drop_vm_cache_without_root_says_why():
-    with pytest.raises(PermissionError, match="needs root"):
-        utils.drop_vm_cache()
+    def check():  # as root it would drop this machine's page cache
+        with pytest.raises(PermissionError, match="needs root"):
+            utils.drop_vm_cache()
+
+    without_root(check)

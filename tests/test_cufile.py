@@ -24,11 +24,26 @@ HAVE_CUFILE = _loads("libcufile.so.0") or bool(gpufile._cufile_dirs())
 HAVE_CUDA = _loads("libcuda.so.1")
 
 
-@pytest.mark.skipif(HAVE_CUFILE, reason="this machine has libcufile")
+NO_CUFILE = """
+import json, gpufile
+gpufile._native.cufile_set_search_dirs([])  # as if no nvidia wheel were installed
+from gpufile import cufile_driver
+print(json.dumps([cufile_driver.libcufile_version(), *cufile_driver.library()]))
+"""
+
+
 def test_no_cufile_means_version_0_0_and_a_reason():
-    assert cufile_driver.libcufile_version() == (0, 0)
-    ok, why = cufile_driver.library()
-    assert not ok and "libcufile.so.0" in why
+    """Where libcufile is nowhere gpufile looks: version (0, 0) and a reason naming it. Run in a
+    fresh interpreter that does not search site-packages' nvidia folders, where torch's CUDA
+    wheels put a libcufile even on a machine without a GPU."""
+    r = run_python(NO_CUFILE, {"LD_LIBRARY_PATH": "", "CUDA_HOME": "/nonexistent"})
+    assert r.returncode == 0, r.stderr
+    version, ok, why = json.loads(r.stdout.splitlines()[-1])
+    if ok:
+        pytest.skip(f"this machine has libcufile where the system loader or /usr/local/cuda "
+                    f"finds it ({why})")
+    assert version == [0, 0]
+    assert "libcufile.so.0" in why, why
 
 
 def test_gpufile_cufile_path_is_tried_first(tmp_path):

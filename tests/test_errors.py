@@ -1,10 +1,10 @@
 import io
-import os
 
 import numpy as np
 import pytest
 
 import gpufile
+from conftest import without_root
 
 
 def test_missing_file_is_filenotfounderror(tmp_path):
@@ -20,14 +20,17 @@ def test_directory_is_isadirectoryerror(tmp_path):
         gpufile.CuFile(tmp_path)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permission bits")
-def test_no_permission_is_permissionerror(tmp_path):
-    p = tmp_path / "locked.bin"
+def test_no_permission_is_permissionerror(open_tmp_path):
+    p = open_tmp_path / "locked.bin"
     p.write_bytes(b"x")
     p.chmod(0)
-    with pytest.raises(PermissionError) as e:
-        gpufile.CuFile(p)
-    assert e.value.errno == 13 and e.value.filename == str(p)
+
+    def check():  # not as root, which ignores permission bits
+        with pytest.raises(PermissionError) as e:
+            gpufile.CuFile(p)
+        assert e.value.errno == 13 and e.value.filename == str(p)
+
+    without_root(check)
 
 
 @pytest.mark.parametrize("flags", ["rw", "a", "x", "", "r++", "R"])

@@ -9,11 +9,13 @@ from gpufile import defaults
 from conftest import pattern
 
 
-@pytest.mark.parametrize("nbytes", [0, 1, 4095, 4096, 4097, 10 * 1024**2 + 3])
-@pytest.mark.parametrize("task_size", [199, 1024, 4 * 1024**2])
+# Every size with every task size, but 10 MiB in tasks of 199 bytes: 50k tasks test nothing
+# that 1 MiB does not.
+@pytest.mark.parametrize("task_size,nbytes", [
+    (t, n) for t in [199, 1024, 4 * 1024**2] for n in [0, 1, 4095, 4096, 4097, 10 * 1024**2 + 3]
+    if not (n > 1 << 20 and t == 199)
+])
 def test_round_trip_sizes_and_task_sizes(tmp_path, nbytes, task_size):
-    if nbytes > 1 << 20 and task_size == 199:
-        pytest.skip("50k tasks of 199 bytes test nothing 1 MiB does not")
     data = pattern(nbytes, nbytes)
     path = tmp_path / "f.bin"
     with gpufile.CuFile(path, "w") as f:
@@ -258,3 +260,20 @@ def test_dlpack_cpu_export_read_only_or_strided_is_refused(tmp_path):
     assert not ro.any() and not strided.any()
     with gpufile.CuFile(tmp_path / "w.bin", "w") as f:  # a read-only source is fine
         assert f.write(DlpackOnly(ro)) == 1024
+
+
+def test_torch_cpu_tensors_are_host_memory(tmp_path):
+    """A CPU tensor has no buffer protocol: it comes through DLPack as kDLCPU memory (no GPU
+    needed: torch's CPU tensors, beside the kDLCPU tests with NumPy here)."""
+    torch = pytest.importorskip("torch")
+    data = pattern((1 << 20) + 7, 12)
+    path = tmp_path / "c.bin"
+    data.tofile(path)
+    t = torch.empty(data.size, dtype=torch.uint8)
+    with gpufile.CuFile(path) as f:
+        assert f.io_path_for(t)[0] == "gpufile-posix"
+        assert f.read(t) == data.size
+    np.testing.assert_array_equal(t.numpy(), data)
+    with gpufile.CuFile(tmp_path / "w.bin", "w") as f:
+        assert f.write(t[1:]) == data.size - 1
+    assert (tmp_path / "w.bin").read_bytes() == data[1:].tobytes()

@@ -16,7 +16,7 @@ import pytest
 
 import gpufile
 from gpufile import cufile_driver, defaults
-from conftest import gpu_reason  # noqa: E402
+from conftest import gpu_reason, without_root  # noqa: E402
 
 
 def _cuda_loads() -> bool:
@@ -125,14 +125,17 @@ def test_directory_is_isadirectoryerror_and_runtimeerror(tmp_path):
     assert isinstance(e.value, RuntimeError)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permission bits")
-def test_no_permission_is_permissionerror_and_runtimeerror(tmp_path):
-    p = tmp_path / "locked.bin"
+def test_no_permission_is_permissionerror_and_runtimeerror(open_tmp_path):
+    p = open_tmp_path / "locked.bin"
     p.write_bytes(b"x")
     p.chmod(0)
-    with pytest.raises(PermissionError, match="Unable to open file") as e:
-        gpufile.CuFile(p)
-    assert isinstance(e.value, RuntimeError) and e.value.errno == 13
+
+    def check():  # not as root, which ignores permission bits
+        with pytest.raises(PermissionError, match="Unable to open file") as e:
+            gpufile.CuFile(p)
+        assert isinstance(e.value, RuntimeError) and e.value.errno == 13
+
+    without_root(check)
 
 
 def test_wrong_mode_is_unsupportedoperation_and_runtimeerror(tmp_path):
@@ -264,11 +267,9 @@ def test_cufile_driver_names_without_touching_cufile():
 
 def _libcufile_loads() -> bool:
     """Whether a libcufile.so.0 loads from where gpufile looks: the NVIDIA wheels' folders of
-    site-packages, then the system loader."""
-    import site
-
-    dirs = [os.path.join(p, "nvidia", d, "lib") for p in site.getsitepackages()
-            for d in ("cu13", "cufile")]
+    sys.path (gpufile._cufile_dirs: site-packages, and those a .pth file or PYTHONPATH adds),
+    then the system loader."""
+    dirs = gpufile._cufile_dirs()
     for name in [os.path.join(d, "libcufile.so.0") for d in dirs] + ["libcufile.so.0"]:
         try:
             ctypes.CDLL(name)

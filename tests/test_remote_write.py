@@ -18,7 +18,7 @@ import pytest
 import gpufile
 from gpufile._http_server import LocalHttpServer
 import conftest
-from conftest import pattern, set_s3_env
+from conftest import pattern, set_s3_env, time_scale
 
 RET = gpufile.RemoteEndpointType
 MiB = 1 << 20
@@ -359,7 +359,7 @@ def test_ctrl_c_during_a_write_aborts_the_multipart_upload(s3, proxy):
     """)
     out, err, elapsed = conftest.interrupt_when(started, script, "uploading")
     assert "KeyboardInterrupt" in out, (out, err)
-    assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+    assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
     assert [m for m, p, _ in log if m == "DELETE" and "uploadId" in p], "no AbortMultipartUpload"
     assert uploads_left(client) == []
     assert absent(client, "interrupted.bin")
@@ -597,7 +597,7 @@ def test_ctrl_c_stops_a_close_whose_put_gets_no_answer():
     finally:
         server.close()
     assert server.requests == ["PUT /o.bin HTTP/1.1"]
-    assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+    assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
     assert "KeyboardInterrupt: close() was interrupted before the server answered: the object " \
            "is not known to be made; the server may still store what it received" in out, (out, err)
     assert "KeyboardInterrupt" in err  # raised on, out of the script
@@ -628,7 +628,7 @@ def test_ctrl_c_stops_a_close_whose_completion_gets_no_answer_and_abort_cleans_u
         out, err, elapsed = interrupt_when(
             arrived, open=f'gpufile.RemoteFile.open_s3("bkt", "stalled.bin", aws_endpoint_url="{url}", mode="w")',
             size=6 * MiB, call="close", after='f.abort(); print("aborted", flush=True)')
-        assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+        assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
         assert "S3 holds an incomplete multipart upload (its parts stored) until abort() removes it" \
                in out, (out, err)
         assert "second close: RuntimeError: close() was interrupted" in out
@@ -648,7 +648,7 @@ def test_ctrl_c_stops_an_abort_that_gets_no_answer_and_a_second_abort_sends_it(s
         out, err, elapsed = interrupt_when(
             arrived, open=f'gpufile.RemoteFile.open_s3("bkt", "gone.bin", aws_endpoint_url="{url}", mode="w")',
             size=6 * MiB, call="abort", after='f.abort(); print("aborted again", flush=True)')
-        assert elapsed < 5.0, f"Ctrl-C took {elapsed:.2f} s"
+        assert elapsed < 5.0 * time_scale(), f"Ctrl-C took {elapsed:.2f} s"
         assert "KeyboardInterrupt: abort() was interrupted before the server answered " \
                "AbortMultipartUpload: the multipart upload may still be there" in out, (out, err)
         assert "second close: RuntimeError: abort() was interrupted" in out

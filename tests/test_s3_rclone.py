@@ -43,6 +43,11 @@ def rclone_endpoint(tmp_path_factory):
     proc = subprocess.Popen(
         [exe, "serve", "s3", "--addr", f"127.0.0.1:{port}", "--auth-key", f"{KEY_ID},{SECRET}",
          "--auth-key", f"{ROTATED_KEY_ID},{ROTATED_SECRET}",
+         # The tests put objects straight into the served folder (data / "bkt" / NAME), which
+         # rclone's VFS sees only once its listing of the folder is out of date: 5 min by
+         # default, so a test that made it list the bucket first hid the next test's object (a
+         # 404). No cached listing: each request looks at the folder as it is.
+         "--dir-cache-time", "0s", "--poll-interval", "0",
          "--log-level", "ERROR", str(root / "data")],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )

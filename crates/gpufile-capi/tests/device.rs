@@ -10,13 +10,12 @@ use gpufile_core::cuda;
 
 #[path = "../../gpufile/tests/common/gpu.rs"]
 mod gpu;
-use gpu::gpu;
+use gpu::require_gpu;
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn device_memory_is_read_into_and_a_size_past_its_allocation_refused() {
-    if !gpu() {
-        return;
-    }
+    require_gpu();
     let len = 3 << 20;
     let want: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
     let dir = tempfile::tempdir().expect("a temporary folder");

@@ -1,6 +1,7 @@
 //! Device memory from Rust alone: gpufile's POSIX path (the bounce executor), the cuFile
-//! executor and the CUDA wrappers. Each test returns early (and says why) where no CUDA device
-//! is usable, as on CI, and the cuFile ones also where cuFile cannot be used.
+//! executor and the CUDA wrappers. Each test is ignored unless asked for (`--include-ignored`,
+//! on the GPU machine), and fails there where no CUDA device is usable, or, for the cuFile
+//! ones, where cuFile cannot be used.
 
 use std::io::Write;
 
@@ -16,13 +17,12 @@ mod common;
 #[path = "common/gpu.rs"]
 mod gpu;
 use common::{pattern, submit};
-use gpu::{gpu, on_posix_path};
+use gpu::{on_posix_path, require_gpu};
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn device_read_write_round_trip_with_offsets() {
-    if !gpu() {
-        return;
-    }
+    require_gpu();
     let settings = on_posix_path();
     let data = pattern((9 << 20) + 5, 1);
     let mut f = tempfile::NamedTempFile::new().unwrap();
@@ -51,10 +51,9 @@ fn device_read_write_round_trip_with_offsets() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn classify_knows_device_and_host_memory() {
-    if !gpu() {
-        return;
-    }
+    require_gpu();
     let dev = DeviceBuffer::new(4096, 0).unwrap();
     let info = cuda::classify(dev.addr() + 10).unwrap();
     assert_eq!(info.kind, cuda::MemoryKind::Device);
@@ -106,10 +105,9 @@ fn read_to_device(
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn bounce_reads_awkward_sizes_offsets_and_buffers() {
-    if !gpu() {
-        return;
-    }
+    require_gpu();
     let data = pattern((3 << 20) + 4097, 7);
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(&data).unwrap();
@@ -141,10 +139,9 @@ fn bounce_reads_awkward_sizes_offsets_and_buffers() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn bounce_writes_awkward_sizes_and_offsets() {
-    if !gpu() {
-        return;
-    }
+    require_gpu();
     let data = pattern((2 << 20) + 333, 9);
     let dev = DeviceBuffer::new(data.len(), 0).unwrap();
     dev.copy_from_host(0, &data).unwrap();
@@ -208,37 +205,86 @@ fn scratch_dir() -> &'static std::path::Path {
     dir
 }
 
-/// A file holding `data` on the build's disk (cuFile refuses tmpfs, where `/tmp` may be),
-/// or `None` where cuFile cannot be used for it here (says why): no GPU, no cuFile, or a disk
-/// cuFile does not register (it needs udev's entry for the disk; see DEVICE.md).
-fn cufile_file(data: &[u8]) -> Option<tempfile::NamedTempFile> {
-    if !gpu() {
-        return None;
-    }
+/// A file holding `data` on the build's disk (cuFile refuses tmpfs, where `/tmp` may be), that
+/// cuFile registers, and what keeps it registrable. Panics (the test fails) where cuFile cannot
+/// be used: no GPU, no libcufile, or a disk it does not register. cuFile needs udev's entry for
+/// the disk (see DEVICE.md): where it is missing and the test runs as root, as on the GPU
+/// machine, the test writes it (the two properties udevd would have) for as long as a test here
+/// needs it.
+fn cufile_file(data: &[u8]) -> (tempfile::NamedTempFile, UdevEntry) {
+    require_gpu();
     if let Availability::Unavailable(why) = cufile::availability() {
-        eprintln!("skipped: cuFile cannot be used: {why}");
-        return None;
+        panic!("cuFile cannot be used here, and this test needs it: {why}");
     }
     let mut f = tempfile::NamedTempFile::new_in(scratch_dir()).unwrap();
     f.write_all(data).unwrap();
     f.flush().unwrap();
+    let udev = UdevEntry::for_file(f.path());
     let file = std::fs::File::open(f.path()).unwrap();
     use std::os::fd::AsRawFd;
-    match RegisteredFile::register(file.as_raw_fd()) {
-        Ok(_) => Some(f),
-        Err(e) => {
-            eprintln!("skipped: cuFile refuses this file: {e}");
-            None
+    if let Err(e) = RegisteredFile::register(file.as_raw_fd()) {
+        panic!("cuFile refuses the test file ({e}); {}", udev.what);
+    }
+    (f, udev)
+}
+
+/// udev's database entry for a file's disk while a test needs it: written by the first test (as
+/// root, where it is missing), removed when the last one ends.
+struct UdevEntry {
+    path: std::path::PathBuf,
+    /// What was done about the entry (said when cuFile still refuses the file).
+    what: String,
+}
+
+/// How many tests hold the entry this process wrote (`None`: it wrote none).
+static UDEV_USERS: std::sync::Mutex<Option<usize>> = std::sync::Mutex::new(None);
+
+impl UdevEntry {
+    fn for_file(file: &std::path::Path) -> UdevEntry {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(file).unwrap().dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let path = std::path::PathBuf::from(format!("/run/udev/data/b{major}:{minor}"));
+        let mut users = UDEV_USERS.lock().unwrap_or_else(|e| e.into_inner());
+        let what = if let Some(n) = users.as_mut() {
+            *n += 1;
+            format!("{} written by this test binary", path.display())
+        } else if path.exists() {
+            format!("{} exists", path.display())
+        } else {
+            let written = std::fs::create_dir_all(path.parent().unwrap()).and_then(|()| {
+                std::fs::write(&path, "E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=ext4\n")
+            });
+            match written {
+                Ok(()) => {
+                    *users = Some(1);
+                    format!("{} written by this test binary", path.display())
+                }
+                Err(e) => format!("{} is missing and cannot be written ({e})", path.display()),
+            }
+        };
+        UdevEntry { path, what }
+    }
+}
+
+impl Drop for UdevEntry {
+    fn drop(&mut self) {
+        let mut users = UDEV_USERS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = users.as_mut() {
+            *n -= 1;
+            if *n == 0 {
+                let _ = std::fs::remove_file(&self.path);
+                *users = None;
+            }
         }
     }
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn cufile_executor_reads_and_writes_with_offsets() {
     let data = pattern((5 << 20) + 11, 3);
-    let Some(f) = cufile_file(&data) else {
-        return;
-    };
+    let (f, _udev) = cufile_file(&data);
     // OFF: cuFile or an error, never gpufile's POSIX path.
     let settings = Settings {
         compat_mode: CompatMode::Off,
@@ -261,11 +307,10 @@ fn cufile_executor_reads_and_writes_with_offsets() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn registered_file_returns_counts_and_typed_errors() {
     let data = pattern(10_000, 5);
-    let Some(f) = cufile_file(&data) else {
-        return;
-    };
+    let (f, _udev) = cufile_file(&data);
     let file = std::fs::File::open(f.path()).unwrap();
     use std::os::fd::AsRawFd;
     let reg = RegisteredFile::register(file.as_raw_fd()).unwrap();
@@ -297,10 +342,9 @@ fn registered_file_returns_counts_and_typed_errors() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn pinned_copies_on_a_stream_round_trip() {
-    if !gpu() {
-        return;
-    }
+    require_gpu();
     let ctx = cuda::primary_context(0).unwrap();
     assert_eq!(
         cuda::primary_context(0).unwrap(),
@@ -340,10 +384,9 @@ fn pinned_copies_on_a_stream_round_trip() {
 }
 
 #[test]
+#[ignore = "needs a GPU: run with --include-ignored on the GPU machine"]
 fn device_buffer_refuses_ranges_outside_it() {
-    if !gpu() {
-        return;
-    }
+    require_gpu();
     let dev = DeviceBuffer::new(4096, 0).unwrap();
     let mut big = vec![0u8; 4097];
     for e in [

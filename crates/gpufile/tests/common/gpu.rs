@@ -1,22 +1,25 @@
 //! Helpers of the tests that need a CUDA device. gpufile's GPU tests and the C API's include this
 //! file by path, so it names the core crate `gpufile_core`, as the C API does (its own crate is
 //! `gpufile`); gpufile's tests bring that name in with `extern crate gpufile as gpufile_core`.
+//!
+//! Every such test is `#[ignore = "needs a GPU: ..."]`: `cargo test` lists it as ignored, not
+//! passed, where there is no GPU, and the GPU machine runs it with `--include-ignored`, where a
+//! missing device fails it (see [`require_gpu`]) instead of passing without running.
 
 use gpufile_core::cuda;
 
-/// Whether a CUDA device is usable; where not, says why the test is skipped and the test returns
-/// early (as on CI).
-pub fn gpu() -> bool {
+/// Panics (fails the test) unless a CUDA device is usable, saying why not.
+pub fn require_gpu() {
     match cuda::device_count() {
-        Ok(n) if n > 0 => true,
-        Ok(_) => {
-            eprintln!("skipped: no CUDA device");
-            false
-        }
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            false
-        }
+        Ok(n) if n > 0 => {}
+        Ok(_) => panic!(
+            "the CUDA driver finds no device, and this test needs one (it runs where asked for \
+             with --include-ignored: on the GPU machine)"
+        ),
+        Err(e) => panic!(
+            "no usable CUDA driver ({e}), and this test needs a GPU (it runs where asked for \
+             with --include-ignored: on the GPU machine)"
+        ),
     }
 }
 
@@ -28,4 +31,18 @@ pub fn on_posix_path() -> gpufile_core::Settings {
         compat_mode: gpufile_core::CompatMode::On,
         ..gpufile_core::Engine::global().unwrap().settings()
     }
+}
+
+/// `limit` times GPUFILE_TEST_TIME_SCALE (default 1; the factor the Python tests' limits take
+/// too): a wall-clock limit a slow or loaded machine may stretch.
+#[allow(dead_code)] // the C API's test has no wall-clock limit
+pub fn scaled(limit: std::time::Duration) -> std::time::Duration {
+    let scale = std::env::var("GPUFILE_TEST_TIME_SCALE").map_or(1.0, |v| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .unwrap_or_else(|| panic!("GPUFILE_TEST_TIME_SCALE={v:?}: a number above 0"))
+    });
+    limit.mul_f64(scale)
 }
