@@ -21,6 +21,7 @@ mod remote_write;
 mod request;
 mod safetensors;
 mod settings;
+mod stoppable;
 mod tools;
 
 /// gpufile's native extension.

@@ -3,11 +3,6 @@
 //! and the S3 options, parsed here once. `gpufile.RemoteFile`'s `open_*` methods, KvikIO's
 //! names, are thin Python entries over it.
 
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Mutex;
-use std::time::Duration;
-
-use gpufile::future::StopFlag;
 use gpufile::Error;
 use gpufile_remote::{RemoteEndpointType, RemoteFile, RemoteWriter, S3Options};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -15,9 +10,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::{to_py, uint_arg};
-use crate::file::SIGNAL_POLL;
 use crate::remote::NativeRemoteFile;
 use crate::remote_write::NativeRemoteWriter;
+use crate::stoppable::{run_stoppable, Ended};
 
 /// KvikIO's five AWS keyword arguments (`open_s3`, `open_s3_url`), the keys of `aws`.
 const AWS_KEYS: [&str; 5] = [
@@ -262,45 +257,17 @@ pub(crate) fn open_remote(
     }
 }
 
-/// Runs `open` on a thread of its own under a stop flag ([`gpufile_remote::with_stop`]) while
-/// this thread looks for signals every [`SIGNAL_POLL`], the GIL let go between looks: an open
-/// waits on credential sources (a `credential_process`, STS, IMDS, a token endpoint) and on the
-/// size request, which Ctrl-C must end. A signal sets the flag, waits for `open` to end (soon:
-/// its waits look at the flag every 20 ms, a helper process is killed) and raises the
-/// signal's exception (KeyboardInterrupt); whatever `open` made is dropped.
+/// Runs `open` under a stop flag ([`gpufile_remote::with_stop`]) on a thread of its own, so
+/// that Ctrl-C ends an open waiting on credential sources (a `credential_process`, STS, IMDS, a
+/// token endpoint) or on the size request; whatever `open` made once stopped is dropped.
 fn until_interrupted<T: Send + 'static>(
     py: Python<'_>,
     open: impl FnOnce() -> T + Send + 'static,
 ) -> PyResult<T> {
-    let stop = StopFlag::default();
-    let flag = stop.clone();
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("gpufile-remote-open".into())
-        .spawn(move || {
-            let _ = tx.send(gpufile_remote::with_stop(&flag, open));
-        })
-        .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
-    // A `Receiver` is not `Sync`: the detached closures borrow it through a lock.
-    let rx = Mutex::new(rx);
-    let recv = |wait: Option<Duration>| {
-        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-        match wait {
-            Some(d) => rx.recv_timeout(d),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        }
-    };
-    let panicked = || PyRuntimeError::new_err("the thread of the open panicked");
-    loop {
-        match py.detach(|| recv(Some(SIGNAL_POLL))) {
-            Ok(v) => return Ok(v),
-            Err(RecvTimeoutError::Disconnected) => return Err(panicked()),
-            Err(RecvTimeoutError::Timeout) => {}
-        }
-        if let Err(interrupt) = py.check_signals() {
-            stop.set();
-            let _ = py.detach(|| recv(None));
-            return Err(interrupt);
-        }
+    match run_stoppable(py, "remote-open", move |flag| {
+        gpufile_remote::with_stop(flag, open)
+    })? {
+        Ended::Done(v) => Ok(v),
+        Ended::Interrupted(interrupt, _) => Err(interrupt),
     }
 }

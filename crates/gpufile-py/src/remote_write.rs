@@ -1,21 +1,19 @@
 //! Remote objects opened for writing (`gpufile.RemoteFile.open*(..., mode="w")`): conversion,
 //! GIL release and exception mapping over `gpufile_remote::RemoteWriter`.
 
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use gpufile::future::StopFlag;
-use gpufile::{Direction, Engine, Error};
+use gpufile::{Direction, Engine};
 use gpufile_remote::RemoteWriter;
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::to_py;
-use crate::file::{NativeFuture, SIGNAL_POLL};
+use crate::file::NativeFuture;
 use crate::remote_open::open_err;
 use crate::request::{self, Args};
+use crate::stoppable::{run_stoppable, Ended};
 
 /// A remote object open for writing (the engine under `gpufile.RemoteFile` in mode "w").
 #[pyclass(frozen, module = "gpufile._native")]
@@ -109,7 +107,7 @@ impl NativeRemoteWriter {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let writer = Arc::clone(&self.writer);
         let made = "close() had made the object before the interrupt took effect";
-        run_stoppable(py, made, move |stop| writer.close_with_stop(Some(stop)))
+        close_stoppable(py, made, move |stop| writer.close_with_stop(Some(stop)))
     }
 
     /// Ends the writer without making the object (S3: AbortMultipartUpload); Ctrl-C stops it
@@ -117,7 +115,7 @@ impl NativeRemoteWriter {
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
         let writer = Arc::clone(&self.writer);
         let ended = "abort() had ended the upload before the interrupt took effect";
-        run_stoppable(py, ended, move |stop| writer.abort_with_stop(Some(stop)))
+        close_stoppable(py, ended, move |stop| writer.abort_with_stop(Some(stop)))
     }
 
     fn __str__(&self) -> String {
@@ -125,51 +123,25 @@ impl NativeRemoteWriter {
     }
 }
 
-/// Runs `work` (a writer's close or abort) on a thread of its own while this thread looks for
-/// signals, the GIL let go between looks (a blocking call could not see Ctrl-C before its last
-/// request gave up: `http_timeout` times `http_max_attempts`). A signal sets the stop flag that
-/// `work`'s requests watch, waits for `work` to end (soon: they look at it every 20 ms) and
-/// raises the signal's exception (KeyboardInterrupt), noting what `work` said, or `done` where
-/// it finished all the same.
-fn run_stoppable(
+/// Runs `work` (a writer's close or abort) so that Ctrl-C ends it (a blocking call could not
+/// see Ctrl-C before its last request gave up: `http_timeout` times `http_max_attempts`): on a
+/// signal, the exception (KeyboardInterrupt) is raised with a note of what `work` said, or
+/// `done` where it finished all the same.
+fn close_stoppable(
     py: Python<'_>,
     done: &str,
     work: impl FnOnce(&StopFlag) -> gpufile::Result<()> + Send + 'static,
 ) -> PyResult<()> {
-    let stop = StopFlag::default();
-    let flag = stop.clone();
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("gpufile-remote-close".into())
-        .spawn(move || {
-            let _ = tx.send(work(&flag));
-        })
-        .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
-    // A `Receiver` is not `Sync`: the detached closures borrow it through a lock.
-    let rx = Mutex::new(rx);
-    let recv = |wait: Option<Duration>| {
-        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-        match wait {
-            Some(d) => rx.recv_timeout(d),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        }
-    };
-    let panicked = || Error::InvalidArgument("the thread of the close panicked".into());
-    loop {
-        match py.detach(|| recv(Some(SIGNAL_POLL))) {
-            Ok(r) => return r.map_err(to_py),
-            Err(RecvTimeoutError::Disconnected) => return Err(to_py(panicked())),
-            Err(RecvTimeoutError::Timeout) => {}
-        }
-        if let Err(interrupt) = py.check_signals() {
-            stop.set();
-            let note = match py.detach(|| recv(None)) {
-                Ok(Ok(())) => done.to_owned(),
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => panicked().to_string(),
+    match run_stoppable(py, "remote-close", work)? {
+        Ended::Done(r) => r.map_err(to_py),
+        Ended::Interrupted(interrupt, late) => {
+            let note = match late {
+                Some(Ok(())) => done.to_owned(),
+                Some(Err(e)) => e.to_string(),
+                None => "the thread of the close panicked".to_owned(),
             };
             let _ = interrupt.value(py).call_method1("add_note", (note,));
-            return Err(interrupt);
+            Err(interrupt)
         }
     }
 }
