@@ -30,7 +30,7 @@ use crate::error::Op;
 use crate::publish::{remove_file, sync_dir, PendingFile};
 use crate::{Error, Result};
 
-use super::checkpoint::{
+use super::index::{
     is_shard_name, remove_stale_checkpoint_temporaries, CheckpointIndex, INDEX_NAME, SINGLE_NAME,
 };
 use super::write::SaveError;
