@@ -29,6 +29,7 @@ use super::{Dtype, FormatError, Result, MAX_HEADER_LEN};
 pub mod checkpoint;
 mod commit;
 pub mod file;
+mod index;
 pub mod write;
 
 /// One tensor to write: what the header says of it, and its byte length.
