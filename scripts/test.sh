@@ -64,6 +64,10 @@ missing=()
 command -v valgrind >/dev/null || missing=(valgrind)
 can_run "valgrind memcheck" GPUFILE_SKIP_VALGRIND "${missing[@]}" && run_valgrind=1
 
+# The run needs about 12 GB of free disk (the Rust builds, then PyTorch's wheels); what is free
+# is printed so that a run that fails for want of space says so.
+disk_free() { df -h . | awk 'NR == 2 {print $4 " free on " $6}'; }
+echo "== disk: $(disk_free)"
 echo "== lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
@@ -83,9 +87,10 @@ if [ $run_cpp = 1 ]; then bash scripts/cpp_test.sh; else echo "!! left out (GPUF
 echo "== valgrind memcheck over the host-path Rust tests"
 if [ $run_valgrind = 1 ]; then bash scripts/sanitize.sh; else echo "!! left out (GPUFILE_SKIP_VALGRIND=1)"; fi
 
-echo "== python test and docs requirements into $venv"
+echo "== python test and docs requirements into $venv (disk: $(disk_free))"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+# --no-cache-dir: pip's cache would hold a second copy of PyTorch's 3 GB of wheels.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
     -r tests/requirements.txt -r docs/requirements.txt
 echo "== building the Rust extension into $venv (debug build; cargo's progress follows)"
 # (pip's "Ignoring ...: markers 'extra == ...'" lines are the optional extras, not a failure)
