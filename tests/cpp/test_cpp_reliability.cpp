@@ -119,10 +119,14 @@ void many_pending_reads(gpufile::File const& f,
  * The body of the child process: kPending reads with RLIMIT_NPROC a little above the tasks
  * its user runs now; exits 0 when every read gave its bytes.
  */
-[[noreturn]] void reads_under_a_process_limit(std::string const& path,
+[[noreturn]] void reads_under_a_process_limit(std::filesystem::path const& dir,
+                                              std::string const& path,
                                               std::vector<unsigned char> const& data)
 {
   gpufile::File f(path, "r");
+  // The child leaves by _Exit, past every destructor, and as nobody could not remove root's
+  // folder later: the folder it made for itself goes now (the open file stays readable).
+  std::filesystem::remove_all(dir);
   // RLIMIT_NPROC does not bind root: the reads run as nobody (the file is open already).
   if (::geteuid() == 0 &&
       (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)) {
@@ -295,7 +299,7 @@ TEST_F(CppReliability, pending_preads_complete_under_a_low_process_limit)
   auto const data = support::pattern(kFile);
   auto const path = dir.file("nproc.bin");
   support::write_file(path, data);
-  EXPECT_EXIT(reads_under_a_process_limit(path, data), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(reads_under_a_process_limit(dir.path(), path, data), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(CppReliability, kvikio_batch_submit_refused_by_a_later_op_moves_no_byte)
