@@ -35,8 +35,9 @@ from .cufile import (
     stream_register,
     write_batch,
 )
-from .defaults import CompatMode
+from .defaults import CompatMode, RemoteIOBackend, RemoteReactorDispatch
 from .mmap import Mmap
+from .nsys import nsys_plugin_search_dir
 from .observe import Report, check, explain, observe, stats
 from .pagecache import (
     clear_page_cache,
@@ -78,6 +79,8 @@ __all__ = [
     "Mmap",
     "RemoteEndpointType",
     "RemoteFile",
+    "RemoteIOBackend",
+    "RemoteReactorDispatch",
     "Report",
     "bounce_buffer_free",
     "check",
@@ -94,6 +97,7 @@ __all__ = [
     "is_remote_file_available",
     "memory_deregister",
     "memory_register",
+    "nsys_plugin_search_dir",
     "read_batch",
     "write_batch",
     "observe",

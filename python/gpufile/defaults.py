@@ -10,7 +10,14 @@ Settings read ``KVIKIO_*`` environment variables at first use (``GPUFILE_*`` of 
 wins); a variable that does not parse is a ``ValueError`` naming it. Names: ``compat_mode``,
 ``num_threads``, ``task_size``, ``gds_threshold``, ``bounce_buffer_size``,
 ``auto_direct_io_read``, ``auto_direct_io_write``, ``require_gds`` (gpufile's),
-``http_max_attempts``, ``http_status_codes``, ``http_timeout``, ``remote_io_backend``.
+``http_max_attempts``, ``http_status_codes``, ``http_timeout``, ``remote_io_backend``,
+``remote_io_num_reactors``, ``remote_io_reactor_dispatch``, ``remote_io_max_concurrent_requests``.
+
+The last three are KvikIO's settings of its ``MULTI_POLL`` reactor pool, which gpufile does not
+have: they are kept with KvikIO's rules and change nothing. As in KvikIO they are fixed for the
+rest of the process once a remote read has run under ``remote_io_backend`` ``MULTI_POLL``, so
+``set`` takes them one at a time (``set(name, value)``, which returns ``None``), never in a dict
+or a ``with`` block.
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ from typing import Any
 
 from . import _arguments, _native
 
-__all__ = ["CompatMode", "RemoteIOBackend", "ConfigContextManager", "get", "set", "report",
-           "is_compat_mode_preferred"]
+__all__ = ["CompatMode", "RemoteIOBackend", "RemoteReactorDispatch", "ConfigContextManager",
+           "get", "set", "report", "is_compat_mode_preferred"]
 
 
 class CompatMode(enum.IntEnum):
@@ -53,11 +60,34 @@ class RemoteIOBackend(enum.IntEnum):
     MULTI_POLL = 1
 
 
+class RemoteReactorDispatch(enum.IntEnum):
+    """How KvikIO's ``MULTI_POLL`` backend spreads one read over its reactor threads
+    (``remote_io_reactor_dispatch``; same names and values).
+
+    gpufile has no reactor threads (its remote ranges run on its worker threads, as KvikIO's
+    ``EASY_THREADPOOL`` runs them), so both values are accepted and read the same way.
+    ``defaults.set`` also accepts the names as strings, in any case, and 0/1.
+    """
+
+    PER_CHUNK = 0
+    PER_PREAD = 1
+
+
 #: Settings whose native int value is shown as an enum.
 _ENUMS: dict[str, type[enum.IntEnum]] = {
     "compat_mode": CompatMode,
     "remote_io_backend": RemoteIOBackend,
+    "remote_io_reactor_dispatch": RemoteReactorDispatch,
 }
+
+#: KvikIO's settings that its reactor pool fixes for the rest of the process once the first
+#: remote read under MULTI_POLL has run: they have no value to restore, so they are set one at a
+#: time and never in a dict (KvikIO's rule).
+_PROCESS_LIFETIME = frozenset({
+    "remote_io_num_reactors",
+    "remote_io_reactor_dispatch",
+    "remote_io_max_concurrent_requests",
+})
 
 
 def _typed(name: str, value: Any) -> Any:
@@ -99,7 +129,8 @@ def get(name: str) -> Any:
     -------
     Any
         ``CompatMode`` for ``compat_mode``, ``RemoteIOBackend`` for ``remote_io_backend``,
-        ``int`` for sizes and counts, ``bool`` for the
+        ``RemoteReactorDispatch`` for ``remote_io_reactor_dispatch``, ``int`` for sizes and
+        counts, ``bool`` for the
         ``auto_direct_io_*`` flags, a list of ints for ``http_status_codes``.
 
     Raises
@@ -116,7 +147,7 @@ def get(name: str) -> Any:
     return _typed(name, value)
 
 
-def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
+def set(*args: Any) -> _Restore | None:  # noqa: A001 - KvikIO's name
     """Change one or several settings, all or nothing.
 
     Call it as ``set({name: value, ...})`` or ``set(name, value)``. Every value is checked
@@ -130,13 +161,17 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
         ``__index__``) or strings with suffixes (``"4MiB"``, ``"16k"``); ``compat_mode``
         accepts ``CompatMode``, ``"on"``/``"off"``/``"auto"``; ``http_status_codes`` a list or
         tuple of ints, or ``"429,503"``; ``remote_io_backend`` a ``RemoteIOBackend``, 0/1 or
-        its name in any case (unlike KvikIO, where it is read-only after start-up, it can be
-        set: gpufile has one remote path, so the value changes nothing).
+        its name in any case (gpufile has one remote path, so the value changes nothing);
+        ``remote_io_reactor_dispatch`` a ``RemoteReactorDispatch``, 0/1 or its name;
+        ``remote_io_num_reactors`` (1 or more) and ``remote_io_max_concurrent_requests`` (0: no
+        limit) ints. These three are KvikIO's reactor settings, kept and without effect in
+        gpufile, and only ``set(name, value)`` takes them.
 
     Returns
     -------
-    _Restore
-        A context manager that restores the previous values on exit.
+    _Restore or None
+        A context manager that restores the previous values on exit; ``None`` for one of the
+        three reactor settings, which cannot be restored (KvikIO's rule).
 
     Raises
     ------
@@ -151,6 +186,10 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
         A value of the wrong type (``http_status_codes`` that is not a list of ints, a float
         for a size, ...), or arguments other than a dict or a name and a value (then also a
         ``ValueError``, as KvikIO raises).
+    RuntimeError
+        (``gpufile.GpufileError``) One of the three reactor settings after a remote read has
+        run under ``remote_io_backend`` ``MULTI_POLL`` ("cannot be changed after the
+        MULTI_POLL reactor pool has already started", as KvikIO); in a dict, a ``ValueError``.
 
     Examples
     --------
@@ -161,7 +200,16 @@ def set(*args: Any) -> _Restore:  # noqa: A001 - KvikIO's name
     """
     if len(args) == 1 and isinstance(args[0], dict):
         updates = args[0]
+        fixed = _PROCESS_LIFETIME.intersection(k for k in updates if isinstance(k, str))
+        if fixed:
+            raise ValueError(
+                f"{sorted(fixed)} are fixed for the rest of the process once the first remote "
+                "read has run under remote_io_backend MULTI_POLL, so they cannot be restored: "
+                "set each with gpufile.defaults.set(name, value), not in a dict")
     elif len(args) == 2 and isinstance(args[0], str):
+        if args[0] in _PROCESS_LIFETIME:
+            _native.settings_set({args[0]: args[1]})
+            return None
         updates = {args[0]: args[1]}
     else:
         raise _arguments.SetArgumentsError("defaults.set takes a dict, or a name and a value")

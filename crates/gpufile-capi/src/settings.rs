@@ -65,7 +65,7 @@ pub unsafe extern "C" fn gpufile_settings_set_str(
 }
 
 /// Stores the setting `name` as an integer in `*out`: a count or size, compat_mode's number
-/// (OFF=0, ON=1, AUTO=2), remote_io_backend's, a flag's 0 or 1. A list setting
+/// (OFF=0, ON=1, AUTO=2), remote_io_backend's, remote_io_reactor_dispatch's, a flag's 0 or 1. A list setting
 /// (http_status_codes) is `GPUFILE_BAD_ARGUMENT`: read it with `gpufile_settings_get_str`.
 ///
 /// # Safety
@@ -85,6 +85,7 @@ pub unsafe extern "C" fn gpufile_settings_get_int(
             Value::Bool(b) => i64::from(b),
             Value::CompatMode(m) => i64::from(m as u8),
             Value::RemoteIoBackend(b) => i64::from(b as u8),
+            Value::RemoteReactorDispatch(d) => i64::from(d as u8),
             Value::IntList(_) => {
                 return Err(CallError::bad(format!(
                     "setting \"{}\" is a list, not an integer: read it with \

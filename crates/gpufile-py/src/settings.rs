@@ -12,6 +12,7 @@ pub(crate) fn value_to_py(py: Python<'_>, value: Value) -> PyResult<Py<PyAny>> {
     Ok(match value {
         Value::CompatMode(m) => (m as u8).into_pyobject(py)?.into_any().unbind(),
         Value::RemoteIoBackend(b) => (b as u8).into_pyobject(py)?.into_any().unbind(),
+        Value::RemoteReactorDispatch(d) => (d as u8).into_pyobject(py)?.into_any().unbind(),
         Value::Int(n) => n.into_pyobject(py)?.into_any().unbind(),
         Value::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
         Value::IntList(v) => PyList::new(py, v)?.into_any().unbind(),
@@ -126,6 +127,7 @@ pub(crate) fn settings_set(updates: &Bound<'_, PyDict>) -> PyResult<SettingsSnap
                 Kind::Bool => "a bool",
                 Kind::CompatMode => "a CompatMode, an int or a str",
                 Kind::RemoteIoBackend => "a RemoteIOBackend, an int or a str",
+                Kind::RemoteReactorDispatch => "a RemoteReactorDispatch, an int or a str",
                 _ => "an int or a str",
             }));
         }

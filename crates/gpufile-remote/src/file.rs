@@ -552,6 +552,13 @@ impl Source for RemoteFile {
                 file_size: self.nbytes,
             });
         }
+        // KvikIO's reactor pool starts at the first read under MULTI_POLL, which fixes its
+        // reactor settings; gpufile keeps that rule though it has no pool.
+        if !gpufile::config::remote_io_started() {
+            if let Ok(engine) = gpufile::Engine::global() {
+                engine.note_remote_read();
+            }
+        }
         self.get(dst, offset, call).map_err(|e| self.explain(e))
     }
 }

@@ -16,8 +16,11 @@
 //! [`Input`]); `table` declares every setting once ([`Settings`], [`Name`], [`Kind`],
 //! [`Bounds`]); `validate` parses and bounds what callers give ([`parse_size`], [`validate`]);
 //! `state` reads the environment and remembers where each value came from ([`State`],
-//! [`Origin`]).
+//! [`Origin`]); `log` reads KvikIO's logger variables for gpufile's notices ([`LogSettings`]).
 
+mod log;
+#[cfg(test)]
+mod remote_tests;
 mod state;
 mod table;
 #[cfg(test)]
@@ -26,11 +29,15 @@ mod unknown_env;
 mod validate;
 mod value;
 
-pub use state::{cufile_path, log_notices_to_stderr, Origin, State};
+pub(crate) use log::log_notice;
+pub use log::{log_settings, LogLevel, LogSettings, LOG_ENV_VARS};
+pub use state::{
+    cufile_path, log_notices_to_stderr, note_remote_read, remote_io_started, Origin, State,
+};
 pub use table::{
     default_num_threads, Bounds, Kind, Name, Settings, ENV_PREFIXES, MAX_BOUNCE_BUFFER_SIZE,
     MAX_DEFAULT_THREADS, MAX_HTTP_ATTEMPTS, MAX_HTTP_TIMEOUT, MAX_SIZE, MAX_THREADS,
 };
 pub use unknown_env::{take_unknown_env_warnings, unknown_env_vars, UnknownEnvVar, OTHER_ENV_VARS};
 pub use validate::{parse_size, validate};
-pub use value::{CompatMode, Input, RemoteIoBackend, Value};
+pub use value::{CompatMode, Input, RemoteIoBackend, RemoteReactorDispatch, Value};

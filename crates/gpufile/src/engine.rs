@@ -189,8 +189,20 @@ impl Engine {
         Ok(state.settings)
     }
 
-    /// Changes default settings (all or nothing); a bad value is an [`Error::InvalidSetting`].
+    /// Changes default settings (all or nothing); a bad value is an [`Error::InvalidSetting`],
+    /// and one of [`Name::FIXED_ONCE_REMOTE_IO_STARTS`] after the first remote read under
+    /// MULTI_POLL ([`config::remote_io_started`]) an [`Error::SettingFixed`].
     pub fn set(&self, updates: &[(Name, Input<'_>)]) -> Result<()> {
+        if config::remote_io_started() {
+            if let Some((name, _)) = updates
+                .iter()
+                .find(|(n, _)| n.fixed_once_remote_io_starts())
+            {
+                return Err(Error::SettingFixed {
+                    name: name.as_str(),
+                });
+            }
+        }
         let limit = {
             let mut state = self.write_defaults();
             state.set(updates)?;
@@ -201,6 +213,15 @@ impl Engine {
             self.dma.trim(limit); // a smaller budget unpins what no longer fits, now
         }
         Ok(())
+    }
+
+    /// Called by a remote source as each read runs: the first under the default
+    /// `remote_io_backend` MULTI_POLL fixes KvikIO's reactor settings
+    /// ([`config::note_remote_read`]).
+    pub fn note_remote_read(&self) {
+        if !config::remote_io_started() {
+            config::note_remote_read(self.shared_settings().remote_io_backend);
+        }
     }
 
     /// The value and source of each named setting, for a later [`Engine::restore`].

@@ -161,6 +161,18 @@ pub enum Error {
         /// What would have been accepted.
         reason: String,
     },
+    /// A setting KvikIO fixes for the rest of the process once its `MULTI_POLL` reactor pool
+    /// has started ([`Name::fixed_once_remote_io_starts`](crate::config::Name::fixed_once_remote_io_starts)),
+    /// set after that (KvikIO's `std::runtime_error`).
+    #[error(
+        "{name} cannot be changed after the MULTI_POLL reactor pool has already started: it is \
+         fixed for the rest of the process once a remote read has run under remote_io_backend \
+         MULTI_POLL"
+    )]
+    SettingFixed {
+        /// The setting.
+        name: &'static str,
+    },
     /// A CUDA driver call failed.
     #[error("{call} failed: {name} ({code}): {message}")]
     Cuda {

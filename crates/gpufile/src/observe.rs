@@ -7,7 +7,9 @@
 //!    compat POSIX path).
 //! 2. [`totals`] gives the same counters since the process started.
 //! 3. Fallbacks and other decisions worth knowing are [`notice`]d once; the Python package logs
-//!    them with `logging`, and `RUST_LOG` (any value naming gpufile, or info/debug) prints them.
+//!    them with `logging`, `KVIKIO_LOG_LEVEL` (INFO or below) writes them to `KVIKIO_LOG_FILE`
+//!    or stderr ([`crate::config::LogSettings`]), and `RUST_LOG` (any value naming gpufile, or
+//!    info/debug) prints them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -265,7 +267,8 @@ pub fn notice(kind: &'static str, text: String) {
         false => text,
     };
     texts.push(text.clone());
-    if crate::config::log_notices_to_stderr() {
+    let on_stderr = crate::config::log_notice(&text);
+    if crate::config::log_notices_to_stderr() && !on_stderr {
         eprintln!("[gpufile] {text}");
     }
     n.pending.push(text);

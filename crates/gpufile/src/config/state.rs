@@ -4,9 +4,10 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use super::{validate, Input, Name, Settings, Value};
+use super::{validate, Input, Name, RemoteIoBackend, Settings, Value};
 use crate::error::{Error, Result};
 
 /// Where a setting's value came from.
@@ -100,6 +101,8 @@ impl State {
                 Err(e) => errors.push(e),
             }
         }
+        // The logger variables are not settings, but a bad one is refused as theirs are.
+        errors.extend(super::LogSettings::from_env_each(&lookup).1);
         (State { settings, origins }, errors)
     }
 
@@ -163,4 +166,24 @@ pub fn log_notices_to_stderr() -> bool {
 /// `GPUFILE_CUFILE_PATH`: a file or folder to load libcufile from first (read once).
 pub fn cufile_path() -> Option<std::path::PathBuf> {
     std::env::var_os("GPUFILE_CUFILE_PATH").map(Into::into)
+}
+
+/// Whether a remote read has run under `remote_io_backend` MULTI_POLL in this process: where
+/// KvikIO starts its reactor pool, after which [`Name::FIXED_ONCE_REMOTE_IO_STARTS`] cannot be
+/// changed.
+static REMOTE_IO_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether KvikIO's reactor pool would have started by now (see [`note_remote_read`]).
+pub fn remote_io_started() -> bool {
+    REMOTE_IO_STARTED.load(Ordering::Relaxed)
+}
+
+/// Called by remote sources as a read runs, with the process's `remote_io_backend` then: the
+/// first under MULTI_POLL fixes [`Name::FIXED_ONCE_REMOTE_IO_STARTS`] for the rest of the
+/// process, as KvikIO's reactor pool starting does (under EASY_THREADPOOL KvikIO starts no pool,
+/// and they stay settable).
+pub fn note_remote_read(backend: RemoteIoBackend) {
+    if backend == RemoteIoBackend::MultiPoll {
+        REMOTE_IO_STARTED.store(true, Ordering::Relaxed);
+    }
 }

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{CompatMode, Origin, RemoteIoBackend, Value};
+use super::{CompatMode, Origin, RemoteIoBackend, RemoteReactorDispatch, Value};
 use crate::error::{Error, Result};
 
 /// Declares every setting once, and from that one entry makes everything a setting needs: its
@@ -199,6 +199,25 @@ settings! {
     remote_io_backend / RemoteIoBackend: RemoteIoBackend = RemoteIoBackend::EasyThreadpool;
         kind RemoteIoBackend;
         env ["REMOTE_IO_BACKEND"];
+    /// Reactor threads of KvikIO's `MULTI_POLL` backend (default 1). gpufile has no reactor
+    /// threads: accepted and kept, with KvikIO's rules ([`Name::fixed_once_remote_io_starts`]),
+    /// and changes nothing.
+    remote_io_num_reactors / RemoteIoNumReactors: usize = 1;
+        kind Count(1, u32::MAX as u64, "reactor threads; KvikIO's unsigned int");
+        env ["REMOTE_IO_NUM_REACTORS"];
+    /// How KvikIO's `MULTI_POLL` backend spreads one read over its reactors (see
+    /// [`RemoteReactorDispatch`]); accepted and kept as `remote_io_num_reactors` is.
+    remote_io_reactor_dispatch / RemoteIoReactorDispatch: RemoteReactorDispatch =
+        RemoteReactorDispatch::PerChunk;
+        kind RemoteReactorDispatch;
+        env ["REMOTE_IO_REACTOR_DISPATCH"];
+    /// Most remote requests KvikIO's `MULTI_POLL` backend keeps in flight (default 256; 0: no
+    /// limit); accepted and kept as `remote_io_num_reactors` is. gpufile's remote requests run
+    /// one per worker thread, so `num_threads` bounds them per request, as KvikIO's
+    /// `EASY_THREADPOOL` is bounded.
+    remote_io_max_concurrent_requests / RemoteIoMaxConcurrentRequests: usize = 256;
+        kind Count(0, MAX_SIZE, "requests; 0: no limit");
+        env ["REMOTE_IO_MAX_CONCURRENT_REQUESTS"];
     /// Size of each part of an S3 multipart upload but the last, in bytes (gpufile's addition;
     /// default 16 MiB, the bounce buffer's size, so that a part of GPU memory goes out
     /// straight from its pinned buffer). S3's limits bound it: 5 MiB to 5 GiB, and at most
@@ -273,7 +292,7 @@ pub fn default_num_threads() -> (usize, String) {
 pub enum Kind {
     /// A [`CompatMode`].
     CompatMode,
-    /// A count (at least 1).
+    /// A count (at least 1, or 0 where its bounds allow it).
     Count,
     /// A byte size (at least 1); text may carry a unit ([`parse_size`](super::parse_size)): 4MiB, 16k, 1GB.
     PositiveSize,
@@ -287,6 +306,8 @@ pub enum Kind {
     Seconds,
     /// A [`RemoteIoBackend`].
     RemoteIoBackend,
+    /// A [`RemoteReactorDispatch`].
+    RemoteReactorDispatch,
 }
 
 /// How a field of [`Settings`] is held as a [`Value`] (the table's `get` and `put`).
@@ -368,7 +389,34 @@ impl Field for RemoteIoBackend {
     }
 }
 
+impl Field for RemoteReactorDispatch {
+    fn to_value(&self) -> Value {
+        Value::RemoteReactorDispatch(*self)
+    }
+    fn from_value(value: Value) -> std::result::Result<Self, Value> {
+        match value {
+            Value::RemoteReactorDispatch(d) => Ok(d),
+            other => Err(other),
+        }
+    }
+}
+
 impl Name {
+    /// The settings KvikIO fixes for the rest of the process once its `MULTI_POLL` reactor pool
+    /// starts (the first remote read under that backend): they cannot be changed then, so they
+    /// have no value to restore, and Python's `defaults.set` takes them one at a time, never in
+    /// a dict or a `with` block.
+    pub const FIXED_ONCE_REMOTE_IO_STARTS: [Name; 3] = [
+        Name::RemoteIoNumReactors,
+        Name::RemoteIoReactorDispatch,
+        Name::RemoteIoMaxConcurrentRequests,
+    ];
+
+    /// Whether this setting is one of [`Name::FIXED_ONCE_REMOTE_IO_STARTS`].
+    pub fn fixed_once_remote_io_starts(self) -> bool {
+        Name::FIXED_ONCE_REMOTE_IO_STARTS.contains(&self)
+    }
+
     /// Every environment variable that sets this setting, in precedence order.
     pub fn env_vars(self) -> Vec<String> {
         ENV_PREFIXES

@@ -236,6 +236,13 @@ fn table_gives_every_setting_its_names_kind_range_and_default() {
          1 day) = 60 (default)",
         "remote_io_backend [GPUFILE_REMOTE_IO_BACKEND KVIKIO_REMOTE_IO_BACKEND] \
          RemoteIoBackend - = EASY_THREADPOOL (default)",
+        "remote_io_num_reactors [GPUFILE_REMOTE_IO_NUM_REACTORS KVIKIO_REMOTE_IO_NUM_REACTORS] \
+         Count 1 to 4294967295 (reactor threads; KvikIO's unsigned int) = 1 (default)",
+        "remote_io_reactor_dispatch [GPUFILE_REMOTE_IO_REACTOR_DISPATCH \
+         KVIKIO_REMOTE_IO_REACTOR_DISPATCH] RemoteReactorDispatch - = PER_CHUNK (default)",
+        "remote_io_max_concurrent_requests [GPUFILE_REMOTE_IO_MAX_CONCURRENT_REQUESTS \
+         KVIKIO_REMOTE_IO_MAX_CONCURRENT_REQUESTS] Count 0 to 9223372036854775807 (requests; \
+         0: no limit) = 256 (default)",
         "remote_part_size [GPUFILE_REMOTE_PART_SIZE KVIKIO_REMOTE_PART_SIZE] PositiveSize \
          5242880 to 5368709120 (bytes; S3's smallest and largest part) = 16777216 (default)",
         "async_save_pinned_limit [GPUFILE_ASYNC_SAVE_PINNED_LIMIT \

@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Name, ENV_PREFIXES};
+use super::{Name, ENV_PREFIXES, LOG_ENV_VARS};
 
 /// Variables under the prefixes that are read but are not settings: gpufile's own (the cuFile
 /// search path, the interpreter `bench --plot` runs, the scripts' virtualenvs, what the test
@@ -83,6 +83,7 @@ pub fn unknown_env_vars(names: impl IntoIterator<Item = OsString>) -> Vec<Unknow
         .iter()
         .map(String::as_str)
         .chain(OTHER_ENV_VARS)
+        .chain(LOG_ENV_VARS)
         .collect();
     let mut found = Vec::new();
     for name in names {

@@ -1,8 +1,8 @@
 //! Parsing and bounds: a byte size as people type it ([`parse_size`]), and any input checked
 //! against a setting's kind and range ([`validate`]) before it is stored.
 
-use super::value::{COMPAT_MODE_WORDS, REMOTE_IO_BACKEND_WORDS};
-use super::{Bounds, CompatMode, Input, Kind, Name, RemoteIoBackend, Value};
+use super::value::{COMPAT_MODE_WORDS, REMOTE_IO_BACKEND_WORDS, REMOTE_REACTOR_DISPATCH_WORDS};
+use super::{Bounds, CompatMode, Input, Kind, Name, RemoteIoBackend, RemoteReactorDispatch, Value};
 
 /// Parses a byte size as people type it: `4194304`, `4MiB`, `1.5GiB`, `16k`, `1GB`, `4 MiB`.
 ///
@@ -118,6 +118,9 @@ pub fn validate(name: Name, input: &Input<'_>) -> std::result::Result<Value, Str
     match name.kind() {
         Kind::CompatMode => compat_mode_from(input).map(Value::CompatMode),
         Kind::RemoteIoBackend => remote_io_backend_from(input).map(Value::RemoteIoBackend),
+        Kind::RemoteReactorDispatch => {
+            remote_reactor_dispatch_from(input).map(Value::RemoteReactorDispatch)
+        }
         Kind::Count | Kind::PositiveSize | Kind::Size | Kind::Seconds => {
             let bounds = name.bounds().ok_or("a setting without bounds")?;
             bounded_int(name.kind(), input, bounds).map(Value::Int)
@@ -146,6 +149,20 @@ fn remote_io_backend_from(input: &Input<'_>) -> std::result::Result<RemoteIoBack
             .ok_or_else(|| format!("expected {REMOTE_IO_BACKEND_WORDS}")),
         Input::Bool(_) | Input::IntList(_) => Err(format!(
             "expected a RemoteIOBackend: {REMOTE_IO_BACKEND_WORDS}"
+        )),
+    }
+}
+
+/// A [`RemoteReactorDispatch`]: KvikIO's names or enum values.
+fn remote_reactor_dispatch_from(
+    input: &Input<'_>,
+) -> std::result::Result<RemoteReactorDispatch, String> {
+    match input {
+        Input::Text(t) => t.parse(),
+        Input::Int(n) => RemoteReactorDispatch::from_value(*n)
+            .ok_or_else(|| format!("expected {REMOTE_REACTOR_DISPATCH_WORDS}")),
+        Input::Bool(_) | Input::IntList(_) => Err(format!(
+            "expected a RemoteReactorDispatch: {REMOTE_REACTOR_DISPATCH_WORDS}"
         )),
     }
 }

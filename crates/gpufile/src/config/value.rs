@@ -1,5 +1,5 @@
-//! The values settings hold: KvikIO's two enums ([`CompatMode`], [`RemoteIoBackend`]) with
-//! their spellings, a validated [`Value`], and an [`Input`] as a caller gave it.
+//! The values settings hold: KvikIO's enums ([`CompatMode`], [`RemoteIoBackend`],
+//! [`RemoteReactorDispatch`]) with their spellings, a validated [`Value`], and an [`Input`] as a caller gave it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -116,6 +116,62 @@ impl FromStr for RemoteIoBackend {
     }
 }
 
+/// How KvikIO's `MULTI_POLL` backend spreads the ranges of one read over its reactor threads
+/// (`RemoteReactorDispatch`, same numeric values).
+///
+/// gpufile has no reactor threads (its remote ranges run on its worker threads, as KvikIO's
+/// `EASY_THREADPOOL` runs them), so both values are accepted and read the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[repr(u8)]
+pub enum RemoteReactorDispatch {
+    /// KvikIO's default: ranges go to the reactors round-robin.
+    PerChunk = 0,
+    /// All ranges of one read go to one reactor (sharing its connections).
+    PerPread = 1,
+}
+
+impl RemoteReactorDispatch {
+    /// KvikIO's `.name`: "PER_CHUNK" or "PER_PREAD".
+    pub fn name(self) -> &'static str {
+        match self {
+            RemoteReactorDispatch::PerChunk => "PER_CHUNK",
+            RemoteReactorDispatch::PerPread => "PER_PREAD",
+        }
+    }
+
+    /// From KvikIO's enum value (PER_CHUNK=0, PER_PREAD=1).
+    pub fn from_value(v: i128) -> Option<Self> {
+        match v {
+            0 => Some(RemoteReactorDispatch::PerChunk),
+            1 => Some(RemoteReactorDispatch::PerPread),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for RemoteReactorDispatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+pub(super) const REMOTE_REACTOR_DISPATCH_WORDS: &str =
+    "PER_CHUNK=0 or PER_PREAD=1 (names in any case)";
+
+impl FromStr for RemoteReactorDispatch {
+    type Err = String;
+
+    /// KvikIO's names only, in any case, surrounding spaces ignored.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "per_chunk" => Ok(RemoteReactorDispatch::PerChunk),
+            "per_pread" => Ok(RemoteReactorDispatch::PerPread),
+            _ => Err(format!("expected {REMOTE_REACTOR_DISPATCH_WORDS}")),
+        }
+    }
+}
+
 /// A validated setting value.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 #[serde(untagged)]
@@ -130,6 +186,8 @@ pub enum Value {
     IntList(Vec<u64>),
     /// remote_io_backend.
     RemoteIoBackend(RemoteIoBackend),
+    /// remote_io_reactor_dispatch.
+    RemoteReactorDispatch(RemoteReactorDispatch),
 }
 
 impl fmt::Display for Value {
@@ -137,6 +195,7 @@ impl fmt::Display for Value {
         match self {
             Value::CompatMode(m) => write!(f, "{m}"),
             Value::RemoteIoBackend(b) => write!(f, "{b}"),
+            Value::RemoteReactorDispatch(d) => write!(f, "{d}"),
             Value::Int(n) => write!(f, "{n}"),
             Value::Bool(b) => write!(f, "{b}"),
             Value::IntList(v) => {

@@ -84,7 +84,8 @@ impl Error {
             Error::Cancelled => ErrorKind::Cancelled,
             Error::ShuttingDown => ErrorKind::ShuttingDown,
             Error::TaskPanicked { .. } => ErrorKind::Internal,
-            Error::Spawn { .. } => ErrorKind::Other,
+            // KvikIO's std::runtime_error: neither a bad value nor an unknown name.
+            Error::Spawn { .. } | Error::SettingFixed { .. } => ErrorKind::Other,
             Error::TasksFailed { first, .. } => first.kind(),
         }
     }
@@ -208,6 +209,9 @@ pub fn one_of_each() -> Vec<Error> {
             path: path(),
             what: "a FIFO",
         },
+        Error::SettingFixed {
+            name: "remote_io_num_reactors",
+        },
     ]
 }
 
@@ -216,7 +220,7 @@ mod tests {
     use super::*;
 
     /// How many variants [`Error`] has.
-    const VARIANTS: usize = 22;
+    const VARIANTS: usize = 23;
 
     /// The position of `e`'s variant. The match is exhaustive: a new variant fails to compile
     /// here until it is numbered, then fails [`one_of_each_lists_every_variant`] until
@@ -245,6 +249,7 @@ mod tests {
             Error::TasksFailed { .. } => 19,
             Error::Source { .. } => 20,
             Error::NotSeekable { .. } => 21,
+            Error::SettingFixed { .. } => 22,
         }
     }
 
