@@ -834,13 +834,14 @@ gpufile_status gpufile_settings_set_int(const char *name, int64_t value);
 gpufile_status gpufile_settings_set_str(const char *name, const char *value);
 
 // Stores the setting `name` as an integer in `*out`: a count or size, compat_mode's number
-// (OFF=0, ON=1, AUTO=2), remote_io_backend's, a flag's 0 or 1. A list setting
+// (OFF=0, ON=1, AUTO=2), remote_io_backend's, remote_io_reactor_dispatch's, a flag's 0 or 1. A list setting
 // (http_status_codes) is `GPUFILE_BAD_ARGUMENT`: read it with `gpufile_settings_get_str`.
 //
 // # Safety
 // `name` is null or a NUL-terminated string; `out` is null or valid for a write of an
 // `int64_t`.
-gpufile_status gpufile_settings_get_int(const char *name, int64_t *out);
+gpufile_status gpufile_settings_get_int(const char *name,
+                                        int64_t *out);
 
 // Copies the setting `name` as text into `buf` (at most `len` bytes, NUL-terminated where
 // `len > 0`): "AUTO" for compat_mode, "4194304" for a size, "true", "429,500". Stores the

@@ -1,12 +1,14 @@
 /*
  * KvikIO's defaults (settings) and getenv_or, served by gpufile: each setting KvikIO and
- * gpufile share is gpufile's process setting of the same meaning (docs/cpp.md lists them);
- * KvikIO's remote-reactor and per-block-device settings, which gpufile has no counterpart
- * for, are kept here and change nothing.
+ * gpufile share is gpufile's process setting of the same meaning (docs/cpp.md lists them).
+ * KvikIO's remote-reactor settings are gpufile's settings of the same names, with KvikIO's
+ * rules and no effect (gpufile has no reactor pool); its per-block-device settings, which
+ * gpufile has no counterpart for, are kept here and change nothing.
  */
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
 #include <mutex>
@@ -31,7 +33,8 @@ enum class RemoteIOBackend : std::uint8_t {
   MULTI_POLL      = 1,
 };
 
-/** How a MULTI_POLL read is spread over reactors (kept; no effect in gpufile). */
+/** How a MULTI_POLL read is spread over reactors (gpufile's remote_io_reactor_dispatch
+ * setting; same values; no effect in gpufile, which has no reactors). */
 enum class RemoteReactorDispatch : std::uint8_t {
   PER_CHUNK = 0,
   PER_PREAD = 1,
@@ -82,15 +85,33 @@ struct KvikioOnlySettings {
   std::mutex lock;
   bool auto_direct_io_read_overread{false};
   bool thread_pool_per_block_device{false};
-  unsigned int remote_io_num_reactors{1};
-  RemoteReactorDispatch remote_io_reactor_dispatch{RemoteReactorDispatch::PER_CHUNK};
-  std::size_t remote_io_max_concurrent_requests{0};
   static KvikioOnlySettings& get()
   {
     static KvikioOnlySettings s;
     return s;
   }
 };
+
+/** KvikIO's names of an enum's values, in any case: `names[i]` is the value i. */
+template <typename E>
+E parse_enum(std::string_view env_var_name,
+             std::string_view value,
+             std::initializer_list<char const*> names)
+{
+  auto v       = lower(value);
+  auto const b = v.find_first_not_of(" \t");
+  auto const e = v.find_last_not_of(" \t");
+  v            = b == std::string::npos ? std::string{} : v.substr(b, e - b + 1);
+  std::uint8_t i = 0;
+  std::string accepted;
+  for (auto const* name : names) {
+    if (v == lower(name)) { return static_cast<E>(i); }
+    accepted += (i > 0 ? " or " : "") + std::string{name};
+    ++i;
+  }
+  throw std::invalid_argument("unknown config value " + std::string{env_var_name} + "=" +
+                              std::string{value} + " (expected " + accepted + ", any case)");
+}
 
 }  // namespace detail
 
@@ -107,6 +128,12 @@ T getenv_or(std::string_view env_var_name, T default_val)
     return detail::parse_compat_mode_str(env_val);
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
     return detail::parse_http_status_codes(env_var_name, env_val);
+  } else if constexpr (std::is_same_v<T, RemoteIOBackend>) {
+    return detail::parse_enum<RemoteIOBackend>(
+      env_var_name, env_val, {"EASY_THREADPOOL", "MULTI_POLL"});
+  } else if constexpr (std::is_same_v<T, RemoteReactorDispatch>) {
+    return detail::parse_enum<RemoteReactorDispatch>(
+      env_var_name, env_val, {"PER_CHUNK", "PER_PREAD"});
   } else {
     std::stringstream sstream(env_val);
     T converted_val;
@@ -249,33 +276,41 @@ class defaults {
   {
     set("remote_io_backend", static_cast<std::int64_t>(backend));
   }
+  /*
+   * KvikIO's reactor settings (KVIKIO_REMOTE_IO_NUM_REACTORS, _REACTOR_DISPATCH,
+   * _MAX_CONCURRENT_REQUESTS): gpufile's process settings of these names, kept with KvikIO's
+   * rules and without effect, as gpufile has no reactor pool. A setter throws
+   * std::invalid_argument for a bad value (0 reactors), and KvikIO's std::runtime_error
+   * (CUfileException) once a remote read has run under remote_io_backend MULTI_POLL, where
+   * KvikIO's reactor pool starts and fixes them for the rest of the process.
+   */
   [[nodiscard]] static unsigned int remote_io_num_reactors()
   {
-    return only().remote_io_num_reactors;
+    return static_cast<unsigned int>(get("remote_io_num_reactors"));
   }
   static void set_remote_io_num_reactors(unsigned int num_reactors)
   {
-    KVIKIO_EXPECT(num_reactors > 0, "remote_io_num_reactors must be positive", std::invalid_argument);
-    std::lock_guard<std::mutex> g(only().lock);
-    only().remote_io_num_reactors = num_reactors;
+    set("remote_io_num_reactors", num_reactors);
   }
   [[nodiscard]] static RemoteReactorDispatch remote_io_reactor_dispatch()
   {
-    return only().remote_io_reactor_dispatch;
+    return static_cast<RemoteReactorDispatch>(get("remote_io_reactor_dispatch"));
   }
   static void set_remote_io_reactor_dispatch(RemoteReactorDispatch dispatch)
   {
-    std::lock_guard<std::mutex> g(only().lock);
-    only().remote_io_reactor_dispatch = dispatch;
+    set("remote_io_reactor_dispatch", static_cast<std::int64_t>(dispatch));
   }
+  /** 0: no limit (KvikIO's default is 256). */
   [[nodiscard]] static std::size_t remote_io_max_concurrent_requests()
   {
-    return only().remote_io_max_concurrent_requests;
+    return static_cast<std::size_t>(get("remote_io_max_concurrent_requests"));
   }
   static void set_remote_io_max_concurrent_requests(std::size_t max_requests)
   {
-    std::lock_guard<std::mutex> g(only().lock);
-    only().remote_io_max_concurrent_requests = max_requests;
+    // As text: a size_t past INT64_MAX would turn negative as an int64_t.
+    detail::as_kvikio([&] {
+      gpufile::settings::set("remote_io_max_concurrent_requests", std::to_string(max_requests));
+    });
   }
 
  private:

@@ -502,3 +502,58 @@ TEST_F(CppApi, load_checkpoint_fills_the_callers_buffers_and_a_refusal_reads_not
                gpufile::BadArgumentError);
   EXPECT_EQ(untouched, std::vector<unsigned char>(4000, 9));
 }
+
+// KvikIO 26.10's reactor settings are gpufile's process settings (the C ABI's by name see what
+// the shim sets), with KvikIO's defaults, errors and rule: fixed once a remote read has run
+// under MULTI_POLL (std::runtime_error), never by a read under EASY_THREADPOOL.
+TEST_F(CppApi, kvikio_remote_reactor_settings_are_gpufiles_with_kvikios_rules)
+{
+  using kvikio::defaults;
+  using kvikio::RemoteIOBackend;
+  using kvikio::RemoteReactorDispatch;
+  EXPECT_EQ(defaults::remote_io_num_reactors(), 1u);
+  EXPECT_EQ(defaults::remote_io_reactor_dispatch(), RemoteReactorDispatch::PER_CHUNK);
+  EXPECT_EQ(defaults::remote_io_max_concurrent_requests(), 256u);
+  defaults::set_remote_io_num_reactors(3);
+  EXPECT_EQ(gpufile::settings::get_int("remote_io_num_reactors"), 3);
+  defaults::set_remote_io_reactor_dispatch(RemoteReactorDispatch::PER_PREAD);
+  EXPECT_EQ(gpufile::settings::get_str("remote_io_reactor_dispatch"), "PER_PREAD");
+  EXPECT_EQ(defaults::remote_io_reactor_dispatch(), RemoteReactorDispatch::PER_PREAD);
+  defaults::set_remote_io_max_concurrent_requests(0);  // 0: no limit
+  EXPECT_EQ(defaults::remote_io_max_concurrent_requests(), 0u);
+  EXPECT_THROW(defaults::set_remote_io_num_reactors(0), std::invalid_argument);
+  EXPECT_THROW(defaults::set_remote_io_max_concurrent_requests(SIZE_MAX), std::invalid_argument);
+  EXPECT_THROW(defaults::set_remote_io_reactor_dispatch(static_cast<RemoteReactorDispatch>(2)),
+               std::invalid_argument);
+  EXPECT_EQ(defaults::remote_io_num_reactors(), 3u);
+
+  ASSERT_EQ(setenv("TEST_KVIKIO_SHIM_ENUM", " per_pread ", 1), 0);
+  EXPECT_EQ(kvikio::getenv_or("TEST_KVIKIO_SHIM_ENUM", RemoteReactorDispatch::PER_CHUNK),
+            RemoteReactorDispatch::PER_PREAD);
+  ASSERT_EQ(setenv("TEST_KVIKIO_SHIM_ENUM", "Multi_Poll", 1), 0);
+  EXPECT_EQ(kvikio::getenv_or("TEST_KVIKIO_SHIM_ENUM", RemoteIOBackend::EASY_THREADPOOL),
+            RemoteIOBackend::MULTI_POLL);
+  EXPECT_THROW((void)kvikio::getenv_or("TEST_KVIKIO_SHIM_ENUM",
+                                       RemoteReactorDispatch::PER_CHUNK),
+               std::invalid_argument);
+  unsetenv("TEST_KVIKIO_SHIM_ENUM");
+
+  support::HttpServer server(dir.path().string());
+  auto r = kvikio::RemoteHandle::open(server.url() + "/data.bin");
+  std::vector<unsigned char> buf(4096);
+  EXPECT_EQ(r.read(buf.data(), buf.size(), 0), buf.size());  // EASY_THREADPOOL: no pool
+  defaults::set_remote_io_num_reactors(2);
+  defaults::set_remote_io_backend(RemoteIOBackend::MULTI_POLL);
+  EXPECT_EQ(r.read(buf.data(), buf.size(), 0), buf.size());
+  expect_throw<std::runtime_error>([] { defaults::set_remote_io_num_reactors(4); },
+                                   "remote_io_num_reactors cannot be changed after the "
+                                   "MULTI_POLL reactor pool has already started");
+  expect_throw<std::runtime_error>(
+    [] { defaults::set_remote_io_reactor_dispatch(RemoteReactorDispatch::PER_CHUNK); },
+    "remote_io_reactor_dispatch cannot be changed");
+  expect_throw<std::runtime_error>([] { defaults::set_remote_io_max_concurrent_requests(8); },
+                                   "remote_io_max_concurrent_requests cannot be changed");
+  EXPECT_EQ(defaults::remote_io_num_reactors(), 2u);
+  defaults::set_remote_io_backend(RemoteIOBackend::EASY_THREADPOOL);  // other settings stay free
+  EXPECT_EQ(defaults::remote_io_backend(), RemoteIOBackend::EASY_THREADPOOL);
+}
