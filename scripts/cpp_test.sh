@@ -18,8 +18,14 @@ for variant in plain asan; do
   cmake --build "$build" -j "$jobs" >>"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
   echo "-- $variant: ctest (no test found fails it)"
   # detect_leaks=0: the Rust library's process-wide engine (its worker threads) lives until exit.
-  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+  # The tests get a TMPDIR of their own, which they must leave empty (death tests' children
+  # exit past destructors).
+  test_tmp=$(mktemp -d)
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 TMPDIR=$test_tmp \
     ctest --test-dir "$build" --output-on-failure --no-tests=error
+  left=$(find "$test_tmp" -mindepth 1 -maxdepth 1)
+  [ -z "$left" ] || { echo "the C/C++ tests left files behind in TMPDIR:"; echo "$left"; exit 1; }
+  rmdir "$test_tmp"
 done
 
 echo "-- install to a temporary prefix, then build and run examples/cpp against it"

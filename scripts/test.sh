@@ -106,8 +106,20 @@ if [ -n "$seed" ]; then
 else
   echo "== pytest (file order: GPUFILE_TEST_SHUFFLE is empty)"
 fi
-GPUFILE_TEST_SHUFFLE=$seed GPUFILE_TEST_MACHINE=${GPUFILE_TEST_MACHINE:-cpu} \
+# pytest gets a TMPDIR of its own: a passing run leaves nothing there but pytest's own (emptied)
+# folder, as a user's machine must be left (pyproject.toml: tmp_path_retention_policy).
+test_tmp=$(mktemp -d)
+chmod 1777 "$test_tmp"  # as /tmp: tests that drop root make and open files there too
+GPUFILE_TEST_SHUFFLE=$seed GPUFILE_TEST_MACHINE=${GPUFILE_TEST_MACHINE:-cpu} TMPDIR=$test_tmp \
   "$venv/bin/python" -m pytest -q -rs tests "$@"
+left=$(find "$test_tmp" -mindepth 1 ! -path "$test_tmp/pytest-of-*" -o -path "$test_tmp/pytest-of-*/*" \
+  ! -name pytest-current)
+if [ -n "$left" ]; then
+  echo "FAILED: the tests left files behind in their TMPDIR ($(du -sh "$test_tmp" | cut -f1)):"
+  echo "$left" | head -20
+  exit 1
+fi
+rm -rf "$test_tmp"
 
 echo "== type stubs: python/gpufile/_native.pyi against the built extension (mypy stubtest)"
 "$venv/bin/python" -m mypy.stubtest gpufile._native
