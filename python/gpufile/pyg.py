@@ -38,13 +38,16 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch_geometric.typing
 from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import TensorAttr
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.sampler import NeighborSampler, SamplerOutput
 
 from . import _native
 from .cufile import CuFile
 
-__all__ = ["FeatureStore"]
+__all__ = ["FeatureStore", "TorchNeighborSampler", "neighbor_loader"]
 
 #: A descriptor's name ends with this; other files in the root are not the store's business.
 DESCRIPTOR_SUFFIX = ".tensor.json"
@@ -549,3 +552,109 @@ class FeatureStore(_PygFeatureStore):
                                  f"descriptor: {e!r}") from None
             out.append(self._tensor_attr_cls(group_name=group, attr_name=attr_name))
         return out
+
+
+# --- sampling without pyg-lib ---------------------------------------------------------------
+
+class TorchNeighborSampler(NeighborSampler):
+    """PyG's ``NeighborSampler`` that samples homogeneous graphs in plain torch where neither
+    pyg-lib nor torch-sparse is installed (``pip install "gpufile[pyg]"`` installs neither:
+    pyg-lib's wheels are on PyG's own index).
+
+    Each hop takes up to ``k`` distinct in-neighbours of every frontier node, uniformly, new
+    nodes numbered in the order they are first seen (as pyg-lib does). Vectorised per hop: no
+    Python loop over nodes. Where pyg-lib or torch-sparse is installed, and for heterogeneous
+    graphs, it hands over to PyG's own sampling. ``neighbor_loader`` builds a
+    ``NeighborLoader`` on it.
+
+    Raises
+    ------
+    NotImplementedError
+        A sampling PyG's own samplers do and this one does not (with replacement, disjoint,
+        temporal) where neither pyg-lib nor torch-sparse is installed.
+    """
+
+    def _sample(self, seed: torch.Tensor, seed_time: Any = None, **kwargs: Any) -> Any:
+        native = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
+        if native or self.is_hetero:
+            return super()._sample(seed, seed_time, **kwargs)
+        if self.replace or self.disjoint or seed_time is not None:
+            raise NotImplementedError("TorchNeighborSampler samples without replacement, not "
+                                      "disjoint and not temporal")
+        colptr, row = self.colptr, self.row
+        local = getattr(self, "_local", None)
+        if local is None or local.numel() != colptr.numel() - 1:
+            local = self._local = torch.full((colptr.numel() - 1,), -1, dtype=torch.long)
+        node = seed.to(torch.long)
+        local[node] = torch.arange(node.numel())
+        frontier = node
+        rows, cols, edges = [], [], []
+        sampled_nodes, sampled_edges = [node.numel()], []
+        try:
+            for k in self.num_neighbors.get_mapped_values():
+                start = colptr[frontier]
+                deg = colptr[frontier + 1] - start
+                dst = torch.repeat_interleave(torch.arange(frontier.numel()), deg)
+                first = torch.cumsum(deg, 0) - deg
+                pos = start[dst] + torch.arange(dst.numel()) - first[dst]
+                if k >= 0:
+                    # Random keys within each node's group: the k smallest are its sample.
+                    order = torch.argsort(dst.double() + torch.rand(dst.numel(),
+                                                                    dtype=torch.double))
+                    rank = torch.arange(dst.numel()) - first[dst[order]]
+                    keep = order[rank < k]
+                    pos, dst = pos[keep], dst[keep]
+                src = row[pos]
+                fresh = src[local[src] < 0]
+                uniq, inv = torch.unique(fresh, return_inverse=True)
+                seen = torch.full((uniq.numel(),), fresh.numel(), dtype=torch.long)
+                seen.scatter_reduce_(0, inv, torch.arange(fresh.numel()), "amin")
+                new = uniq[torch.argsort(seen)]
+                local[new] = torch.arange(node.numel(), node.numel() + new.numel())
+                node = torch.cat([node, new])
+                rows.append(local[src])
+                cols.append(local[frontier[dst]])
+                edges.append(pos)
+                sampled_nodes.append(new.numel())
+                sampled_edges.append(src.numel())
+                frontier = new
+        finally:
+            local[node] = -1
+        edge = torch.cat(edges) if edges else torch.empty(0, dtype=torch.long)
+        if self.perm is not None:
+            edge = self.perm[edge]
+        empty = torch.empty(0, dtype=torch.long)
+        return SamplerOutput(node=node, row=torch.cat(rows) if rows else empty,
+                             col=torch.cat(cols) if cols else empty, edge=edge, batch=None,
+                             num_sampled_nodes=sampled_nodes, num_sampled_edges=sampled_edges)
+
+
+def neighbor_loader(data: Any, num_neighbors: list[int], **kwargs: Any) -> NeighborLoader:
+    """``torch_geometric.loader.NeighborLoader(data, num_neighbors, **kwargs)`` sampled by
+    ``TorchNeighborSampler``: runs where neither pyg-lib nor torch-sparse is installed (PyG's
+    own ``NeighborLoader`` raises there), and samples with them where they are.
+
+    Parameters
+    ----------
+    data : tuple of (FeatureStore, GraphStore) or torch_geometric.data.Data
+        What ``NeighborLoader`` takes: ``(FeatureStore(...), graph_store)`` reads features from
+        files.
+    num_neighbors : list of int
+        Neighbours sampled per node, one entry a hop (``-1``: all of them).
+    **kwargs
+        ``NeighborLoader``'s other arguments (``batch_size``, ``input_nodes``, ``shuffle``, ...).
+
+    Returns
+    -------
+    torch_geometric.loader.NeighborLoader
+        Batches as PyG's own loader gives them.
+
+    Examples
+    --------
+    >>> loader = neighbor_loader((store, graph), [10, 10], batch_size=1024)  # doctest: +SKIP
+    """
+    with warnings.catch_warnings():
+        # PyG's notice that it samples faster with pyg-lib: this sampler is the answer to it.
+        warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation")
+        sampler = TorchNeighborSampler(data, num_neighbors)
+    return NeighborLoader(data, num_neighbors, neighbor_sampler=sampler, **kwargs)
