@@ -400,6 +400,30 @@ def test_a_put_killed_midway_leaves_a_whole_table(tmp_path):
     assert len(left) == 2 and left[0].endswith(".rows") and left[1].endswith(".tensor.json")
 
 
+def test_neighbor_loader_hands_sampling_arguments_to_its_sampler(tmp_path):
+    """NeighborLoader ignores its sampling arguments where it is given a sampler; neighbor_loader
+    hands them to the sampler it builds: a bidirectional subgraph holds each edge both ways, and
+    a sampling the plain-torch sampler cannot do is refused, not silently done another way."""
+    import torch_geometric.typing as typing
+
+    n = 300
+    store = FeatureStore(tmp_path)
+    store.put_tensor(torch.randn(n, 4), group_name=None, attr_name="x", index=None)
+    data = (store, _graph(n, 4))
+    torch.manual_seed(0)
+    seeds = torch.arange(n)
+    batch = next(iter(neighbor_loader(data, [3, 3], batch_size=50, input_nodes=seeds,
+                                      subgraph_type="bidirectional")))
+    edges = set(map(tuple, batch.edge_index.t().tolist()))
+    assert edges and edges == {(c, r) for r, c in edges}
+    loader = neighbor_loader(data, [3], batch_size=50, input_nodes=seeds, replace=True)
+    if typing.WITH_PYG_LIB or typing.WITH_TORCH_SPARSE:
+        assert next(iter(loader)).num_nodes >= 50  # PyG's own sampling does it
+    else:
+        with pytest.raises(NotImplementedError, match="replace, disjoint, temporal, weighted"):
+            next(iter(loader))
+
+
 def test_the_pages_example_runs_as_written(tmp_path):
     """docs/pyg.md's example, taken from the page, runs in an empty folder on what
     `pip install "gpufile[pyg]"` installs (no pyg-lib, no torch-sparse here), on the CPU or the

@@ -43,6 +43,7 @@ from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import TensorAttr
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.sampler import NeighborSampler, SamplerOutput
+from torch_geometric.sampler.base import SubgraphType
 
 from . import _native
 from .cufile import CuFile
@@ -570,17 +571,21 @@ class TorchNeighborSampler(NeighborSampler):
     Raises
     ------
     NotImplementedError
-        A sampling PyG's own samplers do and this one does not (with replacement, disjoint,
-        temporal) where neither pyg-lib nor torch-sparse is installed.
+        At the first batch, a sampling PyG's own samplers do and this one does not (with
+        replacement, disjoint, temporal, weighted, induced subgraphs) where neither pyg-lib
+        nor torch-sparse is installed.
     """
 
     def _sample(self, seed: torch.Tensor, seed_time: Any = None, **kwargs: Any) -> Any:
         native = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
         if native or self.is_hetero:
             return super()._sample(seed, seed_time, **kwargs)
-        if self.replace or self.disjoint or seed_time is not None:
-            raise NotImplementedError("TorchNeighborSampler samples without replacement, not "
-                                      "disjoint and not temporal")
+        if (self.replace or self.disjoint or seed_time is not None
+                or self.edge_weight is not None or self.subgraph_type == SubgraphType.induced):
+            raise NotImplementedError(
+                "without pyg-lib or torch-sparse, gpufile.pyg.TorchNeighborSampler samples "
+                "uniformly and without replacement; replace, disjoint, temporal, weighted and "
+                "induced sampling need pyg-lib (https://data.pyg.org/whl/)")
         colptr, row = self.colptr, self.row
         local = getattr(self, "_local", None)
         if local is None or local.numel() != colptr.numel() - 1:
@@ -629,6 +634,12 @@ class TorchNeighborSampler(NeighborSampler):
                              num_sampled_nodes=sampled_nodes, num_sampled_edges=sampled_edges)
 
 
+# NeighborLoader's arguments that it hands to the sampler it builds (and ignores where it is
+# given one): the sampler built here takes them, so none is dropped without a word.
+_SAMPLING_ARGS = ("replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
+                  "weight_attr", "is_sorted", "directed")
+
+
 def neighbor_loader(data: Any, num_neighbors: list[int], **kwargs: Any) -> NeighborLoader:
     """``torch_geometric.loader.NeighborLoader(data, num_neighbors, **kwargs)`` sampled by
     ``TorchNeighborSampler``: runs where neither pyg-lib nor torch-sparse is installed (PyG's
@@ -642,7 +653,10 @@ def neighbor_loader(data: Any, num_neighbors: list[int], **kwargs: Any) -> Neigh
     num_neighbors : list of int
         Neighbours sampled per node, one entry a hop (``-1``: all of them).
     **kwargs
-        ``NeighborLoader``'s other arguments (``batch_size``, ``input_nodes``, ``shuffle``, ...).
+        ``NeighborLoader``'s other arguments: those of its sampling (``replace``,
+        ``subgraph_type``, ``disjoint``, ``temporal_strategy``, ``time_attr``, ``weight_attr``,
+        ``is_sorted``, ``directed``) go to the sampler as ``NeighborLoader`` passes them to its
+        own; the rest (``batch_size``, ``input_nodes``, ``shuffle``, ...) to the loader.
 
     Returns
     -------
@@ -656,5 +670,8 @@ def neighbor_loader(data: Any, num_neighbors: list[int], **kwargs: Any) -> Neigh
     with warnings.catch_warnings():
         # PyG's notice that it samples faster with pyg-lib: this sampler is the answer to it.
         warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation")
-        sampler = TorchNeighborSampler(data, num_neighbors)
+        sampling = {k: kwargs.pop(k) for k in _SAMPLING_ARGS if k in kwargs}
+        sampler = TorchNeighborSampler(data, num_neighbors=num_neighbors,
+                                       share_memory=kwargs.get("num_workers", 0) > 0,
+                                       **sampling)
     return NeighborLoader(data, num_neighbors, neighbor_sampler=sampler, **kwargs)
