@@ -5,13 +5,13 @@ descriptor beside it (dtype, shape, the rows file's name). A sampled subgraph's 
 many random rows of such a table, what ``CuFile.read_rows`` gathers as one request::
 
     import torch
-    from torch_geometric.loader import NeighborLoader
-    from gpufile.pyg import FeatureStore
+    from gpufile.pyg import FeatureStore, neighbor_loader
 
     store = FeatureStore("features", device="cuda")     # rows land in GPU memory
     store.put_tensor(x, group_name=None, attr_name="x", index=None)
     store.put_tensor(y, group_name=None, attr_name="y", index=None)
-    loader = NeighborLoader((store, graph_store), num_neighbors=[10, 10], batch_size=1024)
+    loader = neighbor_loader((store, graph_store), num_neighbors=[10, 10], batch_size=1024,
+                             input_nodes=torch.arange(len(x)))
 
 What it does:
 
@@ -22,6 +22,8 @@ What it does:
 * ``get_tensor(index=...)`` and ``multi_get_tensor`` gather the rows with ``read_rows`` straight
   into a tensor on the store's ``device`` (no Python loop over rows, no host copy for CUDA);
   ``multi_get_tensor`` submits every attribute's gather before it waits for any.
+* ``neighbor_loader`` is PyG's ``NeighborLoader`` sampled by ``TorchNeighborSampler``, which
+  samples in plain torch where pyg-lib and torch-sparse (neither on PyPI as a wheel) are absent.
 """
 
 from __future__ import annotations
