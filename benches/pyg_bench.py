@@ -28,8 +28,8 @@ of the file-backed ways. --device cpu (the default where torch sees no CUDA devi
 into host memory: no pinning and no copy.
 
 PyG samples with pyg-lib or torch-sparse; where neither is installed (pyg-lib is not on PyPI,
-torch-sparse only as a 2023 source package), ``TorchNeighborSampler`` samples the same way
-(uniform, without replacement) in plain torch, so the loaders run anywhere.
+torch-sparse only as a 2023 source package), ``gpufile.pyg.TorchNeighborSampler`` samples the
+same way (uniform, without replacement) in plain torch, so the loaders run anywhere.
 """
 
 from __future__ import annotations
@@ -49,72 +49,10 @@ import numpy as np
 import torch
 import torch_geometric.typing
 from torch_geometric.distributed import LocalFeatureStore, LocalGraphStore
-from torch_geometric.loader import NeighborLoader
-from torch_geometric.sampler import NeighborSampler, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler import NodeSamplerInput
 
 import gpufile
-from gpufile.pyg import FeatureStore
-
-
-class TorchNeighborSampler(NeighborSampler):
-    """PyG's ``NeighborSampler`` that samples homogeneous graphs in plain torch where neither
-    pyg-lib nor torch-sparse is installed: each hop takes up to ``k`` distinct in-neighbours of
-    every frontier node, uniformly, new nodes numbered in the order they are first seen (as
-    pyg-lib does). Vectorised per hop: no Python loop over nodes."""
-
-    def _sample(self, seed: torch.Tensor, seed_time: Any = None, **kwargs: Any) -> Any:
-        native = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
-        if native or self.is_hetero:
-            return super()._sample(seed, seed_time, **kwargs)
-        if self.replace or self.disjoint or seed_time is not None:
-            raise NotImplementedError("TorchNeighborSampler samples without replacement, not "
-                                      "disjoint and not temporal")
-        colptr, row = self.colptr, self.row
-        local = getattr(self, "_local", None)
-        if local is None or local.numel() != colptr.numel() - 1:
-            local = self._local = torch.full((colptr.numel() - 1,), -1, dtype=torch.long)
-        node = seed.to(torch.long)
-        local[node] = torch.arange(node.numel())
-        frontier = node
-        rows, cols, edges = [], [], []
-        sampled_nodes, sampled_edges = [node.numel()], []
-        try:
-            for k in self.num_neighbors.get_mapped_values():
-                start = colptr[frontier]
-                deg = colptr[frontier + 1] - start
-                dst = torch.repeat_interleave(torch.arange(frontier.numel()), deg)
-                first = torch.cumsum(deg, 0) - deg
-                pos = start[dst] + torch.arange(dst.numel()) - first[dst]
-                if k >= 0:
-                    # Random keys within each node's group: the k smallest are its sample.
-                    order = torch.argsort(dst.double() + torch.rand(dst.numel(),
-                                                                    dtype=torch.double))
-                    rank = torch.arange(dst.numel()) - first[dst[order]]
-                    keep = order[rank < k]
-                    pos, dst = pos[keep], dst[keep]
-                src = row[pos]
-                fresh = src[local[src] < 0]
-                uniq, inv = torch.unique(fresh, return_inverse=True)
-                seen = torch.full((uniq.numel(),), fresh.numel(), dtype=torch.long)
-                seen.scatter_reduce_(0, inv, torch.arange(fresh.numel()), "amin")
-                new = uniq[torch.argsort(seen)]
-                local[new] = torch.arange(node.numel(), node.numel() + new.numel())
-                node = torch.cat([node, new])
-                rows.append(local[src])
-                cols.append(local[frontier[dst]])
-                edges.append(pos)
-                sampled_nodes.append(new.numel())
-                sampled_edges.append(src.numel())
-                frontier = new
-        finally:
-            local[node] = -1
-        edge = torch.cat(edges) if edges else torch.empty(0, dtype=torch.long)
-        if self.perm is not None:
-            edge = self.perm[edge]
-        empty = torch.empty(0, dtype=torch.long)
-        return SamplerOutput(node=node, row=torch.cat(rows) if rows else empty,
-                             col=torch.cat(cols) if cols else empty, edge=edge, batch=None,
-                             num_sampled_nodes=sampled_nodes, num_sampled_edges=sampled_edges)
+from gpufile.pyg import FeatureStore, TorchNeighborSampler, neighbor_loader
 
 
 def sampler_for(data: Any, num_neighbors: list[int]) -> TorchNeighborSampler:
@@ -122,13 +60,6 @@ def sampler_for(data: Any, num_neighbors: list[int]) -> TorchNeighborSampler:
         # PyG's notice that it samples best with pyg-lib: known, and said in the header.
         warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation")
         return TorchNeighborSampler(data, num_neighbors)
-
-
-def neighbor_loader(data: Any, num_neighbors: list[int], **kwargs: Any) -> NeighborLoader:
-    """``NeighborLoader(data, num_neighbors, **kwargs)``, sampled by ``TorchNeighborSampler``
-    (which hands over to PyG's own sampling where pyg-lib or torch-sparse is installed)."""
-    sampler = sampler_for(data, num_neighbors)
-    return NeighborLoader(data, num_neighbors, neighbor_sampler=sampler, **kwargs)
 
 
 # --- the table -----------------------------------------------------------------------------

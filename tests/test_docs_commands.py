@@ -114,6 +114,21 @@ def test_every_command_of_the_page_runs_as_written(page, tmp_path):
         pytest.skip(f"{page}: its CuPy example does not run here ({gpu_reason()}); the rest ran")
 
 
+def test_the_getting_started_blocks_paste_into_the_interactive_interpreter(tmp_path):
+    """docs/getting-started.md's Python blocks, pasted one after another into one interactive
+    session (`python -i`, which reads stdin line by line as the REPL does, each block followed
+    by the Enter that runs it), raise nothing: an indented block must end with an empty line
+    before the next statement, and hold none of its own."""
+    python = [text for lang, text in blocks("docs/getting-started.md") if lang == "python"]
+    assert python, "no Python block found (is the fence still ```python?)"
+    r = subprocess.run([sys.executable, "-q", "-i"], input="".join(t + "\n" for t in python),
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    errors = [line for line in r.stderr.splitlines()
+              if "Traceback" in line or re.match(r"\w+(Error|Exception|Warning)\b", line)]
+    assert r.returncode == 0 and not errors, r.stderr
+    assert "('gpufile-posix'" in r.stdout, r.stdout  # print(f.io_path) ran: the second block
+
+
 def test_the_commands_not_run_are_still_on_the_pages():
     on_pages = {c for page in PAGES for c in shell_commands(page)}
     assert set(NOT_RUN) <= on_pages, set(NOT_RUN) - on_pages
@@ -172,3 +187,21 @@ def test_the_demo_refuses_a_mistyped_file_before_it_builds(tmp_path):
     assert r.stderr == (f"demo: {tmp_path / 'typo.bni'} does not exist (give an existing file, "
                         "or no FILE for the demo's own)\n")
     assert r.stdout == "" and not venv.exists()  # nothing installed, nothing built
+
+
+def test_the_demos_python_part_prints_a_warm_median_first(tmp_path):
+    """The first figure the demo's Python part prints is a warm one, said to be: the median of
+    repeated reads after an untimed first read into the fresh buffer (which faults its pages
+    in: 0.29 GB/s on a machine that reads a warm file at several GB/s)."""
+    script = (ROOT / "scripts/demo.sh").read_text()
+    m = re.search(r"<<'PY'\n(.*?)^PY$", script, re.S | re.M)
+    assert m, "the demo's Python part (a <<'PY' heredoc) is gone"
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(1 << 20))
+    r = subprocess.run([sys.executable, "-", str(data)], input=m.group(1), env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert re.fullmatch(r"warm read: 1048576 bytes into (host|GPU) memory in [0-9.]+ s = "
+                        r"[0-9.]+ GB/s \(median of 3 reads after an untimed first one, which "
+                        r"also maps the fresh buffer in\)", first), r.stdout

@@ -21,12 +21,14 @@ pytest.importorskip("torch_geometric")
 from torch_geometric.distributed import LocalFeatureStore, LocalGraphStore  # noqa: E402
 from torch_geometric.nn import GraphSAGE  # noqa: E402
 
-from gpufile.pyg import FeatureStore  # noqa: E402
+from gpufile.pyg import FeatureStore, neighbor_loader  # noqa: E402
+from test_docs_commands import blocks  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _bench():
+    """benches/pyg_bench.py as a module: its table, its timings."""
     spec = importlib.util.spec_from_file_location("pyg_bench", ROOT / "benches" / "pyg_bench.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -45,10 +47,10 @@ def _graph(n, degree, seed=0):
                                      edge_index=edge_index, num_nodes=n)
 
 
-def _batches(bench, data, n, steps):
+def _batches(data, n, steps):
     torch.manual_seed(0)
-    loader = bench.neighbor_loader(data, [5, 5], batch_size=64, input_nodes=torch.arange(n),
-                                   shuffle=True)
+    loader = neighbor_loader(data, [5, 5], batch_size=64, input_nodes=torch.arange(n),
+                             shuffle=True)
     out = []
     for batch in loader:
         out.append(batch)
@@ -76,7 +78,6 @@ def test_neighbor_loader_batches_equal_pygs_in_memory_store_and_graphsage_trains
     """NeighborLoader over (gpufile store, PyG's in-memory graph store) gives, batch by batch,
     the nodes, edges, features and labels that PyG's in-memory feature store gives for the
     same seeds; GraphSAGE trained on either takes the same steps."""
-    bench = _bench()
     n, dim, classes = 3000, 24, 5
     g = torch.Generator().manual_seed(3)
     x = torch.randn(n, dim, generator=g)
@@ -87,8 +88,8 @@ def test_neighbor_loader_batches_equal_pygs_in_memory_store_and_graphsage_trains
     store.put_tensor(x, group_name=None, attr_name="x", index=None)
     store.put_tensor(y, group_name=None, attr_name="y", index=None)
 
-    want = _batches(bench, (reference, graph), n, 6)
-    got = _batches(bench, (store, graph), n, 6)
+    want = _batches((reference, graph), n, 6)
+    got = _batches((store, graph), n, 6)
     assert len(want) == len(got) == 6
     for w, b in zip(want, got):
         assert torch.equal(w.n_id, b.n_id)
@@ -399,6 +400,44 @@ def test_a_put_killed_midway_leaves_a_whole_table(tmp_path):
     assert len(left) == 2 and left[0].endswith(".rows") and left[1].endswith(".tensor.json")
 
 
+def test_neighbor_loader_hands_sampling_arguments_to_its_sampler(tmp_path):
+    """NeighborLoader ignores its sampling arguments where it is given a sampler; neighbor_loader
+    hands them to the sampler it builds: a bidirectional subgraph holds each edge both ways, and
+    a sampling the plain-torch sampler cannot do is refused, not silently done another way."""
+    import torch_geometric.typing as typing
+
+    n = 300
+    store = FeatureStore(tmp_path)
+    store.put_tensor(torch.randn(n, 4), group_name=None, attr_name="x", index=None)
+    data = (store, _graph(n, 4))
+    torch.manual_seed(0)
+    seeds = torch.arange(n)
+    batch = next(iter(neighbor_loader(data, [3, 3], batch_size=50, input_nodes=seeds,
+                                      subgraph_type="bidirectional")))
+    edges = set(map(tuple, batch.edge_index.t().tolist()))
+    assert edges and edges == {(c, r) for r, c in edges}
+    loader = neighbor_loader(data, [3], batch_size=50, input_nodes=seeds, replace=True)
+    if typing.WITH_PYG_LIB or typing.WITH_TORCH_SPARSE:
+        assert next(iter(loader)).num_nodes >= 50  # PyG's own sampling does it
+    else:
+        with pytest.raises(NotImplementedError, match="replace, disjoint, temporal, weighted"):
+            next(iter(loader))
+
+
+def test_the_pages_example_runs_as_written(tmp_path):
+    """docs/pyg.md's example, taken from the page, runs in an empty folder on what
+    `pip install "gpufile[pyg]"` installs (no pyg-lib, no torch-sparse here), on the CPU or the
+    GPU, and trains: it prints the last batch's loss."""
+    (code,) = [text for lang, text in blocks("docs/pyg.md") if lang == "python"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUFILE_"))}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("last batch's loss: "), r.stdout
+    assert [a.attr_name for a in FeatureStore(tmp_path / "features").get_all_tensor_attrs()] \
+        == ["x", "y"]
+
+
 def test_the_benchmark_runs_quick_on_the_cpu(tmp_path):
     out = tmp_path / "rows.json"
     _bench().main(["--quick", "--device", "cpu", "--dir", str(tmp_path), "--json", str(out)])
@@ -410,7 +449,6 @@ def test_the_benchmark_runs_quick_on_the_cpu(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
 def test_rows_land_in_cuda_tensors_and_the_loader_gives_them(tmp_path):
-    bench = _bench()
     n, dim = 2000, 16
     x = torch.randn(n, dim, generator=torch.Generator().manual_seed(0))
     y = torch.randint(0, 3, (n,))
@@ -422,8 +460,8 @@ def test_rows_land_in_cuda_tensors_and_the_loader_gives_them(tmp_path):
     got = store[None, "x", idx.cuda()]
     assert got.device.type == "cuda" and torch.equal(got.cpu(), x[idx])
     reference = LocalFeatureStore.from_data(node_id=torch.arange(n), x=x, y=y)
-    want = _batches(bench, (reference, graph), n, 3)
-    for w, b in zip(want, _batches(bench, (store, graph), n, 3)):
+    want = _batches((reference, graph), n, 3)
+    for w, b in zip(want, _batches((store, graph), n, 3)):
         assert b.x.device.type == "cuda" and b.y.device.type == "cuda"
         assert torch.equal(b.n_id, w.n_id) and torch.equal(b.x.cpu(), w.x)
         assert torch.equal(b.y.cpu(), w.y)

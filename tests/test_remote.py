@@ -680,6 +680,27 @@ def test_s3_public_and_presigned(s3):
             np.testing.assert_array_equal(read_all(f), data)
 
 
+def test_str_and_repr_show_the_s3_url_the_user_gave(s3):
+    """An S3 object shows as the user named it: ``s3://bucket/key`` (not the endpoint's
+    ``http://`` address it reads), or the endpoint URL where that is what was given; never the
+    credentials."""
+    endpoint, _, _ = s3
+    RF = gpufile.RemoteFile
+    for open_it, shown, mode in (
+        (lambda: RF.open_s3("bkt", "obj.bin"), "s3://bkt/obj.bin", ""),
+        (lambda: RF.open_s3("bkt", "dir/with space.bin"), "s3://bkt/dir/with space.bin", ""),
+        (lambda: RF.open_s3_url("s3://bkt/obj.bin"), "s3://bkt/obj.bin", ""),
+        (lambda: RF.open("s3://bkt/obj.bin"), "s3://bkt/obj.bin", ""),
+        (lambda: RF.open_s3_public("s3://bkt/public.bin"), "s3://bkt/public.bin", ""),
+        (lambda: RF.open("s3://bkt/new.bin", mode="w"), "s3://bkt/new.bin", " mode='w'"),
+        (lambda: RF.open_s3_url(f"{endpoint}/bkt/obj.bin"), f"{endpoint}/bkt/obj.bin", ""),
+    ):
+        with open_it() as f:
+            kind = f.remote_endpoint_type().name
+            assert (str(f), repr(f)) == (shown, f"<gpufile.RemoteFile {kind} {shown!r}{mode}>")
+            assert "testing" not in str(f) + repr(f)
+
+
 # ---------------------------------------------------------------- GPU memory
 
 

@@ -135,6 +135,30 @@ def test_bad_env_value_is_one_error_once():
     assert r.stderr.count('KVIKIO_COMPAT_MODE="maybe" is invalid') == 1, r.stderr
 
 
+def test_a_bad_env_value_fails_every_call_and_set_until_the_variable_is_fixed():
+    """What the README says: each call that needs the settings raises the same ValueError (not
+    only the first), `defaults.set` too (it cannot override the variable, whichever setting it
+    names), and a process that fixes its environment goes on."""
+    code = """
+import os
+import gpufile.defaults as d
+for call in (lambda: d.get("num_threads"), lambda: d.get("task_size"),
+             lambda: d.set("num_threads", 4), lambda: d.set({"task_size": "1MiB"})):
+    try:
+        call()
+        print("no error")
+    except ValueError as e:
+        print(e)
+os.environ["KVIKIO_NTHREADS"] = "3"
+print(d.get("num_threads"))
+"""
+    r = run_python(code, {"KVIKIO_NTHREADS": "abc"})
+    assert r.returncode == 0, r.stderr
+    error = ('environment variable KVIKIO_NTHREADS="abc" is invalid: expected an integer from 1 '
+             'to 1024 (threads)')
+    assert r.stdout.splitlines() == [error] * 4 + ["3"], r.stdout
+
+
 def test_unknown_env_variable_warns_once_with_the_nearest_name():
     r = run_python("import gpufile, gpufile.defaults as d; import gpufile; print(d.get('num_threads'))",
                    {"KVIKIO_NTHREAD": "8", "GPUFILE_CUFILE_PATH": "/nonexistent",

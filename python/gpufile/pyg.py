@@ -5,13 +5,13 @@ descriptor beside it (dtype, shape, the rows file's name). A sampled subgraph's 
 many random rows of such a table, what ``CuFile.read_rows`` gathers as one request::
 
     import torch
-    from torch_geometric.loader import NeighborLoader
-    from gpufile.pyg import FeatureStore
+    from gpufile.pyg import FeatureStore, neighbor_loader
 
     store = FeatureStore("features", device="cuda")     # rows land in GPU memory
     store.put_tensor(x, group_name=None, attr_name="x", index=None)
     store.put_tensor(y, group_name=None, attr_name="y", index=None)
-    loader = NeighborLoader((store, graph_store), num_neighbors=[10, 10], batch_size=1024)
+    loader = neighbor_loader((store, graph_store), num_neighbors=[10, 10], batch_size=1024,
+                             input_nodes=torch.arange(len(x)))
 
 What it does:
 
@@ -22,6 +22,8 @@ What it does:
 * ``get_tensor(index=...)`` and ``multi_get_tensor`` gather the rows with ``read_rows`` straight
   into a tensor on the store's ``device`` (no Python loop over rows, no host copy for CUDA);
   ``multi_get_tensor`` submits every attribute's gather before it waits for any.
+* ``neighbor_loader`` is PyG's ``NeighborLoader`` sampled by ``TorchNeighborSampler``, which
+  samples in plain torch where pyg-lib and torch-sparse (neither on PyPI as a wheel) are absent.
 """
 
 from __future__ import annotations
@@ -38,13 +40,17 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch_geometric.typing
 from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import TensorAttr
+from torch_geometric.loader import NeighborLoader
+from torch_geometric.sampler import NeighborSampler, SamplerOutput
+from torch_geometric.sampler.base import SubgraphType
 
 from . import _native
 from .cufile import CuFile
 
-__all__ = ["FeatureStore"]
+__all__ = ["FeatureStore", "TorchNeighborSampler", "neighbor_loader"]
 
 #: A descriptor's name ends with this; other files in the root are not the store's business.
 DESCRIPTOR_SUFFIX = ".tensor.json"
@@ -549,3 +555,125 @@ class FeatureStore(_PygFeatureStore):
                                  f"descriptor: {e!r}") from None
             out.append(self._tensor_attr_cls(group_name=group, attr_name=attr_name))
         return out
+
+
+# --- sampling without pyg-lib ---------------------------------------------------------------
+
+class TorchNeighborSampler(NeighborSampler):
+    """PyG's ``NeighborSampler`` that samples homogeneous graphs in plain torch where neither
+    pyg-lib nor torch-sparse is installed (``pip install "gpufile[pyg]"`` installs neither:
+    pyg-lib's wheels are on PyG's own index).
+
+    Each hop takes up to ``k`` distinct in-neighbours of every frontier node, uniformly, new
+    nodes numbered in the order they are first seen (as pyg-lib does). Vectorised per hop: no
+    Python loop over nodes. Where pyg-lib or torch-sparse is installed, and for heterogeneous
+    graphs, it hands over to PyG's own sampling. ``neighbor_loader`` builds a
+    ``NeighborLoader`` on it.
+
+    Raises
+    ------
+    NotImplementedError
+        At the first batch, a sampling PyG's own samplers do and this one does not (with
+        replacement, disjoint, temporal, weighted, induced subgraphs) where neither pyg-lib
+        nor torch-sparse is installed.
+    """
+
+    def _sample(self, seed: torch.Tensor, seed_time: Any = None, **kwargs: Any) -> Any:
+        native = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
+        if native or self.is_hetero:
+            return super()._sample(seed, seed_time, **kwargs)
+        if (self.replace or self.disjoint or seed_time is not None
+                or self.edge_weight is not None or self.subgraph_type == SubgraphType.induced):
+            raise NotImplementedError(
+                "without pyg-lib or torch-sparse, gpufile.pyg.TorchNeighborSampler samples "
+                "uniformly and without replacement; replace, disjoint, temporal, weighted and "
+                "induced sampling need pyg-lib (https://data.pyg.org/whl/)")
+        colptr, row = self.colptr, self.row
+        local = getattr(self, "_local", None)
+        if local is None or local.numel() != colptr.numel() - 1:
+            local = self._local = torch.full((colptr.numel() - 1,), -1, dtype=torch.long)
+        node = seed.to(torch.long)
+        local[node] = torch.arange(node.numel())
+        frontier = node
+        rows, cols, edges = [], [], []
+        sampled_nodes, sampled_edges = [node.numel()], []
+        try:
+            for k in self.num_neighbors.get_mapped_values():
+                start = colptr[frontier]
+                deg = colptr[frontier + 1] - start
+                dst = torch.repeat_interleave(torch.arange(frontier.numel()), deg)
+                first = torch.cumsum(deg, 0) - deg
+                pos = start[dst] + torch.arange(dst.numel()) - first[dst]
+                if k >= 0:
+                    # Random keys within each node's group: the k smallest are its sample.
+                    order = torch.argsort(dst.double() + torch.rand(dst.numel(),
+                                                                    dtype=torch.double))
+                    rank = torch.arange(dst.numel()) - first[dst[order]]
+                    keep = order[rank < k]
+                    pos, dst = pos[keep], dst[keep]
+                src = row[pos]
+                fresh = src[local[src] < 0]
+                uniq, inv = torch.unique(fresh, return_inverse=True)
+                seen = torch.full((uniq.numel(),), fresh.numel(), dtype=torch.long)
+                seen.scatter_reduce_(0, inv, torch.arange(fresh.numel()), "amin")
+                new = uniq[torch.argsort(seen)]
+                local[new] = torch.arange(node.numel(), node.numel() + new.numel())
+                node = torch.cat([node, new])
+                rows.append(local[src])
+                cols.append(local[frontier[dst]])
+                edges.append(pos)
+                sampled_nodes.append(new.numel())
+                sampled_edges.append(src.numel())
+                frontier = new
+        finally:
+            local[node] = -1
+        edge = torch.cat(edges) if edges else torch.empty(0, dtype=torch.long)
+        if self.perm is not None:
+            edge = self.perm[edge]
+        empty = torch.empty(0, dtype=torch.long)
+        return SamplerOutput(node=node, row=torch.cat(rows) if rows else empty,
+                             col=torch.cat(cols) if cols else empty, edge=edge, batch=None,
+                             num_sampled_nodes=sampled_nodes, num_sampled_edges=sampled_edges)
+
+
+# NeighborLoader's arguments that it hands to the sampler it builds (and ignores where it is
+# given one): the sampler built here takes them, so none is dropped without a word.
+_SAMPLING_ARGS = ("replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr",
+                  "weight_attr", "is_sorted", "directed")
+
+
+def neighbor_loader(data: Any, num_neighbors: list[int], **kwargs: Any) -> NeighborLoader:
+    """``torch_geometric.loader.NeighborLoader(data, num_neighbors, **kwargs)`` sampled by
+    ``TorchNeighborSampler``: runs where neither pyg-lib nor torch-sparse is installed (PyG's
+    own ``NeighborLoader`` raises there), and samples with them where they are.
+
+    Parameters
+    ----------
+    data : tuple of (FeatureStore, GraphStore) or torch_geometric.data.Data
+        What ``NeighborLoader`` takes: ``(FeatureStore(...), graph_store)`` reads features from
+        files.
+    num_neighbors : list of int
+        Neighbours sampled per node, one entry a hop (``-1``: all of them).
+    **kwargs
+        ``NeighborLoader``'s other arguments: those of its sampling (``replace``,
+        ``subgraph_type``, ``disjoint``, ``temporal_strategy``, ``time_attr``, ``weight_attr``,
+        ``is_sorted``, ``directed``) go to the sampler as ``NeighborLoader`` passes them to its
+        own; the rest (``batch_size``, ``input_nodes``, ``shuffle``, ...) to the loader.
+
+    Returns
+    -------
+    torch_geometric.loader.NeighborLoader
+        Batches as PyG's own loader gives them.
+
+    Examples
+    --------
+    >>> loader = neighbor_loader((store, graph), [10, 10], batch_size=1024)  # doctest: +SKIP
+    """
+    with warnings.catch_warnings():
+        # PyG's notice that it samples faster with pyg-lib: this sampler is the answer to it.
+        warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation")
+        sampling = {k: kwargs.pop(k) for k in _SAMPLING_ARGS if k in kwargs}
+        sampler = TorchNeighborSampler(data, num_neighbors=num_neighbors,
+                                       share_memory=kwargs.get("num_workers", 0) > 0,
+                                       **sampling)
+    return NeighborLoader(data, num_neighbors, neighbor_sampler=sampler, **kwargs)

@@ -134,6 +134,17 @@ def _aws(*values: Optional[str]) -> dict[str, Optional[str]]:
     return dict(zip(_AWS_OPTIONS, values))
 
 
+def _shown_url(how: str, url: str, object_name: Optional[str]) -> Optional[str]:
+    """The ``s3://`` URL an S3 object was named by (``open_s3``'s bucket and object name, or an
+    ``s3://`` URL, redacted), which the handle shows as the endpoint's HTTP address it reads;
+    None for every other way, whose handle shows the URL it was given."""
+    if how == "s3" and object_name is not None:
+        return f"s3://{url}/{object_name}"
+    if url[:5].lower() == "s3://":
+        return _native.redact_url(url)
+    return None
+
+
 class RemoteFile:
     """A remote object, read into host or GPU memory (GPU memory through pinned bounce buffers:
     each range is received while the previous one is copied to the GPU).
@@ -177,6 +188,8 @@ class RemoteFile:
         self._handle: Any = handle
         self._writing = isinstance(handle, _native.NativeRemoteWriter)
         self._pending: list[IOFuture] = []
+        # What str() and repr() show: the object as the user named it (None: the handle's URL).
+        self._shown: Optional[str] = None
 
     @classmethod
     def open_http(cls, url: str, nbytes: Optional[int] = None, mode: str = "r") -> RemoteFile:
@@ -458,7 +471,9 @@ class RemoteFile:
         the object as KvikIO's constructor ``how`` does, for reading or (``mode="w"``) writing.
         """
         write = _write_mode(mode)
-        return cls(_native.open_remote(how, url, write=write, nbytes=nbytes, **options))
+        f = cls(_native.open_remote(how, url, write=write, nbytes=nbytes, **options))
+        f._shown = _shown_url(how, url, options.get("object_name"))
+        return f
 
     def close(self) -> None:
         """Closes the file (reads in flight finish).
@@ -537,11 +552,14 @@ class RemoteFile:
         self.close()
 
     def __str__(self) -> str:
-        return self._handle.url()
+        """The object as it was named: an ``s3://`` URL for S3 (opened by bucket and object
+        name, or by an ``s3://`` URL), else the URL it was opened with; signatures, tokens and
+        passwords redacted, never the endpoint's address in place of ``s3://``."""
+        return self._shown if self._shown is not None else self._handle.url()
 
     def __repr__(self) -> str:
         mode = " mode='w'" if self._writing else ""
-        return f"<gpufile.RemoteFile {self.remote_endpoint_type().name} {self._handle.url()!r}{mode}>"
+        return f"<gpufile.RemoteFile {self.remote_endpoint_type().name} {str(self)!r}{mode}>"
 
     def remote_endpoint_type(self) -> RemoteEndpointType:
         """The endpoint type the file was opened as.
