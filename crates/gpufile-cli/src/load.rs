@@ -21,6 +21,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,7 +29,9 @@ use gpufile::batch::OpBuffer;
 use gpufile::formats::safetensors::{
     submit_load, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan, Target,
 };
+use gpufile::future::StopFlag;
 use gpufile::observe::Report;
+use gpufile::source::{IoContext, Source};
 use gpufile::{Engine, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
@@ -36,6 +39,10 @@ use serde_json::{json, Value};
 
 use crate::destination::Destination;
 use crate::error::CliError;
+use crate::interrupt::Interrupts;
+
+/// What an interrupted `load` says became of its work.
+const NOTHING_REPORTED: &str = "the load was stopped; nothing is reported";
 
 /// Bytes compared at a time by `--verify` (its memory does not grow with the tensors).
 const VERIFY_CHUNK: usize = 16 << 20;
@@ -349,13 +356,15 @@ fn read_all(
     settings: &Settings,
     show_progress: bool,
     rates: Units,
+    interrupts: &Interrupts,
 ) -> Result<u64, CliError> {
     let len = dest.len();
     let target = Target {
         selection: selection.to_vec(),
         buffer: (len > 0).then(|| OpBuffer::new(dest.buffer(0, len))),
     };
-    // SAFETY: `dest` is neither used nor dropped until the future has been waited on below.
+    // SAFETY: `dest` is neither used nor dropped until the future has been waited on below
+    // (an interrupted wait included).
     let submitted = unsafe {
         submit_load(
             &*Engine::global()?,
@@ -371,8 +380,14 @@ fn read_all(
         e => CliError::new("safetensors", e.to_string()),
     })?;
     let expected = submitted.bytes();
-    let n = crate::progress::wait_with_progress(&submitted.future, expected, show_progress, rates)?
-        as u64;
+    let n = crate::progress::wait_with_progress(
+        &submitted.future,
+        expected,
+        show_progress,
+        rates,
+        interrupts,
+        NOTHING_REPORTED,
+    )? as u64;
     if n != expected {
         return Err(CliError::new(
             "unexpected-eof",
@@ -386,14 +401,15 @@ fn read_all(
     Ok(n)
 }
 
-/// Compares every selected tensor with a plain read of its bytes; a mismatch names the tensor.
+/// Compares every selected tensor with a plain read of its bytes (a remote one's by one ranged
+/// request per chunk, stopped by `stop`); a mismatch names the tensor.
 fn verify(
     checkpoint: &Checkpoint,
     remote: Option<&[Arc<gpufile_remote::RemoteFile>]>,
     selection: &[usize],
     plan: &ReadPlan,
     dest: &Destination,
-    settings: &Settings,
+    stop: &StopFlag,
 ) -> Result<(), CliError> {
     let mut files: HashMap<usize, std::fs::File> = HashMap::new();
     let (mut want, mut got) = (Vec::new(), Vec::new());
@@ -410,7 +426,14 @@ fn verify(
             let at_file = header.data_start + info.start + done;
             match remote {
                 Some(remote) => {
-                    remote[entry.file].read(&mut want, at_file, settings)?;
+                    let progress = AtomicU64::new(0);
+                    let call = IoContext {
+                        progress: &progress,
+                        direct: false,
+                        direct_uncached: false,
+                        stop,
+                    };
+                    remote[entry.file].read_at(&mut want, at_file, call)?;
                 }
                 None => {
                     let file = match files.entry(entry.file) {
@@ -421,6 +444,9 @@ fn verify(
                     };
                     file.read_exact_at(&mut want, at_file).map_err(io_err)?;
                 }
+            }
+            if stop.is_set() {
+                return Ok(()); // the caller reports the signal
             }
             dest.copy_out((at + done) as usize, &mut got)?;
             if let Some(k) = want.iter().zip(&got).position(|(a, b)| a != b) {
@@ -446,12 +472,16 @@ fn verify(
 pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let engine = Engine::global()?;
     let settings = engine.settings();
+    // From here on a Ctrl-C stops the command (every step below looks or waits stoppably).
+    let interrupts = Interrupts::catch()?;
 
     let start = Instant::now();
     let url = args.path.to_str().filter(|p| gpufile_remote::is_url(p));
     let (checkpoint, remote) = match url {
         Some(url) => {
-            let rc = gpufile_remote::open_checkpoint(url)?;
+            let rc = interrupts.stoppable(|_| gpufile_remote::open_checkpoint(url));
+            interrupts.check_that(NOTHING_REPORTED)?;
+            let rc = rc?;
             (rc.checkpoint, Some(rc.files))
         }
         None => (Checkpoint::open(&args.path)?, None),
@@ -498,19 +528,25 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
         &settings,
         !args.json,
         rates,
-    )?;
+        &interrupts,
+    );
     let seconds = start.elapsed().as_secs_f64();
     let observed = gpufile::observe::end(observation);
+    let bytes = bytes?;
 
     let verified = if args.verify {
-        verify(
-            &checkpoint,
-            remote.as_deref(),
-            &selection,
-            &plan,
-            &dest,
-            &settings,
-        )?;
+        let checked = interrupts.stoppable(|stop| {
+            verify(
+                &checkpoint,
+                remote.as_deref(),
+                &selection,
+                &plan,
+                &dest,
+                stop,
+            )
+        });
+        interrupts.check_that(NOTHING_REPORTED)?;
+        checked?;
         Some(true)
     } else {
         None
@@ -650,14 +686,14 @@ mod tests {
                 .copy_from_slice(&data[at..at + r.len as usize]);
         }
         let mut dest = Destination::Host(host);
-        verify(&ck, None, &selection, &plan, &dest, &Settings::default()).unwrap();
+        verify(&ck, None, &selection, &plan, &dest, &StopFlag::default()).unwrap();
 
         let Destination::Host(host) = &mut dest else {
             unreachable!()
         };
         let wrong = plan.dests[1] as usize + VERIFY_CHUNK + 5;
         host[wrong] ^= 1;
-        let e = verify(&ck, None, &selection, &plan, &dest, &Settings::default()).unwrap_err();
+        let e = verify(&ck, None, &selection, &plan, &dest, &StopFlag::default()).unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("m.safetensors")
