@@ -347,15 +347,14 @@ impl Loaded {
 }
 
 /// Reads the `selection` into `dest` as the core loads a checkpoint ([`submit_load`]: one
-/// batch of requests over every file); the bytes read.
+/// batch of requests over every file); the bytes read. A progress bar in `bar`'s units where
+/// given.
 fn read_all(
-    checkpoint: &Checkpoint,
-    sources: &Files,
+    (checkpoint, sources): (&Checkpoint, &Files),
     selection: &[usize],
     dest: &mut Destination,
     settings: &Settings,
-    show_progress: bool,
-    rates: Units,
+    bar: Option<Units>,
     interrupts: &Interrupts,
 ) -> Result<u64, CliError> {
     let len = dest.len();
@@ -383,8 +382,8 @@ fn read_all(
     let n = crate::progress::wait_with_progress(
         &submitted.future,
         expected,
-        show_progress,
-        rates,
+        bar.is_some(),
+        bar.unwrap_or_default(),
         interrupts,
         NOTHING_REPORTED,
     )? as u64;
@@ -521,13 +520,11 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let observation = gpufile::observe::begin();
     let start = Instant::now();
     let bytes = read_all(
-        &checkpoint,
-        &sources,
+        (&checkpoint, &sources),
         &selection,
         &mut dest,
         &settings,
-        !args.json,
-        rates,
+        (!args.json).then_some(rates),
         &interrupts,
     );
     let seconds = start.elapsed().as_secs_f64();
