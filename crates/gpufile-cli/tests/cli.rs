@@ -251,7 +251,7 @@ fn an_interrupted_read_repeat_says_so_in_one_line_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data.bin");
     std::fs::write(&data, vec![7u8; 8 << 20]).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpufile"))
+    let child = Command::new(env!("CARGO_BIN_EXE_gpufile"))
         .args([
             "read",
             data.to_str().unwrap(),
