@@ -20,7 +20,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
@@ -82,9 +82,22 @@ impl From<FormatError> for CliError {
         let message = e.to_string();
         let (kind, path) = match e {
             FormatError::Io { path, source } => {
-                let mut err = CliError::from(source).with_path(path);
-                err.message = message;
-                return err;
+                // The errors of finding a file are its open's, as `read` words them; the rest
+                // are of reading its header.
+                let lookup = [
+                    libc::ENOENT,
+                    libc::ENOTDIR,
+                    libc::EACCES,
+                    libc::EPERM,
+                    libc::ELOOP,
+                    libc::ENAMETOOLONG,
+                    libc::EISDIR,
+                ];
+                let op = match source.raw_os_error() {
+                    Some(errno) if !lookup.contains(&errno) => "read",
+                    _ => "open",
+                };
+                return CliError::os(op, &path, &source);
             }
             FormatError::UnknownTensor { path, .. } | FormatError::NoMatch { path, .. } => {
                 ("unknown-tensor", Some(path))
@@ -127,13 +140,6 @@ impl From<gpufile_remote::CheckpointError> for CliError {
             gpufile_remote::CheckpointError::Remote(e) => e.into(),
         }
     }
-}
-
-/// An OS error of a plain read of `path` (`--verify`), the file named in the message too.
-fn os_error(path: &Path, source: std::io::Error) -> CliError {
-    let mut err = CliError::from(source).with_path(path);
-    err.message = format!("{}: {}", path.display(), err.message);
-    err
 }
 
 /// The selected tensors (indices into `checkpoint.entries`, each once, in checkpoint order):
@@ -416,7 +422,7 @@ fn verify(
         let entry = &checkpoint.entries[i];
         let header = &checkpoint.files[entry.file];
         let info = checkpoint.info(entry);
-        let io_err = |source| os_error(&header.path, source);
+        let os = |op| move |e| CliError::os(op, &header.path, &e);
         let mut done = 0u64;
         while done < info.len() {
             let n = (info.len() - done).min(VERIFY_CHUNK as u64) as usize;
@@ -438,10 +444,10 @@ fn verify(
                     let file = match files.entry(entry.file) {
                         Entry::Occupied(o) => o.into_mut(),
                         Entry::Vacant(v) => {
-                            v.insert(std::fs::File::open(&header.path).map_err(io_err)?)
+                            v.insert(std::fs::File::open(&header.path).map_err(os("open"))?)
                         }
                     };
-                    file.read_exact_at(&mut want, at_file).map_err(io_err)?;
+                    file.read_exact_at(&mut want, at_file).map_err(os("read"))?;
                 }
             }
             if stop.is_set() {

@@ -117,9 +117,9 @@ impl ReadSource {
         let mut expect = vec![0u8; size];
         match self {
             ReadSource::Local(_) => {
-                let f = std::fs::File::open(file).map_err(|e| CliError::from(e).with_path(file))?;
+                let f = std::fs::File::open(file).map_err(|e| CliError::os("open", file, &e))?;
                 std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)
-                    .map_err(|e| CliError::from(e).with_path(file))?;
+                    .map_err(|e| CliError::os("read", file, &e))?;
             }
             ReadSource::Remote(remote) => {
                 let progress = AtomicU64::new(0);
