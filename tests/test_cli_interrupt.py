@@ -167,3 +167,24 @@ def test_ctrl_c_stops_load_of_an_s3_checkpoint(tmp_path, stalling_s3):
         lambda p: server.stalled.is_set(), "loading")
     assert_one_line_130(rc, out, err, "the load was stopped; nothing is reported")
     assert elapsed < 5 * time_scale(), elapsed
+
+
+def test_ctrl_c_that_python_sees_ends_in_one_line_not_a_traceback():
+    """A command that does not catch Ctrl-C itself (`config`): Python's handler sees the signal
+    and raises once the call returns; the `gpufile` script turns that into the same line and
+    status 130 (the signal is sent from inside the call, the way a Ctrl-C lands mid-command)."""
+    code = """
+import os, signal, sys
+import gpufile.__main__ as cli
+from gpufile import _native
+real = _native.cli_main
+def command(argv):
+    os.kill(os.getpid(), signal.SIGINT)
+    return real(argv)
+_native.cli_main = command
+sys.exit(cli.main(["config"]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=cli_env(), timeout=60)
+    assert r.returncode == 130, r
+    assert r.stderr == "gpufile: error: interrupted (SIGINT)\n", r.stderr

@@ -100,3 +100,14 @@ def test_config_shows_the_variables_its_warning_sends_users_to():
     assert len(lines) == 1 + len(table.splitlines()) - 1  # every setting's
     settings = json.loads(cli("config", "--json").stdout)["settings"]
     assert settings["task_size"]["variables"] == ["GPUFILE_TASK_SIZE", "KVIKIO_TASK_SIZE"]
+
+
+def test_python_explain_refuses_a_malformed_or_missing_cufile_json_too(tmp_path):
+    import gpufile
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    with pytest.raises(ValueError, match="is not valid cufile.json"):
+        gpufile.explain(1 << 20, cufile_json=bad)
+    with pytest.raises(FileNotFoundError):
+        gpufile.explain(1 << 20, cufile_json=tmp_path / "missing.json")
