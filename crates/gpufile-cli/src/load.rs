@@ -555,6 +555,8 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
         None
     };
 
+    // A signal as the reads ended: no report either.
+    interrupts.check_that(NOTHING_REPORTED)?;
     let mut files: Vec<FileLoad> = checkpoint
         .files
         .iter()

@@ -116,6 +116,8 @@ pub(crate) fn run(args: &ReadArgs, units: Units) -> CliResult {
     } else {
         None
     };
+    // A signal as the last run ended: no report either.
+    interrupts.check_that(NOTHING_REPORTED)?;
     let seconds = median(&runs);
     let outcome = Outcome {
         source: &source,
