@@ -17,7 +17,8 @@ def gpufile_cli(*args, env=None):
 def test_config_lists_every_setting_with_source():
     r = gpufile_cli("config", env={"KVIKIO_NTHREADS": "4"})
     assert r.returncode == 0, r.stderr
-    rows = {line.split()[0]: line for line in r.stdout.splitlines()[1:]}
+    table = r.stdout.split("\n\n")[0]  # the settings, then their variables
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
     assert set(rows) >= {"compat_mode", "num_threads", "task_size", "gds_threshold",
                          "bounce_buffer_size", "auto_direct_io_read", "auto_direct_io_write"}
     assert "env KVIKIO_NTHREADS" in rows["num_threads"]
@@ -27,7 +28,8 @@ def test_config_lists_every_setting_with_source():
 def test_config_json():
     r = gpufile_cli("config", "--json", env={"KVIKIO_COMPAT_MODE": "off"})
     cfg = json.loads(r.stdout)["settings"]
-    assert cfg["compat_mode"] == {"value": "OFF", "source": "env KVIKIO_COMPAT_MODE", "error": None}
+    assert cfg["compat_mode"] == {"value": "OFF", "source": "env KVIKIO_COMPAT_MODE", "error": None,
+                                  "variables": ["GPUFILE_COMPAT_MODE", "KVIKIO_COMPAT_MODE"]}
 
 
 def test_read_json_reports_path_and_throughput(tmp_path):
@@ -123,8 +125,8 @@ def test_explain_takes_the_files_size_and_refuses_zero_threads(tmp_path):
     assert json.loads(r.stdout)["prediction"]["request"]["size"] == 4 << 20
     r = gpufile_cli("explain", str(p), "--threads", "0")
     assert r.returncode == 1 and "--threads" in r.stderr
-    r = gpufile_cli("explain")
-    assert r.returncode == 1 and "FILE or --size" in r.stderr
+    r = gpufile_cli("explain")  # nothing to explain: a usage error, as any missing argument
+    assert r.returncode == 2 and "<FILE|--size <SIZE>>" in r.stderr
     r = gpufile_cli("explain", "--size", "1MiB", "--device")
     assert r.returncode == 2  # --device takes a GPU number, as in `read`: the number is missing
 

@@ -126,8 +126,9 @@ def test_config_json():
     out, _ = cli_json("config", env={"KVIKIO_COMPAT_MODE": "off"})
     check_object(out, "config")
     assert out["command"] == "config"
-    assert out["settings"]["compat_mode"] == {"value": "OFF", "source": "env KVIKIO_COMPAT_MODE",
-                                              "error": None}
+    assert out["settings"]["compat_mode"] == {
+        "value": "OFF", "source": "env KVIKIO_COMPAT_MODE", "error": None,
+        "variables": ["GPUFILE_COMPAT_MODE", "KVIKIO_COMPAT_MODE"]}
     assert out["settings"]["task_size"]["value"] == 4 << 20
     assert out["error"] is None
     for setting in out["settings"].values():

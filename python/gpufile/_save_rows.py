@@ -254,8 +254,8 @@ INDEX_NAME = "model.safetensors.index.json"
 
 
 def parse_size(size: int | str) -> int:
-    """``max_shard_size`` as huggingface_hub reads it: bytes, or ``"5GB"``, ``"500MB"`` (the
-    core's ``parse_size``)."""
+    """``max_shard_size``: bytes, or a size as every size is typed (``"5GB"`` as huggingface_hub
+    reads it, ``"5GiB"``, ``"5 GiB"``; the core's ``parse_size``)."""
     if isinstance(size, bool):
         raise TypeError("max_shard_size must be an int or a str like '5GB', not bool")
     if not isinstance(size, (int, str)):

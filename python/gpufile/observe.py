@@ -210,7 +210,9 @@ def explain(size: int, *, file_offset: int = 0, device: bool | None = None,
         ``"probe"`` this machine (the default), or assume ``"nvfs"``, ``"compat"`` or
         ``"none"``: predict for another machine.
     cufile_json : str or os.PathLike, optional
-        The cufile.json to read instead of ``CUFILE_ENV_PATH_JSON`` or ``/etc/cufile.json``.
+        The cufile.json to read instead of ``CUFILE_ENV_PATH_JSON`` or ``/etc/cufile.json``;
+        one that does not exist raises ``FileNotFoundError``, one that is not valid cufile.json
+        ``ValueError`` (never cuFile's defaults in its place).
     registered : bool, optional
         Whether the buffer would be registered with cuFile (``gpufile.memory_register()``).
     file : str or os.PathLike, optional

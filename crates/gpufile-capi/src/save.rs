@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use gpufile_core::formats::safetensors::save::checkpoint::{
-    parse_size_or_bytes, save_checkpoint, SaveOptions,
+    parse_size, save_checkpoint, SaveOptions,
 };
 use gpufile_core::formats::safetensors::save::file::{save_file, FileOptions};
 use gpufile_core::formats::safetensors::save::write::{SaveError, TensorRow};
@@ -247,7 +247,7 @@ pub unsafe extern "C" fn gpufile_save_checkpoint(
             // SAFETY: the caller's contract.
             false => unsafe { text(max_shard_size, "max_shard_size") }?,
         };
-        let limit = parse_size_or_bytes(limit).map_err(CallError::bad)?;
+        let limit = parse_size(limit).map_err(CallError::bad)?;
         // SAFETY: the caller's contract.
         let meta = unsafe { pairs(metadata) }?;
         let engine = Engine::global()?;

@@ -20,6 +20,7 @@ use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
 use serde_json::json;
 
+use crate::error::os_text;
 use crate::interrupt::Interrupts;
 use crate::{emit_json, out, parse_size_arg, CliError, CliResult};
 
@@ -140,7 +141,7 @@ fn ensure_file(
     create: bool,
     interrupts: &Interrupts,
 ) -> Result<Vec<u8>, CliError> {
-    let os = |e: std::io::Error| CliError::from(e).with_path(path);
+    let os = |op| move |e: std::io::Error| CliError::os(op, path, &e);
     let refuse = |kind: &str, message: String| CliError::new(kind, message).with_path(path);
     if let Ok(l) = std::fs::symlink_metadata(path) {
         if l.file_type().is_symlink() && (own || std::fs::metadata(path).is_err()) {
@@ -180,8 +181,8 @@ fn ensure_file(
                 // Checked above; a link put there since is not followed.
                 open.custom_flags(libc::O_NOFOLLOW);
             }
-            let f = open.read(true).open(path).map_err(os)?;
-            std::os::unix::fs::FileExt::read_exact_at(&f, &mut data, 0).map_err(os)?;
+            let f = open.read(true).open(path).map_err(os("open"))?;
+            std::os::unix::fs::FileExt::read_exact_at(&f, &mut data, 0).map_err(os("read"))?;
             return Ok(data);
         }
         Ok(m) if !own => {
@@ -198,17 +199,11 @@ fn ensure_file(
         }
         Ok(_) => {}
         Err(e) if !own && !create => {
-            let mut err = refuse(
-                "os",
-                format!(
-                    "{}: {}; add --create to let bench make it ({})",
-                    path.display(),
-                    e.raw_os_error()
-                        .map_or_else(|| e.to_string(), gpufile::error::os_message),
-                    units::size(size as u64)
-                ),
+            let mut err = CliError::os("open", path, &e);
+            err.message += &format!(
+                "; add --create to let bench make it ({})",
+                units::size(size as u64)
             );
-            err.errno = e.raw_os_error();
             return Err(err);
         }
         Err(_) => {}
@@ -221,16 +216,17 @@ fn ensure_file(
         path.display()
     );
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
     // The permissions `std::fs::write` would give (0o666 less the umask), not a temporary
     // file's 0o600: the data file stays after bench.
     let mut made = tempfile::Builder::new()
         .prefix(".gpufile-bench-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-        .tempfile_in(dir.unwrap_or(Path::new(".")))
-        .map_err(os)?;
+        .tempfile_in(dir)
+        .map_err(|e| CliError::os("create a file in", dir, &e))?;
     for chunk in data.chunks(16 << 20) {
         interrupts.check()?;
-        made.write_all(chunk).map_err(os)?;
+        made.write_all(chunk).map_err(os("write"))?;
     }
     interrupts.check()?;
     // Its own file replaces an older, smaller one (a rename replaces a link put there since,
@@ -248,7 +244,7 @@ fn ensure_file(
                 path.display()
             ),
         ),
-        _ => os(e.error),
+        _ => os("rename a new file to")(e.error),
     })?;
     Ok(data)
 }
@@ -344,8 +340,10 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
             zero.0
         )));
     }
-    // Before the sweep: a missing matplotlib should cost seconds, not the whole run.
-    if args.plot.is_some() {
+    // Before the sweep: a missing matplotlib, or an image that cannot be written, should cost
+    // seconds, not the whole run.
+    if let Some(image) = &args.plot {
+        check_plot_target(image)?;
         check_plotting()?;
     }
     let task_sizes: Vec<String> = args.task_sizes.clone();
@@ -501,40 +499,65 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
     result?;
 
     let results: Vec<_> = rows.iter().map(Row::to_json).collect();
+    // Drawn before anything is printed: with --json, one object carries the results and what
+    // became of the plot.
+    let plotted = args
+        .plot
+        .as_deref()
+        .map(|image| plot(&results, image, units, args.json));
+    let plot_error = plotted.and_then(Result::err);
     if args.json {
+        let written = args.plot.as_ref().filter(|_| plot_error.is_none());
+        let error = plot_error
+            .as_ref()
+            .map(|e| e.to_json(Some("bench"))["error"].clone());
         emit_json(&schema::envelope(
             "bench",
-            json!({ "file": file, "runs_per_case": args.runs, "results": results }),
+            json!({
+                "file": file,
+                "runs_per_case": args.runs,
+                "results": results,
+                "plot": written,
+                "error": error,
+            }),
         ));
     } else {
-        let mut t = format!(
-            "{:<6} {:<7} {:<5} {:>10} {:>7} {:>10} {:<6} {:<14} {:>24}\n",
-            "op", "memory", "cache", "size", "threads", "task", "compat", "path", "throughput"
-        );
-        for r in &rows {
-            t += &format!(
-                "{:<6} {:<7} {:<5} {:>10} {:>7} {:>10} {:<6} {:<14} {:>24}\n",
-                r.op,
-                r.memory,
-                r.cache,
-                units::size(r.size as u64),
-                r.threads,
-                units::size(r.task_size as u64),
-                r.compat_mode,
-                r.path.backend.to_string(),
-                units::rate(r.size as u64, r.seconds, units)
-            );
+        out(&table(&rows, args.runs, units));
+        if let (Some(image), None) = (&args.plot, &plot_error) {
+            out(&format!("plot written to {}\n", image.display()));
         }
+    }
+    match plot_error {
+        None => Ok(()),
+        // The JSON above carries the error already; the message still goes to stderr.
+        Some(e) => Err(e.in_output(args.json)),
+    }
+}
+
+/// The table of `rows`, with the statistic named.
+fn table(rows: &[Row], runs: usize, units: Units) -> String {
+    let mut t = format!(
+        "{:<6} {:<7} {:<5} {:>10} {:>7} {:>10} {:<6} {:<14} {:>24}\n",
+        "op", "memory", "cache", "size", "threads", "task", "compat", "path", "throughput"
+    );
+    for r in rows {
         t += &format!(
-            "throughput: {}; every transfer verified byte for byte\n",
-            statistic(args.runs)
+            "{:<6} {:<7} {:<5} {:>10} {:>7} {:>10} {:<6} {:<14} {:>24}\n",
+            r.op,
+            r.memory,
+            r.cache,
+            units::size(r.size as u64),
+            r.threads,
+            units::size(r.task_size as u64),
+            r.compat_mode,
+            r.path.backend.to_string(),
+            units::rate(r.size as u64, r.seconds, units)
         );
-        out(&t);
     }
-    if let Some(image) = &args.plot {
-        plot(&results, image, units, args.json)?;
-    }
-    Ok(())
+    t + &format!(
+        "throughput: {}; every transfer verified byte for byte\n",
+        statistic(runs)
+    )
 }
 
 /// The median of `times`; for an even count, the mean of the middle two. The one statistic
@@ -627,7 +650,7 @@ fn plot(results: &[serde_json::Value], image: &Path, units: Units, quiet: bool) 
         .arg(statistic(runs))
         .stdin(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| CliError::new("plot-unavailable", format!("--plot: {e}")))?;
+        .map_err(|e| CliError::new("plot-unavailable", format!("--plot: {}", os_text(&e))))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin.write_all(serde_json::to_string(results)?.as_bytes())?;
     }
@@ -639,8 +662,36 @@ fn plot(results: &[serde_json::Value], image: &Path, units: Units, quiet: bool) 
     }
     if quiet {
         eprintln!("gpufile bench: plot written to {}", image.display());
-    } else {
-        out(&format!("plot written to {}\n", image.display()));
+    }
+    Ok(())
+}
+
+/// `--plot`'s image, before the sweep: its extension names a format matplotlib writes, and a
+/// file can be made (or written) at its path; one made to find out is removed.
+fn check_plot_target(image: &Path) -> CliResult {
+    let ext = image
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    if !matches!(ext.as_deref(), Some("png" | "svg" | "pdf")) {
+        return Err(CliError::invalid(format!(
+            "--plot {}: the image's extension says its format: .png, .svg or .pdf",
+            image.display()
+        )));
+    }
+    let existed = std::fs::symlink_metadata(image).is_ok();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(image)
+        .map_err(|e| {
+            let mut err = CliError::os("open", image, &e);
+            err.message = format!("--plot: {}", err.message);
+            err
+        })?;
+    if !existed {
+        let _ = std::fs::remove_file(image);
     }
     Ok(())
 }

@@ -3,13 +3,15 @@
 
 use std::path::Path;
 
-use gpufile::FileHandle;
+use gpufile::{Engine, FileHandle};
 
 use crate::error::CliError;
 use crate::{emit_json, out, CliResult};
 
 /// Prints the report for this machine (and `path`): text, or JSON with `json`.
 pub(crate) fn run(path: Option<&Path>, json: bool) -> CliResult {
+    // A `KVIKIO_*`/`GPUFILE_*` variable that does not parse is refused, as by every command.
+    Engine::global()?;
     // A file that cannot be opened is an error (exit 1), as it is for `read`.
     if let Some(p) = path {
         FileHandle::open(p, "r")?;

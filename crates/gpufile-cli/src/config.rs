@@ -1,5 +1,6 @@
-//! `gpufile config`: every effective setting, its value and where it came from (default,
-//! environment, set), as a table or as docs/json.md's `config` object. A variable that does not
+//! `gpufile config`: every effective setting, its value, where it came from (default,
+//! environment, set) and the environment variables that set it, as a table or as docs/json.md's
+//! `config` object. A variable that does not
 //! parse stops every other command; here it is shown in its setting's row with the reason, the
 //! other rows as they would be, and the command exits 1.
 
@@ -19,6 +20,9 @@ struct Row {
     shown: String,
     source: String,
     error: Option<String>,
+    /// The `GPUFILE_*`/`KVIKIO_*` variables that set it (a misspelt one's warning sends users
+    /// here).
+    variables: Vec<String>,
 }
 
 /// Prints the settings: a table, or JSON with `json`; exits 1 where a variable is bad.
@@ -43,7 +47,12 @@ pub(crate) fn run(json: bool) -> CliResult {
         let map: serde_json::Map<String, Value> = rows
             .iter()
             .map(|r| {
-                let entry = json!({ "value": r.value, "source": r.source, "error": r.error });
+                let entry = json!({
+                    "value": r.value,
+                    "source": r.source,
+                    "error": r.error,
+                    "variables": r.variables,
+                });
                 (r.name.to_owned(), entry)
             })
             .collect();
@@ -97,6 +106,7 @@ fn rows() -> Result<(Vec<Row>, Vec<gpufile::Error>), CliError> {
                     shown: format!("{text:?}"),
                     source: format!("env {var}"),
                     error: Some(reason),
+                    variables: name.env_vars(),
                 },
                 None => Row {
                     name: name.as_str(),
@@ -104,6 +114,7 @@ fn rows() -> Result<(Vec<Row>, Vec<gpufile::Error>), CliError> {
                     value: json!(value),
                     source: source.to_string(),
                     error: None,
+                    variables: name.env_vars(),
                 },
             }
         })
@@ -122,7 +133,8 @@ fn shown(kind: Kind, value: &config::Value) -> String {
 }
 
 /// The table: each column as wide as its widest cell, so no row runs past its column; a bad
-/// variable's reason follows its source.
+/// variable's reason follows its source. Then the environment variables of each setting (a
+/// misspelt variable's warning sends users here), indented under their own heading.
 fn table(rows: &[Row]) -> String {
     let w_name = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(7);
     let w_value = rows
@@ -138,6 +150,10 @@ fn table(rows: &[Row]) -> String {
             None => r.source.clone(),
         };
         text += &format!("{:<w_name$}  {:<w_value$}  {source}\n", r.name, r.shown);
+    }
+    text += "\nenvironment variables (where several are set, the first listed wins)\n";
+    for r in rows {
+        text += &format!("  {:<w_name$}  {}\n", r.name, r.variables.join(" "));
     }
     text
 }

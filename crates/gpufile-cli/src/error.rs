@@ -1,7 +1,12 @@
 //! The CLI's one error: a type name, a message, and the errno and path where known, printed
 //! as `gpufile: error: MESSAGE` on stderr, or as docs/json.md's error object with `--json`.
+//!
+//! An OS error reads as gpufile's own do, `OP PATH: REASON` (`open x.bin: No such file or
+//! directory`), in every command: [`CliError::os`] words those the CLI meets itself, gpufile's
+//! [`gpufile::Error::Os`] already reads so, and [`os_text`] is the reason without Rust's
+//! `(os error N)` (the errno is in the JSON's `errno`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -47,6 +52,14 @@ impl CliError {
         self
     }
 
+    /// The OS error `e` of `op` (`open`, `read`, `create`...) on `path`, worded as gpufile's
+    /// own: `open x.bin: No such file or directory`.
+    pub fn os(op: &str, path: &Path, e: &std::io::Error) -> Self {
+        let mut err = CliError::new("os", format!("{op} {}: {}", path.display(), os_text(e)));
+        err.errno = os_errno(e);
+        err.with_path(path)
+    }
+
     pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.path = Some(path.into());
         self
@@ -71,6 +84,35 @@ impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
     }
+}
+
+/// The errno behind `e`, also where a library wrapped it (tempfile adds the path).
+fn os_errno(e: &std::io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        let inner = e.get_ref()?;
+        let mut source: Option<&(dyn std::error::Error + 'static)> = inner.source();
+        while let Some(s) = source {
+            if let Some(io) = s.downcast_ref::<std::io::Error>() {
+                return io.raw_os_error();
+            }
+            source = s.source();
+        }
+        None
+    })
+}
+
+/// The reason of `e` as people read it: the OS's text for its errno ("No such file or
+/// directory"), without the " (os error 2)" Rust appends, also inside a wrapping library's text.
+pub(crate) fn os_text(e: &std::io::Error) -> String {
+    if let Some(errno) = e.raw_os_error() {
+        return gpufile::error::os_message(errno);
+    }
+    let mut text = e.to_string();
+    while let Some(at) = text.find(" (os error ") {
+        let end = text[at..].find(')').map_or(text.len(), |i| at + i + 1);
+        text.replace_range(at..end, "");
+    }
+    text
 }
 
 /// `UnexpectedEof` → `unexpected-eof`: the variant's name, from its `Debug` text, so a new
@@ -125,8 +167,8 @@ impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> Self {
         CliError {
             kind: "os".into(),
-            errno: e.raw_os_error(),
-            message: e.to_string(),
+            errno: os_errno(&e),
+            message: os_text(&e),
             path: None,
             status: 1,
             in_output: false,
@@ -172,5 +214,26 @@ mod tests {
         assert_eq!(v["error"]["message"], "no");
         assert!(v["error"]["errno"].is_null());
         assert_eq!(v["command"], "read");
+    }
+
+    #[test]
+    fn os_errors_read_as_gpufiles_without_rusts_os_error_n() {
+        let enoent = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let e = CliError::os("open", Path::new("x.bin"), &enoent);
+        assert_eq!(e.message, "open x.bin: No such file or directory");
+        assert_eq!((e.kind.as_str(), e.errno), ("os", Some(libc::ENOENT)));
+        // As gpufile's own error of the same open reads.
+        let core = gpufile::FileHandle::open("/nonexistent-dir/x.bin", "r").unwrap_err();
+        let e = CliError::os("open", Path::new("/nonexistent-dir/x.bin"), &enoent);
+        assert_eq!(CliError::from(core).message, e.message);
+        // A library's wrapping (tempfile names the path after Rust's text).
+        let wrapped = std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} at path \"/d/.x\"",
+                std::io::Error::from_raw_os_error(libc::EACCES)
+            ),
+        );
+        assert_eq!(os_text(&wrapped), "Permission denied at path \"/d/.x\"");
     }
 }

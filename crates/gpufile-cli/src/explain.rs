@@ -14,7 +14,10 @@ use crate::error::CliError;
 use crate::range::{file_range, file_size};
 use crate::{emit_json, out, CliResult};
 
+/// FILE or --size (or both): a command line with neither is of the wrong shape (exit 2, with
+/// clap's usage), as any missing argument is.
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("what").args(["file", "size"]).required(true).multiple(true)))]
 pub(crate) struct ExplainArgs {
     /// The file to explain (and read with --run); --size defaults to its size.
     file: Option<PathBuf>,
@@ -86,11 +89,8 @@ pub(crate) fn run(args: &ExplainArgs, units: Units) -> CliResult {
             parse_size_arg("offset", &args.offset)?,
             parse_size_arg("size", s)?,
         ),
-        (None, None) => {
-            return Err(CliError::invalid(
-                "explain needs a FILE or --size (e.g. --size 1GiB)",
-            ))
-        }
+        // The parser refuses it (the group `what` above).
+        (None, None) => return Err(CliError::new("usage", "explain needs a FILE or --size")),
     };
     // As `read` does, with or without --run: where no memory is named, GPU 0 where CUDA has a
     // device, else host memory (a plan for another machine's GPU names --device).

@@ -1,15 +1,24 @@
-//! Ctrl-C (SIGINT) and SIGTERM for a command that makes files (`bench`) or waits on a remote
-//! object's credentials (`read`'s open of a URL): while an
-//! [`Interrupts`] guard lives, the signals only set a flag; the command looks at it between
-//! steps and while it waits for I/O, stops, and removes what it made on its way out (drops),
-//! instead of dying with a half-written file left behind. The previous handlers (the default
-//! ones, or Python's under `python -m gpufile`) are back when the guard is dropped.
+//! Ctrl-C (SIGINT) and SIGTERM for the commands that run long (`read`, `load`, `bench`): while
+//! an [`Interrupts`] guard lives, the signals only set a flag; the command looks at it between
+//! steps and while it waits for I/O (a request in flight is cancelled, a remote one stopped,
+//! [`Interrupts::stoppable`]), stops, and removes what it made on its way out (drops), instead
+//! of dying with a half-written file left behind or, under `python -m gpufile`, finishing every
+//! run before Python's handler raises. It then ends with one line, `gpufile: error: interrupted
+//! (SIGINT); ...`, and status 130 (143 for SIGTERM), its report of cut runs left out. The
+//! previous handlers (the default ones, or Python's under `python -m gpufile`) are back when the
+//! guard is dropped.
 //!
 //! This is the CLI's only `unsafe`: `sigaction(2)` through libc.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::Duration;
+
+use gpufile::future::StopFlag;
 
 use crate::CliError;
+
+/// How often a wait looks for a caught signal.
+pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(20);
 
 /// The signal caught while a guard lives (0: none).
 static CAUGHT: AtomicI32 = AtomicI32::new(0);
@@ -67,6 +76,64 @@ impl Interrupts {
         match self.error("the files bench made are removed") {
             None => Ok(()),
             Some(e) => Err(e),
+        }
+    }
+
+    /// `Err` (as [`Interrupts::check`]) saying `what` became of the command's work, once a
+    /// signal was caught.
+    pub(crate) fn check_that(&self, what: &str) -> Result<(), CliError> {
+        match self.error(what) {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Runs `f` with a stop flag that a caught signal sets (a watcher thread looks every
+    /// [`SIGNAL_POLL`]): a remote request given the flag, and gpufile_remote's waits on
+    /// credential sources ([`gpufile_remote::with_stop`]: a `credential_process`, STS, IMDS, a
+    /// token endpoint), end soon after Ctrl-C. The caller then looks at [`Interrupts::error`].
+    pub(crate) fn stoppable<R>(&self, f: impl FnOnce(&StopFlag) -> R) -> R {
+        let stop = StopFlag::default();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let watcher = s.spawn(|| {
+                while !done.load(Ordering::SeqCst) {
+                    if self.caught().is_some() {
+                        stop.set();
+                        return;
+                    }
+                    std::thread::park_timeout(SIGNAL_POLL);
+                }
+            });
+            let result = gpufile_remote::with_stop(&stop, || f(&stop));
+            done.store(true, Ordering::SeqCst);
+            watcher.thread().unpark();
+            result
+        })
+    }
+
+    /// Waits for `fut`; on a signal, its tasks not yet started are cancelled and the running
+    /// ones waited for (they use the buffer), then the error saying `what` became of the work.
+    pub(crate) fn wait(
+        &self,
+        fut: &gpufile::IoFuture,
+        what: &str,
+        mut tick: impl FnMut(),
+    ) -> Result<usize, CliError> {
+        loop {
+            if let Some(r) = fut.wait_timeout(SIGNAL_POLL) {
+                // A signal that cut the request short is what the user is told about.
+                return match (r, self.error(what)) {
+                    (Err(_), Some(e)) => Err(e),
+                    (r, _) => Ok(r?),
+                };
+            }
+            if let Some(e) = self.error(what) {
+                fut.cancel();
+                let _ = fut.wait();
+                return Err(e);
+            }
+            tick();
         }
     }
 

@@ -20,7 +20,8 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,7 +29,9 @@ use gpufile::batch::OpBuffer;
 use gpufile::formats::safetensors::{
     submit_load, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan, Target,
 };
+use gpufile::future::StopFlag;
 use gpufile::observe::Report;
+use gpufile::source::{IoContext, Source};
 use gpufile::{Engine, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
@@ -36,6 +39,10 @@ use serde_json::{json, Value};
 
 use crate::destination::Destination;
 use crate::error::CliError;
+use crate::interrupt::Interrupts;
+
+/// What an interrupted `load` says became of its work.
+const NOTHING_REPORTED: &str = "the load was stopped; nothing is reported";
 
 /// Bytes compared at a time by `--verify` (its memory does not grow with the tensors).
 const VERIFY_CHUNK: usize = 16 << 20;
@@ -75,9 +82,22 @@ impl From<FormatError> for CliError {
         let message = e.to_string();
         let (kind, path) = match e {
             FormatError::Io { path, source } => {
-                let mut err = CliError::from(source).with_path(path);
-                err.message = message;
-                return err;
+                // The errors of finding a file are its open's, as `read` words them; the rest
+                // are of reading its header.
+                let lookup = [
+                    libc::ENOENT,
+                    libc::ENOTDIR,
+                    libc::EACCES,
+                    libc::EPERM,
+                    libc::ELOOP,
+                    libc::ENAMETOOLONG,
+                    libc::EISDIR,
+                ];
+                let op = match source.raw_os_error() {
+                    Some(errno) if !lookup.contains(&errno) => "read",
+                    _ => "open",
+                };
+                return CliError::os(op, &path, &source);
             }
             FormatError::UnknownTensor { path, .. } | FormatError::NoMatch { path, .. } => {
                 ("unknown-tensor", Some(path))
@@ -120,13 +140,6 @@ impl From<gpufile_remote::CheckpointError> for CliError {
             gpufile_remote::CheckpointError::Remote(e) => e.into(),
         }
     }
-}
-
-/// An OS error of a plain read of `path` (`--verify`), the file named in the message too.
-fn os_error(path: &Path, source: std::io::Error) -> CliError {
-    let mut err = CliError::from(source).with_path(path);
-    err.message = format!("{}: {}", path.display(), err.message);
-    err
 }
 
 /// The selected tensors (indices into `checkpoint.entries`, each once, in checkpoint order):
@@ -340,22 +353,23 @@ impl Loaded {
 }
 
 /// Reads the `selection` into `dest` as the core loads a checkpoint ([`submit_load`]: one
-/// batch of requests over every file); the bytes read.
+/// batch of requests over every file); the bytes read. A progress bar in `bar`'s units where
+/// given.
 fn read_all(
-    checkpoint: &Checkpoint,
-    sources: &Files,
+    (checkpoint, sources): (&Checkpoint, &Files),
     selection: &[usize],
     dest: &mut Destination,
     settings: &Settings,
-    show_progress: bool,
-    rates: Units,
+    bar: Option<Units>,
+    interrupts: &Interrupts,
 ) -> Result<u64, CliError> {
     let len = dest.len();
     let target = Target {
         selection: selection.to_vec(),
         buffer: (len > 0).then(|| OpBuffer::new(dest.buffer(0, len))),
     };
-    // SAFETY: `dest` is neither used nor dropped until the future has been waited on below.
+    // SAFETY: `dest` is neither used nor dropped until the future has been waited on below
+    // (an interrupted wait included).
     let submitted = unsafe {
         submit_load(
             &*Engine::global()?,
@@ -371,8 +385,14 @@ fn read_all(
         e => CliError::new("safetensors", e.to_string()),
     })?;
     let expected = submitted.bytes();
-    let n = crate::progress::wait_with_progress(&submitted.future, expected, show_progress, rates)?
-        as u64;
+    let n = crate::progress::wait_with_progress(
+        &submitted.future,
+        expected,
+        bar.is_some(),
+        bar.unwrap_or_default(),
+        interrupts,
+        NOTHING_REPORTED,
+    )? as u64;
     if n != expected {
         return Err(CliError::new(
             "unexpected-eof",
@@ -386,14 +406,15 @@ fn read_all(
     Ok(n)
 }
 
-/// Compares every selected tensor with a plain read of its bytes; a mismatch names the tensor.
+/// Compares every selected tensor with a plain read of its bytes (a remote one's by one ranged
+/// request per chunk, stopped by `stop`); a mismatch names the tensor.
 fn verify(
     checkpoint: &Checkpoint,
     remote: Option<&[Arc<gpufile_remote::RemoteFile>]>,
     selection: &[usize],
     plan: &ReadPlan,
     dest: &Destination,
-    settings: &Settings,
+    stop: &StopFlag,
 ) -> Result<(), CliError> {
     let mut files: HashMap<usize, std::fs::File> = HashMap::new();
     let (mut want, mut got) = (Vec::new(), Vec::new());
@@ -401,7 +422,7 @@ fn verify(
         let entry = &checkpoint.entries[i];
         let header = &checkpoint.files[entry.file];
         let info = checkpoint.info(entry);
-        let io_err = |source| os_error(&header.path, source);
+        let os = |op| move |e| CliError::os(op, &header.path, &e);
         let mut done = 0u64;
         while done < info.len() {
             let n = (info.len() - done).min(VERIFY_CHUNK as u64) as usize;
@@ -410,17 +431,27 @@ fn verify(
             let at_file = header.data_start + info.start + done;
             match remote {
                 Some(remote) => {
-                    remote[entry.file].read(&mut want, at_file, settings)?;
+                    let progress = AtomicU64::new(0);
+                    let call = IoContext {
+                        progress: &progress,
+                        direct: false,
+                        direct_uncached: false,
+                        stop,
+                    };
+                    remote[entry.file].read_at(&mut want, at_file, call)?;
                 }
                 None => {
                     let file = match files.entry(entry.file) {
                         Entry::Occupied(o) => o.into_mut(),
                         Entry::Vacant(v) => {
-                            v.insert(std::fs::File::open(&header.path).map_err(io_err)?)
+                            v.insert(std::fs::File::open(&header.path).map_err(os("open"))?)
                         }
                     };
-                    file.read_exact_at(&mut want, at_file).map_err(io_err)?;
+                    file.read_exact_at(&mut want, at_file).map_err(os("read"))?;
                 }
+            }
+            if stop.is_set() {
+                return Ok(()); // the caller reports the signal
             }
             dest.copy_out((at + done) as usize, &mut got)?;
             if let Some(k) = want.iter().zip(&got).position(|(a, b)| a != b) {
@@ -446,12 +477,16 @@ fn verify(
 pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let engine = Engine::global()?;
     let settings = engine.settings();
+    // From here on a Ctrl-C stops the command (every step below looks or waits stoppably).
+    let interrupts = Interrupts::catch()?;
 
     let start = Instant::now();
     let url = args.path.to_str().filter(|p| gpufile_remote::is_url(p));
     let (checkpoint, remote) = match url {
         Some(url) => {
-            let rc = gpufile_remote::open_checkpoint(url)?;
+            let rc = interrupts.stoppable(|_| gpufile_remote::open_checkpoint(url));
+            interrupts.check_that(NOTHING_REPORTED)?;
+            let rc = rc?;
             (rc.checkpoint, Some(rc.files))
         }
         None => (Checkpoint::open(&args.path)?, None),
@@ -491,31 +526,37 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let observation = gpufile::observe::begin();
     let start = Instant::now();
     let bytes = read_all(
-        &checkpoint,
-        &sources,
+        (&checkpoint, &sources),
         &selection,
         &mut dest,
         &settings,
-        !args.json,
-        rates,
-    )?;
+        (!args.json).then_some(rates),
+        &interrupts,
+    );
     let seconds = start.elapsed().as_secs_f64();
     let observed = gpufile::observe::end(observation);
+    let bytes = bytes?;
 
     let verified = if args.verify {
-        verify(
-            &checkpoint,
-            remote.as_deref(),
-            &selection,
-            &plan,
-            &dest,
-            &settings,
-        )?;
+        let checked = interrupts.stoppable(|stop| {
+            verify(
+                &checkpoint,
+                remote.as_deref(),
+                &selection,
+                &plan,
+                &dest,
+                stop,
+            )
+        });
+        interrupts.check_that(NOTHING_REPORTED)?;
+        checked?;
         Some(true)
     } else {
         None
     };
 
+    // A signal as the reads ended: no report either.
+    interrupts.check_that(NOTHING_REPORTED)?;
     let mut files: Vec<FileLoad> = checkpoint
         .files
         .iter()
@@ -650,14 +691,14 @@ mod tests {
                 .copy_from_slice(&data[at..at + r.len as usize]);
         }
         let mut dest = Destination::Host(host);
-        verify(&ck, None, &selection, &plan, &dest, &Settings::default()).unwrap();
+        verify(&ck, None, &selection, &plan, &dest, &StopFlag::default()).unwrap();
 
         let Destination::Host(host) = &mut dest else {
             unreachable!()
         };
         let wrong = plan.dests[1] as usize + VERIFY_CHUNK + 5;
         host[wrong] ^= 1;
-        let e = verify(&ck, None, &selection, &plan, &dest, &Settings::default()).unwrap_err();
+        let e = verify(&ck, None, &selection, &plan, &dest, &StopFlag::default()).unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("m.safetensors")

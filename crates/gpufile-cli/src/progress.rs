@@ -1,9 +1,10 @@
 //! The progress bar `gpufile read` and `gpufile load` draw on a terminal while a large read
 //! runs, its rate in the units asked for (`--units`).
 
-use std::time::Duration;
-
 use gpufile_diag::units::Units;
+
+use crate::error::CliError;
+use crate::interrupt::Interrupts;
 
 /// The progress bar's rate, in the units asked for (indicatif labels it: MB/s or MiB/s).
 fn bar_template(units: Units) -> &'static str {
@@ -14,28 +15,26 @@ fn bar_template(units: Units) -> &'static str {
     }
 }
 
-/// Waits for a read, drawing a progress bar on a terminal for reads that take a while.
+/// Waits for a read, drawing a progress bar on a terminal for reads that take a while; a
+/// caught signal cancels it ([`Interrupts::wait`], `what` says what became of the work).
 pub(crate) fn wait_with_progress(
     fut: &gpufile::IoFuture,
     total: u64,
     show_progress: bool,
     units: Units,
-) -> gpufile::Result<usize> {
+    interrupts: &Interrupts,
+    what: &str,
+) -> Result<usize, CliError> {
     const BAR_MIN_BYTES: u64 = 256 << 20;
     if !show_progress || total < BAR_MIN_BYTES {
-        return fut.wait();
+        return interrupts.wait(fut, what, || {});
     }
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template(bar_template(units))
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let result = loop {
-        if let Some(r) = fut.wait_timeout(Duration::from_millis(50)) {
-            break r;
-        }
-        bar.set_position(fut.bytes_transferred());
-    };
+    let result = interrupts.wait(fut, what, || bar.set_position(fut.bytes_transferred()));
     bar.finish_and_clear();
     result
 }

@@ -244,6 +244,51 @@ fn an_interrupted_bench_removes_its_write_file() {
     assert_eq!(std::fs::metadata(&data).unwrap().len(), 16 << 20);
 }
 
+/// Ctrl-C while `read --repeat` runs (its reads seen in /proc): the command stops at once,
+/// with one line, no report of the cut runs, and status 130 (it was killed by the signal).
+#[test]
+fn an_interrupted_read_repeat_says_so_in_one_line_and_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.bin");
+    std::fs::write(&data, vec![7u8; 8 << 20]).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_gpufile"))
+        .args([
+            "read",
+            data.to_str().unwrap(),
+            "--host",
+            "--repeat",
+            "100000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rchar = || -> u64 {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", child.id())).unwrap_or_default();
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    };
+    let start = std::time::Instant::now();
+    while rchar() < 4 * (8 << 20) {
+        assert!(start.elapsed().as_secs() < 120, "no reads after 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert_eq!(
+        err,
+        "gpufile: error: interrupted (SIGINT); the read was stopped; nothing is reported\n"
+    );
+    assert!(out.stdout.is_empty(), "{}", stdout(&out));
+}
+
 /// bench's own file in TMPDIR is a symlink to a user's file: refused, the file untouched; and
 /// `--file` naming a dangling symlink with `--create` creates nothing.
 #[test]

@@ -82,7 +82,9 @@ pub struct Request {
     pub gds_threshold: Option<usize>,
     /// What cuFile can do.
     pub cufile: CufileAssumption,
-    /// cufile.json to read (default: `CUFILE_ENV_PATH_JSON` or /etc/cufile.json).
+    /// cufile.json to read (default: `CUFILE_ENV_PATH_JSON` or /etc/cufile.json, cuFile's
+    /// defaults where it does not exist); one named here that is missing or not valid
+    /// cufile.json is an error.
     pub cufile_json: Option<PathBuf>,
     /// Whether the destination buffer is registered with cuFile (`memory_register`).
     pub registered_buffer: bool,
@@ -180,6 +182,12 @@ pub fn explain_with(
     file: Option<&FileHandle>,
 ) -> Result<Explanation> {
     let s = req.settings(defaults)?;
+    // A cufile.json the caller named is read first: missing or malformed, it is an error.
+    let named_cufile_json = req
+        .cufile_json
+        .as_deref()
+        .map(CufileExecution::load_named)
+        .transpose()?;
     let (num_threads, compat_mode, gds_threshold) = (s.num_threads, s.compat_mode, s.gds_threshold);
     let mut notes = Vec::new();
     // The engine's own plan of this request (a read alone, as predicted): its path, with the
@@ -236,8 +244,9 @@ pub fn explain_with(
         (None, None, Vec::new(), None, None);
     match &path {
         Ok(p) if p.backend == Backend::Cufile => {
-            let e =
-                CufileExecution::load(&req.cufile_json.clone().unwrap_or_else(cufile::config_path));
+            let e = named_cufile_json
+                .clone()
+                .unwrap_or_else(|| CufileExecution::load(&cufile::config_path()));
             cufile_requests = Some(task_count);
             let mut total = 0;
             for (count, len) in &task_runs {

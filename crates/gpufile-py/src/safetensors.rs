@@ -469,8 +469,9 @@ fn save_file(
     saved.map_err(save_error)
 }
 
-/// `max_shard_size` as huggingface_hub reads it: a positive int (bytes) or a str like `"5GB"`
-/// (`gpufile::formats::safetensors::save::checkpoint::parse_size`).
+/// `max_shard_size`: a positive int (bytes) or a str read as every size is (`"5GB"` as
+/// huggingface_hub reads it, `"5GiB"`, `"5 GiB"`:
+/// `gpufile::formats::safetensors::save::checkpoint::parse_size`).
 #[pyfunction]
 fn parse_shard_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(text) = size.extract::<String>() {

@@ -93,7 +93,8 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: PathArg,
     directory
         Where the checkpoint goes.
     max_shard_size
-        Bytes per shard, an int or ``"5GB"``, ``"500MB"`` (decimal units, as huggingface_hub).
+        Bytes per shard, an int or a size as every size is typed: ``"5GB"``, ``"500MB"``
+        (decimal units, as huggingface_hub), ``"5GiB"``, ``"5 GiB"`` (binary).
         A tensor larger than the limit gets a shard of its own.
     metadata
         Text metadata: the file's ``__metadata__`` for a single file (with ``format``), else

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use gpufile::config::{Input, Name};
+use gpufile::future::StopFlag;
 use gpufile::{Engine, Request, Settings};
 use gpufile_diag::units::{self, Units};
 use gpufile_remote::RemoteStats;
@@ -21,6 +22,7 @@ use gpufile_remote::RemoteStats;
 use crate::args::{OFFSET, SIZE};
 use crate::destination::Destination;
 use crate::error::CliError;
+use crate::interrupt::Interrupts;
 use crate::progress::wait_with_progress;
 use crate::range::{file_range, file_size};
 use crate::{emit_json, CliResult};
@@ -74,27 +76,48 @@ pub(crate) struct ReadArgs {
 /// Most `--repeat` runs one `gpufile read` makes.
 const MAX_REPEAT: u32 = 100_000;
 
+/// What an interrupted `read` says became of its work.
+const NOTHING_REPORTED: &str = "the read was stopped; nothing is reported";
+
 /// Reads as `args` asks and prints the report.
 pub(crate) fn run(args: &ReadArgs, units: Units) -> CliResult {
     let settings = run_settings(args)?;
-    let source = ReadSource::open(&args.file)?;
+    // From here on a Ctrl-C stops the command (every step below looks or waits stoppably).
+    let interrupts = Interrupts::catch()?;
+    let source = ReadSource::open(&args.file, &interrupts)?;
     let shown = source.shown(&args.file);
     let (offset, size) = read_range(args, &source, &shown)?;
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
-    let path = source.plan(dest.memory(), size, &settings)?;
+    let path = interrupts.stoppable(|_| source.plan(dest.memory(), size, &settings));
+    interrupts.check_that(NOTHING_REPORTED)?;
+    let path = path?;
 
     let remote_before = source.remote_stats();
     let observation = gpufile::observe::begin();
-    let runs = timed_runs(args, units, &source, &mut dest, (offset, size), &settings)?;
+    let runs = timed_runs(
+        args,
+        units,
+        &source,
+        &mut dest,
+        (offset, size),
+        &settings,
+        &interrupts,
+    );
     let observed = gpufile::observe::end(observation);
+    let runs = runs?;
     // Over the runs only: the size request at open and --verify's read are not counted.
     let remote = runs_only(source.remote_stats(), remote_before);
     let verified = if args.verify {
-        verify(&source, &args.file, &dest, offset, size, &shown)?;
+        let checked = interrupts
+            .stoppable(|stop| verify(&source, &args.file, &dest, (offset, size), &shown, stop));
+        interrupts.check_that(NOTHING_REPORTED)?;
+        checked?;
         Some(true)
     } else {
         None
     };
+    // A signal as the last run ended: no report either.
+    interrupts.check_that(NOTHING_REPORTED)?;
     let seconds = median(&runs);
     let outcome = Outcome {
         source: &source,
@@ -153,7 +176,8 @@ fn read_range(args: &ReadArgs, source: &ReadSource, shown: &str) -> Result<(u64,
     Ok((offset, size))
 }
 
-/// Reads `range` (offset, size) into `dest` `--repeat` times; the seconds each run took.
+/// Reads `range` (offset, size) into `dest` `--repeat` times; the seconds each run took. A
+/// caught signal stops the run in flight and ends the command (no report of cut runs).
 fn timed_runs(
     args: &ReadArgs,
     units: Units,
@@ -161,15 +185,18 @@ fn timed_runs(
     dest: &mut Destination,
     (offset, size): (u64, usize),
     settings: &Settings,
+    interrupts: &Interrupts,
 ) -> Result<Vec<f64>, CliError> {
     let mut runs = Vec::new();
     for _ in 0..args.repeat {
+        interrupts.check_that(NOTHING_REPORTED)?;
         let start = Instant::now();
         let req = Request::read(dest.buffer(0, size), offset);
-        // SAFETY: `dest` outlives the future: it is waited on below, before `dest` is used
-        // again or dropped.
+        // SAFETY: `dest` outlives the future: it is waited on below (an interrupted wait
+        // included), before `dest` is used again or dropped.
         let fut = unsafe { Engine::global()?.submit(&source.endpoint(), req, settings) }?;
-        let n = wait_with_progress(&fut, size as u64, !args.json, units)?;
+        let show = !args.json;
+        let n = wait_with_progress(&fut, size as u64, show, units, interrupts, NOTHING_REPORTED)?;
         runs.push(start.elapsed().as_secs_f64());
         if n != size {
             return Err(format!(
@@ -197,11 +224,11 @@ fn verify(
     source: &ReadSource,
     file: &Path,
     dest: &Destination,
-    offset: u64,
-    size: usize,
+    (offset, size): (u64, usize),
     shown: &str,
+    stop: &StopFlag,
 ) -> Result<(), CliError> {
-    let expect = source.plain_read(file, offset, size)?;
+    let expect = source.plain_read(file, offset, size, stop)?;
     let mut got = vec![0u8; dest.len()];
     dest.copy_out(0, &mut got)?;
     if got != expect {

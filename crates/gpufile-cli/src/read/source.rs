@@ -2,9 +2,8 @@
 //! (gpufile_remote), and the path a read of it takes, with the reason, for the report.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpufile::future::StopFlag;
 use gpufile::source::{IoContext, Source};
@@ -15,9 +14,6 @@ use serde_json::{json, Value};
 
 use crate::error::CliError;
 use crate::interrupt::Interrupts;
-
-/// How often the open of a URL looks for a caught signal.
-const SIGNAL_POLL: Duration = Duration::from_millis(20);
 
 /// What `gpufile read` reads: a local file, or a remote object where FILE is a URL.
 pub(super) enum ReadSource {
@@ -38,29 +34,11 @@ fn remote_url(file: &Path) -> Option<&str> {
 
 /// Opens `url` with Ctrl-C (SIGINT, SIGTERM) heard: the open waits on credential sources (a
 /// `credential_process`, STS, IMDS, a token endpoint) and on the size request, which end soon
-/// after a signal (a helper process killed, [`gpufile_remote::with_stop`]); the command then
-/// ends with status 128 + the signal.
-fn open_remote(url: &str) -> Result<RemoteFile, CliError> {
-    let interrupts = Interrupts::catch()?;
-    let stop = StopFlag::default();
-    let done = AtomicBool::new(false);
-    let opened = std::thread::scope(|s| {
-        let watcher = s.spawn(|| {
-            while !done.load(Ordering::SeqCst) {
-                if interrupts.caught().is_some() {
-                    stop.set();
-                    return;
-                }
-                std::thread::park_timeout(SIGNAL_POLL);
-            }
-        });
-        let opened = gpufile_remote::with_stop(&stop, || {
-            RemoteFile::open(url, RemoteEndpointType::Auto, None, None)
-        });
-        done.store(true, Ordering::SeqCst);
-        watcher.thread().unpark();
-        opened
-    });
+/// after a signal ([`Interrupts::stoppable`]); the command then ends with status 128 + the
+/// signal.
+fn open_remote(url: &str, interrupts: &Interrupts) -> Result<RemoteFile, CliError> {
+    let opened =
+        interrupts.stoppable(|_| RemoteFile::open(url, RemoteEndpointType::Auto, None, None));
     match interrupts.error("nothing was read") {
         Some(e) => Err(e),
         None => opened.map_err(CliError::from),
@@ -68,11 +46,11 @@ fn open_remote(url: &str) -> Result<RemoteFile, CliError> {
 }
 
 impl ReadSource {
-    pub(super) fn open(file: &Path) -> Result<Self, CliError> {
+    pub(super) fn open(file: &Path, interrupts: &Interrupts) -> Result<Self, CliError> {
         let Some(url) = remote_url(file) else {
             return Ok(ReadSource::Local(FileHandle::open(file, "r")?));
         };
-        let remote = open_remote(url).map_err(|e| {
+        let remote = open_remote(url, interrupts).map_err(|e| {
             if e.path.is_some() {
                 e
             } else {
@@ -134,13 +112,14 @@ impl ReadSource {
         file: &Path,
         offset: u64,
         size: usize,
+        stop: &StopFlag,
     ) -> Result<Vec<u8>, CliError> {
         let mut expect = vec![0u8; size];
         match self {
             ReadSource::Local(_) => {
-                let f = std::fs::File::open(file).map_err(|e| CliError::from(e).with_path(file))?;
+                let f = std::fs::File::open(file).map_err(|e| CliError::os("open", file, &e))?;
                 std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)
-                    .map_err(|e| CliError::from(e).with_path(file))?;
+                    .map_err(|e| CliError::os("read", file, &e))?;
             }
             ReadSource::Remote(remote) => {
                 let progress = AtomicU64::new(0);
@@ -148,7 +127,7 @@ impl ReadSource {
                     progress: &progress,
                     direct: false,
                     direct_uncached: false,
-                    stop: &gpufile::future::StopFlag::default(),
+                    stop,
                 };
                 remote.read_at(&mut expect, offset, call)?;
             }

@@ -33,37 +33,59 @@ pub const CUFILE_EXECUTION_DEFAULTS: [(&str, &str); 4] = [
 ];
 
 impl CufileExecution {
-    /// Reads `path`; missing keys (or a missing file) take cuFile's documented defaults
-    /// ([`CUFILE_EXECUTION_DEFAULTS`]).
-    pub fn load(path: &Path) -> Self {
-        let mut e = CufileExecution {
+    /// cuFile's documented defaults ([`CUFILE_EXECUTION_DEFAULTS`]), `source` saying why.
+    fn defaults(source: String) -> Self {
+        CufileExecution {
             parallel_io: true,
             max_io_threads: 4,
             min_io_threshold_size_kb: 8192,
             max_request_parallelism: 4,
-            source: format!(
+            source,
+        }
+    }
+
+    /// Reads the cufile.json a caller named: a file that is missing, unreadable or not valid
+    /// cufile.json is an error (never cuFile's defaults in its place); missing keys take
+    /// cuFile's documented defaults.
+    pub fn load_named(path: &Path) -> gpufile::Result<Self> {
+        let values = cufile::read_config(path)?;
+        let mut e = Self::defaults(path.display().to_string());
+        e.apply(&values);
+        Ok(e)
+    }
+
+    /// Reads the cufile.json cuFile would read (`CUFILE_ENV_PATH_JSON` or /etc/cufile.json):
+    /// where it does not exist, cuFile uses its defaults, and so does the prediction; where it
+    /// cannot be read or parsed, the defaults too, `source` saying why.
+    pub fn load(path: &Path) -> Self {
+        match cufile::read_config(path) {
+            Ok(values) => {
+                let mut e = Self::defaults(path.display().to_string());
+                e.apply(&values);
+                e
+            }
+            Err(err) if err.errno() == Some(libc::ENOENT) => Self::defaults(format!(
                 "{} (cuFile defaults: the file does not exist)",
                 path.display()
-            ),
-        };
-        let Ok(values) = cufile::read_config(path) else {
-            return e;
-        };
-        e.source = path.display().to_string();
+            )),
+            Err(err) => Self::defaults(format!("cuFile defaults: {err}")),
+        }
+    }
+
+    fn apply(&mut self, values: &[(String, String)]) {
         for (k, v) in values {
             match k.as_str() {
-                "execution.parallel_io" => e.parallel_io = v == "true",
-                "execution.max_io_threads" => e.max_io_threads = v.parse().unwrap_or(4),
+                "execution.parallel_io" => self.parallel_io = v == "true",
+                "execution.max_io_threads" => self.max_io_threads = v.parse().unwrap_or(4),
                 "execution.min_io_threshold_size_kb" => {
-                    e.min_io_threshold_size_kb = v.parse().unwrap_or(8192)
+                    self.min_io_threshold_size_kb = v.parse().unwrap_or(8192)
                 }
                 "execution.max_request_parallelism" => {
-                    e.max_request_parallelism = v.parse().unwrap_or(4)
+                    self.max_request_parallelism = v.parse().unwrap_or(4)
                 }
                 _ => {}
             }
         }
-        e
     }
 
     /// The pieces cuFile makes of one request of `len` bytes: one piece up to

@@ -14,6 +14,17 @@ fn spec_exec() -> CufileExecution {
     }
 }
 
+/// A cufile.json with no keys: cuFile's documented defaults, whatever this machine's says.
+fn empty_cufile_json() -> PathBuf {
+    static FILE: std::sync::OnceLock<tempfile::NamedTempFile> = std::sync::OnceLock::new();
+    let file = FILE.get_or_init(|| {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), "{}").unwrap();
+        f
+    });
+    file.path().to_owned()
+}
+
 fn req(size: usize, task: usize) -> Request {
     Request {
         size,
@@ -25,7 +36,7 @@ fn req(size: usize, task: usize) -> Request {
         compat_mode: Some(CompatMode::Off),
         gds_threshold: Some(16 << 10),
         cufile: CufileAssumption::Nvfs,
-        cufile_json: Some(PathBuf::from("/nonexistent/cufile.json")),
+        cufile_json: Some(empty_cufile_json()),
         registered_buffer: false,
     }
 }
@@ -147,4 +158,21 @@ proptest! {
         prop_assert!(p.len() as u64 <= par.max(1));
         prop_assert!(p.iter().all(|x| *x > 0));
     }
+}
+
+#[test]
+fn a_named_cufile_json_that_is_missing_or_malformed_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = req(1 << 30, 4 << 20);
+    r.cufile_json = Some(dir.path().join("missing.json"));
+    let e = explain(&r).unwrap_err();
+    assert_eq!(e.errno(), Some(libc::ENOENT), "{e}");
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{ not json").unwrap();
+    r.cufile_json = Some(bad.clone());
+    let e = explain(&r).unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("{} is not valid cufile.json: ", bad.display())),
+        "{e}"
+    );
 }

@@ -25,47 +25,17 @@ pub use super::index::{
 };
 use super::write::{submit_files, wait_stoppable, FileToWrite, SaveError, TensorRow};
 
-/// `max_shard_size` as huggingface_hub reads a string: a number and a unit, `"5GB"`,
-/// `"500MB"`, `"1.5TB"` (TB, GB, MB, KB: powers of 1000; the unit in any case). The error is
-/// the message Python's `ValueError` carries.
+/// `max_shard_size` as text, read by the one size parser every size in gpufile goes through
+/// ([`crate::config::parse_size`]: the environment variables, `defaults.set`, the CLI's
+/// options): bytes (`"1000000"`), a decimal unit as huggingface_hub reads it (`"5GB"`,
+/// `"500MB"`: powers of 1000), a binary one (`"5GiB"`, `"5 GiB"`, `"16M"`); the unit in any
+/// case. 0 is refused. The error is the message Python's `ValueError` carries.
 pub fn parse_size(size: &str) -> Result<u64, String> {
-    const UNITS: [(&str, f64); 4] = [("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)];
-    let text = size.trim();
-    let chars: Vec<char> = text.chars().collect();
-    let split = chars.len().saturating_sub(2);
-    let unit: String = chars[split..].iter().collect::<String>().to_uppercase();
-    let Some(&(_, scale)) = UNITS.iter().find(|(u, _)| *u == unit) else {
-        return Err(format!(
-            "Unit '{unit}' not supported. Supported units are TB, GB, MB, KB. Got '{size}'."
-        ));
-    };
-    let number: String = chars[..split].iter().collect();
-    let number = number.trim();
-    let value: f64 = number.parse().map_err(|_| {
-        format!("Could not parse the size value from '{size}': could not convert string to float: '{number}'")
-    })?;
-    let n = (value * scale).trunc();
-    if n.is_nan() || n < 1.0 {
-        return Err(format!("max_shard_size must be positive, got '{size}'"));
+    match crate::config::parse_size(size) {
+        Ok(0) => Err(format!("max_shard_size must be positive, got {size:?}")),
+        Ok(n) => Ok(n),
+        Err(why) => Err(format!("max_shard_size {size:?}: {why}")),
     }
-    if n.is_infinite() {
-        return Err(format!("max_shard_size {size:?} is too large"));
-    }
-    Ok(n as u64)
-}
-
-/// `max_shard_size` for callers that pass text (C, C++): bytes as a plain decimal number
-/// (`"1000000"`), or a size with a unit as [`parse_size`] reads it.
-pub fn parse_size_or_bytes(size: &str) -> Result<u64, String> {
-    let text = size.trim();
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return match text.parse::<u64>() {
-            Ok(0) => Err(format!("max_shard_size must be positive, got {text}")),
-            Ok(n) => Ok(n),
-            Err(_) => Err(format!("max_shard_size {text} is too large")),
-        };
-    }
-    parse_size(size)
 }
 
 /// The shards, as `split_torch_state_dict_into_shards` fills them: indices into `sizes`, in

@@ -2,38 +2,34 @@ use super::*;
 use crate::formats::safetensors::{Checkpoint, Dtype};
 
 #[test]
-fn parse_size_reads_huggingface_hub_sizes_and_refuses_as_it_does() {
-    assert_eq!(parse_size("5GB"), Ok(5_000_000_000));
+fn parse_size_reads_every_size_as_the_config_does() {
+    assert_eq!(parse_size("5GB"), Ok(5_000_000_000)); // as huggingface_hub
     assert_eq!(parse_size("500MB"), Ok(500_000_000));
     assert_eq!(parse_size("8kb"), Ok(8000));
     assert_eq!(parse_size(" 1.5 TB "), Ok(1_500_000_000_000));
-    assert_eq!(parse_size("0.0015KB"), Ok(1));
-    assert_eq!(
-        parse_size("5GiB").unwrap_err(),
-        "Unit 'IB' not supported. Supported units are TB, GB, MB, KB. Got '5GiB'."
-    );
-    assert_eq!(
-        parse_size("1000").unwrap_err(),
-        "Unit '00' not supported. Supported units are TB, GB, MB, KB. Got '1000'."
-    );
+    // What huggingface_hub refuses, and every other size of gpufile takes.
+    assert_eq!(parse_size("5GiB"), Ok(5 << 30));
+    assert_eq!(parse_size("5 GiB"), Ok(5 << 30));
+    assert_eq!(parse_size("1000"), Ok(1000));
+    assert_eq!(parse_size("16M"), Ok(16 << 20));
+    for text in ["5GiB", "5GB", "5 GiB", "1000", "16k", "1.5GiB"] {
+        assert_eq!(
+            parse_size(text),
+            Ok(crate::config::parse_size(text).unwrap())
+        );
+    }
     assert_eq!(
         parse_size("xGB").unwrap_err(),
-        "Could not parse the size value from 'xGB': could not convert string to float: 'x'"
+        "max_shard_size \"xGB\": expected a size such as 4194304, 4MiB, 1.5GiB, 16k or 1GB"
     );
     assert_eq!(
-        parse_size("0.0001KB").unwrap_err(),
-        "max_shard_size must be positive, got '0.0001KB'"
+        parse_size("0").unwrap_err(),
+        "max_shard_size must be positive, got \"0\""
     );
-    assert_eq!(
-        parse_size("-1MB").unwrap_err(),
-        "max_shard_size must be positive, got '-1MB'"
-    );
-    assert_eq!(parse_size_or_bytes("4000"), Ok(4000));
-    assert_eq!(parse_size_or_bytes("8KB"), Ok(8000));
-    assert_eq!(
-        parse_size_or_bytes("0").unwrap_err(),
-        "max_shard_size must be positive, got 0"
-    );
+    assert!(parse_size("-1MB").is_err());
+    assert!(parse_size("0.0001KB")
+        .unwrap_err()
+        .contains("whole number of bytes"));
 }
 
 #[test]
