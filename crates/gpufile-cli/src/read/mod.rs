@@ -81,7 +81,7 @@ pub(crate) fn run(args: &ReadArgs, units: Units) -> CliResult {
     let shown = source.shown(&args.file);
     let (offset, size) = read_range(args, &source, &shown)?;
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
-    let path = source.plan(dest.memory(), size, &settings)?;
+    let path = source.plan(&mut dest, (offset, size), &settings)?;
 
     let remote_before = source.remote_stats();
     let observation = gpufile::observe::begin();
