@@ -29,7 +29,7 @@ use gpufile::formats::safetensors::{
     submit_load, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan, Target,
 };
 use gpufile::observe::Report;
-use gpufile::{Engine, FileHandle, IoPath, Memory, Settings};
+use gpufile::{Engine, ErrorKind, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
 use serde_json::{json, Value};
@@ -69,47 +69,21 @@ pub(crate) struct LoadArgs {
 }
 
 impl From<FormatError> for CliError {
-    /// `safetensors` for a file that breaks the format (the message names the file and the
-    /// tensor), `unknown-tensor` for a name the checkpoint lacks, `os` where the OS refused.
+    /// By the error's kind in the core's table: `safetensors` for a file that breaks the
+    /// format (the message names the file and the tensor), `unknown-tensor` for a name the
+    /// checkpoint lacks, `not-a-regular-file` as `read` says it, `os` where the OS refused; the
+    /// file at fault as the path.
     fn from(e: FormatError) -> Self {
-        let message = e.to_string();
-        let (kind, path) = match e {
-            FormatError::Io { path, source } => {
-                let mut err = CliError::from(source).with_path(path);
-                err.message = message;
-                return err;
-            }
-            FormatError::UnknownTensor { path, .. } | FormatError::NoMatch { path, .. } => {
-                ("unknown-tensor", Some(path))
-            }
-            // As `read` refuses one.
-            FormatError::NotSeekable { ref path, .. } => {
-                let mut err = CliError::new("not-a-regular-file", message).with_path(path);
-                err.errno = e.errno();
-                return err;
-            }
-            FormatError::OutsideCheckpoint { file, .. } => ("safetensors", Some(file)),
-            FormatError::TooShort { path, .. }
-            | FormatError::HeaderTooLarge { path, .. }
-            | FormatError::HeaderPastEnd { path, .. }
-            | FormatError::InvalidHeader { path, .. }
-            | FormatError::InvalidMetadata { path, .. }
-            | FormatError::InvalidTensor { path, .. }
-            | FormatError::OutOfBounds { path, .. }
-            | FormatError::Overlap { path, .. }
-            | FormatError::Gap { path, .. }
-            | FormatError::InvalidIndex { path, .. }
-            | FormatError::NotACheckpoint { path, .. }
-            | FormatError::Replaced { path } => ("safetensors", Some(path)),
-            FormatError::DuplicateTensor { second, .. } => ("safetensors", Some(second)),
-            FormatError::MissingTensor { index, .. } => ("safetensors", Some(index)),
-            _ => ("safetensors", None),
+        let kind = match e.kind() {
+            ErrorKind::UnknownName => "unknown-tensor",
+            ErrorKind::NotSeekable => "not-a-regular-file",
+            ErrorKind::InvalidData | ErrorKind::BadArgument => "safetensors",
+            _ => "os",
         };
-        let err = CliError::new(kind, message);
-        match path {
-            Some(p) => err.with_path(p),
-            None => err,
-        }
+        let mut err = CliError::new(kind, e.to_string());
+        err.errno = e.errno();
+        err.path = e.path().map(Path::to_path_buf);
+        err
     }
 }
 
