@@ -739,8 +739,9 @@ gpufile_status gpufile_remote_infer_endpoint_type(const char *url, int *out);
 // Starts reading `size` bytes at `file_offset` of `remote` into `buf` (host or device
 // memory); `task_size` 0 takes the setting. A range past the object's end is refused here
 // (`GPUFILE_BAD_ARGUMENT`, KvikIO's "cannot read ..."), before any byte moves. Where it is
-// not yet known whether the server honours `Range`, byte 0 is read first (so that a server
-// that ignores ranges sends the object once, not once per task).
+// not yet known whether the server honours `Range` and the read is split, the engine has the
+// object read byte 0 first (so that a server that ignores ranges sends the object once, not
+// once per task).
 //
 // # Safety
 // As `gpufile_file_pread`.

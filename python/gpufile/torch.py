@@ -165,33 +165,14 @@ class _DataFile:
             self.host = bytearray()
 
 
-def _interleaved(files: list[_DataFile]) -> list[tuple]:
-    """The write batch of ``files``: one file's writes as they are; several files' cut into
-    ``task_size`` pieces and taken a piece of each file in turn, so that the workers write to
-    every file at once (buffered writes to one file take its inode lock one writer at a time,
-    ext4 and XFS: several files go faster together than one after the other; as
-    ``save_checkpoint``'s shards)."""
-    if len(files) == 1:
-        f = files[0]
-        return [(f.pending.file, b, n, off) for b, n, off in f.writes]
-    from . import defaults
-    step = max(1, int(defaults.get("task_size")))
-
-    def pieces(f: _DataFile) -> Any:
-        for b, n, off in f.writes:
-            for at in range(0, n, step):
-                k = min(step, n - at)
-                yield (f.pending.file, b[at:at + k], k, off + at)
-    queues = [pieces(f) for f in files]
+def _batch(files: list[_DataFile]) -> list[tuple]:
+    """The write batch of ``files``, in the core's order and pieces (``gpufile::batch::
+    interleave``, as ``save_checkpoint``'s shards are written)."""
     out = []
-    while queues:
-        alive = []
-        for q in queues:
-            piece = next(q, None)
-            if piece is not None:
-                out.append(piece)
-                alive.append(q)
-        queues = alive
+    for i, w, at, k in _native.interleave([[n for _, n, _ in f.writes] for f in files]):
+        f = files[i]
+        b, n, off = f.writes[w]
+        out.append((f.pending.file, b if k == n else b[at:at + k], k, off + at))
     return out
 
 
@@ -345,7 +326,7 @@ class FileSystemWriter(_fs.FileSystemWriter):
                         storage_data=_fs._StorageInfo(name, start, f.pos - start)))
                 f.flush()
             _sync_devices(tensors)
-            entries = _interleaved(files)
+            entries = _batch(files)
             if entries:
                 write_batch(entries).get()
             # Every file synced before any is renamed, and one directory sync for all the

@@ -6,6 +6,8 @@ use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
+use gpufile_core::error::Op;
+use gpufile_core::formats::safetensors::FormatError;
 use gpufile_core::{Error, ErrorKind};
 
 /// What every call returns: `GPUFILE_OK`, or the type of the error it stored as the calling
@@ -131,6 +133,36 @@ impl From<Error> for CallError {
     }
 }
 
+impl From<FormatError> for CallError {
+    /// A refused checkpoint, file or selection by its kind in the table ([`status_of`]): an OS
+    /// error as the OS said it (the file named), anything else naming the file and the tensor.
+    fn from(e: FormatError) -> Self {
+        if let FormatError::Io { path, source } = &e {
+            if let Some(errno) = source.raw_os_error() {
+                return CallError::from(Error::Os {
+                    op: Op::Open,
+                    path: path.clone(),
+                    offset: 0,
+                    len: 0,
+                    errno,
+                });
+            }
+        }
+        let status = status_of(e.kind());
+        let errno = match (e.errno(), status) {
+            (Some(n), _) => n,
+            (None, GPUFILE_BAD_ARGUMENT | GPUFILE_OUT_OF_RANGE) => libc::EINVAL,
+            (None, _) => 0,
+        };
+        CallError {
+            status,
+            errno,
+            message: e.to_string(),
+            path: None,
+        }
+    }
+}
+
 /// The status of an error of `kind`: the C ABI's whole error table (the core's
 /// [`Error::kind`] classifies; this maps).
 pub fn status_of(kind: ErrorKind) -> gpufile_status {
@@ -140,9 +172,12 @@ pub fn status_of(kind: ErrorKind) -> gpufile_status {
         ErrorKind::IsADirectory => GPUFILE_IS_A_DIRECTORY,
         ErrorKind::EndOfFile => GPUFILE_END_OF_FILE,
         // A FIFO or a socket: the path cannot be used (errno ESPIPE says why).
-        ErrorKind::BadArgument | ErrorKind::UnknownName | ErrorKind::NotSeekable => {
-            GPUFILE_BAD_ARGUMENT
-        }
+        // A file that breaks its format: the call cannot be made with it (the message names
+        // the file and the tensor).
+        ErrorKind::BadArgument
+        | ErrorKind::UnknownName
+        | ErrorKind::NotSeekable
+        | ErrorKind::InvalidData => GPUFILE_BAD_ARGUMENT,
         ErrorKind::OutOfRange => GPUFILE_OUT_OF_RANGE,
         ErrorKind::Cuda => GPUFILE_CUDA,
         ErrorKind::Cufile => GPUFILE_CUFILE,

@@ -8,12 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use gpufile_core::batch::OpBuffer;
-use gpufile_core::error::Op;
-use gpufile_core::formats::safetensors::{
-    submit_load, Checkpoint, Files, FormatError, LoadError, Target,
-};
+use gpufile_core::formats::safetensors::{submit_load, Checkpoint, Files, LoadError, Target};
 use gpufile_core::source::Source;
-use gpufile_core::{Engine, Error};
+use gpufile_core::Engine;
 
 use crate::error::{guard, CallError};
 use crate::gpufile_status;
@@ -31,29 +28,11 @@ pub struct gpufile_tensor_buffer {
     pub size: usize,
 }
 
-/// The C error of a refused checkpoint or selection: an OS error as the OS said it (the file
-/// named), anything else a bad argument naming the file and the tensor.
-fn format_failed(e: FormatError) -> CallError {
-    match e {
-        FormatError::Io { path, source } => match source.raw_os_error() {
-            Some(errno) => CallError::from(Error::Os {
-                op: Op::Open,
-                path,
-                offset: 0,
-                len: 0,
-                errno,
-            }),
-            None => CallError::bad(format!("{}: {source}", path.display())),
-        },
-        other => CallError::bad(other.to_string()),
-    }
-}
-
 /// The checkpoint at `path` (a file, an index, a directory, or a URL) and where its bytes are.
 fn open(path: &str) -> Result<(Checkpoint, Files), CallError> {
     if !gpufile_remote::is_url(path) {
         let ck = Checkpoint::open(Path::new(OsStr::from_bytes(path.as_bytes())))
-            .map_err(format_failed)?;
+            .map_err(CallError::from)?;
         return Ok((ck, Files::Local));
     }
     match gpufile_remote::open_checkpoint(path) {
@@ -61,7 +40,7 @@ fn open(path: &str) -> Result<(Checkpoint, Files), CallError> {
             let sources = rc.files.into_iter().map(|f| f as Arc<dyn Source>).collect();
             Ok((rc.checkpoint, Files::Sources(sources)))
         }
-        Err(gpufile_remote::CheckpointError::Format(e)) => Err(format_failed(e)),
+        Err(gpufile_remote::CheckpointError::Format(e)) => Err(e.into()),
         Err(gpufile_remote::CheckpointError::Remote(e)) => Err(e.into()),
     }
 }
@@ -118,10 +97,10 @@ pub unsafe extern "C" fn gpufile_load_checkpoint(
             names.push(name);
         }
         let (checkpoint, files) = open(path)?;
-        let selection = checkpoint.select(&names).map_err(format_failed)?;
+        let selection = checkpoint.select(&names).map_err(CallError::from)?;
         let mut targets = Vec::with_capacity(n);
         for (t, name) in rows.iter().zip(&names) {
-            let i = checkpoint.find(name).map_err(format_failed)?;
+            let i = checkpoint.find(name).map_err(CallError::from)?;
             let want = checkpoint.info(&checkpoint.entries[i]).len();
             if t.size as u64 != want {
                 return Err(CallError::bad(format!(
@@ -153,7 +132,7 @@ pub unsafe extern "C" fn gpufile_load_checkpoint(
         // which is after the wait below.
         let submitted = unsafe { submit_load(&engine, &settings, &checkpoint, &files, &targets) }
             .map_err(|e| match e {
-            LoadError::Format(e) => format_failed(e),
+            LoadError::Format(e) => e.into(),
             LoadError::Io(e) => e.into(),
             e => CallError::bad(e.to_string()),
         })?;

@@ -283,8 +283,9 @@ pub unsafe extern "C" fn gpufile_remote_infer_endpoint_type(
 /// Starts reading `size` bytes at `file_offset` of `remote` into `buf` (host or device
 /// memory); `task_size` 0 takes the setting. A range past the object's end is refused here
 /// (`GPUFILE_BAD_ARGUMENT`, KvikIO's "cannot read ..."), before any byte moves. Where it is
-/// not yet known whether the server honours `Range`, byte 0 is read first (so that a server
-/// that ignores ranges sends the object once, not once per task).
+/// not yet known whether the server honours `Range` and the read is split, the engine has the
+/// object read byte 0 first (so that a server that ignores ranges sends the object once, not
+/// once per task).
 ///
 /// # Safety
 /// As `gpufile_file_pread`.
@@ -306,9 +307,6 @@ pub unsafe extern "C" fn gpufile_remote_pread(
         file.check_range(file_offset, size)?;
         let settings = Engine::global()?.shared_settings();
         let task_size = (task_size > 0).then_some(task_size);
-        if file.wants_range_probe(size, task_size.unwrap_or(settings.task_size)) {
-            file.probe_ranges(&settings)?;
-        }
         let source: Arc<dyn Source> = file;
         // SAFETY: the caller's contract.
         let future = unsafe {

@@ -147,7 +147,7 @@ unsafe fn pairs(
 /// an I/O error is named by `what` where its message does not name it already.
 fn save_failed(e: SaveError, what: &str, doing: &str) -> CallError {
     match e {
-        SaveError::Format(e) => CallError::bad(e.to_string()),
+        SaveError::Format(e) => e.into(),
         SaveError::Committed(e) => CallError::from(e)
             .suffixed(" (the new checkpoint is published: the directory loads as it)"),
         SaveError::Io(e) => {

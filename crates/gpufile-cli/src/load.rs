@@ -20,7 +20,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,7 +32,7 @@ use gpufile::formats::safetensors::{
 use gpufile::future::StopFlag;
 use gpufile::observe::Report;
 use gpufile::source::{IoContext, Source};
-use gpufile::{Engine, FileHandle, IoPath, Memory, Settings};
+use gpufile::{Engine, ErrorKind, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
 use serde_json::{json, Value};
@@ -76,11 +76,12 @@ pub(crate) struct LoadArgs {
 }
 
 impl From<FormatError> for CliError {
-    /// `safetensors` for a file that breaks the format (the message names the file and the
-    /// tensor), `unknown-tensor` for a name the checkpoint lacks, `os` where the OS refused.
+    /// By the error's kind in the core's table: `safetensors` for a file that breaks the
+    /// format (the message names the file and the tensor), `unknown-tensor` for a name the
+    /// checkpoint lacks, `not-a-regular-file` as `read` says it, `os` where the OS refused; the
+    /// file at fault as the path.
     fn from(e: FormatError) -> Self {
-        let message = e.to_string();
-        let (kind, path) = match e {
+        let e = match e {
             FormatError::Io { path, source } => {
                 // The errors of finding a file are its open's, as `read` words them; the rest
                 // are of reading its header.
@@ -99,37 +100,18 @@ impl From<FormatError> for CliError {
                 };
                 return CliError::os(op, &path, &source);
             }
-            FormatError::UnknownTensor { path, .. } | FormatError::NoMatch { path, .. } => {
-                ("unknown-tensor", Some(path))
-            }
-            // As `read` refuses one.
-            FormatError::NotSeekable { ref path, .. } => {
-                let mut err = CliError::new("not-a-regular-file", message).with_path(path);
-                err.errno = e.errno();
-                return err;
-            }
-            FormatError::OutsideCheckpoint { file, .. } => ("safetensors", Some(file)),
-            FormatError::TooShort { path, .. }
-            | FormatError::HeaderTooLarge { path, .. }
-            | FormatError::HeaderPastEnd { path, .. }
-            | FormatError::InvalidHeader { path, .. }
-            | FormatError::InvalidMetadata { path, .. }
-            | FormatError::InvalidTensor { path, .. }
-            | FormatError::OutOfBounds { path, .. }
-            | FormatError::Overlap { path, .. }
-            | FormatError::Gap { path, .. }
-            | FormatError::InvalidIndex { path, .. }
-            | FormatError::NotACheckpoint { path, .. }
-            | FormatError::Replaced { path } => ("safetensors", Some(path)),
-            FormatError::DuplicateTensor { second, .. } => ("safetensors", Some(second)),
-            FormatError::MissingTensor { index, .. } => ("safetensors", Some(index)),
-            _ => ("safetensors", None),
+            other => other,
         };
-        let err = CliError::new(kind, message);
-        match path {
-            Some(p) => err.with_path(p),
-            None => err,
-        }
+        let kind = match e.kind() {
+            ErrorKind::UnknownName => "unknown-tensor",
+            ErrorKind::NotSeekable => "not-a-regular-file",
+            ErrorKind::InvalidData | ErrorKind::BadArgument => "safetensors",
+            _ => "os",
+        };
+        let mut err = CliError::new(kind, e.to_string());
+        err.errno = e.errno();
+        err.path = e.path().map(Path::to_path_buf);
+        err
     }
 }
 

@@ -154,11 +154,7 @@ impl Request {
         if let Some(g) = self.gds_threshold {
             s.gds_threshold = g;
         }
-        if s.task_size == 0 {
-            return Err(Error::InvalidArgument(
-                "task_size must be at least 1 byte".into(),
-            ));
-        }
+        plan::check_task_size(None, s.task_size)?;
         if s.num_threads == 0 || s.num_threads > gpufile::config::MAX_THREADS {
             return Err(Error::InvalidArgument(format!(
                 "num_threads must be between 1 and {}",

@@ -186,3 +186,15 @@ pub(crate) fn submit_ops(
         .collect();
     Ok((futures, members))
 }
+
+/// The order several files' writes go into one batch, under the process settings
+/// (`gpufile::batch::interleave`): `files` holds each file's writes' lengths in file order;
+/// the pieces as `(file, write, at, len)`, indices into `files`.
+#[pyfunction]
+pub(crate) fn interleave(files: Vec<Vec<usize>>) -> PyResult<Vec<(usize, usize, usize, usize)>> {
+    let settings = Engine::global().map_err(to_py)?.shared_settings();
+    Ok(batch::interleave(&files, &settings)
+        .into_iter()
+        .map(|p| (p.file, p.write, p.at, p.len))
+        .collect())
+}

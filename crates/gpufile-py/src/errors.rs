@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyTuple, PyType};
 
-use crate::kinds::python_class;
+use crate::kinds::{python_class_in, Call};
 
 pyo3::create_exception!(
     gpufile,
@@ -158,12 +158,18 @@ pub(crate) fn out_of_range(text: String) -> PyErr {
 /// (bytes moved by the tasks that succeeded). A single failed transfer carries its
 /// `failed_ranges` too.
 pub(crate) fn to_py(e: Error) -> PyErr {
+    to_py_in(Call::Any, e)
+}
+
+/// [`to_py`] for an error of `call`, whose class may be the call's override
+/// ([`python_class_in`]).
+pub(crate) fn to_py_in(call: Call, e: Error) -> PyErr {
     let Error::TasksFailed {
         first, bytes_done, ..
     } = &e
     else {
         let ranges = e.failed_ranges();
-        let err = to_py_with(e, "");
+        let err = to_py_with(call, e, "");
         if !ranges.is_empty() {
             Python::attach(|py| {
                 let _ = err.value(py).setattr("failed_ranges", ranges);
@@ -173,7 +179,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
     };
     let (full, first_text) = (e.to_string(), first.to_string());
     let more = full.strip_prefix(first_text.as_str()).unwrap_or_default();
-    let err = to_py_with((**first).clone(), more);
+    let err = to_py_with(call, (**first).clone(), more);
     Python::attach(|py| {
         let value = err.value(py);
         let _ = value.setattr("failed_ranges", e.failed_ranges());
@@ -183,11 +189,11 @@ pub(crate) fn to_py(e: Error) -> PyErr {
 }
 
 /// [`to_py`] for one error, `more` appended to its message: the class is
-/// [`python_class`] of its kind, the arguments and message the variant's own.
-fn to_py_with(e: Error, more: &str) -> PyErr {
+/// [`python_class_in`] of its kind, the arguments and message the variant's own.
+fn to_py_with(call: Call, e: Error, more: &str) -> PyErr {
     let text = format!("{e}{more}");
     let errno = e.errno().unwrap_or(0);
-    let class = python_class(e.kind());
+    let class = python_class_in(call, e.kind());
     Python::attach(|py| {
         let args = match e {
             // OSError(errno, strerror, filename) as Python's own: KvikIO's wording for a failed
@@ -227,11 +233,20 @@ fn to_py_with(e: Error, more: &str) -> PyErr {
             }
             _ => PyTuple::new(py, [text]),
         };
-        match (class_named(py, class), args) {
-            (Ok(class), Ok(args)) => new_err(py, &class, args),
-            (Err(e), _) | (_, Err(e)) => e,
-        }
+        raise(py, class, args)
     })
+}
+
+/// An exception of the class [`python_class_in`] names, made from `args`.
+pub(crate) fn raise<'py>(
+    py: Python<'py>,
+    class: &str,
+    args: PyResult<Bound<'py, PyTuple>>,
+) -> PyErr {
+    match (class_named(py, class), args) {
+        (Ok(class), Ok(args)) => new_err(py, &class, args),
+        (Err(e), _) | (_, Err(e)) => e,
+    }
 }
 
 /// The class [`python_class`] names.
@@ -241,6 +256,7 @@ fn class_named<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>>
         "EndOfFileError" => py.get_type::<EndOfFileError>(),
         "CudaError" => py.get_type::<CudaError>(),
         "CufileError" => py.get_type::<CufileError>(),
+        "SafetensorError" => py.get_type::<crate::safetensors::SafetensorError>(),
         "UnsupportedOperation" => py
             .import("io")?
             .getattr("UnsupportedOperation")?

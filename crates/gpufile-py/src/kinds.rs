@@ -22,6 +22,8 @@ pub(crate) fn python_class(kind: ErrorKind) -> &'static str {
         ErrorKind::BadArgument => "ValueError",
         ErrorKind::UnknownName => "KeyError",
         ErrorKind::OutOfRange => "IndexError",
+        // A file that breaks the safetensors format: gpufile's own ValueError.
+        ErrorKind::InvalidData => "SafetensorError",
         ErrorKind::Cuda => "CudaError",
         ErrorKind::Cufile => "CufileError",
         // KvikIO's types for remote failures: a server that ignores ranges is an OverflowError,
@@ -33,5 +35,25 @@ pub(crate) fn python_class(kind: ErrorKind) -> &'static str {
         }
         // A kind added to the core later: gpufile's base class, a RuntimeError.
         _ => "GpufileError",
+    }
+}
+
+/// A call whose errors a caller expects as another class than their kind's (KvikIO's types):
+/// the binding's overrides, each a row of the table as the kinds are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// Any call: the kind's class ([`python_class`]).
+    Any,
+    /// Opening a remote object or a checkpoint by URL: KvikIO's `RemoteHandle` constructors
+    /// raise `RuntimeError` for a bad URL or argument.
+    RemoteOpen,
+}
+
+/// The class raised for an error of `kind` from `call`: its override where the call has one,
+/// else [`python_class`].
+pub(crate) fn python_class_in(call: Call, kind: ErrorKind) -> &'static str {
+    match (call, kind) {
+        (Call::RemoteOpen, ErrorKind::BadArgument) => "RuntimeError",
+        _ => python_class(kind),
     }
 }

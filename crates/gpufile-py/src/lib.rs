@@ -81,6 +81,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(tools::cli_main, m)?,
         wrap_pyfunction!(batch::submit_batch, m)?,
         wrap_pyfunction!(batch::submit_ops, m)?,
+        wrap_pyfunction!(batch::interleave, m)?,
         wrap_pyfunction!(file::when_all, m)?,
         wrap_pyfunction!(callbacks::callbacks_close, m)?,
     ] {

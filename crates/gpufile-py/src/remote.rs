@@ -6,20 +6,13 @@ use std::sync::{Arc, Mutex};
 use gpufile::source::Endpoint;
 use gpufile::{Direction, Error};
 use gpufile_remote::{RemoteEndpointType, RemoteFile};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
-use crate::errors::{to_py, uint_arg};
-use crate::file::{wait_interruptibly, NativeFuture};
+use crate::errors::to_py;
+use crate::file::NativeFuture;
 use crate::remote_open::open_err;
 use crate::request::{self, Args};
-
-/// Errors of reads: the common mapping (a server that ignores ranges is an OverflowError, other
-/// server and network failures RuntimeError, as KvikIO raises them).
-fn read_err(e: Error) -> PyErr {
-    to_py(e)
-}
 
 /// An open remote object (the engine under `gpufile.RemoteFile`).
 #[pyclass(frozen, module = "gpufile._native")]
@@ -102,46 +95,19 @@ impl NativeRemoteFile {
         let file = slf.get().file()?;
         let view = BufferView::for_request(buf, true)?;
         let len = view.request_len(size)?;
-        let offset = uint_arg("file_offset", file_offset, Some(0))?.unwrap_or(0);
-        file.check_range(offset, len).map_err(read_err)?;
-        let task_size = match uint_arg("task_size", task_size, None)? {
-            Some(0) => return Err(PyValueError::new_err("task_size must be positive")),
-            Some(t) => Some(usize::try_from(t).unwrap_or(usize::MAX)),
-            None => None,
-        };
-        let source: Arc<dyn gpufile::source::Source> = file.clone();
-        let planned = match task_size {
-            Some(t) => t,
-            None => {
-                gpufile::Engine::global()
-                    .map_err(to_py)?
-                    .settings()
-                    .task_size
-            }
-        };
-        if file.wants_range_probe(len, planned) {
-            // Byte 0 through the engine, waited for as any read is (Ctrl-C interrupts it).
-            let mut byte = [0u8; 1];
-            let probe = gpufile::Request::read(gpufile::Buffer::host(&mut byte), 0);
-            // SAFETY: `byte` outlives the wait, which returns once no task uses it.
-            let fut = unsafe { request::submit(py, Endpoint::Read(source.clone()), probe) }
-                .map_err(read_err)?;
-            wait_interruptibly(py, &fut)?;
-        }
-        // A server that ignores Range serves the whole read from one GET: the plan reads that
-        // from the source.
         let args = Args {
             dir: Direction::Read,
             len,
             buf_offset: 0,
             file_offset: ("file_offset", file_offset),
-            task_size: None,
+            task_size,
             caller_waits: false,
         };
-        let req = request::build(&view, args)?.task_size(task_size);
+        let req = request::build(&view, args)?;
+        let source: Arc<dyn gpufile::source::Source> = file;
         // SAFETY: the returned future holds `view` (the buffer export or the device array)
-        // until the request is done.
-        let fut = unsafe { request::submit(py, Endpoint::Read(source), req) }.map_err(read_err)?;
+        // until the request is done; a submit that Ctrl-C ends leaves no task running.
+        let fut = unsafe { request::submit_stoppable(py, Endpoint::Read(source), req) }?;
         let owners = vec![buf.clone().unbind(), slf.clone().into_any().unbind()];
         Ok(NativeFuture::new(fut, view, owners))
     }

@@ -5,11 +5,12 @@
 
 use gpufile::Error;
 use gpufile_remote::{RemoteEndpointType, RemoteFile, RemoteWriter, S3Options};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::{to_py, uint_arg};
+use crate::kinds::Call;
 use crate::remote::NativeRemoteFile;
 use crate::remote_write::NativeRemoteWriter;
 use crate::stoppable::{run_stoppable, Ended};
@@ -27,10 +28,7 @@ const AWS_KEYS: [&str; 5] = [
 /// missing credentials and failed requests; the rest as the common mapping has them (a server
 /// that ignores ranges is an OverflowError, other server and network failures RuntimeError).
 pub(crate) fn open_err(e: Error) -> PyErr {
-    match e {
-        Error::InvalidArgument(text) => PyRuntimeError::new_err(text),
-        other => to_py(other),
-    }
+    crate::errors::to_py_in(Call::RemoteOpen, e)
 }
 
 /// An endpoint type from KvikIO's integer value.

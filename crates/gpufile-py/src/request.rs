@@ -9,7 +9,8 @@ use gpufile::{Direction, Engine, IoFuture, Request};
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
-use crate::errors::uint_arg;
+use crate::errors::{to_py, uint_arg};
+use crate::stoppable::{run_stoppable, Ended};
 
 /// What a call asks for, beyond its buffer.
 pub(crate) struct Args<'a, 'py> {
@@ -60,6 +61,38 @@ pub(crate) unsafe fn submit(
         unsafe { engine.submit(&endpoint, req, &settings) }
     });
     crate::notices::after(py, started)
+}
+
+/// [`submit`] on a thread of its own, under a stop flag that Ctrl-C sets: for an endpoint
+/// that the engine may ask first, before the request starts (a remote object learning whether
+/// its server honours `Range`, [`gpufile::source::Source::before_split_read`]), so that a slow
+/// server's answer does not hold KeyboardInterrupt back.
+///
+/// # Safety
+/// As for [`submit`].
+pub(crate) unsafe fn submit_stoppable(
+    py: Python<'_>,
+    endpoint: Endpoint,
+    req: Request,
+) -> PyResult<IoFuture> {
+    let ended = run_stoppable(py, "submit", move |stop| {
+        let engine = Engine::global()?;
+        let settings = engine.shared_settings();
+        let req = req.stop(Some(stop.clone()));
+        // SAFETY: the caller's contract.
+        unsafe { engine.submit(&endpoint, req, &settings) }
+    })?;
+    match ended {
+        Ended::Done(started) => crate::notices::after(py, started).map_err(to_py),
+        Ended::Interrupted(interrupt, late) => {
+            // Started just before the signal: ended before the caller's buffer is let go.
+            if let Some(Ok(fut)) = late {
+                fut.cancel();
+                let _ = py.detach(|| fut.wait());
+            }
+            Err(interrupt)
+        }
+    }
 }
 
 /// [`submit`], with what the request's plan decided.

@@ -22,9 +22,9 @@ use gpufile::{Direction, Engine};
 use crate::buffer::BufferView;
 use crate::errors::PathArg;
 use crate::file::{wait_interruptibly, NativeFile};
-use pyo3::exceptions::{PyIndexError, PyKeyError, PyOSError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyTuple};
 
 use crate::remote::NativeRemoteFile;
 
@@ -36,31 +36,37 @@ pyo3::create_exception!(
      file and the tensor."
 );
 
-/// Maps a format error: I/O → `OSError` (subclass by errno), an unknown tensor → `KeyError`,
-/// everything else → `SafetensorError` (a `ValueError`).
+/// A format error as Python raises it: the class from its kind in the error table
+/// (`kinds::python_class`: an OS error's by errno, `KeyError` for a name the checkpoint lacks,
+/// `SafetensorError` for a file that breaks the format); an OS error's arguments are
+/// `OSError`'s own (errno, text, path).
 pub(crate) fn to_py(e: FormatError) -> PyErr {
+    let class = crate::kinds::python_class(e.kind());
     let text = e.to_string();
     let errno = e.errno().unwrap_or(0);
-    match e {
-        FormatError::Io { path, source } => match source.raw_os_error() {
-            Some(errno) => PyOSError::new_err((
+    Python::attach(|py| {
+        let args = match e {
+            FormatError::Io { path, source } => match source.raw_os_error() {
+                Some(errno) => (
+                    errno,
+                    gpufile::error::os_message(errno),
+                    path.to_string_lossy().into_owned(),
+                )
+                    .into_pyobject(py),
+                None => PyTuple::new(py, [text]),
+            },
+            FormatError::NotSeekable { path, what } => (
                 errno,
-                gpufile::error::os_message(errno),
+                format!(
+                    "is {what}: safetensors files are read at offsets, which {what} does not have"
+                ),
                 path.to_string_lossy().into_owned(),
-            )),
-            None => PyOSError::new_err(text),
-        },
-        FormatError::NotSeekable { path, what } => PyOSError::new_err((
-            errno,
-            format!("is {what}: safetensors files are read at offsets, which {what} does not have"),
-            path.to_string_lossy().into_owned(),
-        )),
-        FormatError::UnknownTensor { .. } | FormatError::NoMatch { .. } => {
-            PyKeyError::new_err(text)
-        }
-        FormatError::InvalidOptions(_) => PyValueError::new_err(text),
-        _ => SafetensorError::new_err(text),
-    }
+            )
+                .into_pyobject(py),
+            _ => PyTuple::new(py, [text]),
+        };
+        crate::errors::raise(py, class, args)
+    })
 }
 
 /// A tensor as Python sees it: (name, file index, dtype, shape, absolute file offset, bytes).
@@ -118,12 +124,7 @@ impl SafetensorsCheckpoint {
                 ))
             }
             Err(gpufile_remote::CheckpointError::Format(e)) => Err(to_py(e)),
-            Err(gpufile_remote::CheckpointError::Remote(e)) => Err(match e {
-                gpufile::Error::InvalidArgument(text) => {
-                    pyo3::exceptions::PyRuntimeError::new_err(text)
-                }
-                other => crate::errors::to_py(other),
-            }),
+            Err(gpufile_remote::CheckpointError::Remote(e)) => Err(crate::remote_open::open_err(e)),
         }
     }
 

@@ -2,12 +2,15 @@
 //! `gpufile::Error` (and every remote failure) goes through the C ABI's `status_of` and this
 //! crate's `python_class`, and each kind gets the status and the class the table below says.
 //! A new variant fails the core's `one_of_each_lists_every_variant` until it has a sample; a
-//! sample of a new kind fails here until the kind has a row.
+//! sample of a new kind fails here until the kind has a row. Format errors (`FormatError::kind`)
+//! go through the same table, and the binding's overrides (a call whose errors take KvikIO's
+//! class) are rows of their own.
 
 #[path = "../src/kinds.rs"]
 #[allow(dead_code)]
 mod kinds;
 
+use gpufile::formats::safetensors::FormatError;
 use gpufile::{Error, ErrorKind};
 use gpufile_capi_for_tests::gpufile_status::{self, *};
 use gpufile_remote::{RemoteError, RemoteFailure};
@@ -23,6 +26,8 @@ fn table() -> Vec<(ErrorKind, gpufile_status, &'static str)> {
         // OTHER and the errno.
         (Os(libc::EIO), GPUFILE_OTHER, "OSError"),
         (Os(libc::EEXIST), GPUFILE_OTHER, "OSError"),
+        // An I/O failure without an errno (a safetensors file's read that ended early).
+        (Os(0), GPUFILE_OTHER, "OSError"),
         // A FIFO or a socket: C's bad argument (errno ESPIPE), Python's OSError ESPIPE (what
         // os.pread raises for it).
         (NotSeekable, GPUFILE_BAD_ARGUMENT, "OSError"),
@@ -36,6 +41,9 @@ fn table() -> Vec<(ErrorKind, gpufile_status, &'static str)> {
         (BadArgument, GPUFILE_BAD_ARGUMENT, "ValueError"),
         (UnknownName, GPUFILE_BAD_ARGUMENT, "KeyError"),
         (OutOfRange, GPUFILE_OUT_OF_RANGE, "IndexError"),
+        // A file that breaks the safetensors format: C's bad argument (the message names the
+        // file and the tensor), Python's SafetensorError (a ValueError).
+        (InvalidData, GPUFILE_BAD_ARGUMENT, "SafetensorError"),
         (Cuda, GPUFILE_CUDA, "CudaError"),
         (Cufile, GPUFILE_CUFILE, "CufileError"),
         (Remote, GPUFILE_REMOTE, "RuntimeError"),
@@ -61,12 +69,33 @@ fn every_error() -> Vec<Error> {
     all
 }
 
+/// The kind of every core error, remote failure and format error, each with what it is.
+fn every_kind() -> Vec<(ErrorKind, String)> {
+    let core = every_error()
+        .into_iter()
+        .map(|e| (e.kind(), format!("{e:?}")));
+    let formats = FormatError::one_of_each()
+        .into_iter()
+        .map(|e| (e.kind(), format!("{e:?}")));
+    core.chain(formats).collect()
+}
+
+/// The binding's overrides: a call whose errors of a kind take another class than the kind's
+/// (KvikIO's types); the C status stays the kind's.
+fn overrides() -> Vec<(kinds::Call, ErrorKind, &'static str)> {
+    // KvikIO's RemoteHandle constructors raise RuntimeError for a bad URL or argument.
+    vec![(
+        kinds::Call::RemoteOpen,
+        ErrorKind::BadArgument,
+        "RuntimeError",
+    )]
+}
+
 #[test]
 fn every_error_gets_the_status_and_class_its_kind_has_in_the_table() {
     let table = table();
     let mut used = vec![false; table.len()];
-    for e in every_error() {
-        let kind = e.kind();
+    for (kind, e) in every_kind() {
         let Some(row) = table.iter().position(|(k, _, _)| *k == kind) else {
             panic!("{kind:?} (of {e:?}) has no row in the table");
         };
@@ -75,9 +104,26 @@ fn every_error_gets_the_status_and_class_its_kind_has_in_the_table() {
         assert_eq!(
             gpufile_capi_for_tests::status_of(kind),
             status,
-            "C status of {e:?}"
+            "C status of {e}"
         );
-        assert_eq!(kinds::python_class(kind), class, "Python class of {e:?}");
+        assert_eq!(kinds::python_class(kind), class, "Python class of {e}");
+        for call in [kinds::Call::Any, kinds::Call::RemoteOpen] {
+            let over = overrides()
+                .into_iter()
+                .find(|(c, k, _)| *c == call && *k == kind);
+            let want = over.map_or(class, |(_, _, class)| class);
+            assert_eq!(
+                kinds::python_class_in(call, kind),
+                want,
+                "Python class of {e} from {call:?}"
+            );
+        }
+    }
+    for (call, kind, _) in overrides() {
+        assert!(
+            every_kind().iter().any(|(k, _)| *k == kind),
+            "the override of {call:?} for {kind:?} is reached by no error"
+        );
     }
     let unused: Vec<_> = table
         .iter()

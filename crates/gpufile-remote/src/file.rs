@@ -185,32 +185,6 @@ impl RemoteFile {
         }
     }
 
-    /// Whether a read of `len` bytes with tasks of `task_size` should learn first whether the
-    /// server honours `Range`: no answer has said so yet (a HEAD without `Accept-Ranges`, or
-    /// `nbytes` given) and the engine splits the read (larger than `task_size`: a remote read
-    /// is never cut smaller, see [`Source::request_per_task`]). A read of byte 0
-    /// ([`RemoteFile::probe_ranges`], or any 1-byte read through the engine, which a caller
-    /// can interrupt) tells, so that a server that ignores ranges sends the object once, not
-    /// once per task.
-    pub fn wants_range_probe(&self, len: usize, task_size: usize) -> bool {
-        !matches!(self.access, Access::WebHdfs { .. })
-            && self.client.range_support() == RangeSupport::Unknown
-            && len > task_size.max(self.min_request.unwrap_or(0))
-            && self.nbytes > 0
-    }
-
-    /// Reads byte 0 through the engine under `settings`, so that the answer says whether the
-    /// server honours `Range` (see [`RemoteFile::wants_range_probe`]).
-    pub fn probe_ranges(self: &Arc<Self>, settings: &gpufile::Settings) -> Result<()> {
-        read_into(
-            Arc::clone(self) as Arc<dyn Source>,
-            &mut [0u8; 1],
-            0,
-            settings,
-        )
-        .map(|_| ())
-    }
-
     /// How a read is served, from what the server's answers have said so far: one whole-body
     /// GET where the server ignores `Range`, ranged tasks otherwise.
     pub fn plan_read(&self) -> ReadPlan {
@@ -485,9 +459,6 @@ impl RemoteFile {
         settings: &gpufile::Settings,
     ) -> Result<usize> {
         self.check_range(offset, dst.len())?;
-        if self.wants_range_probe(dst.len(), settings.task_size) {
-            self.probe_ranges(settings)?;
-        }
         read_into(self.clone(), dst, offset, settings)
     }
 }
@@ -535,6 +506,21 @@ impl Source for RemoteFile {
 
     fn min_request(&self) -> Option<usize> {
         self.min_request
+    }
+
+    /// A read split into ranged requests learns first whether the server honours `Range`,
+    /// where no answer has said so yet (a HEAD without `Accept-Ranges`, or `nbytes` given): a
+    /// GET of byte 0, so that a server that ignores ranges sends the object once, not once
+    /// per task ([`Source::one_request`] then says so and the engine plans one request).
+    fn before_split_read(&self, call: IoContext<'_>) -> Result<bool> {
+        if matches!(self.access, Access::WebHdfs { .. })
+            || self.client.range_support() != RangeSupport::Unknown
+            || self.nbytes == 0
+        {
+            return Ok(false);
+        }
+        self.read_at(&mut [0u8; 1], 0, call)?;
+        Ok(true)
     }
 
     fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {

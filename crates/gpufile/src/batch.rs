@@ -305,5 +305,8 @@ pub unsafe fn submit(engine: &Engine, ops: &[Op<'_>], settings: &Settings) -> Re
     })
 }
 
+mod interleave;
+pub use interleave::{interleave, Piece};
+
 #[cfg(test)]
 mod tests;

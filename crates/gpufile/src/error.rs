@@ -14,7 +14,7 @@ mod kind;
 
 #[doc(hidden)]
 pub use kind::one_of_each;
-pub use kind::{register_source_kind, ErrorKind, SourceKindFn};
+pub use kind::{os_kind, register_source_kind, ErrorKind, SourceKindFn};
 
 /// Result alias used across gpufile.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -12,6 +12,7 @@
 use std::fmt;
 
 use crate::cuda::{PointerInfo, StreamWait};
+use crate::future::StopFlag;
 
 mod ranges;
 
@@ -140,6 +141,11 @@ pub struct Request {
     /// small request on the calling thread, or give it a share of the tasks
     /// ([`crate::plan::CallerPart`]).
     pub caller_waits: bool,
+    /// A flag of the caller's that ends the request's preparation early: a source's request
+    /// before the plan ([`crate::source::Source::before_split_read`]), which a binding that
+    /// hears Ctrl-C on another thread stops by setting it (`None`: nothing stops it but its
+    /// own timeouts).
+    pub stop: Option<StopFlag>,
 }
 
 impl Request {
@@ -171,6 +177,7 @@ impl Request {
             pointer_info: None,
             after: None,
             caller_waits: false,
+            stop: None,
         }
     }
 
@@ -184,6 +191,7 @@ impl Request {
             pointer_info: None,
             after: None,
             caller_waits: false,
+            stop: None,
         }
     }
 
@@ -214,6 +222,12 @@ impl Request {
     /// allocation, made while the caller held the buffer).
     pub fn pointer_info(mut self, info: Option<PointerInfo>) -> Self {
         self.pointer_info = info;
+        self
+    }
+
+    /// The same request, its preparation stopped by `stop` ([`Request::stop`]).
+    pub fn stop(mut self, stop: Option<StopFlag>) -> Self {
+        self.stop = stop;
         self
     }
 

@@ -88,7 +88,7 @@ pub(crate) fn run(args: &ReadArgs, units: Units) -> CliResult {
     let shown = source.shown(&args.file);
     let (offset, size) = read_range(args, &source, &shown)?;
     let (mut dest, why_host) = Destination::choose(args.host, args.device, size, "")?;
-    let path = interrupts.stoppable(|_| source.plan(dest.memory(), size, &settings));
+    let path = interrupts.stoppable(|stop| source.plan(&mut dest, (offset, size), &settings, stop));
     interrupts.check_that(NOTHING_REPORTED)?;
     let path = path?;
 

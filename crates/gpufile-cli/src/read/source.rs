@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use crate::destination::Destination;
 use gpufile::future::StopFlag;
 use gpufile::source::{IoContext, Source};
 use gpufile::{FileHandle, IoPath};
@@ -61,20 +62,25 @@ impl ReadSource {
         Ok(ReadSource::Remote(Arc::new(remote)))
     }
 
-    /// The path a read of `size` bytes into `memory` takes and why; for a remote object whose
-    /// server may ignore Range, asked first (one small GET) as a read would.
+    /// The path a read of `size` bytes at `offset` into `dest` takes and why; a remote read is
+    /// checked as the engine checks it, before the timed runs (so that what the object learns
+    /// first, such as whether its server honours Range, is not counted in them).
     pub(super) fn plan(
         &self,
-        memory: gpufile::Memory,
-        size: usize,
+        dest: &mut Destination,
+        (offset, size): (u64, usize),
         settings: &gpufile::Settings,
+        stop: &gpufile::future::StopFlag,
     ) -> gpufile::Result<ReadPath> {
         Ok(match self {
-            ReadSource::Local(file) => ReadPath::Local(file.io_path(memory, size, settings)?),
+            ReadSource::Local(file) => {
+                ReadPath::Local(file.io_path(dest.memory(), size, settings)?)
+            }
             ReadSource::Remote(remote) => {
-                if remote.wants_range_probe(size, settings.task_size) {
-                    remote.probe_ranges(settings)?;
-                }
+                // The range probe a split read makes ends on Ctrl-C too.
+                let req =
+                    gpufile::Request::read(dest.buffer(0, size), offset).stop(Some(stop.clone()));
+                gpufile::Engine::global()?.check(&self.endpoint(), &req, settings)?;
                 ReadPath::Remote(remote.remote_endpoint_type(), remote.plan_read())
             }
         })

@@ -208,3 +208,82 @@ fn a_request_against_its_endpoints_direction_is_refused() {
     };
     assert!(m.contains("a write request on sevens"), "{m}");
 }
+
+/// A source that learns, before a read split into tasks, that it serves reads best as one
+/// request ([`Source::before_split_read`], as a remote object whose server ignores `Range`
+/// does): asked once, only for a split read, under the caller's stop flag; the read is then
+/// planned again, as one task.
+struct Learns {
+    asked: std::sync::atomic::AtomicUsize,
+    whole: AtomicBool,
+}
+
+impl Source for Learns {
+    fn describe(&self) -> String {
+        "learns".into()
+    }
+
+    fn size(&self) -> Result<u64> {
+        Ok(1 << 20)
+    }
+
+    fn request_per_task(&self) -> bool {
+        true
+    }
+
+    fn one_request(&self) -> bool {
+        self.whole.load(Ordering::SeqCst)
+    }
+
+    fn before_split_read(&self, call: IoContext<'_>) -> Result<bool> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        if call.stop.is_set() {
+            return Err(Error::Cancelled);
+        }
+        Ok(!self.whole.swap(true, Ordering::SeqCst))
+    }
+
+    fn read_at(&self, dst: &mut [u8], _: u64, _: IoContext<'_>) -> Result<()> {
+        dst.fill(7);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_source_learns_before_a_split_read_and_the_read_is_planned_again() {
+    use crate::future::StopFlag;
+    let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+    let settings = Settings {
+        num_threads: 4,
+        task_size: 64 << 10,
+        ..engine.settings()
+    };
+    let source = Arc::new(Learns {
+        asked: 0.into(),
+        whole: false.into(),
+    });
+    let at = Endpoint::Read(source.clone());
+    let mut buf = vec![0u8; 1 << 20];
+    // One task: nothing to learn.
+    let req = Request::read(Buffer::host(&mut buf[..1000]), 0);
+    // SAFETY: `buf` outlives the wait.
+    let (fut, report) = unsafe { engine.submit_reported(&at, req, &settings) }.unwrap();
+    assert_eq!((fut.wait().unwrap(), report.tasks), (1000, 1));
+    assert_eq!(source.asked.load(Ordering::SeqCst), 0);
+    buf.fill(0);
+    // A caller's stop flag, set: the source gives up, nothing is read.
+    let stop = StopFlag::default();
+    stop.set();
+    let req = Request::read(Buffer::host(&mut buf), 0).stop(Some(stop));
+    // SAFETY: as above; a refused request runs nothing.
+    let r = unsafe { engine.submit(&at, req, &settings) };
+    assert!(matches!(r, Err(Error::Cancelled)), "{:?}", r.map(|_| ()));
+    assert!(buf.iter().all(|b| *b == 0));
+    // Split into 16 tasks, until the source learns: then one.
+    let req = Request::read(Buffer::host(&mut buf), 0);
+    // SAFETY: as above.
+    let (fut, report) = unsafe { engine.submit_reported(&at, req, &settings) }.unwrap();
+    assert_eq!((fut.wait().unwrap(), report.tasks), (1 << 20, 1));
+    assert_eq!(source.asked.load(Ordering::SeqCst), 2);
+    assert!(buf.iter().all(|b| *b == 7));
+}

@@ -2,7 +2,7 @@
 //! the facts its endpoint states and this machine's answers ([`plan::Machine`]) go into the
 //! plan ([`crate::plan`]), which decides everything the request will do. Nothing moves here.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{Engine, PathReport};
@@ -13,13 +13,14 @@ use crate::error::{Error, Result};
 use crate::exec::bounce::DeviceTarget;
 use crate::exec::dma::DmaCache;
 use crate::exec::SendPtr;
+use crate::future::StopFlag;
 use crate::observe;
 use crate::plan::{
     self, Backend, CallerPart, Dma, HostIo, HostIoReason, IoPath, Reason, Shape, Strategy,
     TaskSplit,
 };
 use crate::request::{Buffer, Direction, Memory, Ranges, Request};
-use crate::source::{Endpoint, LocalFile};
+use crate::source::{Endpoint, IoContext, LocalFile};
 
 impl Engine {
     /// The path a request of `len` bytes into or out of `memory` on `endpoint` takes under
@@ -161,14 +162,24 @@ impl Engine {
             Target::Device { device, .. } => Some(device),
             Target::Host(_) => None,
         };
-        let plan = Self::plan(
-            endpoint,
-            local.as_ref(),
-            &shape,
-            settings,
-            Some(&self.dma),
-            device,
-        )?;
+        let plan_now = |shape: &Shape<'_>| {
+            Self::plan(
+                endpoint,
+                local.as_ref(),
+                shape,
+                settings,
+                Some(&self.dma),
+                device,
+            )
+        };
+        let mut plan = plan_now(&shape)?;
+        if plan.tasks.count() > 1 && learned(endpoint, req.stop.as_ref())? {
+            let shape = Shape {
+                needs: endpoint.needs(local.is_some()),
+                ..shape
+            };
+            plan = plan_now(&shape)?;
+        }
         let device = matches!(target, Target::Device { .. });
         let report = report.then(|| PathReport {
             path: plan.path.clone(),
@@ -216,11 +227,7 @@ impl Engine {
         if self.closing.load(Ordering::SeqCst) {
             return Err(Error::ShuttingDown);
         }
-        if req.task_size == Some(0) || settings.task_size == 0 {
-            return Err(Error::InvalidArgument(
-                "task_size must be at least 1 byte".into(),
-            ));
-        }
+        plan::check_task_size(req.task_size, settings.task_size)?;
         if endpoint.direction() != req.direction {
             return Err(Error::InvalidArgument(format!(
                 "a {} request on {}, which is open for {}s only",
@@ -231,6 +238,24 @@ impl Engine {
         }
         req.ranges.check(req.direction, req.buffer.len())
     }
+}
+
+/// Whether the source of a read that its plan splits learned, before the read starts,
+/// something that changes its plan ([`crate::source::Source::before_split_read`]: a remote
+/// object asks whether its server honours `Range`, so that a server that ignores it sends the
+/// object once, not once per task). Asked on the submitting thread, under the caller's `stop`.
+fn learned(endpoint: &Endpoint, stop: Option<&StopFlag>) -> Result<bool> {
+    let Endpoint::Read(source) = endpoint else {
+        return Ok(false);
+    };
+    let unstoppable = StopFlag::default();
+    let progress = AtomicU64::new(0);
+    source.before_split_read(IoContext {
+        progress: &progress,
+        direct: false,
+        direct_uncached: false,
+        stop: stop.unwrap_or(&unstoppable),
+    })
 }
 
 /// A request's plan with its path decided, and the registered file where cuFile runs it.

@@ -36,6 +36,9 @@ pub enum ErrorKind {
     UnknownName,
     /// A range outside what an object covers (a read outside a mapping's region).
     OutOfRange,
+    /// A file that does not follow its format (a safetensors header, a checkpoint's index, a
+    /// tensor's bounds): the bytes are wrong, not the arguments.
+    InvalidData,
     /// The CUDA driver failed, or is missing where device memory needs it.
     Cuda,
     /// cuFile failed, cannot be used where the settings require it, or is busy.
@@ -59,12 +62,7 @@ impl Error {
     /// What kind of failure this is; for [`Error::TasksFailed`] the first task's.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Os { errno, .. } => match *errno {
-                libc::ENOENT => ErrorKind::NotFound,
-                libc::EACCES | libc::EPERM => ErrorKind::PermissionDenied,
-                libc::EISDIR => ErrorKind::IsADirectory,
-                n => ErrorKind::Os(n),
-            },
+            Error::Os { errno, .. } => os_kind(*errno),
             Error::NotSeekable { .. } => ErrorKind::NotSeekable,
             Error::UnexpectedEof { .. } => ErrorKind::EndOfFile,
             Error::NotReadable { .. } | Error::NotWritable { .. } => {
@@ -88,6 +86,16 @@ impl Error {
             Error::Spawn { .. } | Error::SettingFixed { .. } => ErrorKind::Other,
             Error::TasksFailed { first, .. } => first.kind(),
         }
+    }
+}
+
+/// The kind of an OS error number: the classes a caller branches on, else [`ErrorKind::Os`].
+pub fn os_kind(errno: i32) -> ErrorKind {
+    match errno {
+        libc::ENOENT => ErrorKind::NotFound,
+        libc::EACCES | libc::EPERM => ErrorKind::PermissionDenied,
+        libc::EISDIR => ErrorKind::IsADirectory,
+        n => ErrorKind::Os(n),
     }
 }
 

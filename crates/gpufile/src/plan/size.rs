@@ -156,6 +156,17 @@ pub fn lease_size(remaining: usize, runs: usize, block: usize) -> usize {
     (remaining / (2 * runs.max(1))).clamp(1, block.max(1))
 }
 
+/// Refuses a task size of 0, the request's own (`own`) or the settings' (`setting`): the one
+/// rule and message every front end gives, before anything else of the request is asked.
+pub fn check_task_size(own: Option<usize>, setting: usize) -> crate::error::Result<()> {
+    if own == Some(0) || setting == 0 {
+        return Err(crate::error::Error::InvalidArgument(
+            "task_size must be at least 1 byte".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The size of a request's tasks, now and were other requests in flight (equal unless the
 /// split of a read alone applies): the one rule for every request that is not gathered
 /// ([`super::gathers`]), in this order:

@@ -91,6 +91,16 @@ pub trait Source: Send + Sync {
         None
     }
 
+    /// Called by the engine on the submitting thread before a read that its plan splits into
+    /// several tasks starts: a source that does not know yet something that changes how it is
+    /// best read (whether a server honours `Range`) may learn it now, with one small request
+    /// under `call` (whose stop flag is the caller's, so Ctrl-C ends a slow answer). Returns
+    /// whether what it states for the plan ([`Source::one_request`] and the rest) may have
+    /// changed, so that the engine plans the read again; by default, nothing to learn.
+    fn before_split_read(&self, _call: IoContext<'_>) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Reads exactly `dst.len()` bytes at `offset` into `dst`, or fails; a source that ends early
     /// returns `Error::UnexpectedEof` naming the offset where it ended.
     fn read_at(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()>;

@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 use super::MAX_HEADER_LEN;
+use crate::error::{os_kind, ErrorKind};
 
 /// Every way a safetensors file or checkpoint can be refused. Each names the file, and the
 /// tensor where one is at fault.
@@ -242,6 +243,171 @@ pub enum FormatError {
 }
 
 impl FormatError {
+    /// What kind of failure this is, in the core's one table ([`ErrorKind`]): an OS error by
+    /// its errno (one without an errno is [`ErrorKind::Os`] 0), a name the checkpoint lacks
+    /// [`ErrorKind::UnknownName`], plan options [`ErrorKind::BadArgument`], a FIFO or socket
+    /// [`ErrorKind::NotSeekable`], and a file that breaks the format
+    /// [`ErrorKind::InvalidData`].
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            FormatError::Io { source, .. } => {
+                source.raw_os_error().map_or(ErrorKind::Os(0), os_kind)
+            }
+            FormatError::NotSeekable { .. } => ErrorKind::NotSeekable,
+            FormatError::UnknownTensor { .. } | FormatError::NoMatch { .. } => {
+                ErrorKind::UnknownName
+            }
+            FormatError::InvalidOptions(_) => ErrorKind::BadArgument,
+            FormatError::Replaced { .. }
+            | FormatError::TooShort { .. }
+            | FormatError::HeaderTooLarge { .. }
+            | FormatError::HeaderPastEnd { .. }
+            | FormatError::InvalidHeader { .. }
+            | FormatError::InvalidMetadata { .. }
+            | FormatError::InvalidTensor { .. }
+            | FormatError::OutOfBounds { .. }
+            | FormatError::Overlap { .. }
+            | FormatError::Gap { .. }
+            | FormatError::InvalidIndex { .. }
+            | FormatError::DuplicateTensor { .. }
+            | FormatError::MissingTensor { .. }
+            | FormatError::NotACheckpoint { .. }
+            | FormatError::OutsideCheckpoint { .. } => ErrorKind::InvalidData,
+        }
+    }
+
+    /// One error of each variant (an OS error with an errno and one without), for the bindings'
+    /// tests that check every variant maps as the error table says. Not for use outside tests.
+    #[doc(hidden)]
+    pub fn one_of_each() -> Vec<FormatError> {
+        let path = || PathBuf::from("/ckpt/model.safetensors");
+        let reason = || "a reason".to_owned();
+        let tensor = || "w".to_owned();
+        vec![
+            FormatError::Replaced { path: path() },
+            FormatError::Io {
+                path: path(),
+                source: io::Error::from_raw_os_error(libc::ENOENT),
+            },
+            FormatError::Io {
+                path: path(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "no errno"),
+            },
+            FormatError::TooShort {
+                path: path(),
+                file_size: 3,
+            },
+            FormatError::HeaderTooLarge {
+                path: path(),
+                header_len: u64::MAX,
+            },
+            FormatError::HeaderPastEnd {
+                path: path(),
+                header_len: 100,
+                file_size: 50,
+            },
+            FormatError::InvalidHeader {
+                path: path(),
+                reason: reason(),
+            },
+            FormatError::InvalidMetadata {
+                path: path(),
+                reason: reason(),
+            },
+            FormatError::InvalidTensor {
+                path: path(),
+                tensor: tensor(),
+                reason: reason(),
+            },
+            FormatError::OutOfBounds {
+                path: path(),
+                tensor: tensor(),
+                start: 0,
+                end: 100,
+                data_len: 10,
+            },
+            FormatError::Overlap {
+                path: path(),
+                tensor: tensor(),
+                start: 4,
+                end: 12,
+                previous: "v".into(),
+                previous_end: 8,
+            },
+            FormatError::Gap {
+                path: path(),
+                start: 8,
+                end: 16,
+                next: Some(tensor()),
+            },
+            FormatError::InvalidIndex {
+                path: path(),
+                reason: reason(),
+            },
+            FormatError::DuplicateTensor {
+                tensor: tensor(),
+                first: path(),
+                second: path(),
+            },
+            FormatError::MissingTensor {
+                index: path(),
+                tensor: tensor(),
+                file: path(),
+            },
+            FormatError::NotACheckpoint {
+                path: path(),
+                reason: reason(),
+            },
+            FormatError::UnknownTensor {
+                path: path(),
+                tensor: tensor(),
+            },
+            FormatError::NoMatch {
+                path: path(),
+                missing: vec!["x.*".into()],
+            },
+            FormatError::InvalidOptions(reason()),
+            FormatError::NotSeekable {
+                path: path(),
+                what: "a FIFO",
+            },
+            FormatError::OutsideCheckpoint {
+                checkpoint: path(),
+                file: path(),
+                real: path(),
+                dir: path(),
+            },
+        ]
+    }
+
+    /// The file at fault, where one is: the file of a tensor or header, the index that names
+    /// a missing tensor, the second file of a tensor held twice, the file outside a
+    /// checkpoint's directory.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            FormatError::Replaced { path }
+            | FormatError::Io { path, .. }
+            | FormatError::TooShort { path, .. }
+            | FormatError::HeaderTooLarge { path, .. }
+            | FormatError::HeaderPastEnd { path, .. }
+            | FormatError::InvalidHeader { path, .. }
+            | FormatError::InvalidMetadata { path, .. }
+            | FormatError::InvalidTensor { path, .. }
+            | FormatError::OutOfBounds { path, .. }
+            | FormatError::Overlap { path, .. }
+            | FormatError::Gap { path, .. }
+            | FormatError::InvalidIndex { path, .. }
+            | FormatError::NotACheckpoint { path, .. }
+            | FormatError::UnknownTensor { path, .. }
+            | FormatError::NoMatch { path, .. }
+            | FormatError::NotSeekable { path, .. } => Some(path),
+            FormatError::DuplicateTensor { second, .. } => Some(second),
+            FormatError::MissingTensor { index, .. } => Some(index),
+            FormatError::OutsideCheckpoint { file, .. } => Some(file),
+            FormatError::InvalidOptions(_) => None,
+        }
+    }
+
     /// The OS error number, where there is one (a FIFO's is `ESPIPE`, what `pread` answers).
     pub fn errno(&self) -> Option<i32> {
         match self {

@@ -112,10 +112,8 @@ impl SaveError {
 
 /// Plans every file first (a refused tensor writes nothing), writes each header, then submits
 /// every tensor's bytes as one batch: the files' sizes and the batch's future. Several files'
-/// writes are interleaved, a `task_size` piece of each file in turn, so that the workers write
-/// to every file at once: buffered writes to one file take its inode lock one writer at a time
-/// (ext4, XFS), so one file's page-cache write rate is about one core's, and several files go
-/// faster together than one after the other.
+/// writes are interleaved ([`crate::batch::interleave`]), so that the workers write to every
+/// file at once.
 ///
 /// # Safety
 /// Every row's buffer must stay valid, and unchanged, until the future is done.
@@ -129,32 +127,24 @@ pub unsafe fn submit_files(
         let specs: Vec<SaveTensor> = f.tensors.iter().map(|t| t.spec()).collect();
         plans.push(plan_save(f.file.path(), &specs, f.metadata)?);
     }
-    let task_size = settings.task_size;
-    let mut queues = Vec::with_capacity(files.len());
+    let mut endpoints = Vec::with_capacity(files.len());
     for (f, plan) in files.iter().zip(&plans) {
         f.file.write(&plan.header, 0, None)?;
-        let endpoint = f.file.endpoint(Direction::Write);
-        let mut pieces = Vec::new();
-        for (t, &off) in f.tensors.iter().zip(&plan.offsets) {
-            let len = t.buffer.len();
-            // One file's requests whole (a request per tensor); several files' in pieces, so
-            // that they can be interleaved.
-            let step = if files.len() > 1 { task_size } else { len }.max(1);
-            for at in (0..len).step_by(step) {
-                let n = step.min(len - at);
-                pieces.push((endpoint.clone(), t.request(at, n, off + at as u64)));
-            }
-        }
-        queues.push(pieces.into_iter());
+        endpoints.push(f.file.endpoint(Direction::Write));
     }
-    let mut batch = Vec::new();
-    loop {
-        let before = batch.len();
-        batch.extend(queues.iter_mut().filter_map(Iterator::next));
-        if batch.len() == before {
-            break;
-        }
-    }
+    let lens: Vec<Vec<usize>> = files
+        .iter()
+        .map(|f| f.tensors.iter().map(|t| t.buffer.len()).collect())
+        .collect();
+    // One file's requests whole (a request per tensor); several files' in pieces, interleaved.
+    let batch: Vec<_> = crate::batch::interleave(&lens, settings)
+        .into_iter()
+        .map(|p| {
+            let t = &files[p.file].tensors[p.write];
+            let off = plans[p.file].offsets[p.write] + p.at as u64;
+            (endpoints[p.file].clone(), t.request(p.at, p.len, off))
+        })
+        .collect();
     // SAFETY: the caller keeps every buffer valid until the future is done.
     let fut = unsafe { engine.submit_batch(&batch, settings) }?;
     Ok((plans.iter().map(|p| p.file_size).collect(), fut))
