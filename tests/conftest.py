@@ -4,6 +4,7 @@ import math
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 
@@ -11,6 +12,13 @@ import numpy as np
 import pytest
 
 import gpufile
+
+# A run started in the background (nohup, `cmd &` in a script) inherits SIGINT ignored, and an
+# ignored signal stays ignored across exec: the child interpreters that the Ctrl-C tests send
+# SIGINT to would never see it, and those tests would fail for the launcher's sake. The suite
+# takes Python's own handler back; the processes it starts then get SIGINT's default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @functools.cache
