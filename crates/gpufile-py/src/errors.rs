@@ -39,6 +39,13 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     gpufile,
+    SafetensorError,
+    pyo3::exceptions::PyValueError,
+    "A safetensors file or checkpoint that does not follow the format; the message names the \
+     file and the tensor."
+);
+pyo3::create_exception!(
+    gpufile,
     EndOfFileError,
     GpufileError,
     "A read reached the end of the file before the requested range was complete."
@@ -161,6 +168,13 @@ pub(crate) fn to_py(e: Error) -> PyErr {
     to_py_in(Call::Any, e)
 }
 
+/// Errors of opening and inferring: KvikIO raises RuntimeError for bad or unsupported URLs,
+/// missing credentials and failed requests; the rest as the common mapping has them (a server
+/// that ignores ranges is an OverflowError, other server and network failures RuntimeError).
+pub(crate) fn open_err(e: Error) -> PyErr {
+    crate::errors::to_py_in(Call::RemoteOpen, e)
+}
+
 /// [`to_py`] for an error of `call`, whose class may be the call's override
 /// ([`python_class_in`]).
 pub(crate) fn to_py_in(call: Call, e: Error) -> PyErr {
@@ -256,7 +270,7 @@ fn class_named<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>>
         "EndOfFileError" => py.get_type::<EndOfFileError>(),
         "CudaError" => py.get_type::<CudaError>(),
         "CufileError" => py.get_type::<CufileError>(),
-        "SafetensorError" => py.get_type::<crate::safetensors::SafetensorError>(),
+        "SafetensorError" => py.get_type::<SafetensorError>(),
         "UnsupportedOperation" => py
             .import("io")?
             .getattr("UnsupportedOperation")?

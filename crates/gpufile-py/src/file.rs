@@ -1,7 +1,6 @@
 //! Files and futures: `gpufile.CuFile`'s engine (`NativeFile`) and `IOFuture`'s (`NativeFuture`).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use gpufile::cuda::Context;
 use gpufile::stream::{OnStream, StreamOrder};
@@ -12,6 +11,7 @@ use pyo3::prelude::*;
 use crate::buffer::BufferView;
 use crate::errors::{to_py, uint_arg, PathArg};
 use crate::request::{self, Args};
+use crate::stoppable::SIGNAL_POLL;
 
 /// An open file (the engine under `gpufile.CuFile`).
 #[pyclass(frozen, module = "gpufile._native")]
@@ -757,10 +757,6 @@ fn failed(py: Python<'_>, e: Error, fut: &IoFuture) -> PyErr {
     }
     err
 }
-
-/// How often a blocking wait looks for signals (Ctrl-C): a KeyboardInterrupt arrives within
-/// about this long.
-pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// Waits for `fut` with the GIL released, checking for signals: on one (KeyboardInterrupt), the
 /// request's tasks not yet started are cancelled and those running are waited for (so no worker

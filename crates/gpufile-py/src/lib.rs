@@ -89,6 +89,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     safetensors::register(m)?;
     remote::register(m)?;
+    remote_open::register(m)?;
     remote_write::register(m)?;
     Ok(())
 }

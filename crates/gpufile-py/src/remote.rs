@@ -9,9 +9,9 @@ use gpufile_remote::{RemoteEndpointType, RemoteFile};
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
+use crate::errors::open_err;
 use crate::errors::to_py;
 use crate::file::NativeFuture;
-use crate::remote_open::open_err;
 use crate::request::{self, Args};
 
 /// An open remote object (the engine under `gpufile.RemoteFile`).
@@ -145,7 +145,6 @@ fn is_url(path: &Bound<'_, PyAny>) -> bool {
 /// Adds the remote-file classes and functions to `gpufile._native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeRemoteFile>()?;
-    m.add_function(wrap_pyfunction!(crate::remote_open::open_remote, m)?)?;
     m.add_function(wrap_pyfunction!(is_url, m)?)?;
     m.add_function(wrap_pyfunction!(infer_remote_endpoint_type, m)?)?;
     m.add_function(wrap_pyfunction!(redact_url, m)?)?;

@@ -9,8 +9,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::errors::{to_py, uint_arg};
-use crate::kinds::Call;
+use crate::errors::{open_err, to_py, uint_arg};
 use crate::remote::NativeRemoteFile;
 use crate::remote_write::NativeRemoteWriter;
 use crate::stoppable::{run_stoppable, Ended};
@@ -23,13 +22,6 @@ const AWS_KEYS: [&str; 5] = [
     "aws_endpoint_url",
     "aws_session_token",
 ];
-
-/// Errors of opening and inferring: KvikIO raises RuntimeError for bad or unsupported URLs,
-/// missing credentials and failed requests; the rest as the common mapping has them (a server
-/// that ignores ranges is an OverflowError, other server and network failures RuntimeError).
-pub(crate) fn open_err(e: Error) -> PyErr {
-    crate::errors::to_py_in(Call::RemoteOpen, e)
-}
 
 /// An endpoint type from KvikIO's integer value.
 pub(crate) fn endpoint_type(value: u32) -> PyResult<RemoteEndpointType> {
@@ -268,4 +260,9 @@ fn until_interrupted<T: Send + 'static>(
         Ended::Done(v) => Ok(v),
         Ended::Interrupted(interrupt, _) => Err(interrupt),
     }
+}
+
+/// Adds `open_remote` to `gpufile._native`.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(open_remote, m)?)
 }

@@ -9,9 +9,9 @@ use gpufile_remote::RemoteWriter;
 use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
+use crate::errors::open_err;
 use crate::errors::to_py;
 use crate::file::NativeFuture;
-use crate::remote_open::open_err;
 use crate::request::{self, Args};
 use crate::stoppable::{run_stoppable, Ended};
 

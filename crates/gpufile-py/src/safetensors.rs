@@ -28,13 +28,7 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use crate::remote::NativeRemoteFile;
 
-pyo3::create_exception!(
-    gpufile,
-    SafetensorError,
-    PyValueError,
-    "A safetensors file or checkpoint that does not follow the format; the message names the \
-     file and the tensor."
-);
+use crate::errors::SafetensorError;
 
 /// A format error as Python raises it: the class from its kind in the error table
 /// (`kinds::python_class`: an OS error's by errno, `KeyError` for a name the checkpoint lacks,
@@ -124,7 +118,7 @@ impl SafetensorsCheckpoint {
                 ))
             }
             Err(gpufile_remote::CheckpointError::Format(e)) => Err(to_py(e)),
-            Err(gpufile_remote::CheckpointError::Remote(e)) => Err(crate::remote_open::open_err(e)),
+            Err(gpufile_remote::CheckpointError::Remote(e)) => Err(crate::errors::open_err(e)),
         }
     }
 

@@ -10,7 +10,9 @@ use gpufile::future::StopFlag;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::file::SIGNAL_POLL;
+/// How often a blocking wait looks for signals (Ctrl-C): a KeyboardInterrupt arrives within
+/// about this long.
+pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// How [`run_stoppable`]'s work ended.
 pub(crate) enum Ended<T> {
