@@ -69,6 +69,7 @@ __all__ = [
     "drop_system_page_cache",
     "explain",
     "in_flight",
+    "interleave",
     "infer_remote_endpoint_type",
     "is_url",
     "open_remote",
