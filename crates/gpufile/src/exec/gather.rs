@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use crate::cuda::{ContextGuard, GatherKernel, GatherPiece};
 use crate::error::Result;
-use crate::exec::bounce::{with_lane, BouncePool, CopyQueue, DeviceTarget, Lent};
 use crate::exec::dma::{DmaRead, Held};
+use crate::exec::lane::{with_lane, BouncePool, CopyQueue, DeviceTarget, Lent};
 use crate::exec::uring::{self, Piece};
 use crate::exec::{Endpoint, Executor, Lease, SendPtr, Tasks};
 use crate::future::Completion;

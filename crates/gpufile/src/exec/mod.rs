@@ -24,6 +24,7 @@ pub mod cufile;
 pub mod dma;
 pub mod gather;
 pub mod host;
+pub(crate) mod lane;
 pub mod uring;
 
 /// Runs tasks of one request.
