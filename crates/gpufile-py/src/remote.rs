@@ -123,9 +123,12 @@ impl NativeRemoteFile {
             // Byte 0 through the engine, waited for as any read is (Ctrl-C interrupts it).
             let mut byte = [0u8; 1];
             let probe = gpufile::Request::read(gpufile::Buffer::host(&mut byte), 0);
-            // SAFETY: `byte` outlives the wait, which returns once no task uses it.
-            let fut = unsafe { request::submit(py, Endpoint::Read(source.clone()), probe) }
-                .map_err(read_err)?;
+            // Part of this read, not an operation of its own for the monitors.
+            let probed = gpufile::observe::ops::unobserved(|| {
+                // SAFETY: `byte` outlives the wait, which returns once no task uses it.
+                unsafe { request::submit(py, Endpoint::Read(source.clone()), probe) }
+            });
+            let fut = probed.map_err(read_err)?;
             wait_interruptibly(py, &fut)?;
         }
         // A server that ignores Range serves the whole read from one GET: the plan reads that

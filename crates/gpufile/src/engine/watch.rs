@@ -40,7 +40,7 @@ impl Watch {
         strategy: &Strategy,
         reason: Reason,
     ) -> Option<Watch> {
-        if !observe::ops::active() {
+        if !observe::ops::watching() {
             return None;
         }
         let (backend, path) = paths(endpoint, backend);
@@ -131,7 +131,7 @@ pub(super) struct Asked {
 impl Asked {
     /// `req`'s facts, where a monitor is registered now.
     pub(super) fn of(req: &Request) -> Option<Asked> {
-        observe::ops::active().then(|| Asked {
+        observe::ops::watching().then(|| Asked {
             direction: req.direction,
             memory: match req.buffer {
                 Buffer::Host { .. } => Memory::Host,

@@ -209,12 +209,30 @@ static NEXT_OPERATION: AtomicU64 = AtomicU64::new(1);
 thread_local! {
     /// Set while this thread runs a monitor's callback.
     static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread starts requests that are part of another operation.
+    static UNOBSERVED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether any monitor is registered: the one check an operation makes when none is.
 #[inline]
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed) != 0
+}
+
+/// Whether a request started on this thread now is observed: a monitor is registered and the
+/// request is not part of another operation ([`unobserved`]).
+#[inline]
+pub fn watching() -> bool {
+    active() && !UNOBSERVED.with(Cell::get)
+}
+
+/// Runs `f`, whose requests (started on this thread) are part of the caller's operation and
+/// not operations of their own: a remote read's range probe, say.
+pub fn unobserved<T>(f: impl FnOnce() -> T) -> T {
+    let before = UNOBSERVED.with(|u| u.replace(true));
+    let out = f();
+    UNOBSERVED.with(|u| u.set(before));
+    out
 }
 
 /// A fresh operation id.
