@@ -10,7 +10,7 @@ LAYOUT = {
     "": ["CompatMode", "__version__", "__git_commit__", "bounce_buffer_free", "memory_deregister",
          "memory_register", "CuFile", "clear_page_cache", "drop_file_page_cache",
          "drop_system_page_cache", "get_page_cache_info", "stream_deregister", "stream_register",
-         "kvikio_deprecation_notice", "Mmap"],
+         "kvikio_deprecation_notice", "Mmap", "Summary", "SummaryMonitor"],
     "benchmarks.utils": ["drop_vm_cache", "pprint_sys_info", "parse_directory"],
     "buffer": ["memory_register", "memory_deregister", "bounce_buffer_free"],
     "cufile": ["IOFutureStream", "IOFuture", "CuFile", "get_page_cache_info",
@@ -21,6 +21,7 @@ LAYOUT = {
     "mmap": ["Mmap"],
     "numcodecs": ["CudaCodec"],
     "numpy": ["FileLike", "LikeWrapper", "fromfile", "tofile"],
+    "statistics": ["Summary", "SummaryMonitor"],
     "stream": ["stream_register", "stream_deregister"],
     "utils": ["call_once", "kvikio_deprecation_notice", "kvikio_deprecate_module"],
     "zarr": ["GDSStore"],
@@ -46,6 +47,7 @@ def test_reexports_are_the_same_objects():
     assert gpufile.buffer.memory_register is gpufile.memory_register
     assert gpufile.stream.stream_deregister is gpufile.stream_deregister
     assert gpufile.cufile.clear_page_cache is gpufile.clear_page_cache
+    assert gpufile.statistics.SummaryMonitor is gpufile.SummaryMonitor
 
 
 def test_cuda_codec_is_an_abstract_numcodecs_codec():

@@ -62,15 +62,15 @@ pub struct gpufile_io_observation {
 pub type gpufile_monitor_fn =
     Option<unsafe extern "C" fn(*mut c_void, *const gpufile_io_observation)>;
 
-fn path_c(path: observe::DataPath) -> &'static [u8] {
+fn path_c(path: observe::DataPath) -> &'static std::ffi::CStr {
     match path {
-        observe::DataPath::GpufilePosix => b"gpufile-posix\0",
-        observe::DataPath::PageCacheDma => b"page-cache-dma\0",
-        observe::DataPath::GpuGather => b"gpu-gather\0",
-        observe::DataPath::CufileNvfs => b"cufile-nvfs\0",
-        observe::DataPath::CufileCompat => b"cufile-compat\0",
-        observe::DataPath::Mmap => b"mmap\0",
-        observe::DataPath::Remote => b"remote\0",
+        observe::DataPath::GpufilePosix => c"gpufile-posix",
+        observe::DataPath::PageCacheDma => c"page-cache-dma",
+        observe::DataPath::GpuGather => c"gpu-gather",
+        observe::DataPath::CufileNvfs => c"cufile-nvfs",
+        observe::DataPath::CufileCompat => c"cufile-compat",
+        observe::DataPath::Mmap => c"mmap",
+        observe::DataPath::Remote => c"remote",
     }
 }
 
@@ -91,8 +91,8 @@ impl CallbackMonitor {
         let Some(f) = f else { return };
         let (source, reason) = (op.source(), op.why.to_string());
         let method = op.http_method().map(|m| match m {
-            "GET" => b"GET\0".as_ptr(),
-            _ => b"PUT\0".as_ptr(),
+            "GET" => c"GET".as_ptr(),
+            _ => c"PUT".as_ptr(),
         });
         let c = gpufile_io_observation {
             id: op.id,
@@ -103,10 +103,10 @@ impl CallbackMonitor {
             bytes_transferred: op.bytes_transferred,
             tasks: op.tasks as u64,
             dma_bytes: op.dma_bytes,
-            http_method: method.map_or(std::ptr::null(), |m| m.cast()),
+            http_method: method.unwrap_or(std::ptr::null()),
             source: source.as_ptr().cast(),
             source_len: source.len(),
-            path: path_c(op.path).as_ptr().cast(),
+            path: path_c(op.path).as_ptr(),
             reason: reason.as_ptr().cast(),
             reason_len: reason.len(),
             backend: op.backend as u8,
@@ -514,11 +514,11 @@ pub extern "C" fn gpufile_summary_free(s: *mut gpufile_summary) -> gpufile_statu
 #[no_mangle]
 pub extern "C" fn gpufile_io_backend_name(b: u8) -> *const c_char {
     match IoBackend::ALL.get(b as usize) {
-        Some(IoBackend::Posix) => b"POSIX\0".as_ptr().cast(),
-        Some(IoBackend::Gds) => b"GDS\0".as_ptr().cast(),
-        Some(IoBackend::Mmap) => b"MMAP\0".as_ptr().cast(),
-        Some(IoBackend::RemoteHttp) => b"REMOTE_HTTP\0".as_ptr().cast(),
-        Some(IoBackend::RemoteHdfs) => b"REMOTE_HDFS\0".as_ptr().cast(),
+        Some(IoBackend::Posix) => c"POSIX".as_ptr(),
+        Some(IoBackend::Gds) => c"GDS".as_ptr(),
+        Some(IoBackend::Mmap) => c"MMAP".as_ptr(),
+        Some(IoBackend::RemoteHttp) => c"REMOTE_HTTP".as_ptr(),
+        Some(IoBackend::RemoteHdfs) => c"REMOTE_HDFS".as_ptr(),
         None => std::ptr::null(),
     }
 }

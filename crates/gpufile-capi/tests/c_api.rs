@@ -294,6 +294,9 @@ fn a_c_monitor_sees_one_observation_per_read_with_gpufile_s_path_and_reason() {
         let files = tmp.path().join("files");
         std::fs::create_dir(&files).expect("a folder for the files");
         let out = run(&exe, &[&files]);
-        assert!(out.contains("test_observation: all passed"), "{kind}: {out}");
+        assert!(
+            out.contains("test_observation: all passed"),
+            "{kind}: {out}"
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Engine, PathReport};
 use crate::config::Settings;
@@ -58,11 +58,13 @@ impl Engine {
             plan.path.reason,
         );
         if len == 0 {
+            // Recorded as every request is (observe() and the monitors count it alike); it
+            // takes no time, so it ends where it starts.
             if let Some(w) = &watch {
                 w.started(0);
-                let op = w.operation(Some(Instant::now()), 0, 0, 0, true);
-                observe::record(backend, 0, 0, 0, op.duration(), true, Some(&op));
             }
+            let op = watch.as_ref().map(|w| w.operation(None, 0, 0, 0, true));
+            observe::record(backend, 0, 0, 0, Duration::ZERO, true, op.as_ref());
             return Ok((IoFuture::ready(Ok(0)), report));
         }
         if let (Direction::Write, Some(local)) = (direction, &local) {

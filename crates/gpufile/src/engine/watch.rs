@@ -43,7 +43,7 @@ impl Watch {
         if !observe::ops::watching() {
             return None;
         }
-        let (backend, path) = paths(endpoint, backend);
+        let (backend, path) = paths(endpoint, backend, Some(&reason));
         Some(Watch {
             id: observe::ops::next_id(),
             start: Instant::now(),
@@ -100,17 +100,24 @@ impl Watch {
 
     /// Tells the monitors the request started.
     pub(super) fn started(&self, tasks: usize) {
-        observe::ops::deliver(&self.operation(None, 0, tasks, 0, true), false);
+        observe::ops::deliver_start(&self.operation(None, 0, tasks, 0, true));
     }
 }
 
-/// KvikIO's backend and gpufile's path of a request on `endpoint` that `backend` runs.
-fn paths(endpoint: &Endpoint, backend: Backend) -> (IoBackend, DataPath) {
+/// KvikIO's backend and gpufile's path of a request on `endpoint` that `backend` runs, for
+/// `reason`.
+fn paths(endpoint: &Endpoint, backend: Backend, reason: Option<&Reason>) -> (IoBackend, DataPath) {
     match (endpoint.io_backend(), backend) {
         (IoBackend::Posix | IoBackend::Gds, Backend::Cufile) => {
-            let path = match crate::cufile::availability() {
-                crate::plan::Availability::Accelerated(_) => DataPath::CufileNvfs,
-                _ => DataPath::CufileCompat,
+            // AUTO took cuFile for its accelerated path; OFF takes it whatever cuFile can do.
+            let accelerated = matches!(reason, Some(Reason::Accelerated(_)))
+                || matches!(
+                    crate::cufile::availability(),
+                    crate::plan::Availability::Accelerated(_)
+                );
+            let path = match accelerated {
+                true => DataPath::CufileNvfs,
+                false => DataPath::CufileCompat,
             };
             (IoBackend::Gds, path)
         }
@@ -145,7 +152,7 @@ impl Asked {
     /// Tells the monitors the request was refused before any byte moved: it started and failed
     /// at once (KvikIO counts such a call as an operation that failed).
     pub(super) fn refused(self, endpoint: &Endpoint, error: &Error) {
-        let (backend, path) = paths(endpoint, Backend::GpufilePosix);
+        let (backend, path) = paths(endpoint, Backend::GpufilePosix, None);
         let now = Instant::now();
         let op = Operation {
             id: observe::ops::next_id(),
@@ -164,7 +171,7 @@ impl Asked {
             ok: true,
             endpoint,
         };
-        observe::ops::deliver(&op, false);
+        observe::ops::deliver_start(&op);
         observe::ops::deliver(&Operation { ok: false, ..op }, true);
     }
 }

@@ -193,6 +193,12 @@ impl Operation<'_> {
 /// the I/O, on the thread doing it: keep them light and thread-safe; registering or
 /// unregistering a monitor from inside one is refused.
 pub trait Monitor: Send + Sync {
+    /// Whether it wants [`Monitor::on_start`]: where no registered monitor does, starts are not
+    /// delivered at all (a summary needs only the ends, which carry the starts).
+    fn wants_start(&self) -> bool {
+        true
+    }
+
     /// An operation started.
     fn on_start(&self, op: &Operation<'_>);
     /// An operation ended (exactly once for every start delivered).
@@ -201,6 +207,8 @@ pub trait Monitor: Send + Sync {
 
 /// Registered monitors; the count is the hot path's one check.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// Registered monitors that want starts.
+static STARTS: AtomicUsize = AtomicUsize::new(0);
 type Registered = Vec<(u64, Arc<dyn Monitor>)>;
 static MONITORS: RwLock<Registered> = RwLock::new(Vec::new());
 static NEXT_REGISTRATION: AtomicU64 = AtomicU64::new(1);
@@ -246,7 +254,7 @@ pub fn register(monitor: Arc<dyn Monitor>) -> Result<u64> {
     let id = NEXT_REGISTRATION.fetch_add(1, Ordering::Relaxed);
     let mut m = MONITORS.write().unwrap_or_else(|e| e.into_inner());
     m.push((id, monitor));
-    ACTIVE.store(m.len(), Ordering::Relaxed);
+    publish(&m);
     Ok(id)
 }
 
@@ -256,8 +264,22 @@ pub fn unregister(id: u64) -> Result<()> {
     refuse_in_callback("unregister a monitor")?;
     let mut m = MONITORS.write().unwrap_or_else(|e| e.into_inner());
     m.retain(|(i, _)| *i != id);
-    ACTIVE.store(m.len(), Ordering::Relaxed);
+    publish(&m);
     Ok(())
+}
+
+/// The counts the hot path reads, of `m` (called with the registry's write lock held).
+fn publish(m: &Registered) {
+    let starts = m.iter().filter(|(_, m)| m.wants_start()).count();
+    STARTS.store(starts, Ordering::Relaxed);
+    ACTIVE.store(m.len(), Ordering::Relaxed);
+}
+
+/// Delivers the start of `op` where a registered monitor wants starts.
+pub(crate) fn deliver_start(op: &Operation<'_>) {
+    if STARTS.load(Ordering::Relaxed) != 0 {
+        deliver(op, false);
+    }
 }
 
 fn refuse_in_callback(what: &str) -> Result<()> {

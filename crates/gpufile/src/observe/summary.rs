@@ -335,69 +335,31 @@ impl Totals {
     }
 }
 
-/// Busy time: the union of the operations' spans, tracked by the count in flight. A stretch
-/// closes at the latest end among its operations (not at whichever finish arrived last), opens
-/// no earlier than the previous one closed (a start can arrive after a later operation's
-/// finish), and a reading never returns less than an earlier one did.
+/// Busy time: the union of the operations' spans, built from their ends alone (each end
+/// carries its start, so no start needs delivering): a span counts from where the union so far
+/// stops, so overlapping work counts once and the gaps between calls count as idle. Exact
+/// where operations end in the order they started; where one that started earlier ends later,
+/// its part before the other's start is missed (an undercount, never past the wall time).
 #[derive(Clone, Debug)]
 struct Busy {
-    closed_ns: u64,
-    in_flight: u64,
-    since: Instant,
-    pending_end: Instant,
-    last_closed: Instant,
-    emitted_ns: u64,
+    busy_ns: u64,
+    covered_until: Instant,
 }
 
 impl Busy {
     fn new(start: Instant) -> Self {
         Busy {
-            closed_ns: 0,
-            in_flight: 0,
-            since: start,
-            pending_end: start,
-            last_closed: start,
-            emitted_ns: 0,
+            busy_ns: 0,
+            covered_until: start,
         }
     }
 
-    /// Begins a span at `start`; operations in flight count from there on.
-    fn reset(&mut self, start: Instant) {
-        *self = Busy {
-            in_flight: self.in_flight,
-            pending_end: self.pending_end.max(start),
-            ..Busy::new(start)
-        };
-    }
-
-    fn on_start(&mut self, start: Instant) {
-        if self.in_flight == 0 {
-            self.since = start.max(self.last_closed);
-            self.pending_end = self.since;
+    fn on_finish(&mut self, start: Instant, end: Instant) {
+        let from = start.max(self.covered_until);
+        if end > from {
+            self.busy_ns += end.duration_since(from).as_nanos() as u64;
+            self.covered_until = end;
         }
-        self.in_flight += 1;
-    }
-
-    fn on_finish(&mut self, end: Instant) {
-        if self.in_flight == 0 {
-            return;
-        }
-        self.pending_end = self.pending_end.max(end);
-        self.in_flight -= 1;
-        if self.in_flight == 0 {
-            let stretch = self.pending_end.saturating_duration_since(self.since);
-            self.closed_ns += stretch.as_nanos() as u64;
-            self.last_closed = self.pending_end;
-        }
-    }
-
-    fn read(&mut self, now: Instant) -> u64 {
-        let open = match self.in_flight {
-            0 => 0,
-            _ => now.saturating_duration_since(self.since).as_nanos() as u64,
-        };
-        self.emitted_ns = self.emitted_ns.max(self.closed_ns + open);
-        self.emitted_ns
     }
 }
 
@@ -425,17 +387,16 @@ impl Shared {
 }
 
 impl Monitor for Shared {
-    fn on_start(&self, op: &Operation<'_>) {
-        let mut st = self.lock();
-        if st.registered.is_some_and(|r| op.start >= r) && st.stopped.is_none() {
-            st.busy.on_start(op.start);
-        }
+    fn wants_start(&self) -> bool {
+        false
     }
+
+    fn on_start(&self, _op: &Operation<'_>) {}
 
     fn on_finish(&self, op: &Operation<'_>) {
         let mut st = self.lock();
         if st.registered.is_some_and(|r| op.start >= r) && st.stopped.is_none() {
-            st.busy.on_finish(op.end);
+            st.busy.on_finish(op.start, op.end);
             st.totals.add(op);
         }
     }
@@ -476,13 +437,13 @@ impl SummaryMonitor {
 
     /// The totals since construction or the last reset.
     pub fn get(&self) -> Summary {
-        let mut st = self.shared.lock();
+        let st = self.shared.lock();
         let (end, now_counters) = match st.stopped {
             Some((end, c)) => (end, c),
             None => (Instant::now(), counters()),
         };
         let wall = end.saturating_duration_since(st.start).as_nanos() as u64;
-        let busy = st.busy.read(end).min(wall);
+        let busy = st.busy.busy_ns.min(wall);
         let mut s = st.totals.summary.clone();
         s.start_ns = ops::steady_ns(st.start);
         s.end_ns = ops::steady_ns(end);
@@ -510,7 +471,7 @@ impl SummaryMonitor {
         st.generation += 1;
         st.counters_at_start = counters();
         st.totals = Totals::default();
-        st.busy.reset(now);
+        st.busy = Busy::new(now);
     }
 
     /// Stops counting (idempotent, one-way): the span ends here.
@@ -532,5 +493,60 @@ impl SummaryMonitor {
 impl Drop for SummaryMonitor {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn busy_time_is_the_union_of_the_spans_however_they_overlap() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut b = Busy::new(t0);
+        b.on_finish(at(0), at(10)); // [0, 10)
+        b.on_finish(at(5), at(12)); // overlaps: 2 more
+        b.on_finish(at(20), at(25)); // after a gap: 5 more, the gap idle
+        b.on_finish(at(21), at(24)); // inside the last: nothing
+        assert_eq!(b.busy_ns, 17_000_000);
+        // An operation from before the span counts only inside it.
+        let mut b = Busy::new(at(100));
+        b.on_finish(at(90), at(110));
+        assert_eq!(b.busy_ns, 10_000_000);
+    }
+
+    #[test]
+    fn an_interval_is_not_a_baseline_nor_is_another_span() {
+        let a = Summary {
+            monitor: 1,
+            end_ns: 10,
+            num_ops: 2,
+            ..Summary::default()
+        };
+        let later = Summary {
+            end_ns: 20,
+            num_ops: 5,
+            ..a.clone()
+        };
+        let interval = later.since(&a).unwrap();
+        assert_eq!(
+            (interval.num_ops, interval.start_ns, interval.end_ns),
+            (3, 10, 20)
+        );
+        assert!(later.since(&interval).is_err());
+        assert!(a.since(&later).is_err(), "a later reading is no baseline");
+        let other = Summary {
+            monitor: 2,
+            ..a.clone()
+        };
+        assert!(later.since(&other).is_err());
+        let reset = Summary {
+            generation: 1,
+            ..a.clone()
+        };
+        assert!(later.since(&reset).is_err());
     }
 }
