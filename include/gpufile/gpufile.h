@@ -197,7 +197,7 @@ typedef struct {
 typedef struct {
   // Unique within the process.
   uint64_t id;
-  // When it was issued, on the clock of `gpufile_clock_anchor` (ns).
+  // When it was issued: ns on `CLOCK_MONOTONIC` (C++'s `std::chrono::steady_clock`).
   uint64_t start_ns;
   // When it ended (`start_ns` in the start notification).
   uint64_t end_ns;
@@ -257,8 +257,8 @@ typedef struct {
   uint64_t num_errors;
 } gpufile_backend_totals;
 
-// A summary's numbers (KvikIO's `statistics::Summary` fields and derived values). Times on
-// the clock of `gpufile_clock_anchor`; `anchor_*` maps them to the wall clock.
+// A summary's numbers (KvikIO's `statistics::Summary` fields and derived values). Times in ns
+// on `CLOCK_MONOTONIC`; `anchor_*` maps them to the wall clock.
 typedef struct {
   uint64_t start_ns;
   uint64_t end_ns;
@@ -965,8 +965,9 @@ gpufile_status gpufile_monitor_register(gpufile_monitor_fn on_start,
 // freed then). An unknown id is no error.
 gpufile_status gpufile_monitor_unregister(uint64_t id);
 
-// Reads the monotonic clock observations are stamped with (`steady_ns`) and the wall clock
-// (`wall_ns`, ns since the Unix epoch) together.
+// Reads the clock observations are stamped with (`steady_ns`: `CLOCK_MONOTONIC`, C++'s
+// `std::chrono::steady_clock`) and the wall clock (`wall_ns`, ns since the Unix epoch)
+// together.
 //
 // # Safety
 // Each pointer is valid for a write.

@@ -21,7 +21,7 @@ use crate::{gpufile_status, out_arg, put};
 pub struct gpufile_io_observation {
     /// Unique within the process.
     pub id: u64,
-    /// When it was issued, on the clock of `gpufile_clock_anchor` (ns).
+    /// When it was issued: ns on `CLOCK_MONOTONIC` (C++'s `std::chrono::steady_clock`).
     pub start_ns: u64,
     /// When it ended (`start_ns` in the start notification).
     pub end_ns: u64,
@@ -165,8 +165,9 @@ pub extern "C" fn gpufile_monitor_unregister(id: u64) -> gpufile_status {
     guard(|| Ok(ops::unregister(id)?))
 }
 
-/// Reads the monotonic clock observations are stamped with (`steady_ns`) and the wall clock
-/// (`wall_ns`, ns since the Unix epoch) together.
+/// Reads the clock observations are stamped with (`steady_ns`: `CLOCK_MONOTONIC`, C++'s
+/// `std::chrono::steady_clock`) and the wall clock (`wall_ns`, ns since the Unix epoch)
+/// together.
 ///
 /// # Safety
 /// Each pointer is valid for a write.
@@ -254,8 +255,8 @@ pub struct gpufile_backend_totals {
     pub num_errors: u64,
 }
 
-/// A summary's numbers (KvikIO's `statistics::Summary` fields and derived values). Times on
-/// the clock of `gpufile_clock_anchor`; `anchor_*` maps them to the wall clock.
+/// A summary's numbers (KvikIO's `statistics::Summary` fields and derived values). Times in ns
+/// on `CLOCK_MONOTONIC`; `anchor_*` maps them to the wall clock.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct gpufile_summary_values {

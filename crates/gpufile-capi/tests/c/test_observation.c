@@ -2,19 +2,28 @@
  * observation per read (however many tasks it runs as) with gpufile's path and reason, a
  * summary monitor counts the same reads, and a summary survives its bytes. Real files in the
  * folder argv[1], host memory. Built and run by tests/c_api.rs. */
+#define _POSIX_C_SOURCE 200809L
 #undef NDEBUG
 #include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpufile/gpufile.h"
 
 enum { LEN = 1 << 20 };
 
+static uint64_t monotonic_ns(void) {
+    struct timespec ts;
+    assert(clock_gettime(CLOCK_MONOTONIC, &ts) == 0);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 struct seen {
     int starts, finishes;
+    uint64_t start_ns, end_ns;
     uint64_t bytes, tasks;
     char path[32], reason[256], source[4096];
     uint8_t backend, ok;
@@ -29,6 +38,8 @@ static void on_start(void *ctx, const gpufile_io_observation *op) {
 static void on_finish(void *ctx, const gpufile_io_observation *op) {
     struct seen *s = ctx;
     s->finishes++;
+    s->start_ns = op->start_ns;
+    s->end_ns = op->end_ns;
     s->bytes += op->bytes_transferred;
     s->tasks = op->tasks;
     s->backend = op->backend;
@@ -59,8 +70,13 @@ int main(int argc, char **argv) {
     gpufile_file *h = NULL;
     assert(gpufile_file_open(path, "r", &h) == GPUFILE_OK);
     size_t n = 0;
+    uint64_t before = monotonic_ns();
     assert(gpufile_file_read(h, buf, LEN, 0, &n) == GPUFILE_OK && n == LEN);
+    uint64_t after = monotonic_ns();
     assert(memcmp(buf, data, LEN) == 0);
+    /* Timestamps are CLOCK_MONOTONIC (std::chrono::steady_clock), to within a microsecond. */
+    assert(seen.start_ns + 1000 >= before && seen.end_ns <= after + 1000);
+    assert(seen.start_ns <= seen.end_ns);
     assert(gpufile_monitor_unregister(id) == GPUFILE_OK);
     assert(gpufile_file_read(h, buf, 4096, 0, &n) == GPUFILE_OK && n == 4096);
 

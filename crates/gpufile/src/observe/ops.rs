@@ -305,20 +305,41 @@ pub(crate) fn deliver(op: &Operation<'_>, finish: bool) {
     IN_CALLBACK.with(|c| c.set(false));
 }
 
-/// The process's clock origin: monotonic readings are nanoseconds since it.
-fn origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
+/// The process's clock origin: an instant and `CLOCK_MONOTONIC` read together, so that a
+/// reading is nanoseconds on `CLOCK_MONOTONIC` (C++'s `std::chrono::steady_clock` on Linux),
+/// off by the few nanoseconds between the two reads.
+fn origin() -> (Instant, u64) {
+    static ORIGIN: OnceLock<(Instant, u64)> = OnceLock::new();
+    *ORIGIN.get_or_init(|| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let at = Instant::now();
+        (at, ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    })
 }
 
-/// Nanoseconds from the process's clock origin to `t` (0 before it).
+/// `t` on `CLOCK_MONOTONIC`, in ns (what every observation and summary timestamp is).
 pub fn steady_ns(t: Instant) -> u64 {
-    t.saturating_duration_since(origin()).as_nanos() as u64
+    let (at, ns) = origin();
+    match t.checked_duration_since(at) {
+        Some(d) => ns + d.as_nanos() as u64,
+        None => ns.saturating_sub(at.duration_since(t).as_nanos() as u64),
+    }
 }
 
 /// `steady_ns` back to an instant.
 pub fn instant_at(steady_ns: u64) -> Instant {
-    origin() + std::time::Duration::from_nanos(steady_ns)
+    let (at, ns) = origin();
+    match steady_ns.checked_sub(ns) {
+        Some(d) => at + std::time::Duration::from_nanos(d),
+        None => at
+            .checked_sub(std::time::Duration::from_nanos(ns - steady_ns))
+            .unwrap_or(at),
+    }
 }
 
 /// A reading of the monotonic clock and of the wall clock taken together (KvikIO's
