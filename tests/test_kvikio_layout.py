@@ -11,7 +11,7 @@ LAYOUT = {
          "memory_register", "CuFile", "clear_page_cache", "drop_file_page_cache",
          "drop_system_page_cache", "get_page_cache_info", "stream_deregister", "stream_register",
          "kvikio_deprecation_notice", "Mmap", "RemoteIOBackend", "RemoteReactorDispatch",
-         "nsys_plugin_search_dir"],
+         "nsys_plugin_search_dir", "Summary", "SummaryMonitor"],
     "benchmarks.utils": ["drop_vm_cache", "pprint_sys_info", "parse_directory"],
     "buffer": ["memory_register", "memory_deregister", "bounce_buffer_free"],
     "cufile": ["IOFutureStream", "IOFuture", "CuFile", "get_page_cache_info",
@@ -23,6 +23,7 @@ LAYOUT = {
     "numcodecs": ["CudaCodec"],
     "nsys": ["nsys_plugin_search_dir"],
     "numpy": ["FileLike", "LikeWrapper", "fromfile", "tofile"],
+    "statistics": ["Summary", "SummaryMonitor"],
     "stream": ["stream_register", "stream_deregister"],
     "utils": ["call_once", "kvikio_deprecation_notice", "kvikio_deprecate_module"],
     "zarr": ["GDSStore"],
@@ -48,6 +49,7 @@ def test_reexports_are_the_same_objects():
     assert gpufile.buffer.memory_register is gpufile.memory_register
     assert gpufile.stream.stream_deregister is gpufile.stream_deregister
     assert gpufile.cufile.clear_page_cache is gpufile.clear_page_cache
+    assert gpufile.statistics.SummaryMonitor is gpufile.SummaryMonitor
 
 
 def test_cuda_codec_is_an_abstract_numcodecs_codec():

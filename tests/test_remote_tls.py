@@ -193,3 +193,19 @@ def test_plain_http_ignores_a_bad_ssl_cert_dir(tmp_path, monkeypatch):
             out = np.empty(100, dtype=np.uint8)
             assert f.read(out) == 100
     np.testing.assert_array_equal(out, data)
+
+
+def test_a_monitor_counts_the_tls_handshakes_of_the_connections_opened(https, tmp_path,
+                                                                      monkeypatch):
+    url, data, ca = https
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(ca)
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    with gpufile.SummaryMonitor() as monitor:
+        np.testing.assert_array_equal(read_all(url), data)
+        s = monitor.get()
+    c = s.counters
+    assert 1 <= c["http_connections"] <= 4, c  # the size probe's, then at most one per worker
+    assert c["http_tls_ns"] > 0 and c["http_tcp_ns"] > 0, c
+    assert s.by_backend["REMOTE_HTTP"]["num_ops"] == 1
+    assert s.by_backend["REMOTE_HTTP"]["path"] == "remote"

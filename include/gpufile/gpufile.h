@@ -117,6 +117,12 @@ typedef struct gpufile_observation gpufile_observation;
 // `gpufile_remote_close`).
 typedef struct gpufile_remote_file gpufile_remote_file;
 
+// A reading of a summary monitor, or an interval (opaque; `gpufile_summary_free`).
+typedef struct gpufile_summary gpufile_summary;
+
+// A summary monitor (opaque; `gpufile_summary_monitor_free` ends it).
+typedef struct gpufile_summary_monitor gpufile_summary_monitor;
+
 // One range of a many-range request: `size` bytes at `file_offset` in the file and at
 // `buf_offset` in the buffer.
 typedef struct {
@@ -185,6 +191,97 @@ typedef struct {
   // Their count.
   size_t size;
 } gpufile_tensor;
+
+// One logical operation, as a monitor's callback sees it (KvikIO's `Observation`, with
+// gpufile's path and reason). The pointers are valid only during the callback.
+typedef struct {
+  // Unique within the process.
+  uint64_t id;
+  // When it was issued: ns on `CLOCK_MONOTONIC` (C++'s `std::chrono::steady_clock`).
+  uint64_t start_ns;
+  // When it ended (`start_ns` in the start notification).
+  uint64_t end_ns;
+  // Offset of its first byte in the file or object.
+  uint64_t offset;
+  // Bytes asked for.
+  uint64_t size;
+  // Bytes moved (0 at the start and for a failed operation).
+  uint64_t bytes_transferred;
+  // Tasks it ran as.
+  uint64_t tasks;
+  // Of `bytes_transferred`, those copied by DMA from registered page cache.
+  uint64_t dma_bytes;
+  // "GET"/"PUT" for a remote object, NULL for local I/O (static).
+  const char *http_method;
+  // The file path or URL (not NUL-terminated).
+  const char *source;
+  // Bytes of `source`.
+  size_t source_len;
+  // gpufile's path, NUL-terminated and static: "gpufile-posix", "page-cache-dma",
+  // "gpu-gather", "cufile-nvfs", "cufile-compat", "mmap", "remote".
+  const char *path;
+  // Why that path (not NUL-terminated).
+  const char *reason;
+  // Bytes of `reason`.
+  size_t reason_len;
+  // KvikIO's `IoBackend`: 0 POSIX, 1 GDS, 2 MMAP, 3 REMOTE_HTTP, 4 REMOTE_HDFS.
+  uint8_t backend;
+  // 0 read, 1 write.
+  uint8_t direction;
+  // 0 host memory, 1 device memory.
+  uint8_t memory_kind;
+  // 1, or 0 if it failed.
+  uint8_t ok;
+} gpufile_io_observation;
+
+// A monitor's callback: `ctx` as registered, and the operation.
+typedef void (*gpufile_monitor_fn)(void*, const gpufile_io_observation*);
+
+// Work that belongs to no single operation (KvikIO's `statistics::Counters`), durations in ns.
+typedef struct {
+  uint64_t remote_size_probes;
+  uint64_t remote_size_probing_ns;
+  uint64_t http_connections;
+  uint64_t http_dns_ns;
+  uint64_t http_tcp_ns;
+  uint64_t http_tls_ns;
+  uint64_t http_retries;
+  uint64_t http_retry_backoff_ns;
+} gpufile_counters;
+
+// What one KvikIO backend carried.
+typedef struct {
+  uint64_t num_ops;
+  uint64_t bytes_transferred;
+  uint64_t total_duration_ns;
+  uint64_t num_errors;
+} gpufile_backend_totals;
+
+// A summary's numbers (KvikIO's `statistics::Summary` fields and derived values). Times in ns
+// on `CLOCK_MONOTONIC`; `anchor_*` maps them to the wall clock.
+typedef struct {
+  uint64_t start_ns;
+  uint64_t end_ns;
+  uint64_t anchor_steady_ns;
+  int64_t anchor_wall_ns;
+  uint64_t num_ops;
+  uint64_t num_reads;
+  uint64_t num_writes;
+  uint64_t bytes_requested;
+  uint64_t bytes_transferred;
+  uint64_t bytes_read;
+  uint64_t bytes_written;
+  uint64_t num_errors;
+  // Indexed by KvikIO's `IoBackend`.
+  gpufile_backend_totals by_backend[5];
+  gpufile_counters counters;
+  uint64_t total_duration_ns;
+  uint64_t busy_ns;
+  uint64_t wall_ns;
+  uint64_t mean_duration_ns;
+  double busy_bytes_per_sec;
+  double busy_fraction;
+} gpufile_summary_values;
 
 #ifdef __cplusplus
 extern "C" {
@@ -852,6 +949,109 @@ gpufile_status gpufile_settings_get_int(const char *name,
 // `name` is null or a NUL-terminated string; `buf` is null or valid for writes of `len`
 // bytes; `needed` is null or valid for a write of a `size_t`.
 gpufile_status gpufile_settings_get_str(const char *name, char *buf, size_t len, size_t *needed);
+
+// Registers a monitor: `on_start` and `on_finish` (either may be NULL) are called with `ctx`
+// for every logical operation, inline, on the thread doing it (keep them light, thread-safe,
+// and out of gpufile: registering or unregistering from one is refused). The id for
+// `gpufile_monitor_unregister` in `*id`.
+//
+// # Safety
+// The callbacks may be called with `ctx` from any thread, at once, until
+// `gpufile_monitor_unregister` returns; `id` is valid for a write.
+gpufile_status gpufile_monitor_register(gpufile_monitor_fn on_start,
+                                        gpufile_monitor_fn on_finish,
+                                        void *ctx,
+                                        uint64_t *id);
+
+// Unregisters monitor `id`; returns once no thread is inside its callbacks (its `ctx` may be
+// freed then). An unknown id is no error.
+gpufile_status gpufile_monitor_unregister(uint64_t id);
+
+// Reads the clock observations are stamped with (`steady_ns`: `CLOCK_MONOTONIC`, C++'s
+// `std::chrono::steady_clock`) and the wall clock (`wall_ns`, ns since the Unix epoch)
+// together.
+//
+// # Safety
+// Each pointer is valid for a write.
+gpufile_status gpufile_clock_anchor(uint64_t *steady_ns, int64_t *wall_ns);
+
+// The process's counters since it started.
+//
+// # Safety
+// `out` is valid for a write.
+gpufile_status gpufile_counters_get(gpufile_counters *out);
+
+// Starts a summary monitor (counting every operation of the process from now).
+//
+// # Safety
+// `out` is valid for a write.
+gpufile_status gpufile_summary_monitor_new(gpufile_summary_monitor **out);
+
+// Reads `mon`'s totals (`since` NULL) or the interval since `since`, an earlier reading of its
+// span (else `GPUFILE_BAD_ARGUMENT`), into a new summary handle.
+//
+// # Safety
+// `out` is valid for a write.
+gpufile_status gpufile_summary_monitor_get(const gpufile_summary_monitor *mon,
+                                           const gpufile_summary *since,
+                                           gpufile_summary **out);
+
+// Zeroes `mon`'s totals and restarts its span (`reset` 1), or stops it (`reset` 0: the span
+// ends here; idempotent).
+gpufile_status gpufile_summary_monitor_reset_or_stop(const gpufile_summary_monitor *mon,
+                                                     int32_t reset);
+
+// Stops and frees `mon`.
+gpufile_status gpufile_summary_monitor_free(gpufile_summary_monitor *mon);
+
+// `s`'s numbers.
+//
+// # Safety
+// `out` is valid for a write.
+gpufile_status gpufile_summary_values_get(const gpufile_summary *s, gpufile_summary_values *out);
+
+// The interval between `previous`, an earlier reading of the same span, and `s`, into a new
+// handle (`GPUFILE_BAD_ARGUMENT` where `previous` is not one).
+//
+// # Safety
+// `out` is valid for a write.
+gpufile_status gpufile_summary_since(const gpufile_summary *s,
+                                     const gpufile_summary *previous,
+                                     gpufile_summary **out);
+
+// Copies `s` as text into `buf` as `gpufile_check` does: `what` 0 the JSON object, 1 the
+// report of the rows used, 2 the report of every row.
+//
+// # Safety
+// `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
+gpufile_status gpufile_summary_text(const gpufile_summary *s,
+                                    int32_t what,
+                                    char *buf,
+                                    size_t len,
+                                    size_t *needed);
+
+// Copies `s`'s exact bytes (what `gpufile_summary_deserialize` reads back; only this build
+// does) into `buf` (all of them or none, where `len` is too small); how many in `*needed`.
+//
+// # Safety
+// `buf` is null or valid for writes of `len` bytes; `needed` is valid for a write.
+gpufile_status gpufile_summary_serialize(const gpufile_summary *s,
+                                         uint8_t *buf,
+                                         size_t len,
+                                         size_t *needed);
+
+// Rebuilds a summary from `gpufile_summary_serialize`'s `len` bytes at `data`
+// (`GPUFILE_BAD_ARGUMENT` for anything else).
+//
+// # Safety
+// `data` is valid for reads of `len` bytes; `out` is valid for a write.
+gpufile_status gpufile_summary_deserialize(const uint8_t *data, size_t len, gpufile_summary **out);
+
+// Frees `s`.
+gpufile_status gpufile_summary_free(gpufile_summary *s);
+
+// KvikIO's name of backend `b` (`IoBackend`), NUL-terminated and static; NULL past the last.
+const char *gpufile_io_backend_name(uint8_t b);
 
 // Queues a read of `size` bytes at `file_offset` of `file` into `buf` (device or host memory)
 // on the CUDA stream `cuda_stream` (a `CUstream`/`cudaStream_t`; NULL is the legacy default

@@ -20,7 +20,7 @@ import os as _os
 import sys as _sys
 import warnings as _warnings
 
-from . import _native, buffer, cufile_driver, defaults, utils
+from . import _native, buffer, cufile_driver, defaults, statistics, utils
 from ._native import CudaError, CufileError, EndOfFileError, GpufileError, OutOfRangeError
 from .buffer import bounce_buffer_free, dma_cache_clear, dma_cache_registered
 from .batch import BatchHandle, BatchOp
@@ -45,6 +45,7 @@ from .pagecache import (
     drop_system_page_cache,
     get_page_cache_info,
 )
+from .statistics import Summary, SummaryMonitor
 from .utils import kvikio_deprecation_notice
 from .remote_file import (
     RemoteEndpointType,
@@ -111,6 +112,9 @@ __all__ = [
     "utils",
     "BatchHandle",
     "BatchOp",
+    "Summary",
+    "SummaryMonitor",
+    "statistics",
 ]
 
 

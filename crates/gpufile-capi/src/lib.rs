@@ -22,6 +22,7 @@ mod mmap;
 mod remote;
 mod save;
 mod settings;
+mod statistics;
 mod stream;
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
@@ -56,6 +57,13 @@ pub use save::{gpufile_save_checkpoint, gpufile_tensor};
 pub use settings::{
     gpufile_settings_get_int, gpufile_settings_get_str, gpufile_settings_set_int,
     gpufile_settings_set_str,
+};
+pub use statistics::{
+    gpufile_clock_anchor, gpufile_counters_get, gpufile_io_backend_name, gpufile_monitor_register,
+    gpufile_monitor_unregister, gpufile_summary_deserialize, gpufile_summary_free,
+    gpufile_summary_monitor_free, gpufile_summary_monitor_get, gpufile_summary_monitor_new,
+    gpufile_summary_monitor_reset_or_stop, gpufile_summary_serialize, gpufile_summary_since,
+    gpufile_summary_text, gpufile_summary_values_get,
 };
 pub use stream::gpufile_stream_order;
 

@@ -279,3 +279,24 @@ fn a_c_program_submits_a_batch_as_one_request_per_file_buffer_and_direction() {
         assert!(out.contains("test_batch: all passed"), "{kind}: {out}");
     }
 }
+
+#[test]
+fn a_c_monitor_sees_one_observation_per_read_with_gpufile_s_path_and_reason() {
+    let Some(cc) = compiler() else {
+        println!("skipped: no C compiler (set CC, or install gcc)");
+        return;
+    };
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/test_observation.c");
+    for (kind, lib) in links() {
+        let tmp = tempfile::tempdir().expect("a temporary folder");
+        let exe = tmp.path().join(format!("test_observation_{kind}"));
+        compile(&cc, &source, &exe, &lib);
+        let files = tmp.path().join("files");
+        std::fs::create_dir(&files).expect("a folder for the files");
+        let out = run(&exe, &[&files]);
+        assert!(
+            out.contains("test_observation: all passed"),
+            "{kind}: {out}"
+        );
+    }
+}

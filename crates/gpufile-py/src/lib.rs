@@ -21,6 +21,7 @@ mod remote_write;
 mod request;
 mod safetensors;
 mod settings;
+mod statistics;
 mod stoppable;
 mod tools;
 
@@ -91,5 +92,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     remote::register(m)?;
     remote_open::register(m)?;
     remote_write::register(m)?;
+    statistics::register(m)?;
     Ok(())
 }

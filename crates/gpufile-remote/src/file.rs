@@ -108,7 +108,15 @@ impl RemoteFile {
         Ok(f)
     }
 
+    /// The object's size, asked of the server (counted as a size probe, with its time).
     fn fetch_size(&self) -> Result<u64> {
+        let began = std::time::Instant::now();
+        let size = self.ask_size();
+        gpufile::observe::counters::count_remote_size_probe(began.elapsed());
+        size
+    }
+
+    fn ask_size(&self) -> Result<u64> {
         match &self.access {
             Access::Plain { url } if self.kind == RemoteEndpointType::S3PresignedUrl => self
                 .client
@@ -479,6 +487,13 @@ pub fn read_into(
 impl Source for RemoteFile {
     fn describe(&self) -> String {
         self.shown.clone()
+    }
+
+    fn io_backend(&self) -> gpufile::observe::IoBackend {
+        match self.access {
+            Access::WebHdfs { .. } => gpufile::observe::IoBackend::RemoteHdfs,
+            _ => gpufile::observe::IoBackend::RemoteHttp,
+        }
     }
 
     /// KvikIO's range check ([`RemoteFile::check_range`]), against the size known at open.

@@ -401,6 +401,13 @@ impl Sink for RemoteWriter {
         self.shown.clone()
     }
 
+    fn io_backend(&self) -> gpufile::observe::IoBackend {
+        match self.dest {
+            Dest::WebHdfs { .. } => gpufile::observe::IoBackend::RemoteHdfs,
+            _ => gpufile::observe::IoBackend::RemoteHttp,
+        }
+    }
+
     /// Reserves the request's ranges ([`RemoteFailure::NotTiled`] for an overlap).
     fn check(&self, ranges: &[Range]) -> Result<()> {
         self.reserve(ranges)

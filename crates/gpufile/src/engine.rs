@@ -29,6 +29,7 @@ mod batch;
 mod launch;
 mod planning;
 pub(crate) mod shared_writes;
+mod watch;
 
 pub use planning::host_io;
 use planning::Prepared;
@@ -338,7 +339,16 @@ impl Engine {
         settings: &Settings,
         report: bool,
     ) -> Result<(IoFuture, Option<PathReport>)> {
-        let prepared = self.prepare(endpoint, req, settings, report, true, false)?;
+        let asked = watch::Asked::of(&req);
+        let prepared = match self.prepare(endpoint, req, settings, report, true, false) {
+            Ok(p) => p,
+            Err(e) => {
+                if let Some(asked) = asked {
+                    asked.refused(endpoint, &e);
+                }
+                return Err(e);
+            }
+        };
         // SAFETY: the caller's contract.
         unsafe { self.launch(prepared, settings) }
     }

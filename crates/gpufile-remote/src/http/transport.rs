@@ -51,11 +51,15 @@ pub(super) fn agent(tls: TlsConfig) -> Agent {
 /// the credential fetches'.
 pub(crate) fn stoppable_agent(config: ureq::config::Config) -> Agent {
     // ureq's default chain (CONNECT proxy, TCP, rustls) with a stoppable transport over TCP.
+    // `Timing` stages time each new connection for gpufile's counters.
     let connector =
-        ().chain(ConnectProxyConnector::default())
+        ().chain(Timing::Begin)
+            .chain(ConnectProxyConnector::default())
             .chain(TcpConnector::default())
             .chain(Stoppable)
-            .chain(RustlsConnector::default());
+            .chain(Timing::Connected)
+            .chain(RustlsConnector::default())
+            .chain(Timing::Done);
     Agent::with_parts(config, connector, LiteralIpResolver::default())
 }
 
@@ -88,6 +92,59 @@ fn watched_stop() -> Option<bool> {
     WATCHED
         .with(|w| w.borrow().as_ref().map(StopFlag::is_set))
         .or_else(|| crate::stop::current().map(|s| s.is_set()))
+}
+
+thread_local! {
+    /// This thread's last name lookup (ureq resolves before every request, pooled connection or
+    /// not; it counts only for a connection opened after it).
+    static LOOKUP: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+    /// When the connection this thread is opening started, and when its TCP part ended.
+    static OPENING: std::cell::Cell<(Option<Instant>, Option<Instant>)> =
+        const { std::cell::Cell::new((None, None)) };
+}
+
+/// Stages of a new connection, timed for [`gpufile::observe::counters`]: `connect` runs only
+/// for a connection opened, never for one reused from the pool.
+#[derive(Debug)]
+enum Timing {
+    /// First in the chain: the connection starts.
+    Begin,
+    /// After TCP (and a CONNECT proxy's tunnel).
+    Connected,
+    /// Last: after TLS where there is TLS; counts the connection.
+    Done,
+}
+
+impl<In: Transport> Connector<In> for Timing {
+    type Out = In;
+
+    fn connect(
+        &self,
+        _details: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> std::result::Result<Option<Self::Out>, ureq::Error> {
+        let now = Instant::now();
+        match self {
+            Timing::Begin => OPENING.with(|o| o.set((Some(now), None))),
+            Timing::Connected => OPENING.with(|o| o.set((o.get().0, Some(now)))),
+            Timing::Done => {
+                let (begin, tcp_end) = OPENING.with(|o| o.replace((None, None)));
+                if let (Some(begin), Some(t)) = (begin, chained.as_ref()) {
+                    let tcp_end = tcp_end.unwrap_or(now);
+                    let tls = match t.is_tls() {
+                        true => now.saturating_duration_since(tcp_end),
+                        false => Duration::ZERO,
+                    };
+                    gpufile::observe::counters::count_http_connection(
+                        LOOKUP.with(|l| l.get()),
+                        tcp_end.saturating_duration_since(begin),
+                        tls,
+                    );
+                }
+            }
+        }
+        Ok(chained)
+    }
 }
 
 /// Puts a [`StoppableTransport`] over each TCP connection (under TLS, if any).
@@ -190,7 +247,10 @@ impl Resolver for LiteralIpResolver {
         } else {
             timeout
         };
-        self.0.resolve(uri, config, timeout)
+        let began = Instant::now();
+        let resolved = self.0.resolve(uri, config, timeout);
+        LOOKUP.with(|l| l.set(began.elapsed()));
+        resolved
     }
 }
 

@@ -55,7 +55,14 @@ fn shared_read(engine: &Engine, h: &FileHandle, buf: &mut [u8], threads: usize) 
     let split = TaskSplit::new(0, buf.len(), 64 << 10);
     let runs = split.count().min(threads);
     engine
-        .run(exec, split, Backend::GpufilePosix, threads, runs, true)
+        .run(
+            exec,
+            split,
+            (Backend::GpufilePosix, None),
+            threads,
+            runs,
+            true,
+        )
         .unwrap()
 }
 

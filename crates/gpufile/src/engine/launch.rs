@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Engine, PathReport};
 use crate::config::Settings;
@@ -23,6 +23,7 @@ use crate::request::Direction;
 use crate::source::{Endpoint, LocalFile};
 
 use super::planning::{Prepared, Target};
+use super::watch::Watch;
 
 impl Engine {
     /// Starts a prepared request: the executor its plan names, on the runs its plan names.
@@ -43,11 +44,29 @@ impl Engine {
             plan,
             local,
             report,
+            offset,
         } = prepared;
+        let backend = plan.path.backend;
+        let watch = Watch::new(
+            &endpoint,
+            direction,
+            target.memory(),
+            offset,
+            len,
+            backend,
+            &plan.strategy,
+            plan.path.reason,
+        );
         if len == 0 {
+            // Recorded as every request is (observe() and the monitors count it alike); it
+            // takes no time, so it ends where it starts.
+            if let Some(w) = &watch {
+                w.started(0);
+            }
+            let op = watch.as_ref().map(|w| w.operation(None, 0, 0, 0, true));
+            observe::record(backend, 0, 0, 0, Duration::ZERO, true, op.as_ref());
             return Ok((IoFuture::ready(Ok(0)), report));
         }
-        let backend = plan.path.backend;
         if let (Direction::Write, Some(local)) = (direction, &local) {
             self.dma.forget(local); // its pages must be unpinned for the write
         }
@@ -61,11 +80,11 @@ impl Engine {
         )?;
         let exec = after_stream(exec, after)?;
         let fut = match plan.caller {
-            CallerPart::Whole => self.run_here(exec, plan.tasks, backend),
+            CallerPart::Whole => self.run_here(exec, plan.tasks, backend, watch),
             part => self.run(
                 exec,
                 plan.tasks,
-                backend,
+                (backend, watch),
                 settings.num_threads,
                 plan.runs,
                 part == CallerPart::Share,
@@ -186,7 +205,7 @@ impl Engine {
         &self,
         exec: Arc<dyn Executor>,
         split: TaskSplit,
-        backend: Backend,
+        (backend, watch): (Backend, Option<Watch>),
         threads: usize,
         runs: usize,
         share: bool,
@@ -198,7 +217,7 @@ impl Engine {
         // the last queued run gets a worker and finds nothing left to do.
         let slot = Arc::new(Mutex::new(Some(exec)));
         let done_slot = Arc::clone(&slot);
-        let completion = self.completion(backend, count, move || {
+        let completion = self.completion(backend, count, watch, move || {
             let exec = lock(&done_slot).take();
             exec.map_or(0, |e| e.dma_bytes())
         });
@@ -228,29 +247,45 @@ impl Engine {
         exec: Arc<dyn Executor>,
         split: TaskSplit,
         backend: Backend,
+        watch: Option<Watch>,
     ) -> IoFuture {
         let tasks = Tasks::new(split, 1);
         let counted = Arc::clone(&exec);
-        let completion = self.completion(backend, tasks.count(), move || counted.dma_bytes());
+        let completion =
+            self.completion(backend, tasks.count(), watch, move || counted.dma_bytes());
         let runs = Runs::new(1);
         runs.run(&*exec, &tasks, &completion);
         IoFuture::pending(completion)
     }
 
-    /// The completion of a request of `count` tasks, counted in flight from now; when its last
-    /// task ends it runs `release` (which lets the executor go and says how many bytes it copied
-    /// by page-cache DMA), records the request and leaves the in-flight count.
+    /// The completion of a request of `count` tasks, counted in flight from now (and, where
+    /// `watch`ed, told to the monitors as started); when its last task ends it runs `release`
+    /// (which lets the executor go and says how many bytes it copied by page-cache DMA),
+    /// records the request and leaves the in-flight count.
     pub(super) fn completion(
         &self,
         backend: Backend,
         count: usize,
+        watch: Option<Watch>,
         release: impl FnOnce() -> u64 + Send + 'static,
     ) -> Arc<Completion> {
         self.in_flight.enter();
-        let (in_flight, start) = (Arc::clone(&self.in_flight), Instant::now());
+        let in_flight = Arc::clone(&self.in_flight);
+        let start = match &watch {
+            Some(w) => {
+                w.started(count);
+                w.start()
+            }
+            None => Instant::now(),
+        };
         Completion::new(count, move |o| {
             let dma = release();
-            observe::record(backend, count, o.bytes, dma, start.elapsed(), o.ok);
+            let end = Instant::now();
+            let op = watch
+                .as_ref()
+                .map(|w| w.operation(Some(end), o.bytes, count, dma, o.ok));
+            let elapsed = end.saturating_duration_since(start);
+            observe::record(backend, count, o.bytes, dma, elapsed, o.ok, op.as_ref());
             in_flight.leave();
         })
     }

@@ -54,7 +54,14 @@ fn a_panicking_task_fails_its_request_and_later_requests_run() {
             let runs = split.count().min(threads);
             let exec = Arc::new(PanicAt(at));
             let fut = engine
-                .run(exec, split, Backend::GpufilePosix, threads, runs, share)
+                .run(
+                    exec,
+                    split,
+                    (Backend::GpufilePosix, None),
+                    threads,
+                    runs,
+                    share,
+                )
                 .unwrap();
             let r = fut.wait_timeout(Duration::from_secs(20));
             let e = r.expect("a request with a panicked task never ended");
@@ -69,6 +76,7 @@ fn a_panicking_task_fails_its_request_and_later_requests_run() {
         Arc::new(PanicAt(0)),
         TaskSplit::new(0, 10, 10),
         Backend::GpufilePosix,
+        None,
     );
     let r = fut
         .wait_timeout(Duration::from_secs(1))

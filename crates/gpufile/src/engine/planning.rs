@@ -197,6 +197,7 @@ impl Engine {
             },
         });
         Ok(Prepared {
+            offset: req.ranges.as_slice().first().map_or(0, |r| r.file_offset),
             endpoint: endpoint.clone(),
             direction: req.direction,
             len,
@@ -278,6 +279,8 @@ pub(super) struct Prepared {
     pub(super) plan: Planned,
     pub(super) local: Option<Arc<LocalFile>>,
     pub(super) report: Option<PathReport>,
+    /// Where its first range starts in the file (for its observation).
+    pub(super) offset: u64,
 }
 
 /// The caller's memory, resolved: host memory, or GPU memory with its allocation and context.

@@ -319,6 +319,10 @@ impl Source for MmapSource {
         self.path().display().to_string()
     }
 
+    fn io_backend(&self) -> crate::observe::IoBackend {
+        crate::observe::IoBackend::Mmap
+    }
+
     fn size(&self) -> Result<u64> {
         self.current_size()
     }

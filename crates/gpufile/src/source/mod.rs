@@ -69,6 +69,12 @@ pub trait Source: Send + Sync {
         None
     }
 
+    /// The KvikIO backend its reads are observed under (a local file's: POSIX, or GDS where
+    /// cuFile runs them).
+    fn io_backend(&self) -> crate::observe::IoBackend {
+        crate::observe::IoBackend::Posix
+    }
+
     /// Whether each task costs the source a request of its own to a server (a remote object's
     /// ranged GET: a round trip and the server's fixed cost per request, whatever its size). The
     /// engine then runs a read in tasks of `task_size` as they are, not cut smaller so that idle
@@ -132,6 +138,11 @@ pub trait Sink: Send + Sync {
         None
     }
 
+    /// The KvikIO backend its writes are observed under.
+    fn io_backend(&self) -> crate::observe::IoBackend {
+        crate::observe::IoBackend::Posix
+    }
+
     /// The size of the parts the sink takes its bytes in (an object store's multipart upload):
     /// a write's tasks are then its parts (unless the request names its own task size), and a
     /// part that fits a bounce buffer is copied and sent as one chunk, straight from the buffer.
@@ -155,6 +166,14 @@ impl Endpoint {
         match self {
             Endpoint::Read(_) => Direction::Read,
             Endpoint::Write(_) => Direction::Write,
+        }
+    }
+
+    /// The KvikIO backend its requests are observed under.
+    pub fn io_backend(&self) -> crate::observe::IoBackend {
+        match self {
+            Endpoint::Read(s) => s.io_backend(),
+            Endpoint::Write(s) => s.io_backend(),
         }
     }
 

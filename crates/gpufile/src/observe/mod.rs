@@ -10,13 +10,26 @@
 //!    them with `logging`, `KVIKIO_LOG_LEVEL` (INFO or below) writes them to `KVIKIO_LOG_FILE`
 //!    or stderr ([`crate::config::LogSettings`]), and `RUST_LOG` (any value naming gpufile, or
 //!    info/debug) prints them.
+//! 4. Every finished operation passes through [`record`] once: it feeds the totals above and,
+//!    where a [`Monitor`] is registered, the observations of [`ops`] (KvikIO 26.10's
+//!    `Observation`s, with gpufile's path and reason) and the [`SummaryMonitor`]s built on them.
+//!    One source for both: `observe()` and a monitor cannot disagree on what ran.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use crate::cufile::{self, Stats};
 use crate::plan::Backend;
+
+pub mod counters;
+pub mod ops;
+pub mod summary;
+mod summary_format;
+
+pub use counters::counters;
+pub use ops::{ClockAnchor, DataPath, IoBackend, Monitor, Operation, Why};
+pub use summary::{BackendTotals, PathRow, Summary, SummaryMonitor};
+pub use summary_format::{format_duration_ns, format_nbytes, format_rate, ReportRows};
 
 #[derive(Default)]
 struct Counters {
@@ -95,14 +108,16 @@ impl PathTotals {
     }
 }
 
-/// Records a finished request.
+/// Records a finished request: the per-path totals, then, where a monitor watched it start,
+/// its observation (`watched`).
 pub(crate) fn record(
     backend: Backend,
     tasks: usize,
     bytes: usize,
     dma_bytes: u64,
-    elapsed: Duration,
+    elapsed: std::time::Duration,
     ok: bool,
+    watched: Option<&Operation<'_>>,
 ) {
     let c = match backend {
         Backend::GpufilePosix => &POSIX,
@@ -116,6 +131,9 @@ pub(crate) fn record(
         .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     if !ok {
         c.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(op) = watched {
+        ops::deliver(op, true);
     }
 }
 
