@@ -172,7 +172,12 @@ pub(crate) fn to_py(e: Error) -> PyErr {
 /// missing credentials and failed requests; the rest as the common mapping has them (a server
 /// that ignores ranges is an OverflowError, other server and network failures RuntimeError).
 pub(crate) fn open_err(e: Error) -> PyErr {
-    crate::errors::to_py_in(Call::RemoteOpen, e)
+    match e {
+        // The override is for the URL, the open's arguments and the credentials; a bad
+        // environment variable (SSL_CERT_DIR) or setting stays the ValueError it is everywhere.
+        Error::InvalidArgument(_) => to_py_in(Call::RemoteOpen, e),
+        other => to_py(other),
+    }
 }
 
 /// [`to_py`] for an error of `call`, whose class may be the call's override
