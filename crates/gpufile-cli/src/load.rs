@@ -162,6 +162,9 @@ struct Loaded {
     memory_note: Option<String>,
     settings: Settings,
     path: Option<IoPath>,
+    /// A remote checkpoint's endpoint type and where its credentials came from (never the
+    /// credentials).
+    remote: Option<(String, Option<&'static str>)>,
     verified: Option<bool>,
     observed: Report,
 }
@@ -230,6 +233,10 @@ impl Loaded {
                 "compat_mode": self.settings.compat_mode.name(),
             },
             "path": self.path.as_ref().map(schema::path),
+            "remote": self.remote.as_ref().map(|(endpoint, credentials)| json!({
+                "endpoint": endpoint,
+                "credentials": credentials,
+            })),
             "header_seconds": self.header_seconds,
             "allocation_seconds": self.allocation_seconds,
             "seconds": self.seconds,
@@ -280,6 +287,12 @@ impl Loaded {
         if let Some(p) = &self.path {
             text += &format!("path        {}\nreason      {}\n", p.backend, p.reason);
         }
+        if let Some((endpoint, credentials)) = &self.remote {
+            text += &format!("remote      {endpoint}\n");
+            if let Some(c) = credentials {
+                text += &format!("credentials {c}\n");
+            }
+        }
         text += &format!(
             "threads     {}\ntask_size   {}\n",
             self.settings.num_threads,
@@ -290,6 +303,7 @@ impl Loaded {
         let counts: Vec<String> = [
             ("gpufile-posix", &self.observed.gpufile_posix),
             ("cufile", &self.observed.cufile),
+            ("remote", &self.observed.remote),
         ]
         .into_iter()
         .filter(|(_, t)| t.ops > 0)
@@ -578,6 +592,10 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
         memory_note,
         settings,
         path,
+        remote: remote
+            .as_ref()
+            .and_then(|files| files.first())
+            .map(|f| (f.remote_endpoint_type().to_string(), f.credentials_source())),
         verified,
         observed,
     };
