@@ -21,7 +21,6 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,7 +30,6 @@ use gpufile::formats::safetensors::{
 };
 use gpufile::future::StopFlag;
 use gpufile::observe::Report;
-use gpufile::source::{IoContext, Source};
 use gpufile::{Engine, ErrorKind, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
@@ -427,14 +425,7 @@ fn verify(
             let at_file = header.data_start + info.start + done;
             match remote {
                 Some(remote) => {
-                    let progress = AtomicU64::new(0);
-                    let call = IoContext {
-                        progress: &progress,
-                        direct: false,
-                        direct_uncached: false,
-                        stop,
-                    };
-                    remote[entry.file].read_at(&mut want, at_file, call)?;
+                    crate::read::plain_remote_read(&remote[entry.file], &mut want, at_file, stop)?
                 }
                 None => {
                     let file = match files.entry(entry.file) {
