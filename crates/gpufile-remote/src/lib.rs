@@ -37,7 +37,7 @@
 //! own SigV4 signer: each S3 GET/HEAD is signed in its headers, `Authorization`, as the AWS SDKs
 //! and KvikIO's libcurl sign them; a query-signed request is not recognised as S3's by some
 //! S3-compatible servers). Neither starts a thread or a runtime.
-
+//!
 //! Rooms, by provider (as object_store's `aws/`, `gcp/` and `client/`), each importing only the
 //! rooms listed above it, so that no import circle forms and a new provider copies a folder:
 //! - `syntax/`: every scheme's URL syntax, [`redact()`] and the environment as a
