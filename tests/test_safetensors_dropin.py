@@ -321,3 +321,24 @@ def test_transformers_saves_and_loads_through_gpufile_with_identical_logits():
                          text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "identical logits (2, 7, 64)" in out.stdout
+
+
+def test_flax_module_matches_safetensors_flax(tmp_path):
+    jnp = pytest.importorskip("jax.numpy")
+    st_fx = pytest.importorskip("safetensors.flax")
+    import gpufile.safetensors.flax as gs_fx
+    arrays = {"a": jnp.arange(6, dtype=jnp.float32).reshape(2, 3),
+              "b": jnp.ones((2,), dtype=jnp.int8), "c": jnp.zeros((0, 2))}
+    data = gs_fx.save(arrays)
+    assert data == st_fx.save(arrays)
+    gs_fx.save_file(arrays, tmp_path / "f.safetensors")
+    assert (tmp_path / "f.safetensors").read_bytes() == data
+    want = st_fx.load(data)
+    for got in (gs_fx.load(data), gs_fx.load_file(tmp_path / "f.safetensors")):
+        assert sorted(got) == sorted(want)
+        for k in want:
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+            assert np.asarray(got[k]).tobytes() == np.asarray(want[k]).tobytes()
+    # BF16, which safetensors.flax.load refuses (KeyError 'BF16'): gpufile loads it
+    bf = gs_fx.save({"h": jnp.full((3,), 1.5, dtype=jnp.bfloat16)})
+    assert gs_fx.load(bf)["h"].dtype == jnp.bfloat16 and float(gs_fx.load(bf)["h"][1]) == 1.5
