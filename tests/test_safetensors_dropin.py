@@ -183,6 +183,7 @@ def test_get_slice_matches_safetensors(tmp_path, key):
         assert got.shape == want.shape and got.tobytes() == want.tobytes()
 
 
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # PyTorch's, on creation
 def test_save_errors_match_safetensors(tmp_path):
     path = tmp_path / "e.safetensors"
     a = torch.arange(6.0).reshape(2, 3)

@@ -10,6 +10,13 @@ The names of the ``safetensors`` package where it has one (``load_file``, ``safe
     state = load_checkpoint("Llama-3-8B/", filter=lambda n: "layers.0." in n,
                             device_map={"model.layers.0": 0, "lm_head": 1})
 
+A drop-in for the ``safetensors`` package: ``gpufile.safetensors.torch``, ``.numpy`` and ``.flax``
+have ``safetensors.torch``'s, ``.numpy``'s and ``.flax``'s functions (``load_file(filename,
+device)``, ``save_file``, ``load(bytes)``, ``save``, ``save_model``, ``load_model``) with their
+signatures, errors and messages; this module has ``safe_open``, ``SafetensorError``,
+``serialize``, ``serialize_file``, ``deserialize`` and ``TensorSpec``. The deliberate
+differences: docs/compatibility.md, "Hugging Face safetensors".
+
 How a load runs: every header is read and validated first (by gpufile's Rust core; a bad file
 is refused, naming the file and the tensor, before a byte of data is read). The core then plans
 the reads: only the selected tensors' bytes, adjacent tensors of a file merged into one range.
