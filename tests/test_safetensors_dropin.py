@@ -152,6 +152,10 @@ def test_safe_open_errors_match_safetensors(tmp_path, monkeypatch):
             gs.safe_open("x.safetensors", framework=fw, device=dev)
     with gs.safe_open("x.safetensors", framework="pt", backend="pread") as f:
         assert list(f.get_tensors()) == ["a"]
+        part = f.get_slice("a")
+    with st.safe_open("x.safetensors", framework="pt") as ref:
+        ref_part = ref.get_slice("a")
+    assert torch.equal(part[1:], ref_part[1:])  # a slice still reads after the with block
     for method in ("keys", "metadata", "offset_keys", "get_tensors"):
         with pytest.raises(gs.SafetensorError, match="^File is closed$"):
             getattr(f, method)()

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
-from typing import Any
+from typing import Any, Iterator
 
 from .. import _native
 from ..cufile import CuFile
@@ -28,8 +29,9 @@ class Slice:
     """``safe_open(...).get_slice(name)``: shape and dtype without reading, and ``[...]`` to
     read part of the tensor."""
 
-    def __init__(self, handle: "safe_open", t: Tensor) -> None:
+    def __init__(self, handle: "safe_open", ck: Checkpoint, t: Tensor) -> None:
         self._h = handle
+        self._ck = ck  # read from after the handle's close too, as safetensors' slices are
         self._t = t
 
     def get_shape(self) -> list[int]:
@@ -48,7 +50,7 @@ class Slice:
         t = self._t
         key = _checked(t, key)
         rows, key = _row_range(t, key)
-        return self._h._read(t, rows, key)
+        return self._h._read(t, rows, key, self._ck)
 
 
 def _shown(key: tuple) -> str:
@@ -253,17 +255,29 @@ class safe_open:  # noqa: N801 - safetensors' name
 
     def get_slice(self, name: str) -> Slice:
         """A lazily read view of tensor ``name``: ``get_shape()``, ``get_dtype()``, ``[...]``."""
-        return Slice(self, self._open().get(name))
+        ck = self._open()
+        return Slice(self, ck, ck.get(name))
 
-    def _file(self, i: int) -> CuFile:
+    @contextlib.contextmanager
+    def _file(self, ck: Checkpoint, i: int) -> Iterator[CuFile]:
+        """File ``i`` of ``ck``: the handle kept open while this is; after ``close()`` (a
+        slice read later, as ``safetensors`` allows) one opened for this read only."""
+        if self._ck is not ck:
+            h = ck.open_file(i)
+            try:
+                yield h
+            finally:
+                h.close()
+            return
         h = self._handles[i]
         if h is None:
-            h = self._handles[i] = self._open().open_file(i)
-        return h
+            h = self._handles[i] = ck.open_file(i)
+        yield h
 
-    def _read(self, t: Tensor, rows: tuple[int, int] | None, key: tuple | None) -> Any:
+    def _read(self, t: Tensor, rows: tuple[int, int] | None, key: tuple | None,
+              ck: Checkpoint | None = None) -> Any:
         fw = self._fw
-        ck = self._open()
+        ck = self._open() if ck is None else ck
         dtype = fw.dtype(t, ck.files[t.file])
         if rows is None:
             part, offset, nbytes = t, t.offset, t.nbytes
@@ -276,11 +290,13 @@ class safe_open:  # noqa: N801 - safetensors' name
         fw.check_shape(part, dtype, ck.files[t.file])
         if fw.name == "flax":
             # A JAX array of its own; indexing it makes another (JAX has no views).
-            out = read_groups(fw.mod, {self._dev: [(part, self._file(t.file), dtype)]})
+            with self._file(ck, t.file) as f:
+                out = read_groups(fw.mod, {self._dev: [(part, f, dtype)]})
             return out[self._dev][0] if key is None else out[self._dev][0][key]
         buf = fw.empty(nbytes, self._dev)
         if nbytes:
-            self._file(t.file).read(fw.io_target(buf), nbytes, offset)
+            with self._file(ck, t.file) as f:
+                f.read(fw.io_target(buf), nbytes, offset)
         out = fw.view(buf, 0, part, dtype)
         if key is None:
             return out
