@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -122,15 +123,41 @@ def without_root(fn) -> None:
                     pytrace=False)
 
 
+# The temporary directory as the run found it: folders other users must reach are made here
+# (the run's own folder is root's alone) and removed by the fixtures that make them.
+SHARED_TMP = tempfile.gettempdir()
+
+# What the run writes to the temporary directory goes into a folder of its own, in this process
+# and the ones it starts: the tests' files, pytest's tmp_path folders, and what libraries put
+# there for them (dask's scratch space, PyG's generated modules, torch's compile cache, made as
+# early as collection). A passing run removes it, so a test run leaves the user's TMPDIR as it
+# was (scripts/test.sh checks); a failing one keeps it for a look and says where.
+RUN_TMP = tempfile.mkdtemp(prefix="gpufile-test-run-", dir=SHARED_TMP)
+tempfile.tempdir = RUN_TMP
+os.environ["TMPDIR"] = RUN_TMP
+
+
+_run_passed = []  # set by pytest_sessionfinish below
+
+
+def pytest_unconfigure(config):
+    # After pytest's own clean-up of its folders, which sit inside RUN_TMP.
+    import shutil
+
+    if _run_passed:
+        shutil.rmtree(RUN_TMP, ignore_errors=True)
+    else:
+        print(f"\nthe run's temporary files are kept in {RUN_TMP}")
+
+
 @pytest.fixture
 def open_tmp_path():
     """A fresh folder every user may look into (pytest's tmp_path sits in root's private
     folder), for files a test opens after dropping root (without_root)."""
     import shutil
-    import tempfile
     from pathlib import Path
 
-    d = tempfile.mkdtemp(prefix="gpufile-test-")
+    d = tempfile.mkdtemp(prefix="gpufile-test-", dir=SHARED_TMP)
     os.chmod(d, 0o755)
     try:
         yield Path(d)
@@ -370,6 +397,8 @@ def pytest_sessionfinish(session, exitstatus):
     if _skips_not_allowed() and exitstatus in (pytest.ExitCode.OK,
                                                pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if session.exitstatus == pytest.ExitCode.OK:
+        _run_passed.append(True)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

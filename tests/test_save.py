@@ -205,7 +205,9 @@ def test_a_directory_that_refuses_new_files_is_named_and_nothing_is_published():
     """)
     import shutil
     import tempfile
-    top = tempfile.mkdtemp()  # pytest's own folder is closed to other users
+    from conftest import SHARED_TMP
+
+    top = tempfile.mkdtemp(dir=SHARED_TMP)  # pytest's own folder is closed to other users
     d = Path(top) / "ro"
     d.mkdir()
     (d / "m.safetensors").write_bytes(b"old")
