@@ -25,13 +25,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpufile::batch::OpBuffer;
-use gpufile::formats::safetensors::{
+use gpufile::__private::batch::OpBuffer;
+use gpufile::observe::Report;
+use gpufile::safetensors::{
     submit_load, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan, Target,
 };
-use gpufile::future::StopFlag;
-use gpufile::observe::Report;
 use gpufile::source::{IoContext, Source};
+use gpufile::StopFlag;
 use gpufile::{Engine, ErrorKind, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
@@ -592,7 +592,7 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufile::formats::safetensors::Header;
+    use gpufile::safetensors::Header;
 
     /// A checkpoint of one file with tensors `names` (F32, 2 elements each), parsed from bytes.
     fn checkpoint(names: &[&str]) -> Checkpoint {

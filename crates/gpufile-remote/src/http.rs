@@ -21,7 +21,7 @@ mod transport;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 use gpufile::{Error, Result};
 use ureq::http::Response;
 use ureq::tls::TlsConfig;

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 
 thread_local! {
     /// The flag of the [`with_stop`] call this thread is in, if any.
