@@ -129,3 +129,8 @@ pub mod __private;
 
 /// gpufile's version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+// The README's examples are compiled with the doc tests, so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

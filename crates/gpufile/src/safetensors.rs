@@ -44,10 +44,11 @@
 
 use std::path::Path;
 
-use crate::batch::OpBuffer;
 use crate::request::Buffer;
 use crate::Engine;
 
+/// The memory of a [`Target`]: a [`Buffer`] (host or device), with what is known of it.
+pub use crate::batch::OpBuffer;
 pub use crate::formats::safetensors::save::checkpoint::{
     parse_size, save_checkpoint, CheckpointIndex, MetaValue, SaveOptions,
 };
