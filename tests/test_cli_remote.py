@@ -63,6 +63,10 @@ def test_read_url_into_host_memory_verified(served):
     # 11 ranged GETs of 100 KiB; the size request and --verify's read are not counted.
     assert remote["bytes"] == len(data)
     assert remote["requests"] == 11 and remote["retries"] == 0
+    # What ran is the remote path, not a local POSIX read.
+    assert out["observed"]["path"] == "remote"
+    assert out["observed"]["by_path"]["remote"]["bytes"] == len(data)
+    assert out["observed"]["by_path"]["gpufile-posix"]["ops"] == 0
 
 
 def test_read_url_range_and_text_report(served):
@@ -161,3 +165,25 @@ def test_read_url_from_a_server_ignoring_ranges_says_so_in_the_path(tmp_path):
     assert "server ignores Range: one whole-body GET" in out["path"]["reason"]["text"]
     # One GET for the read (the probe of byte 0 and --verify's read are not counted).
     assert out["remote"]["requests"] == 1
+
+
+def test_a_remote_load_reports_the_remote_path_and_its_endpoint(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    tensors = {f"t{i}": np.full((1000,), i, dtype=np.float32) for i in range(3)}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with LocalHttpServer(tmp_path, max_lifetime=60) as server:
+        url = f"{server.url}/model.safetensors"
+        out, _ = cli_json("load", url, "--host", "--verify")
+        r = cli("load", url, "--host", "--verify")
+    check_object(out, "load")
+    assert out["verified"] is True and out["tensors"] == 3
+    assert out["observed"]["path"] == "remote", out["observed"]
+    assert out["observed"]["by_path"]["gpufile-posix"]["ops"] == 0
+    assert out["remote"] == {"endpoint": "HTTP", "credentials": None}
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.decode()
+    assert "remote      HTTP\n" in text, text
+    assert "observed    remote (remote: " in text, text
+    assert "gpufile-posix" not in text, text

@@ -202,7 +202,8 @@ def test_a_remote_read_is_one_operation_and_its_probe_connections_and_retry_are_
     np.testing.assert_array_equal(out, data)
     ranges = log.read_text().splitlines()
     assert ranges[0] == "bytes=0-0", f"the byte-0 range probe ran first: {ranges}"
-    assert obs.report["gpufile-posix"]["ops"] == 1, "observe() too counts the read, not its probe"
+    assert obs.report["remote"]["ops"] == 1, "observe() too counts the read, not its probe"
+    assert obs.report["gpufile-posix"]["ops"] == 0, "a remote read is not a local POSIX one"
     assert (s.num_ops, s.bytes_read) == (1, data.nbytes), "the read, not its range probe or tasks"
     row = s.by_backend["REMOTE_HTTP"]
     assert (row["num_ops"], row["path"]) == (1, "remote")

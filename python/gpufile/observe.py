@@ -16,7 +16,9 @@ class Report:
     Attributes
     ----------
     paths : dict
-        ``{"gpufile-posix": {...}, "cufile": {...}}``, each with ``ops`` (requests),
+        ``{"gpufile-posix": {...}, "cufile": {...}, "remote": {...}}`` (``remote``: requests on
+        remote objects, HTTP, S3, GCS or WebHDFS, whose bytes crossed the network), each with
+        ``ops`` (requests),
         ``tasks``, ``bytes``, ``seconds`` (busy time, summed over requests), ``gb_per_s``
         (decimal GB/s), ``errors`` and ``dma_bytes`` (of ``bytes``, those the GPU copied
         straight from registered page cache, with no bounce buffer: see ``dma_cache_size``).
@@ -33,7 +35,7 @@ class Report:
 
     def __init__(self, data: dict[str, Any]) -> None:
         self._data = data
-        self.paths = {k: data[k] for k in ("gpufile-posix", "cufile")}
+        self.paths = {k: data[k] for k in ("gpufile-posix", "cufile", "remote")}
         self.cufile_path: str | None = data["cufile_path"]
         self.cufile_stats: dict[str, int] | None = data["cufile_stats"]
         self.cufile_stats_note: str | None = data["cufile_stats_note"]

@@ -21,7 +21,6 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,7 +29,6 @@ use gpufile::observe::Report;
 use gpufile::safetensors::{
     submit_load, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan, Target,
 };
-use gpufile::source::{IoContext, Source};
 use gpufile::StopFlag;
 use gpufile::{Engine, ErrorKind, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
@@ -162,6 +160,9 @@ struct Loaded {
     memory_note: Option<String>,
     settings: Settings,
     path: Option<IoPath>,
+    /// A remote checkpoint's endpoint type and where its credentials came from (never the
+    /// credentials).
+    remote: Option<(String, Option<&'static str>)>,
     verified: Option<bool>,
     observed: Report,
 }
@@ -230,6 +231,10 @@ impl Loaded {
                 "compat_mode": self.settings.compat_mode.name(),
             },
             "path": self.path.as_ref().map(schema::path),
+            "remote": self.remote.as_ref().map(|(endpoint, credentials)| json!({
+                "endpoint": endpoint,
+                "credentials": credentials,
+            })),
             "header_seconds": self.header_seconds,
             "allocation_seconds": self.allocation_seconds,
             "seconds": self.seconds,
@@ -280,6 +285,12 @@ impl Loaded {
         if let Some(p) = &self.path {
             text += &format!("path        {}\nreason      {}\n", p.backend, p.reason);
         }
+        if let Some((endpoint, credentials)) = &self.remote {
+            text += &format!("remote      {endpoint}\n");
+            if let Some(c) = credentials {
+                text += &format!("credentials {c}\n");
+            }
+        }
         text += &format!(
             "threads     {}\ntask_size   {}\n",
             self.settings.num_threads,
@@ -290,6 +301,7 @@ impl Loaded {
         let counts: Vec<String> = [
             ("gpufile-posix", &self.observed.gpufile_posix),
             ("cufile", &self.observed.cufile),
+            ("remote", &self.observed.remote),
         ]
         .into_iter()
         .filter(|(_, t)| t.ops > 0)
@@ -413,14 +425,7 @@ fn verify(
             let at_file = header.data_start + info.start + done;
             match remote {
                 Some(remote) => {
-                    let progress = AtomicU64::new(0);
-                    let call = IoContext {
-                        progress: &progress,
-                        direct: false,
-                        direct_uncached: false,
-                        stop,
-                    };
-                    remote[entry.file].read_at(&mut want, at_file, call)?;
+                    crate::read::plain_remote_read(&remote[entry.file], &mut want, at_file, stop)?
                 }
                 None => {
                     let file = match files.entry(entry.file) {
@@ -578,6 +583,10 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
         memory_note,
         settings,
         path,
+        remote: remote
+            .as_ref()
+            .and_then(|files| files.first())
+            .map(|f| (f.remote_endpoint_type().to_string(), f.credentials_source())),
         verified,
         observed,
     };

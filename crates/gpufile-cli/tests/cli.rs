@@ -231,14 +231,7 @@ fn an_interrupted_bench_removes_its_write_file() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
+    let (_, err) = interrupted(child);
     assert!(err.contains("interrupted (SIGINT)"), "{err}");
     assert_eq!(names(), ["data.bin"]);
     assert_eq!(std::fs::metadata(&data).unwrap().len(), 16 << 20);
@@ -274,14 +267,7 @@ fn an_interrupted_read_repeat_says_so_in_one_line_and_exits_130() {
         assert!(start.elapsed().as_secs() < 120, "no reads after 120 s");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
+    let (out, err) = interrupted(child);
     assert_eq!(
         err,
         "gpufile: error: interrupted (SIGINT); the read was stopped; nothing is reported\n"
@@ -315,4 +301,17 @@ fn bench_never_writes_through_a_symlink() {
     let o = gpufile(&args, &[]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(!dir.path().join("target.bin").exists());
+}
+
+/// Sends SIGINT to `child` and waits for it: its output and stderr, once it exited with 130.
+fn interrupted(child: std::process::Child) -> (std::process::Output, String) {
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    (out, err)
 }

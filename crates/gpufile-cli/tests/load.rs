@@ -102,6 +102,7 @@ fn load_to_host_reports_tensors_bytes_and_path() {
             "memory_note",
             "observed",
             "path",
+            "remote",
             "requests",
             "schema_version",
             "seconds",
@@ -119,6 +120,7 @@ fn load_to_host_reports_tensors_bytes_and_path() {
     assert_eq!(v["checkpoint_bytes"], total);
     assert_eq!(v["memory"], "host");
     assert!(v["device"].is_null() && v["memory_note"].is_null());
+    assert!(v["remote"].is_null(), "a local checkpoint");
     assert_eq!(v["verified"], true);
     // Adjacent tensors are one request when their alignment allows (F32 then BF16 then I64
     // then BOOL: all land where they must), the empty one none.

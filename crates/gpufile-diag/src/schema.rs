@@ -74,15 +74,17 @@ pub fn totals(t: &PathTotals) -> Value {
 }
 
 /// What ran over a span: `{"path": str|null, "by_path": {"gpufile-posix": totals, "cufile":
-/// totals}, "cufile_stats": obj|null, "cufile_stats_note": str|null}`. `path` names the path
-/// that moved the bytes: "gpufile-posix", "cufile-nvfs", "cufile-compat", "cufile" (cuFile's
-/// counters unknown), or null where nothing ran.
+/// totals, "remote": totals}, "cufile_stats": obj|null, "cufile_stats_note": str|null}`. `path`
+/// names the path that moved the bytes: "gpufile-posix", "cufile-nvfs", "cufile-compat",
+/// "cufile" (cuFile's counters unknown), "remote" (a remote object's), several joined by "+",
+/// or null where nothing ran.
 pub fn observation(r: &Report) -> Value {
     json!({
         "path": observed_path(r),
         "by_path": {
             "gpufile-posix": totals(&r.gpufile_posix),
             "cufile": totals(&r.cufile),
+            "remote": totals(&r.remote),
         },
         "cufile_stats": r.cufile_stats,
         "cufile_stats_note": r.cufile_stats_note,
@@ -91,22 +93,23 @@ pub fn observation(r: &Report) -> Value {
 
 /// The path that moved the bytes of a span (see [`observation`]).
 pub fn observed_path(r: &Report) -> Option<String> {
-    match (r.cufile.ops, r.gpufile_posix.ops) {
-        (0, 0) => None,
-        (0, _) => Some("gpufile-posix".into()),
-        (_, 0) => Some(r.cufile_path().unwrap_or("cufile").into()),
-        (_, _) => Some(format!(
-            "gpufile-posix+{}",
-            r.cufile_path().unwrap_or("cufile")
-        )),
-    }
+    let ran: Vec<&str> = [
+        (r.gpufile_posix.ops, "gpufile-posix"),
+        (r.cufile.ops, r.cufile_path().unwrap_or("cufile")),
+        (r.remote.ops, "remote"),
+    ]
+    .into_iter()
+    .filter(|(ops, _)| *ops > 0)
+    .map(|(_, name)| name)
+    .collect();
+    (!ran.is_empty()).then(|| ran.join("+"))
 }
 
 /// The bytes and busy seconds of a span, over every path.
 pub fn moved(r: &Report) -> (u64, f64) {
     (
-        r.gpufile_posix.bytes + r.cufile.bytes,
-        r.gpufile_posix.busy_s + r.cufile.busy_s,
+        r.gpufile_posix.bytes + r.cufile.bytes + r.remote.bytes,
+        r.gpufile_posix.busy_s + r.cufile.busy_s + r.remote.busy_s,
     )
 }
 

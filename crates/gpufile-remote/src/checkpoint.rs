@@ -22,8 +22,8 @@ use percent_encoding::utf8_percent_encode;
 
 use crate::error::{RemoteError, RemoteFailure};
 use crate::file::RemoteFile;
-use crate::keys::KEY_ENCODE;
-use crate::RemoteEndpointType;
+use crate::syntax::endpoint::RemoteEndpointType;
+use crate::syntax::keys::KEY_ENCODE;
 
 /// Bytes asked for at once for a header: the 8-byte length and, for most files, all the JSON.
 pub const HEADER_PROBE: usize = 64 << 10;
@@ -73,7 +73,7 @@ pub struct RemoteCheckpoint {
 
 /// Whether `path` is a URL that [`open_checkpoint`] reads (`s3://`, `gs://`, `http(s)://`).
 pub fn is_url(path: &str) -> bool {
-    crate::endpoint::scheme(path)
+    crate::syntax::scheme::scheme(path)
         .is_ok_and(|s| matches!(s.as_str(), "s3" | "gs" | "http" | "https"))
 }
 
@@ -81,7 +81,7 @@ pub fn is_url(path: &str) -> bool {
 fn sibling(url: &str, name: &str) -> String {
     let base = url.split(['?', '#']).next().unwrap_or(url);
     let dir = &base[..base.rfind('/').map_or(base.len(), |i| i + 1)];
-    let scheme = crate::endpoint::scheme(url).unwrap_or_default();
+    let scheme = crate::syntax::scheme::scheme(url).unwrap_or_default();
     match scheme.as_str() {
         "http" | "https" => format!("{dir}{}", utf8_percent_encode(name, KEY_ENCODE)),
         _ => format!("{dir}{name}"), // s3:// and gs:// keys are taken literally
@@ -203,7 +203,7 @@ pub fn open_checkpoint(url: &str) -> Result<RemoteCheckpoint> {
             Ok(RemoteCheckpoint { checkpoint, files })
         }
         Err(CheckpointError::Remote(e)) if is_404(&e) => Err(FormatError::NotACheckpoint {
-            path: crate::endpoint::redact(url).into(),
+            path: crate::syntax::redact::redact(url).into(),
             reason: "no model.safetensors.index.json and no model.safetensors under this \
                      prefix (a prefix is not listed: name the file or the index)"
                 .into(),

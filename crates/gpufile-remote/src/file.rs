@@ -5,10 +5,20 @@ use std::sync::Arc;
 use gpufile::source::{IoContext, Source};
 use gpufile::{Error, Result};
 
-use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
 use crate::error::{RemoteError, RemoteFailure};
-use crate::gcs::{self, GcsObject};
-use crate::http::{Client, RangeSupport, RemoteStats, Target, WHOLE_BODY_REASON};
+use crate::gcs::object::GcsObject;
+use crate::http::client::{Client, RemoteStats};
+use crate::http::range::{RangeSupport, WHOLE_BODY_REASON};
+use crate::http::request::Target;
+use crate::s3::chain::is_source_failure;
+use crate::s3::{S3Object, S3Options};
+use crate::syntax::endpoint::{explicit_kind, infer, RemoteEndpointType};
+use crate::syntax::env::{process_env, Env};
+use crate::syntax::gs::is_gs_scheme;
+use crate::syntax::redact::redact;
+use crate::syntax::s3::{parse_s3_url, public_http_url};
+use crate::syntax::scheme::{check_http, scheme};
+use crate::webhdfs::{user_param, webhdfs_length, webhdfs_parts};
 
 /// Why a read of a server that answers ranges takes its path, in path reports.
 pub const RANGED_REASON: &str = "ranged requests of task_size over the workers";
@@ -50,15 +60,12 @@ impl std::fmt::Debug for Access {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URLs redacted, as everywhere they are shown.
         match self {
-            Access::Plain { url } => f
-                .debug_struct("Plain")
-                .field("url", &endpoint::redact(url))
-                .finish(),
+            Access::Plain { url } => f.debug_struct("Plain").field("url", &redact(url)).finish(),
             Access::Gcs(g) => g.fmt(f),
             Access::S3(o) => o.fmt(f),
             Access::WebHdfs { base, user } => f
                 .debug_struct("WebHdfs")
-                .field("base", &endpoint::redact(base))
+                .field("base", &redact(base))
                 .field("user", user)
                 .finish(),
         }
@@ -78,19 +85,13 @@ pub struct RemoteFile {
     min_request: Option<usize>,
 }
 
-pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
-
-pub(crate) fn process_env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
-}
-
 impl RemoteFile {
     fn new(access: Access, kind: RemoteEndpointType, nbytes: Option<u64>) -> Result<Self> {
         let (shown, sent) = match &access {
-            Access::Plain { url } => (endpoint::redact(url), url.clone()),
+            Access::Plain { url } => (redact(url), url.clone()),
             Access::Gcs(g) => (g.gs.clone(), g.url.clone()),
             Access::S3(o) => (o.url(), o.url.as_str().to_owned()),
-            Access::WebHdfs { base, .. } => (endpoint::redact(base), base.clone()),
+            Access::WebHdfs { base, .. } => (redact(base), base.clone()),
         };
         let tls = sent.to_ascii_lowercase().starts_with("https://");
         let mut f = RemoteFile {
@@ -260,9 +261,9 @@ impl RemoteFile {
     /// S3 by URL: `s3://bucket/object` or an `http(s)://` URL of the object; `Unsupported
     /// protocol` for any other scheme.
     pub fn open_s3_url(url: &str, nbytes: Option<u64>, options: &S3Options) -> Result<Self> {
-        match endpoint::scheme(url)?.as_str() {
+        match scheme(url)?.as_str() {
             "s3" => {
-                let (bucket, key) = endpoint::parse_s3_url(url)?;
+                let (bucket, key) = parse_s3_url(url)?;
                 Self::open_s3(&bucket, &key, nbytes, options)
             }
             "http" | "https" => {
@@ -271,7 +272,7 @@ impl RemoteFile {
             }
             _ => Err(Error::InvalidArgument(format!(
                 "Unsupported protocol: {}",
-                endpoint::redact(url)
+                redact(url)
             ))),
         }
     }
@@ -279,8 +280,8 @@ impl RemoteFile {
     /// A public S3 object (no signing): an `http(s)://` URL, or `s3://bucket/object` (read
     /// through `AWS_ENDPOINT_URL`, else AWS's global endpoint).
     pub fn open_s3_public(url: &str, nbytes: Option<u64>) -> Result<Self> {
-        let http = match endpoint::scheme(url)?.as_str() {
-            "s3" => endpoint::public_http_url(url, &process_env)?,
+        let http = match scheme(url)?.as_str() {
+            "s3" => public_http_url(url, &process_env)?,
             _ => {
                 check_http(url, RemoteEndpointType::S3Public)?;
                 url.to_owned()
@@ -297,7 +298,7 @@ impl RemoteFile {
     /// of `https://storage.googleapis.com/<bucket>/<object>` (GCS's XML API), or of the host in
     /// `STORAGE_EMULATOR_HOST` where that is set; size by `HEAD`. Each request carries a bearer
     /// token of the credentials Google's Application Default Credentials find (see
-    /// `gcs_auth.rs`); with none, requests are anonymous and read public objects only. Opened
+    /// `gcs/credentials.rs`); with none, requests are anonymous and read public objects only. Opened
     /// as [`RemoteEndpointType::Http`], shown (`url()`, errors) as the `gs://` URL. A 401 or 403
     /// answer says which credentials were used, or that none were found.
     pub fn open_gcs_public(url: &str, nbytes: Option<u64>) -> Result<Self> {
@@ -354,7 +355,7 @@ impl RemoteFile {
     ) -> Result<Self> {
         let allow = allow_list.unwrap_or(&RemoteEndpointType::DEFAULT_ALLOW_LIST);
         let kind = if kind == RemoteEndpointType::Auto {
-            let kind = endpoint::infer(url, allow)?;
+            let kind = infer(url, allow)?;
             if kind == RemoteEndpointType::S3 {
                 match Self::open_as(url, kind, nbytes) {
                     // Not when a configured credential source failed (boto3 and the AWS SDKs
@@ -362,7 +363,7 @@ impl RemoteFile {
                     Err(e)
                         if allow.contains(&RemoteEndpointType::S3Public)
                             && !matches!(e, Error::Cancelled)
-                            && !crate::aws_chain::is_source_failure(&e) =>
+                            && !is_source_failure(&e) =>
                     {
                         return Self::open_as(url, RemoteEndpointType::S3Public, nbytes)
                     }
@@ -382,7 +383,7 @@ impl RemoteFile {
             RemoteEndpointType::S3Public => Self::open_s3_public(url, nbytes),
             RemoteEndpointType::S3PresignedUrl => Self::open_s3_presigned_url(url, nbytes),
             RemoteEndpointType::WebHdfs => Self::open_webhdfs(url, nbytes),
-            RemoteEndpointType::Http | RemoteEndpointType::Auto if gcs::is_gs_scheme(url) => {
+            RemoteEndpointType::Http | RemoteEndpointType::Auto if is_gs_scheme(url) => {
                 Self::open_gcs_public(url, nbytes)
             }
             RemoteEndpointType::Http | RemoteEndpointType::Auto => Self::open_http(url, nbytes),
@@ -564,95 +565,9 @@ impl Source for RemoteFile {
     }
 }
 
-/// An explicit endpoint type, checked before any request: in `allow`, and fitting the URL.
-pub(crate) fn explicit_kind(
-    url: &str,
-    kind: RemoteEndpointType,
-    allow: &[RemoteEndpointType],
-) -> Result<RemoteEndpointType> {
-    if !allow.contains(&kind) {
-        return Err(Error::InvalidArgument(format!(
-            "{kind} is not in the allowlist."
-        )));
-    }
-    endpoint::scheme(url)?;
-    if !kind.accepts(url) {
-        let note = match kind {
-            RemoteEndpointType::Http => endpoint::gs_note(url),
-            _ => String::new(),
-        };
-        return Err(Error::InvalidArgument(format!(
-            "Invalid URL for {kind} endpoint: {}{note}",
-            endpoint::redact(url)
-        )));
-    }
-    Ok(kind)
-}
-
-/// A WebHDFS URL's base (no query) and user: `user.name` in the URL, else
-/// `KVIKIO_WEBHDFS_USERNAME`.
-pub(crate) fn webhdfs_parts(url: &str, env: Env<'_>) -> (String, Option<String>) {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let user = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("user.name="))
-        .map(str::to_owned)
-        .or_else(|| env("KVIKIO_WEBHDFS_USERNAME").filter(|u| !u.is_empty()));
-    (base.split('#').next().unwrap_or(base).to_owned(), user)
-}
-
-pub(crate) fn user_param(user: &Option<String>) -> String {
-    user.as_ref()
-        .map(|u| format!("user.name={u}&"))
-        .unwrap_or_default()
-}
-
-/// `FileStatus.length` of a WebHDFS `GETFILESTATUS` answer.
-fn webhdfs_length(body: &str) -> Option<u64> {
-    let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    v.get("FileStatus")
-        .and_then(|s| s.get("length"))
-        .or_else(|| v.get("length"))?
-        .as_u64()
-}
-
-pub(crate) fn check_http(url: &str, kind: RemoteEndpointType) -> Result<()> {
-    match endpoint::scheme(url)?.as_str() {
-        "http" | "https" => {
-            // A `#`, `?` or `/` typed in a password ends the authority for every client, which
-            // would then ask another host (the user name looked up as one): refused here,
-            // said plainly.
-            let (_, rest) = url.split_once("://").unwrap_or_default();
-            match crate::redact::userinfo_end(rest) {
-                Some(at) if rest[..at].contains(['#', '?', '/']) => {
-                    Err(Error::InvalidArgument(format!(
-                        "{}: the URL's user name or password holds a '#', '?' or '/' that is not \
-                         percent-encoded (write %23, %3F, %2F)",
-                        endpoint::redact(url)
-                    )))
-                }
-                _ => Ok(()),
-            }
-        }
-        _ => Err(Error::InvalidArgument(format!(
-            "Unsupported protocol for {kind}: {} (http:// or https://)",
-            endpoint::redact(url)
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn webhdfs_length_from_file_status() {
-        let body = r#"{"FileStatus":{"accessTime":0,"length":24930,"type":"FILE"}}"#;
-        assert_eq!(webhdfs_length(body), Some(24930));
-        assert_eq!(webhdfs_length(r#"{"length": 5}"#), Some(5));
-        assert_eq!(webhdfs_length(r#"{"FileStatus":{"type":"FILE"}}"#), None);
-        assert_eq!(webhdfs_length("not json"), None);
-    }
 
     /// A source over memory, to test the splitting without a server.
     struct Bytes(Vec<u8>);

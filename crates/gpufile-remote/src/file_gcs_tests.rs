@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn gs_urls_open_as_http_objects_anonymous_without_credentials() {
     let env = |k: &str| match k {
-        gcs::EMULATOR_HOST_VAR => Some("127.0.0.1:9".to_string()),
+        crate::EMULATOR_HOST_VAR => Some("127.0.0.1:9".to_string()),
         "NO_GCE_CHECK" => Some("true".to_string()),
         _ => None,
     };

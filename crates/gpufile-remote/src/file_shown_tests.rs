@@ -218,7 +218,7 @@ fn gs_objects_show_no_credentials() {
     let (port, _log) = server();
     let env = |host: String| {
         move |k: &str| match k {
-            gcs::EMULATOR_HOST_VAR => Some(host.clone()),
+            crate::EMULATOR_HOST_VAR => Some(host.clone()),
             "NO_GCE_CHECK" => Some("true".to_string()),
             _ => None,
         }

@@ -23,7 +23,8 @@ use gpufile::source::{Endpoint, Sink};
 use gpufile::StopFlag;
 use gpufile::{Buffer, Engine, Error, IoFuture, Request, Settings};
 
-use crate::endpoint::{redact, RemoteEndpointType};
+use crate::syntax::endpoint::RemoteEndpointType;
+use crate::syntax::redact::redact;
 use crate::writer::RemoteWriter;
 
 /// Why a checkpoint save by URL failed.

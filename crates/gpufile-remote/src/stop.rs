@@ -1,7 +1,7 @@
 //! A caller's stop flag for everything an open does on its thread (Ctrl-C in Python and the
 //! CLI): the credential fetches (a `credential_process`, STS, IMDS, container credentials, a
 //! Google token endpoint or metadata server) and the requests that carry no stop flag of their
-//! own (the size request). Set, they end soon (within [`crate::http::STOP_POLL`] of a wait on a
+//! own (the size request). Set, they end soon (within [`STOP_POLL`] of a wait on a
 //! socket or a process; a connection being opened is waited for, up to its connect timeout)
 //! with [`gpufile::Error::Cancelled`], and a `credential_process` still running is killed.
 //!
@@ -12,6 +12,11 @@ use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use gpufile::StopFlag;
+
+/// How long a socket read or a backoff waits before it looks at the stop flag again: a
+/// cancelled request or credential fetch ends within about this long (Python polls for Ctrl-C
+/// every 50 ms too).
+pub(crate) const STOP_POLL: Duration = Duration::from_millis(20);
 
 thread_local! {
     /// The flag of the [`with_stop`] call this thread is in, if any.
@@ -55,7 +60,7 @@ pub(crate) fn sleep(delay: Duration) -> bool {
         if left.is_zero() {
             return true;
         }
-        std::thread::sleep(left.min(crate::http::STOP_POLL));
+        std::thread::sleep(left.min(STOP_POLL));
     }
 }
 

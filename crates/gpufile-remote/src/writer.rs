@@ -26,7 +26,7 @@
 //! WebHDFS have no parts: their object is collected in host memory and sent at close in one
 //! request (WebHDFS: `op=CREATE` to the name node, then the bytes to the data node it
 //! redirects to). `gs://` objects go as GCS resumable uploads whose chunks are the parts, sent
-//! in order (`gcs_write.rs`).
+//! in order (`gcs/upload.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -36,12 +36,19 @@ use gpufile::Range;
 use gpufile::StopFlag;
 use gpufile::{Error, Result};
 
-use crate::endpoint::{self, RemoteEndpointType, S3Object, S3Options};
 use crate::error::{RemoteError, RemoteFailure};
-use crate::file::{self, check_http, process_env, Env};
-use crate::gcs::{self, GcsObject};
-use crate::gcs_write::{self, GcsUpload};
-use crate::http::{Client, RemoteStats, Target};
+use crate::gcs::object::GcsObject;
+use crate::gcs::upload::{self, GcsUpload};
+use crate::http::client::{Client, RemoteStats};
+use crate::http::request::Target;
+use crate::s3::{S3Object, S3Options};
+use crate::syntax::endpoint::{explicit_kind, infer, RemoteEndpointType};
+use crate::syntax::env::{process_env, Env};
+use crate::syntax::gs::is_gs_scheme;
+use crate::syntax::redact::redact;
+use crate::syntax::s3::parse_s3_url;
+use crate::syntax::scheme::{check_http, scheme};
+use crate::webhdfs::webhdfs_parts;
 
 mod close;
 mod multipart;
@@ -59,7 +66,7 @@ enum Dest {
     Put { url: String },
     /// WebHDFS: `op=CREATE` at the name node, then the bytes where it redirects.
     WebHdfs { base: String, user: Option<String> },
-    /// A `gs://` object: a resumable upload whose chunks are the parts (`gcs_write.rs`).
+    /// A `gs://` object: a resumable upload whose chunks are the parts (`gcs/upload.rs`).
     Gcs(Box<GcsUpload>),
 }
 
@@ -68,13 +75,10 @@ impl std::fmt::Debug for Dest {
         // The URLs redacted (a presigned PUT URL's signature), as everywhere they are shown.
         match self {
             Dest::S3(o) => o.fmt(f),
-            Dest::Put { url } => f
-                .debug_struct("Put")
-                .field("url", &endpoint::redact(url))
-                .finish(),
+            Dest::Put { url } => f.debug_struct("Put").field("url", &redact(url)).finish(),
             Dest::WebHdfs { base, user } => f
                 .debug_struct("WebHdfs")
-                .field("base", &endpoint::redact(base))
+                .field("base", &redact(base))
                 .field("user", user)
                 .finish(),
             Dest::Gcs(g) => g.fmt(f),
@@ -137,8 +141,8 @@ impl RemoteWriter {
     fn new(dest: Dest, kind: RemoteEndpointType, size_hint: Option<u64>) -> Result<Self> {
         let (shown, sent) = match &dest {
             Dest::S3(o) => (o.url(), o.url.as_str().to_owned()),
-            Dest::Put { url } => (endpoint::redact(url), url.clone()),
-            Dest::WebHdfs { base, .. } => (endpoint::redact(base), base.clone()),
+            Dest::Put { url } => (redact(url), url.clone()),
+            Dest::WebHdfs { base, .. } => (redact(base), base.clone()),
             Dest::Gcs(g) => (g.obj.gs.clone(), g.obj.url.clone()),
         };
         let part_size = match &dest {
@@ -148,7 +152,7 @@ impl RemoteWriter {
             }
             Dest::Gcs(_) => {
                 let setting = gpufile::Engine::global()?.settings().remote_part_size as u64;
-                part_size_for(setting, size_hint).next_multiple_of(gcs_write::CHUNK_UNIT)
+                part_size_for(setting, size_hint).next_multiple_of(upload::CHUNK_UNIT)
             }
             _ => u64::MAX,
         };
@@ -190,9 +194,9 @@ impl RemoteWriter {
 
     /// An S3 object by URL: `s3://bucket/object` or an `http(s)://` URL of the object.
     pub fn create_s3_url(url: &str, size_hint: Option<u64>, options: &S3Options) -> Result<Self> {
-        match endpoint::scheme(url)?.as_str() {
+        match scheme(url)?.as_str() {
             "s3" => {
-                let (bucket, key) = endpoint::parse_s3_url(url)?;
+                let (bucket, key) = parse_s3_url(url)?;
                 Self::create_s3(&bucket, &key, size_hint, options)
             }
             "http" | "https" => {
@@ -201,7 +205,7 @@ impl RemoteWriter {
             }
             _ => Err(Error::InvalidArgument(format!(
                 "Unsupported protocol: {}",
-                endpoint::redact(url)
+                redact(url)
             ))),
         }
     }
@@ -226,7 +230,7 @@ impl RemoteWriter {
     /// `user.name`, `KVIKIO_WEBHDFS_USERNAME`), created (overwritten) at close.
     pub fn create_webhdfs(url: &str) -> Result<Self> {
         check_http(url, RemoteEndpointType::WebHdfs)?;
-        let (base, user) = file::webhdfs_parts(url, &process_env);
+        let (base, user) = webhdfs_parts(url, &process_env);
         Self::new(
             Dest::WebHdfs { base, user },
             RemoteEndpointType::WebHdfs,
@@ -236,7 +240,7 @@ impl RemoteWriter {
 
     /// A `gs://<bucket>/<object>` object, written with GCS's resumable upload and the bearer
     /// token of the Google credentials found as [`crate::RemoteFile::open_gcs_public`] finds
-    /// them (see `gcs_write.rs`). Nothing is sent at open.
+    /// them (see `gcs/upload.rs`). Nothing is sent at open.
     fn create_gcs(url: &str, size_hint: Option<u64>) -> Result<Self> {
         let g = GcsUpload::new(GcsObject::open(url, &process_env)?);
         Self::new(Dest::Gcs(Box::new(g)), RemoteEndpointType::Http, size_hint)
@@ -254,19 +258,19 @@ impl RemoteWriter {
     ) -> Result<Self> {
         let allow = allow_list.unwrap_or(&RemoteEndpointType::DEFAULT_ALLOW_LIST);
         let kind = match kind {
-            RemoteEndpointType::Auto => endpoint::infer(url, allow)?,
-            kind => file::explicit_kind(url, kind, allow)?,
+            RemoteEndpointType::Auto => infer(url, allow)?,
+            kind => explicit_kind(url, kind, allow)?,
         };
         match kind {
             RemoteEndpointType::S3 => Self::create_s3_url(url, size_hint, &S3Options::default()),
             RemoteEndpointType::S3Public => Err(Error::InvalidArgument(format!(
                 "{}: an S3 public object cannot be written; write it as S3 (with credentials) \
                  or through a presigned URL",
-                endpoint::redact(url)
+                redact(url)
             ))),
             RemoteEndpointType::S3PresignedUrl => Self::create_s3_presigned_url(url),
             RemoteEndpointType::WebHdfs => Self::create_webhdfs(url),
-            _ if gcs::is_gs_scheme(url) => Self::create_gcs(url, size_hint),
+            _ if is_gs_scheme(url) => Self::create_gcs(url, size_hint),
             _ => Self::create_http(url),
         }
     }

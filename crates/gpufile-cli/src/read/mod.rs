@@ -29,7 +29,9 @@ use crate::{emit_json, CliResult};
 
 mod report;
 mod source;
+
 use report::Outcome;
+pub(crate) use source::plain_remote_read;
 use source::ReadSource;
 
 #[derive(clap::Args, Debug)]

@@ -127,16 +127,7 @@ impl ReadSource {
                 std::os::unix::fs::FileExt::read_exact_at(&f, &mut expect, offset)
                     .map_err(|e| CliError::os("read", file, &e))?;
             }
-            ReadSource::Remote(remote) => {
-                let progress = AtomicU64::new(0);
-                let call = IoContext {
-                    progress: &progress,
-                    direct: false,
-                    direct_uncached: false,
-                    stop,
-                };
-                remote.read_at(&mut expect, offset, call)?;
-            }
+            ReadSource::Remote(remote) => plain_remote_read(remote, &mut expect, offset, stop)?,
         }
         Ok(expect)
     }
@@ -195,4 +186,22 @@ fn remote_reason(plan: &ReadPlan) -> String {
          bounce buffers",
         plan.reason()
     )
+}
+
+/// A plain ranged read of `dst.len()` bytes of `remote` at `offset`, outside the engine (what
+/// `--verify` compares with); `stop` ends its waits.
+pub(crate) fn plain_remote_read(
+    remote: &RemoteFile,
+    dst: &mut [u8],
+    offset: u64,
+    stop: &StopFlag,
+) -> gpufile::Result<()> {
+    let progress = AtomicU64::new(0);
+    let call = IoContext {
+        progress: &progress,
+        direct: false,
+        direct_uncached: false,
+        stop,
+    };
+    remote.read_at(dst, offset, call)
 }

@@ -8,17 +8,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpufile::{Error, Result};
 use ureq::http::Response;
-use ureq::{Body, BodyReader};
+use ureq::Body;
 
+use super::client::{Client, WholeBody};
+use super::request::{header_str, header_u64, lock, Target};
 use super::retry::{classify, Attempt, Policy};
 use super::transport::Watch;
-use super::{header_str, header_u64, lock, Client, Target};
 use crate::error::RemoteFailure;
 
 /// The reason of a whole-object read, in path reports.
 pub const WHOLE_BODY_REASON: &str = "server ignores Range: one whole-body GET";
 
-/// What is known of a server's byte ranges (a [`Counters::ranges`](super::Counters::ranges)
+/// What is known of a server's byte ranges (a [`Counters::ranges`](super::client::Counters::ranges)
 /// value; 0 while unknown).
 const RANGES_HONOURED: u8 = 1;
 const RANGES_IGNORED: u8 = 2;
@@ -32,23 +33,6 @@ pub enum RangeSupport {
     Honoured,
     /// A `200` answer with the whole object to a ranged GET, or `Accept-Ranges: none`.
     Ignored,
-}
-
-/// The rest of a whole-object body, positioned at `next`.
-pub(super) struct WholeBody {
-    url: String,
-    next: u64,
-    /// The body's length, where announced.
-    end: Option<u64>,
-    reader: BodyReader<'static>,
-}
-
-impl std::fmt::Debug for WholeBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WholeBody")
-            .field("next", &self.next)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Client {

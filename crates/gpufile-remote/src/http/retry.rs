@@ -11,13 +11,11 @@
 //! data, so gpufile keeps it clean).
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gpufile::{Error, Result};
 
-use super::transport::{sleep_unless_stopped, Watch};
-use super::{Client, Target};
+use super::request::Target;
 use crate::error::RemoteFailure;
 
 /// The retry policy of one request.
@@ -54,7 +52,7 @@ impl Policy {
 
     /// The wait after failed attempt `n` (1-based): the base doubled per retry, at most the
     /// cap.
-    fn backoff(&self, n: usize) -> Duration {
+    pub(super) fn backoff(&self, n: usize) -> Duration {
         let doublings = (n.max(1) - 1).min(4) as u32;
         (self.backoff_base * (1 << doublings)).min(self.backoff_max)
     }
@@ -87,7 +85,7 @@ impl RetryCause {
     }
 
     /// The reason in the final error.
-    fn reason(self) -> String {
+    pub(super) fn reason(self) -> String {
         match self {
             RetryCause::Status(code) => format!("Got HTTP code {code}"),
             RetryCause::Timeout(secs) => {
@@ -98,7 +96,7 @@ impl RetryCause {
 }
 
 /// One retry's line: KvikIO's record after the library's name, then the request.
-fn retry_record(
+pub(super) fn retry_record(
     cause: RetryCause,
     delay_ms: u64,
     attempt: usize,
@@ -109,63 +107,6 @@ fn retry_record(
         "gpufile: {}. Retrying after {delay_ms}ms (attempt {attempt} of {max}). Request: {request}",
         cause.record()
     )
-}
-
-impl Client {
-    /// Runs `attempt` under the retry policy.
-    pub(super) fn retrying<T>(
-        &self,
-        t: &Target<'_>,
-        method: &str,
-        mut attempt: impl FnMut(&Policy) -> std::result::Result<T, Attempt>,
-    ) -> Result<T> {
-        let policy = Policy::current()?;
-        let _watch = Watch::new(t.stop);
-        let mut last = None;
-        for n in 1..=policy.max_attempts {
-            if t.stopped() {
-                return Err(Error::Cancelled);
-            }
-            // Under the request's flag, the credentials an attempt signs with (a refresh that
-            // runs a `credential_process` or asks STS) stop with it too.
-            let outcome = match t.stop {
-                Some(stop) => crate::stop::with_stop(stop, || attempt(&policy)),
-                None => attempt(&policy),
-            };
-            match outcome {
-                Ok(v) => return Ok(v),
-                // A request stopped mid-attempt fails as cancelled, whatever the socket said.
-                Err(_) if t.stopped() => return Err(Error::Cancelled),
-                Err(Attempt::Fail(e)) => return Err(e),
-                Err(Attempt::Retry(cause)) => {
-                    if n < policy.max_attempts {
-                        self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                        let delay = policy.backoff(n);
-                        gpufile::__private::observe::count_http_retry(delay);
-                        let ms = delay.as_millis() as u64;
-                        let request = format!("{} {}", t.what(method), t.shown);
-                        eprintln!(
-                            "{}",
-                            retry_record(cause, ms, n, policy.max_attempts, &request)
-                        );
-                        if !sleep_unless_stopped(delay, t) {
-                            return Err(Error::Cancelled);
-                        }
-                    }
-                    last = Some(cause);
-                }
-            }
-        }
-        let reason = last.map_or_else(|| "no attempt was made".to_owned(), RetryCause::reason);
-        Err(t.error(
-            RemoteFailure::AttemptsExhausted,
-            format!(
-                "HTTP request reached maximum number of attempts ({}). Reason: {reason} ({})",
-                policy.max_attempts,
-                t.what(method)
-            ),
-        ))
-    }
 }
 
 /// A `ureq` error as an attempt's outcome: timeouts are retried (as in KvikIO), the rest final.

@@ -22,11 +22,8 @@ use ureq::unversioned::transport::{
 };
 use ureq::Agent;
 
-use super::Target;
-
-/// How long a socket read or a backoff waits before it looks at the request's stop flag again:
-/// a cancelled request ends within about this long (Python polls for Ctrl-C every 50 ms too).
-pub(crate) const STOP_POLL: Duration = Duration::from_millis(20);
+use super::request::Target;
+use crate::stop::STOP_POLL;
 
 /// The agent of one client, trusting `tls`'s roots.
 pub(super) fn agent(tls: TlsConfig) -> Agent {

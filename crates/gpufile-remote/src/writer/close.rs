@@ -8,9 +8,9 @@ use gpufile::{Error, Result};
 
 use super::multipart::{form, s3_error, xml_escape};
 use super::{lock, Dest, RemoteWriter, State};
-use crate::endpoint;
 use crate::error::{RemoteError, RemoteFailure};
-use crate::file::user_param;
+use crate::syntax::redact::redact;
+use crate::webhdfs::user_param;
 
 impl RemoteWriter {
     /// `DELETE ?uploadId` (AbortMultipartUpload), once no part upload is under way. A
@@ -284,7 +284,7 @@ impl RemoteWriter {
                         "WebHDFS CREATE: the name node redirects from https to {} ({}), refused: \
                          the bytes would travel unencrypted",
                         next.scheme(),
-                        endpoint::redact(next.as_str())
+                        redact(next.as_str())
                     )));
                 }
                 let next = next.to_string();

@@ -6,9 +6,9 @@ use gpufile::StopFlag;
 use gpufile::{Error, Result};
 
 use super::{lock, Dest, RemoteWriter};
-use crate::endpoint::S3Object;
 use crate::error::{RemoteError, RemoteFailure};
-use crate::gcs_write;
+use crate::gcs::upload;
+use crate::s3::S3Object;
 
 /// S3's smallest part, in bytes (every part but the last).
 pub const S3_MIN_PART: u64 = 5 << 20;
@@ -108,8 +108,8 @@ impl RemoteWriter {
     }
 
     /// What a GCS upload's requests need of this writer.
-    pub(super) fn gcs_ctx<'a>(&'a self, stop: Option<&'a StopFlag>) -> gcs_write::Ctx<'a> {
-        gcs_write::Ctx {
+    pub(super) fn gcs_ctx<'a>(&'a self, stop: Option<&'a StopFlag>) -> upload::Ctx<'a> {
+        upload::Ctx {
             client: &self.client,
             shown: &self.shown,
             stop,

@@ -17,7 +17,7 @@ use crate::exec::host::HostExec;
 use crate::exec::{AfterStream, Executor, Tasks};
 use crate::future::{lock, Completion, IoFuture};
 use crate::observe;
-use crate::plan::{Backend, CallerPart, Dma, Strategy, TaskSplit};
+use crate::plan::{CallerPart, Dma, Strategy, TaskSplit};
 use crate::pool::ThreadPool;
 use crate::request::Direction;
 use crate::source::{Endpoint, LocalFile};
@@ -47,6 +47,7 @@ impl Engine {
             offset,
         } = prepared;
         let backend = plan.path.backend;
+        let row = observe::Row::of(backend, endpoint.io_backend());
         let watch = Watch::new(
             &endpoint,
             direction,
@@ -64,7 +65,7 @@ impl Engine {
                 w.started(0);
             }
             let op = watch.as_ref().map(|w| w.operation(None, 0, 0, 0, true));
-            observe::record(backend, 0, 0, 0, Duration::ZERO, true, op.as_ref());
+            observe::record(row, 0, 0, 0, Duration::ZERO, true, op.as_ref());
             return Ok((IoFuture::ready(Ok(0)), report));
         }
         if let (Direction::Write, Some(local)) = (direction, &local) {
@@ -80,11 +81,11 @@ impl Engine {
         )?;
         let exec = after_stream(exec, after)?;
         let fut = match plan.caller {
-            CallerPart::Whole => self.run_here(exec, plan.tasks, backend, watch),
+            CallerPart::Whole => self.run_here(exec, plan.tasks, row, watch),
             part => self.run(
                 exec,
                 plan.tasks,
-                (backend, watch),
+                (row, watch),
                 settings.num_threads,
                 plan.runs,
                 part == CallerPart::Share,
@@ -205,7 +206,7 @@ impl Engine {
         &self,
         exec: Arc<dyn Executor>,
         split: TaskSplit,
-        (backend, watch): (Backend, Option<Watch>),
+        (row, watch): (observe::Row, Option<Watch>),
         threads: usize,
         runs: usize,
         share: bool,
@@ -217,7 +218,7 @@ impl Engine {
         // the last queued run gets a worker and finds nothing left to do.
         let slot = Arc::new(Mutex::new(Some(exec)));
         let done_slot = Arc::clone(&slot);
-        let completion = self.completion(backend, count, watch, move || {
+        let completion = self.completion(row, count, watch, move || {
             let exec = lock(&done_slot).take();
             exec.map_or(0, |e| e.dma_bytes())
         });
@@ -246,13 +247,12 @@ impl Engine {
         &self,
         exec: Arc<dyn Executor>,
         split: TaskSplit,
-        backend: Backend,
+        row: observe::Row,
         watch: Option<Watch>,
     ) -> IoFuture {
         let tasks = Tasks::new(split, 1);
         let counted = Arc::clone(&exec);
-        let completion =
-            self.completion(backend, tasks.count(), watch, move || counted.dma_bytes());
+        let completion = self.completion(row, tasks.count(), watch, move || counted.dma_bytes());
         let runs = Runs::new(1);
         runs.run(&*exec, &tasks, &completion);
         IoFuture::pending(completion)
@@ -264,7 +264,7 @@ impl Engine {
     /// records the request and leaves the in-flight count.
     pub(super) fn completion(
         &self,
-        backend: Backend,
+        row: observe::Row,
         count: usize,
         watch: Option<Watch>,
         release: impl FnOnce() -> u64 + Send + 'static,
@@ -285,7 +285,7 @@ impl Engine {
                 .as_ref()
                 .map(|w| w.operation(Some(end), o.bytes, count, dma, o.ok));
             let elapsed = end.saturating_duration_since(start);
-            observe::record(backend, count, o.bytes, dma, elapsed, o.ok, op.as_ref());
+            observe::record(row, count, o.bytes, dma, elapsed, o.ok, op.as_ref());
             in_flight.leave();
         })
     }

@@ -1,7 +1,6 @@
 use super::*;
 use crate::exec::{Executor, Tasks};
 use crate::future::Completion;
-use crate::plan::Backend;
 use crate::plan::TaskSplit;
 use crate::request::{Buffer, Direction};
 use crate::FileHandle;
@@ -57,7 +56,7 @@ fn a_panicking_task_fails_its_request_and_later_requests_run() {
                 .run(
                     exec,
                     split,
-                    (Backend::GpufilePosix, None),
+                    (crate::observe::Row::GpufilePosix, None),
                     threads,
                     runs,
                     share,
@@ -75,7 +74,7 @@ fn a_panicking_task_fails_its_request_and_later_requests_run() {
     let fut = engine.run_here(
         Arc::new(PanicAt(0)),
         TaskSplit::new(0, 10, 10),
-        Backend::GpufilePosix,
+        crate::observe::Row::GpufilePosix,
         None,
     );
     let r = fut

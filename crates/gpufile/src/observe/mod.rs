@@ -59,6 +59,27 @@ struct PathCounters {
 
 static POSIX: PathCounters = PathCounters::new();
 static CUFILE: PathCounters = PathCounters::new();
+static REMOTE: PathCounters = PathCounters::new();
+
+/// The row of [`Report`] a request is counted in: the path its bytes took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Row {
+    GpufilePosix,
+    Cufile,
+    /// A remote object's: its bytes crossed the network, whatever memory they went to.
+    Remote,
+}
+
+impl Row {
+    /// The row of a request on an endpoint of KvikIO's backend `io` that `backend` runs.
+    pub(crate) fn of(backend: Backend, io: IoBackend) -> Row {
+        match (io, backend) {
+            (IoBackend::RemoteHttp | IoBackend::RemoteHdfs, _) => Row::Remote,
+            (_, Backend::Cufile) => Row::Cufile,
+            (_, Backend::GpufilePosix) => Row::GpufilePosix,
+        }
+    }
+}
 
 impl PathCounters {
     const fn new() -> Self {
@@ -127,7 +148,7 @@ impl PathTotals {
 /// Records a finished request: the per-path totals, then, where a monitor watched it start,
 /// its observation (`watched`).
 pub(crate) fn record(
-    backend: Backend,
+    row: Row,
     tasks: usize,
     bytes: usize,
     dma_bytes: u64,
@@ -135,9 +156,10 @@ pub(crate) fn record(
     ok: bool,
     watched: Option<&Operation<'_>>,
 ) {
-    let c = match backend {
-        Backend::GpufilePosix => &POSIX,
-        Backend::Cufile => &CUFILE,
+    let c = match row {
+        Row::GpufilePosix => &POSIX,
+        Row::Cufile => &CUFILE,
+        Row::Remote => &REMOTE,
     };
     c.ops.fetch_add(1, Ordering::Relaxed);
     c.tasks.fetch_add(tasks as u64, Ordering::Relaxed);
@@ -160,6 +182,9 @@ pub struct Report {
     pub gpufile_posix: PathTotals,
     /// Requests that ran through cuFile.
     pub cufile: PathTotals,
+    /// Requests on remote objects (HTTP, S3, GCS, WebHDFS): their bytes crossed the network
+    /// (into GPU memory through gpufile's pinned buffers), not the local POSIX path.
+    pub remote: PathTotals,
     /// cuFile's own counters over the same span (nvfs vs posix), where readable.
     pub cufile_stats: Option<Stats>,
     /// Why `cufile_stats` is missing, if it is.
@@ -178,6 +203,7 @@ impl Report {
         serde_json::json!({
             "gpufile-posix": path(&self.gpufile_posix),
             "cufile": path(&self.cufile),
+            "remote": path(&self.remote),
             "cufile_path": self.cufile_path(),
             "cufile_stats": self.cufile_stats,
             "cufile_stats_note": self.cufile_stats_note,
@@ -204,6 +230,7 @@ pub fn totals() -> Report {
     Report {
         gpufile_posix: POSIX.snapshot(),
         cufile: CUFILE.snapshot(),
+        remote: REMOTE.snapshot(),
         cufile_stats,
         cufile_stats_note,
     }
@@ -223,6 +250,7 @@ fn cufile_snapshot() -> (Option<Stats>, Option<String>) {
 pub struct Observation {
     posix: PathTotals,
     cufile: PathTotals,
+    remote: PathTotals,
     cufile_stats: Option<Stats>,
     note: Option<String>,
 }
@@ -241,6 +269,7 @@ pub fn begin() -> Observation {
     Observation {
         posix: POSIX.snapshot(),
         cufile: CUFILE.snapshot(),
+        remote: REMOTE.snapshot(),
         cufile_stats,
         note,
     }
@@ -259,6 +288,7 @@ pub fn end(obs: Observation) -> Report {
     Report {
         gpufile_posix: POSIX.snapshot().since(&obs.posix),
         cufile: CUFILE.snapshot().since(&obs.cufile),
+        remote: REMOTE.snapshot().since(&obs.remote),
         cufile_stats,
         cufile_stats_note: note,
     }

@@ -1,10 +1,8 @@
 //! What authenticates a request in its headers: S3's SigV4 signature or a GCS bearer token.
-//! A request that carries either follows no redirect (see `http.rs`), so that its credentials
+//! A request that carries either follows no redirect (see [`super::client`]), so that its credentials
 //! reach no other server.
 
 use gpufile::Result;
-
-use crate::endpoint::S3Object;
 
 /// Headers that authenticate one request, made afresh for each attempt.
 pub(crate) trait SignRequest: Sync {
@@ -16,15 +14,4 @@ pub(crate) trait SignRequest: Sync {
         url: &str,
         range: Option<&str>,
     ) -> Result<Vec<(&'static str, String)>>;
-}
-
-impl SignRequest for S3Object {
-    fn sign_request(
-        &self,
-        method: &str,
-        url: &str,
-        range: Option<&str>,
-    ) -> Result<Vec<(&'static str, String)>> {
-        self.sign_url(method, url, range)
-    }
 }

@@ -38,8 +38,8 @@ use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
 use serde_json::Value;
 
 use crate::error::{RemoteError, RemoteFailure};
-use crate::file::Env;
-use crate::sign::SignRequest;
+use crate::http::sign::SignRequest;
+use crate::syntax::env::Env;
 
 /// The variable naming a credentials file (ADC's first source).
 pub const CREDENTIALS_VAR: &str = "GOOGLE_APPLICATION_CREDENTIALS";
@@ -253,7 +253,7 @@ fn metadata_base(value: &str) -> Result<String> {
         None => Err(Error::InvalidEnv {
             var: METADATA_HOST_VAR.into(),
             // A refused value may hold a user's password: shown as every URL is.
-            value: crate::redact::redact(value),
+            value: crate::syntax::redact::redact(value),
             reason: "expected host:port or http(s)://host:port".into(),
         }),
     }
@@ -465,7 +465,7 @@ impl GcsAuth {
             token: Mutex::default(),
             // Stoppable: a fetch made under a caller's stop flag (an open in Python or the
             // CLI) ends soon after Ctrl-C, however long the endpoint stalls.
-            agent: crate::http::stoppable_agent(config),
+            agent: crate::http::transport::stoppable_agent(config),
         })
     }
 
@@ -489,7 +489,7 @@ impl GcsAuth {
     fn endpoint(&self) -> String {
         match &self.grant {
             Grant::ServiceAccount { token_uri, .. } | Grant::AuthorizedUser { token_uri, .. } => {
-                crate::endpoint::redact(token_uri)
+                crate::syntax::redact::redact(token_uri)
             }
             Grant::Metadata { base } => format!("{base}{METADATA_TOKEN_PATH}"),
         }
@@ -617,5 +617,5 @@ impl SignRequest for GcsAuth {
 }
 
 #[cfg(test)]
-#[path = "gcs_auth_tests.rs"]
+#[path = "credentials_tests.rs"]
 mod tests;

@@ -1,4 +1,4 @@
-//! Google Cloud Storage objects named by `gs://<bucket>/<object>`.
+//! `gs://<bucket>/<object>` URL syntax: Google Cloud Storage's names and their addresses.
 //!
 //! How to use:
 //! 1. [`parse_gs_url`] checks a `gs://` URL and splits it into bucket and object name (taken
@@ -9,20 +9,17 @@
 //!    segment, `/` kept), or to the host in `STORAGE_EMULATOR_HOST`, the variable Google's
 //!    own client libraries read to target an emulator (`http://127.0.0.1:4443` or
 //!    `127.0.0.1:4443`).
-//! 3. [`GcsObject::open`] adds the credentials that Google's Application Default Credentials
-//!    find (`gcs_auth.rs`): each request carries `Authorization: Bearer <token>`; with none,
-//!    requests go unauthenticated and read public (`allUsers`) objects only.
 //!
-//! Pure but for [`GcsObject::open`]: the environment comes in as a function.
+//! Pure: the environment comes in as a function. The object that requests are made of, with
+//! its credentials, is [`crate::gcs::object`]'s.
 
 use gpufile::{Error, Result};
 use percent_encoding::utf8_percent_encode;
 use url::Url;
 
-use crate::error::{RemoteError, RemoteFailure};
-use crate::gcs_auth::Credentials;
-use crate::keys::KEY_ENCODE;
-use crate::redact::redact;
+use super::env::Env;
+use super::keys::KEY_ENCODE;
+use super::redact::{redact, userinfo_end};
 
 /// GCS's XML API, where objects are plain ranged GETs of `<endpoint>/<bucket>/<object>`.
 pub const XML_API_ENDPOINT: &str = "https://storage.googleapis.com";
@@ -67,7 +64,7 @@ fn split(url: &str) -> std::result::Result<(&str, &str), String> {
         return Err("not a gs:// URL (for an http(s):// URL use RemoteFile.open_http)".into());
     }
     let rest = &url[5..];
-    if crate::redact::userinfo_end(rest).is_some() {
+    if userinfo_end(rest).is_some() {
         // Said without the bucket: what precedes its `@` is a secret.
         return Err(
             "a gs:// URL holds no user name or password (credentials come from \
@@ -128,7 +125,7 @@ fn encode_object(name: &str) -> String {
 
 /// The XML API endpoint: `STORAGE_EMULATOR_HOST` where it is set and not empty (a bare
 /// `host:port` is `http://`, as Google's clients read it), else [`XML_API_ENDPOINT`].
-fn endpoint(env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+pub(crate) fn endpoint(env: Env<'_>) -> Result<String> {
     let Some(value) = env(EMULATOR_HOST_VAR).filter(|v| !v.trim().is_empty()) else {
         return Ok(XML_API_ENDPOINT.to_owned());
     };
@@ -156,74 +153,9 @@ fn endpoint(env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
     Ok(u.as_str().trim_end_matches('/').to_owned())
 }
 
-/// A `gs://` object: its XML API address, and the credentials its requests carry.
-#[derive(Clone, Debug)]
-pub(crate) struct GcsObject {
-    /// The object's XML API address (ranged GETs).
-    pub url: String,
-    /// The `gs://` URL, as shown.
-    pub gs: String,
-    pub creds: Credentials,
-    endpoint: String,
-    bucket: String,
-    object: String,
-}
-
-impl GcsObject {
-    /// `gs://<bucket>/<object>` at the XML API endpoint, with ADC's credentials from `env`.
-    pub(crate) fn open(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
-        let (bucket, object) = parse_gs_url(url)?;
-        let endpoint = endpoint(env)?;
-        Ok(GcsObject {
-            url: public_http_url(url, env)?,
-            // Shown as given: a name is literal (`?` and `#` are its characters), and a URL
-            // with userinfo was refused above.
-            gs: url.to_owned(),
-            creds: Credentials::from_env(env)?,
-            endpoint,
-            bucket,
-            object,
-        })
-    }
-
-    /// Where a resumable upload of the object starts (GCS's JSON API, on the same endpoint).
-    pub(crate) fn upload_url(&self) -> String {
-        let query = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs([("uploadType", "resumable"), ("name", &self.object)])
-            .finish();
-        let bucket = utf8_percent_encode(&self.bucket, KEY_ENCODE);
-        format!("{}/upload/storage/v1/b/{bucket}/o?{query}", self.endpoint)
-    }
-
-    /// A server's refusal of the object, with the address asked and, for 401 and 403, what the
-    /// credentials (or their absence) mean; other errors, and refusals of a token endpoint
-    /// (which name themselves), as they are.
-    pub(crate) fn explain(&self, e: gpufile::Error) -> gpufile::Error {
-        match RemoteError::of(&e) {
-            Some(
-                r @ RemoteError {
-                    kind: RemoteFailure::Status(code),
-                    ..
-                },
-            ) if r.url == self.gs => {
-                let hint = match code {
-                    401 | 403 => format!(". {}", self.creds.refusal_hint()),
-                    _ => String::new(),
-                };
-                RemoteError {
-                    reason: format!("{}, from {}{hint}", r.reason, self.url),
-                    ..r.clone()
-                }
-                .into()
-            }
-            _ => e,
-        }
-    }
-}
-
 /// The address of the public object `gs://<bucket>/<object>` in GCS's XML API (or at the
 /// emulator named by `STORAGE_EMULATOR_HOST`, looked up through `env`).
-pub fn public_http_url(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+pub fn public_http_url(url: &str, env: Env<'_>) -> Result<String> {
     let (bucket, object) = parse_gs_url(url)?;
     Ok(format!(
         "{}/{bucket}/{}",

@@ -123,7 +123,7 @@ pub(crate) fn region() -> Result<Option<String>> {
 /// Runs `fut` on `runtime` until it ends, or until this thread's stop flag
 /// ([`crate::stop::with_stop`]) is set (`None`: `fut` is dropped unfinished). The providers'
 /// HTTP requests block inside their futures and look at the flag themselves
-/// ([`UreqConnector`]); the flag is looked at between polls every [`crate::http::STOP_POLL`]
+/// ([`UreqConnector`]); the flag is looked at between polls every [`crate::stop::STOP_POLL`]
 /// (a process awaited, a retry's backoff).
 fn until_stopped<F: Future>(runtime: &tokio::runtime::Runtime, fut: F) -> Option<F::Output> {
     let stop = crate::stop::current();
@@ -133,7 +133,7 @@ fn until_stopped<F: Future>(runtime: &tokio::runtime::Runtime, fut: F) -> Option
             match stop {
                 Some(s) => {
                     while !s.is_set() {
-                        tokio::time::sleep(crate::http::STOP_POLL).await;
+                        tokio::time::sleep(crate::stop::STOP_POLL).await;
                     }
                 }
                 None => std::future::pending().await,
@@ -255,7 +255,7 @@ fn fetch(
         let Some(got) = until_stopped(runtime, p.provide_credentials()) else {
             if crate::children::kill_new(&before) > 0 {
                 // Lets the runtime reap the killed helper (tokio's orphan queue).
-                runtime.block_on(async { tokio::time::sleep(crate::http::STOP_POLL).await });
+                runtime.block_on(async { tokio::time::sleep(crate::stop::STOP_POLL).await });
             }
             return Err(Error::Cancelled);
         };
@@ -475,7 +475,9 @@ impl HttpClient for UreqClient {
             .timeout_recv_response(read)
             .user_agent(concat!("gpufile/", env!("CARGO_PKG_VERSION")))
             .build();
-        SharedHttpConnector::new(UreqConnector(crate::http::stoppable_agent(config)))
+        SharedHttpConnector::new(UreqConnector(crate::http::transport::stoppable_agent(
+            config,
+        )))
     }
 }
 

@@ -1,5 +1,5 @@
-//! How object keys are written into URL paths, shared by the S3 and GCS endpoints (a module of
-//! its own so that neither endpoint module imports the other's).
+//! How object keys are written into URL paths, shared by the S3 and GCS URL syntax and objects
+//! (a module of its own so that neither provider imports the other's).
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC};
 

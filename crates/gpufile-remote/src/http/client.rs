@@ -1,40 +1,26 @@
-//! HTTP requests with KvikIO's retry policy, reading bodies straight into the caller's slice.
+//! The client: one per remote file, shared by its workers. It sends requests (reads, uploads)
+//! under the retry policy ([`super::retry`]), follows redirects hop by hop, judges statuses and
+//! reads small bodies; ranged reads and sizes are [`super::range`]'s.
 //!
-//! One [`Client`] per remote file composes the rooms of this module:
-//! - [`transport`]: the `ureq` agent and how a request stops when its [`StopFlag`] is set;
-//! - [`retry`]: what is retried, after how long, how many times, and each retry's record;
-//! - [`range`]: `Range` requests and their answers, servers that ignore `Range`, sizes;
-//! - the trusted roots, from KvikIO's variables: [`crate::tls_ca`].
-//!
-//! The client itself sends requests (reads, uploads) and checks their redirects and bodies.
-//! Redirects are followed by this module, not by ureq, so that each hop is checked: a signed
-//! request (S3 SigV4) follows none, since its headers carry credentials that no other host may
-//! see (`x-amz-security-token` among them); a redirect from `https` to plain `http` is refused
-//! for every request. Bodies are asked for and accepted only as they are stored
-//! (`Accept-Encoding: identity`): an encoded body is refused, since its bytes are not the
-//! object's.
-
-mod range;
-mod retry;
-mod transport;
+//! Redirects are followed here, not by ureq, so that each hop is checked: a signed request
+//! (S3 SigV4, a GCS bearer token) follows none, since its headers carry credentials that no
+//! other host may see (`x-amz-security-token` among them); a redirect from `https` to plain
+//! `http` is refused for every request.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gpufile::StopFlag;
 use gpufile::{Error, Result};
 use ureq::http::Response;
 use ureq::tls::TlsConfig;
-use ureq::{Agent, Body};
+use ureq::{Agent, Body, BodyReader};
 
-use crate::endpoint;
-use crate::error::{RemoteError, RemoteFailure};
-use crate::sign::SignRequest;
+use super::request::{header_str, Target};
+use super::retry::{classify, retry_record, Attempt, Policy, RetryCause};
+use super::transport::{self, sleep_unless_stopped, Watch};
+use crate::error::RemoteFailure;
+use crate::syntax::redact::redact;
 use crate::tls_ca::tls_config;
-use range::WholeBody;
-pub use range::{RangeSupport, WHOLE_BODY_REASON};
-use retry::{classify, Attempt, Policy, RetryCause};
-pub(crate) use transport::{stoppable_agent, STOP_POLL};
 
 /// Bodies read into memory (WebHDFS JSON) are bounded; a file status is a few hundred bytes.
 const SMALL_BODY_LIMIT: u64 = 1 << 20;
@@ -42,50 +28,20 @@ const SMALL_BODY_LIMIT: u64 = 1 << 20;
 /// Redirects followed per request at most (ureq's default).
 const MAX_REDIRECTS: usize = 10;
 
-/// One HTTP request's description, for errors.
-pub(crate) struct Target<'a> {
-    /// The URL to send (may carry a signature).
-    pub url: &'a str,
-    /// The URL to show (redacted).
-    pub shown: &'a str,
-    /// `Range: bytes=a-b` to send, if any.
-    pub range: Option<(u64, usize)>,
-    /// Authenticates each attempt in its headers (S3 SigV4, a GCS bearer token).
-    pub signer: Option<&'a dyn SignRequest>,
-    /// The object's size, when known (checked against `Content-Range`).
-    pub size: Option<u64>,
-    /// The request's stop flag: set, the request ends with [`Error::Cancelled`].
-    pub stop: Option<&'a StopFlag>,
-    /// What the request is, for errors and retry records, where it is more than its method and
-    /// range ("PUT of part 3 (bytes 0-9)").
-    pub label: Option<&'a str>,
+/// The rest of a whole-object body, positioned at `next`.
+pub(super) struct WholeBody {
+    pub(super) url: String,
+    pub(super) next: u64,
+    /// The body's length, where announced.
+    pub(super) end: Option<u64>,
+    pub(super) reader: BodyReader<'static>,
 }
 
-impl Target<'_> {
-    fn what(&self, method: &str) -> String {
-        if let Some(label) = self.label {
-            return label.to_owned();
-        }
-        match self.range {
-            Some((off, len)) => format!("{method} of bytes {off}-{}", off + len as u64 - 1),
-            None => method.to_owned(),
-        }
-    }
-
-    fn error(&self, kind: RemoteFailure, reason: String) -> Error {
-        RemoteError {
-            url: self.shown.to_owned(),
-            kind,
-            reason,
-        }
-        .into()
-    }
-
-    /// Its own stop flag is set, or, for a request without one (the size request of an open),
-    /// its caller's ([`crate::stop::with_stop`]).
-    fn stopped(&self) -> bool {
-        self.stop
-            .map_or_else(crate::stop::stopped, StopFlag::is_set)
+impl std::fmt::Debug for WholeBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WholeBody")
+            .field("next", &self.next)
+            .finish_non_exhaustive()
     }
 }
 
@@ -93,11 +49,11 @@ impl Target<'_> {
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     agent: Agent,
-    counters: Arc<Counters>,
+    pub(super) counters: Arc<Counters>,
     /// A whole-object answer left open after the range it served (a server that ignores
     /// `Range`), for the read that continues it: the next bounce-buffer chunk of a read into
     /// GPU memory, or the next of sequential reads, without a new GET from the object's start.
-    stream: Arc<Mutex<Option<WholeBody>>>,
+    pub(super) stream: Arc<Mutex<Option<WholeBody>>>,
 }
 
 /// The answer to an upload request ([`Client::send_body`]).
@@ -116,12 +72,12 @@ pub(crate) struct Answer {
 
 /// What a client has sent and received since it was made (all its clones together).
 #[derive(Debug, Default)]
-struct Counters {
+pub(super) struct Counters {
     requests: AtomicU64,
     retries: AtomicU64,
-    bytes: AtomicU64,
+    pub(super) bytes: AtomicU64,
     /// A `RANGES_*` value: what the server's answers said of ranges.
-    ranges: AtomicU8,
+    pub(super) ranges: AtomicU8,
 }
 
 /// Requests sent, retries made and body bytes received into callers' buffers (or sent from
@@ -164,7 +120,7 @@ impl Client {
 
     /// Sends one request, following redirects hop by hop; classifies transport errors and
     /// statuses.
-    fn send(
+    pub(super) fn send(
         &self,
         t: &Target<'_>,
         method: &str,
@@ -375,16 +331,61 @@ impl Client {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn header_str(resp: &Response<Body>, name: &str) -> Option<String> {
-    resp.headers().get(name)?.to_str().ok().map(str::to_owned)
-}
-
-fn header_u64(resp: &Response<Body>, name: &str) -> Option<u64> {
-    header_str(resp, name)?.trim().parse().ok()
+impl Client {
+    /// Runs `attempt` under the retry policy.
+    pub(super) fn retrying<T>(
+        &self,
+        t: &Target<'_>,
+        method: &str,
+        mut attempt: impl FnMut(&Policy) -> std::result::Result<T, Attempt>,
+    ) -> Result<T> {
+        let policy = Policy::current()?;
+        let _watch = Watch::new(t.stop);
+        let mut last = None;
+        for n in 1..=policy.max_attempts {
+            if t.stopped() {
+                return Err(Error::Cancelled);
+            }
+            // Under the request's flag, the credentials an attempt signs with (a refresh that
+            // runs a `credential_process` or asks STS) stop with it too.
+            let outcome = match t.stop {
+                Some(stop) => crate::stop::with_stop(stop, || attempt(&policy)),
+                None => attempt(&policy),
+            };
+            match outcome {
+                Ok(v) => return Ok(v),
+                // A request stopped mid-attempt fails as cancelled, whatever the socket said.
+                Err(_) if t.stopped() => return Err(Error::Cancelled),
+                Err(Attempt::Fail(e)) => return Err(e),
+                Err(Attempt::Retry(cause)) => {
+                    if n < policy.max_attempts {
+                        self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                        let delay = policy.backoff(n);
+                        gpufile::__private::observe::count_http_retry(delay);
+                        let ms = delay.as_millis() as u64;
+                        let request = format!("{} {}", t.what(method), t.shown);
+                        eprintln!(
+                            "{}",
+                            retry_record(cause, ms, n, policy.max_attempts, &request)
+                        );
+                        if !sleep_unless_stopped(delay, t) {
+                            return Err(Error::Cancelled);
+                        }
+                    }
+                    last = Some(cause);
+                }
+            }
+        }
+        let reason = last.map_or_else(|| "no attempt was made".to_owned(), RetryCause::reason);
+        Err(t.error(
+            RemoteFailure::AttemptsExhausted,
+            format!(
+                "HTTP request reached maximum number of attempts ({}). Reason: {reason} ({})",
+                policy.max_attempts,
+                t.what(method)
+            ),
+        ))
+    }
 }
 
 /// Where a redirect from `from` to `location` goes, if it may be followed: never for a signed
@@ -409,7 +410,7 @@ fn next_hop(
     let next = url::Url::parse(from)
         .and_then(|base| base.join(location))
         .map_err(|e| refuse(format!("to an address that is not a URL ({e})")))?;
-    let shown = endpoint::redact(next.as_str());
+    let shown = redact(next.as_str());
     if t.signer.is_some() {
         return Err(refuse(format!(
             "to {shown}; a signed request follows no redirect, so that its credentials \
@@ -431,6 +432,7 @@ fn next_hop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::sign::SignRequest;
 
     fn target<'a>(url: &'a str, signer: Option<&'a dyn SignRequest>) -> Target<'a> {
         Target {

@@ -19,10 +19,11 @@ use std::sync::{Mutex, MutexGuard};
 use gpufile::StopFlag;
 use gpufile::{Error, Result};
 
+use super::object::GcsObject;
 use crate::error::{RemoteError, RemoteFailure};
-use crate::gcs::GcsObject;
-use crate::http::{Client, Target};
-use crate::sign::SignRequest;
+use crate::http::client::Client;
+use crate::http::request::Target;
+use crate::http::sign::SignRequest;
 
 /// GCS's chunk granularity: every chunk but the last is a multiple of it.
 pub(crate) const CHUNK_UNIT: u64 = 256 << 10;
