@@ -81,6 +81,7 @@ __all__ = [
     "resolve_inside",
     "redact_url",
     "safetensors_header",
+    "safetensors_parse",
     "memory_deregister",
     "memory_register",
     "observe_begin",
@@ -377,6 +378,8 @@ class PendingFile:
     def publish(self, durable: bool = True, keep_temp: bool = False) -> None: ...
     def discard(self) -> None: ...
 
+def safetensors_parse(data: bytes) -> tuple[dict[str, str] | None,
+                                          list[tuple[str, int, str, list[int], int, int]]]: ...
 def safetensors_header(tensors: list[tuple[str, str, list[int], int]],
                        metadata: dict[str, str] | None = None,
                        path: _StrOrBytesPath | None = None) -> tuple[bytes, list[int], int]: ...

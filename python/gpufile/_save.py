@@ -47,10 +47,12 @@ def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | No
 
 
 def save_file(tensors: Mapping[str, Any], filename: Any, metadata: Any = None, *,
-              durable: bool = True) -> None:
+              durable: bool = True, expected: str | None = None) -> None:
+    """``expected``: the one kind of tensor the caller takes (``"torch"``, ``"numpy"``), as
+    ``safetensors.torch`` and ``safetensors.numpy`` check it (``_save_rows.describe``)."""
     if _native.is_url(filename):
         return _save_remote.save_file(tensors, filename, metadata)
-    rows = describe(tensors)
+    rows = describe(tensors, expected)
     meta = check_metadata(metadata)
     sync_producers(tensors)
     write_file(rows, filename, meta, durable)
@@ -76,10 +78,16 @@ def _jax_to_host(a: Any) -> Any:
     return numpy.asarray(host).reshape(-1).view(numpy.uint8)
 
 
-def save(tensors: Mapping[str, Any], metadata: Any = None) -> bytes:
-    rows = describe(tensors)
+def save(tensors: Mapping[str, Any], metadata: Any = None, expected: str | None = None
+         ) -> bytes:
+    rows = describe(tensors, expected)
     meta = check_metadata(metadata)
     sync_producers(tensors)
+    return save_rows(rows, meta)
+
+
+def save_rows(rows: Sequence[Row], meta: dict[str, str] | None) -> bytes:
+    """The bytes of a safetensors file of ``rows``: the core's header, then each tensor."""
     header, offsets, size = _native.safetensors_header(
         [(n, c, s, int(b.nbytes)) for n, c, s, b in rows], meta)
     out = bytearray(size)

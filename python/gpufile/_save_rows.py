@@ -109,12 +109,11 @@ def _jax_row(name: str, v: Any) -> Row:
 def _torch_row(name: str, t: Any) -> Row:
     import torch
     if t.layout != torch.strided:
-        raise ValueError(f"You are trying to save a sparse tensors: `{[name]}` which this library "
-                         "does not support. You can make it a dense tensor before saving with "
-                         "`.to_dense()` but be aware this might make a much larger file than "
-                         "needed.")
+        raise ValueError(_sparse_message([name]))
     if t.device.type == "meta":
-        raise ValueError(f"tensor {name!r} is on the meta device: it has no data to save")
+        # PyTorch's words (what `safetensors` raises, copying the tensor out), then why.
+        raise RuntimeError(f"Cannot copy out of meta tensor; no data! (tensor {name!r} is on "
+                           "the meta device: it has no data to save)")
     if not t.is_contiguous():
         raise ValueError(_non_contiguous_message(name))
     t = t.detach()
@@ -164,46 +163,79 @@ def _storage_key(t: Any) -> tuple | None:
     return (t.device, ptr, size)
 
 
-def _shared_groups(tensors: Mapping[str, Any]) -> list[set[str]]:
-    """Names of torch tensors whose bytes overlap, by storage: safetensors' rule (views of one
-    storage that do not overlap are fine)."""
-    by_storage: dict[tuple, list[str]] = {}
+def end_ptr(t: Any) -> int:
+    """One past the last byte of a torch tensor's last element (its data pointer when empty)."""
+    start = t.data_ptr()
+    if not t.numel():
+        return start
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return start + (last + 1) * t.element_size()
+
+
+def shared_groups(tensors: Mapping[str, Any]) -> list[set[str]]:
+    """Names of the torch tensors grouped by the memory they share, as ``safetensors.torch``'s
+    ``_find_shared_tensors`` groups them: by storage (meta tensors and empty storages in none),
+    views of one storage that do not overlap each in a group of its own."""
+    by_storage: dict[tuple, set[str]] = {}
     for name, v in tensors.items():
         if is_torch(v):
             key = _storage_key(v)
             if key is not None:
-                by_storage.setdefault(key, []).append(name)
-    failing = []
-    for names in by_storage.values():
+                by_storage.setdefault(key, set()).add(name)
+    groups: list[set[str]] = []
+    # safetensors' order: its sets sorted (by inclusion, so insertion order for disjoint ones).
+    for names in sorted(by_storage.values()):  # type: ignore[type-var]
         if len(names) < 2:
+            groups.append(names)
             continue
-        spans = []
-        for n in names:
-            t = tensors[n]
-            start = t.data_ptr()
-            stop = start + t.numel() * t.element_size() if t.numel() else start
-            spans.append((start, stop, n))
-        spans.sort()
-        group = {spans[0][2]}
+        spans = sorted((tensors[n].data_ptr(), end_ptr(tensors[n]), n) for n in names)
+        groups.append({spans[0][2]})
         last_stop = spans[0][1]
         for start, stop, n in spans[1:]:
             if start >= last_stop:
-                if len(group) > 1:
-                    failing.append(group)
-                group = {n}
+                groups.append({n})
             else:
-                group.add(n)
+                groups[-1].add(n)
             last_stop = stop
-        if len(group) > 1:
-            failing.append(group)
-    return failing
+    return groups
 
 
-def describe(tensors: Mapping[str, Any]) -> list[Row]:
-    """The rows of a dict of tensors (PyTorch CPU or CUDA, NumPy, CuPy, JAX), checked as
-    safetensors checks them: a dict, tensors only, no shared memory, contiguous."""
+def _shared_groups(tensors: Mapping[str, Any]) -> list[set[str]]:
+    """Groups of torch tensors whose bytes overlap: safetensors refuses to save them."""
+    return [g for g in shared_groups(tensors) if len(g) > 1]
+
+
+def _sparse_message(names: list[str]) -> str:
+    return (f"You are trying to save a sparse tensors: `{names}` which this library does not "
+            "support. You can make it a dense tensor before saving with `.to_dense()` but be "
+            "aware this might make a much larger file than needed.")
+
+
+def _is_numpy(v: Any) -> bool:
+    return type(v).__module__ == "numpy" and hasattr(v, "dtype")
+
+
+#: The one kind of tensor ``safetensors.torch`` and ``safetensors.numpy`` take, and its name
+#: in their message.
+_EXPECTED = {"torch": (is_torch, "torch.Tensor"), "numpy": (_is_numpy, "numpy.ndarray")}
+
+
+def describe(tensors: Mapping[str, Any], expected: str | None = None) -> list[Row]:
+    """The rows of a dict of tensors (PyTorch CPU or CUDA, NumPy, CuPy, JAX; only those of
+    kind ``expected`` where given), checked in safetensors' order: a dict, tensors only, none
+    sparse, no shared memory, each contiguous."""
     if not isinstance(tensors, Mapping):
         raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    if expected is not None:
+        accepts, what = _EXPECTED[expected]
+        for name, v in tensors.items():
+            if not accepts(v):
+                raise ValueError(f"Key `{name}` is invalid, expected {what} but received "
+                                 f"{type(v)}")
+    sparse = [n for n, v in tensors.items()
+              if is_torch(v) and v.layout != sys.modules["torch"].strided]
+    if sparse:
+        raise ValueError(_sparse_message(sparse))
     failing = _shared_groups(tensors)
     if failing:
         raise RuntimeError(_SHARED_MESSAGE.format(failing=failing))
@@ -217,7 +249,7 @@ def describe(tensors: Mapping[str, Any]) -> list[Row]:
             rows.append(_array_row(name, v, cupy=True))
         elif is_jax(v):
             rows.append(_jax_row(name, v))
-        elif type(v).__module__ == "numpy" and hasattr(v, "dtype"):
+        elif _is_numpy(v):
             rows.append(_array_row(name, v, cupy=False))
         else:
             raise ValueError(f"Key `{name}` is invalid, expected torch.Tensor, numpy.ndarray, "

@@ -309,6 +309,34 @@ pub(crate) fn specs(rows: Vec<(SpecRow, u64)>) -> PyResult<Vec<SaveTensor>> {
         .collect()
 }
 
+/// A file parsed from memory: its `__metadata__` and its tensors.
+type ParsedFile = (Option<BTreeMap<String, String>>, Vec<TensorRow>);
+
+/// A whole safetensors file held in memory, validated by the core's reader (`Header::from_bytes`,
+/// the rules every file read obeys): its `__metadata__` and its tensors in offset order, each a
+/// row as `SafetensorsCheckpoint.tensors` gives them (file 0; offsets into `data`). For
+/// `safetensors.deserialize` and `load(bytes)`: the package slices `data` by these rows.
+#[pyfunction]
+fn safetensors_parse(data: &[u8]) -> PyResult<ParsedFile> {
+    let h = gpufile::formats::safetensors::Header::from_bytes(std::path::Path::new("bytes"), data)
+        .map_err(to_py)?;
+    let rows = h
+        .tensors
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                0,
+                t.dtype.name(),
+                t.shape.clone(),
+                h.data_start + t.start,
+                t.len(),
+            )
+        })
+        .collect();
+    Ok((h.metadata, rows))
+}
+
 /// The header of a file holding `tensors` ((name, dtype, shape, nbytes)) and `metadata`:
 /// (header bytes, each tensor's file offset, file size).
 #[pyfunction]
@@ -749,6 +777,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remove_stale_temporaries, m)?)?;
     m.add_function(wrap_pyfunction!(resolve_inside, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors_header, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors_parse, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
     m.add_function(wrap_pyfunction!(write_safetensors_files, m)?)?;
     m.add_function(wrap_pyfunction!(save_checkpoint, m)?)?;

@@ -10,6 +10,13 @@ The names of the ``safetensors`` package where it has one (``load_file``, ``safe
     state = load_checkpoint("Llama-3-8B/", filter=lambda n: "layers.0." in n,
                             device_map={"model.layers.0": 0, "lm_head": 1})
 
+A drop-in for the ``safetensors`` package: ``gpufile.safetensors.torch``, ``.numpy`` and ``.flax``
+have ``safetensors.torch``'s, ``.numpy``'s and ``.flax``'s functions (``load_file(filename,
+device)``, ``save_file``, ``load(bytes)``, ``save``, ``save_model``, ``load_model``) with their
+signatures, errors and messages; this module has ``safe_open``, ``SafetensorError``,
+``serialize``, ``serialize_file``, ``deserialize`` and ``TensorSpec``. The deliberate
+differences: docs/compatibility.md, "Hugging Face safetensors".
+
 How a load runs: every header is read and validated first (by gpufile's Rust core; a bad file
 is refused, naming the file and the tensor, before a byte of data is read). The core then plans
 the reads: only the selected tensors' bytes, adjacent tensors of a file merged into one range.
@@ -57,6 +64,8 @@ tensors, bytes, seconds, GB/s, tensors/s and the path report (``gpufile.observe(
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _native
 # The type aliases are public names of this module, as they were before it became a package.
 from ._checkpoint import PathArg  # noqa: F401
@@ -72,12 +81,31 @@ from ._saving import (
     save_file,
 )
 
+from ._serialize import TensorSpec, deserialize, serialize, serialize_file
+
 SafetensorError = _native.SafetensorError
+
+
+def _safe_open_handle(f: Any, framework: str, device: DeviceLike = "cpu", *,
+                      backend: str = "mmap") -> safe_open:
+    """``safetensors._safe_open_handle``: :class:`safe_open` on an open file object (one with a
+    ``fileno()``: a Python file, ``fsspec``'s local files). gpufile reads the file it refers to;
+    a file object without a descriptor (``s3fs``) is a ``SafetensorError``: pass its URL to
+    :class:`safe_open` instead."""
+    try:
+        fd = f.fileno()
+    except (AttributeError, OSError, ValueError) as e:
+        raise SafetensorError(f"{f!r} has no file descriptor: gpufile reads files by "
+                              f"descriptor; open the file by its path or URL with safe_open"
+                              ) from e
+    return safe_open(f"/proc/self/fd/{int(fd)}", framework, device, backend=backend)
 
 __all__ = [
     "SafeTensorsSaveFuture",
     "SafetensorError",
+    "TensorSpec",
     "async_save",
+    "deserialize",
     "load_checkpoint",
     "load_file",
     "reserve_async_staging",
@@ -85,4 +113,6 @@ __all__ = [
     "save",
     "save_checkpoint",
     "save_file",
+    "serialize",
+    "serialize_file",
 ]

@@ -92,4 +92,12 @@ class Checkpoint:
         try:
             return self.by_name[name]
         except KeyError:
-            raise KeyError(f"{self.path}: no tensor named {name!r}") from None
+            raise TensorNotFound(f"File does not contain tensor {name}") from None
+
+
+class TensorNotFound(_native.SafetensorError, KeyError):
+    """A tensor name the checkpoint does not hold: ``safetensors``' error (``SafetensorError``,
+    its message) that is also the ``KeyError`` a name lookup raises."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)  # KeyError's would quote the message

@@ -83,10 +83,20 @@ def load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filt
     raise AssertionError("a checkpoint directory that changed 16 times while it was read")
 
 
+def tensors_of(ck: Checkpoint, device: DeviceLike, framework: str) -> dict[str, Any]:
+    """Every tensor of the opened checkpoint ``ck``, each in memory of its own
+    (``safe_open.get_tensors``)."""
+    try:
+        return _load_tensors(ck.path, device, framework, None, None, True, ck)
+    except _Vanished as e:
+        raise e.__cause__ from None  # type: ignore[misc]
+
+
 def _load_tensors(path: PathArg, device: DeviceLike, framework: str, filter: Filter,
-                  device_map: DeviceMap, own_memory: bool) -> dict[str, Any]:
+                  device_map: DeviceMap, own_memory: bool,
+                  ck: Checkpoint | None = None) -> dict[str, Any]:
     fw = Framework(framework)
-    ck = Checkpoint(path)
+    ck = Checkpoint(path) if ck is None else ck
     selected = _selected(ck, filter)
     place = _placement(device, device_map)
     groups: dict[int | None, list[Tensor]] = {}

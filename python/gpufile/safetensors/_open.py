@@ -1,22 +1,37 @@
-"""``safe_open``: a checkpoint opened for reading tensors one by one, and slices of them."""
+"""``safe_open``: a checkpoint opened for reading tensors one by one, and slices of them, with
+``safetensors``' signature, errors and messages."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
-from typing import Any
+import os
+from typing import Any, Iterator
 
+from .. import _native
 from ..cufile import CuFile
 from ._checkpoint import Checkpoint, PathArg, Tensor
 from ._frameworks import BITS, DeviceLike, Framework, device_number
 from ._jax import read_groups
+
+SafetensorError = _native.SafetensorError
+
+
+class SliceError(SafetensorError, IndexError):
+    """An index out of a tensor's range: ``safetensors``' ``SafetensorError`` (its message), also
+    the ``IndexError`` NumPy raises for it."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
 
 
 class Slice:
     """``safe_open(...).get_slice(name)``: shape and dtype without reading, and ``[...]`` to
     read part of the tensor."""
 
-    def __init__(self, handle: "safe_open", t: Tensor) -> None:
+    def __init__(self, handle: "safe_open", ck: Checkpoint, t: Tensor) -> None:
         self._h = handle
+        self._ck = ck  # read from after the handle's close too, as safetensors' slices are
         self._t = t
 
     def get_shape(self) -> list[int]:
@@ -28,12 +43,76 @@ class Slice:
         return self._t.dtype
 
     def __getitem__(self, key: Any) -> Any:
-        """Indexes like NumPy (ints, slices with steps, ``...``). Only the rows of the first
-        dimension that the index touches are read; the result owns its memory."""
+        """Indexes as ``safetensors`` does (ints, slices, ``...``, ``[]``; out-of-range bounds
+        are a ``SafetensorError``, not clipped), and with NumPy's steps (negative ones too).
+        Only the rows of the first dimension that the index touches are read; the result owns
+        its memory."""
         t = self._t
-        key = key if isinstance(key, tuple) else (key,)
+        key = _checked(t, key)
         rows, key = _row_range(t, key)
-        return self._h._read(t, rows, key)
+        return self._h._read(t, rows, key, self._ck)
+
+
+def _shown(key: tuple) -> str:
+    """An index as ``safetensors`` shows it in its errors: ``[2:, 20]``."""
+    def one(k: Any) -> str:
+        if not isinstance(k, slice):
+            return str(k)
+        text = f"{'' if k.start is None else k.start}:{'' if k.stop is None else k.stop}"
+        return text if k.step in (None, 1) else f"{text}:{k.step}"
+    return "[" + ", ".join(one(k) for k in key) + "]"
+
+
+def _checked(t: Tensor, key: Any) -> tuple:
+    """``key`` as a tuple of slices and non-negative ints, one per dimension at most, checked
+    against ``t``'s shape with ``safetensors``' errors and messages."""
+    shape = list(t.shape)
+    if isinstance(key, list):
+        if key:
+            raise SafetensorError("Non empty lists are not implemented")
+        key = (slice(0, 0),)
+    elif not isinstance(key, tuple):
+        key = (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise SafetensorError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in key:
+        i = next(n for n, k in enumerate(key) if k is Ellipsis)
+        key = key[:i] + (slice(None),) * max(len(shape) - len(key) + 1, 0) + key[i + 1:]
+    out: list[Any] = []
+    for pos, k in enumerate(key):
+        if isinstance(k, slice):
+            out.append(k)
+            continue
+        try:
+            i = operator.index(k) if not isinstance(k, bool) else None
+        except TypeError:
+            i = None
+        if i is None:
+            raise SafetensorError(f"Unsupported slice index at position {pos}: expected slice, "
+                                  f"int, or ellipsis")
+        if pos < len(shape) and i < 0:
+            if i + shape[pos] < 0:
+                raise SliceError(f"Invalid index {i} for dimension {pos} of size {shape[pos]}")
+            i += shape[pos]
+        out.append(i)
+    key = tuple(out)
+    if len(key) > len(shape):
+        raise SliceError(f"Error during slicing {_shown(key)} with shape {shape}: more slicing "
+                         f"indexes than dimensions in tensor")
+    for dim in reversed(range(len(key))):  # safetensors checks the last dimension first
+        k, n = key[dim], shape[dim]
+        if isinstance(k, slice):
+            if k.step is not None and k.step < 0:
+                continue  # NumPy's reversed slices: clipped, as NumPy does
+            start, stop = (k.start or 0), (n if k.stop is None else k.stop)
+            start, stop = (start + n if start < 0 else start), (stop + n if stop < 0 else stop)
+            bad = stop - 1 if stop > n else start if n and start >= n else None
+        else:
+            bad = k if k >= n else None
+        if bad is not None:
+            raise SliceError(f"Error during slicing {_shown(key)} with shape {shape}: index {bad} "
+                             f"out of bounds for tensor dimension #{dim} of size {n}")
+    return key
 
 
 def _row_range(t: Tensor, key: tuple) -> tuple[tuple[int, int] | None, tuple]:
@@ -62,33 +141,68 @@ def _row_range(t: Tensor, key: tuple) -> tuple[tuple[int, int] | None, tuple]:
     return (i, i + 1), (0,) + key[1:]
 
 
-class safe_open:  # noqa: N801 - safetensors' name
-    """A checkpoint opened for reading tensors one by one (``safetensors.safe_open``).
+class _NoSuchFile(_native.FileNotFoundError):
+    """The file to open does not exist: ``FileNotFoundError`` (errno, ``filename``) with
+    ``safetensors``' message."""
 
-    Works on one file, an index or a directory (``metadata()`` is the first file's).
+    def __str__(self) -> str:
+        return f"No such file or directory: {self.filename}"
+
+
+_BACKENDS = ("mmap", "pread")
+
+
+class safe_open:  # noqa: N801 - safetensors' name
+    """A checkpoint opened for reading tensors one by one (``safetensors.safe_open``: its
+    signature, methods, errors and messages).
+
+    Works on one file, an index or a directory (``metadata()`` is the first file's), by path or
+    URL. Every read goes through gpufile's engine straight into the device's memory.
 
     Parameters
     ----------
     filename
         The file (or index, or directory).
     framework
-        ``"pt"``, ``"numpy"``, ``"cupy"`` or ``"flax"`` (``"jax"``).
+        ``"pt"``, ``"numpy"`` (``"np"``), ``"cupy"`` or ``"flax"`` (``"jax"``).
     device
-        ``"cpu"``, ``"cuda:N"``, ``N``, a ``torch.device`` or a ``jax.Device``.
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``N``, a ``torch.device`` or a ``jax.Device``.
+    backend
+        ``"mmap"`` or ``"pread"``: accepted for ``safetensors``' signature; gpufile reads with
+        its engine either way (no memory map).
 
     Raises
     ------
-    SafetensorError, OSError, ValueError, ImportError
+    FileNotFoundError
+        ``"No such file or directory: FILENAME"``.
+    SafetensorError
+        A file that breaks the format; a framework, device or backend that is not one of the
+        above (``SafetensorError`` is a ``ValueError``).
+    OSError, ImportError
         As :func:`load_checkpoint`; the headers are read and validated here.
     """
 
     def __init__(self, filename: PathArg, framework: str = "pt",
-                 device: DeviceLike = "cpu") -> None:
-        self._fw = Framework(framework)
-        self._dev = device_number(device)
-        self._fw.check_device(self._dev)
-        self._ck = Checkpoint(filename)
-        self._handles: list[CuFile | None] = [None] * len(self._ck.files)
+                 device: DeviceLike = "cpu", *, backend: str = "mmap") -> None:
+        self._ck: Checkpoint | None = None
+        self._handles: list[CuFile | None] = []
+        if backend not in _BACKENDS:
+            raise SafetensorError(f'backend "{backend}" is invalid (expected one of: "mmap", '
+                                  f'"pread")')
+        try:
+            self._fw = Framework(framework)
+            self._dev = device_number(device)
+            self._fw.check_device(self._dev)
+        except ValueError as e:
+            raise SafetensorError(str(e)) from None
+        try:
+            ck = Checkpoint(filename)
+        except FileNotFoundError as e:
+            if _native.is_url(filename) or e.filename != os.fsdecode(filename):
+                raise
+            raise _NoSuchFile(e.errno, e.strerror, e.filename) from None
+        self._ck = ck
+        self._handles = [None] * len(ck.files)
 
     def __enter__(self) -> "safe_open":
         return self
@@ -97,47 +211,74 @@ class safe_open:  # noqa: N801 - safetensors' name
         self.close()
 
     def close(self) -> None:
-        """Closes the files (a closed handle reopens them on the next read)."""
-        for i, h in enumerate(self._handles):
+        """Closes the files; every later call raises ``SafetensorError("File is closed")`` (as
+        after ``safetensors``' ``with`` block)."""
+        for h in self._handles:
             if h is not None:
                 h.close()
-                self._handles[i] = None
+        self._handles = [None] * len(self._handles)
+        self._ck = None
+
+    def _open(self) -> Checkpoint:
+        if self._ck is None:
+            raise SafetensorError("File is closed")
+        return self._ck
 
     def keys(self) -> list[str]:
         """Tensor names, sorted (as ``safetensors`` does)."""
-        return sorted(self._ck.by_name)
+        return sorted(self._open().by_name)
 
     def offset_keys(self) -> list[str]:
         """Tensor names in file order, then offset order."""
-        return [t.name for t in self._ck.tensors]
+        return [t.name for t in self._open().tensors]
 
     def metadata(self) -> dict[str, str] | None:
         """The file's ``__metadata__`` (the first file's for a checkpoint of several)."""
-        return self._ck.native.metadata(0) if self._ck.files else None
+        ck = self._open()
+        return ck.native.metadata(0) if ck.files else None
 
     def get_tensor(self, name: str) -> Any:
         """The tensor ``name``, read now into memory of its own.
 
         Raises
         ------
-        KeyError
-            No tensor of that name.
+        SafetensorError
+            ``"File does not contain tensor NAME"`` (also a ``KeyError``).
         """
-        return self._read(self._ck.get(name), None, None)
+        return self._read(self._open().get(name), None, None)
+
+    def get_tensors(self) -> dict[str, Any]:
+        """Every tensor, in offset order, each in memory of its own: one plan, every range read
+        as one stream of requests (``load_file``'s path)."""
+        from ._load import tensors_of
+        return tensors_of(self._open(), self._dev, self._fw.name)
 
     def get_slice(self, name: str) -> Slice:
         """A lazily read view of tensor ``name``: ``get_shape()``, ``get_dtype()``, ``[...]``."""
-        return Slice(self, self._ck.get(name))
+        ck = self._open()
+        return Slice(self, ck, ck.get(name))
 
-    def _file(self, i: int) -> CuFile:
+    @contextlib.contextmanager
+    def _file(self, ck: Checkpoint, i: int) -> Iterator[CuFile]:
+        """File ``i`` of ``ck``: the handle kept open while this is; after ``close()`` (a
+        slice read later, as ``safetensors`` allows) one opened for this read only."""
+        if self._ck is not ck:
+            h = ck.open_file(i)
+            try:
+                yield h
+            finally:
+                h.close()
+            return
         h = self._handles[i]
         if h is None:
-            h = self._handles[i] = self._ck.open_file(i)
-        return h
+            h = self._handles[i] = ck.open_file(i)
+        yield h
 
-    def _read(self, t: Tensor, rows: tuple[int, int] | None, key: tuple | None) -> Any:
+    def _read(self, t: Tensor, rows: tuple[int, int] | None, key: tuple | None,
+              ck: Checkpoint | None = None) -> Any:
         fw = self._fw
-        dtype = fw.dtype(t, self._ck.files[t.file])
+        ck = self._open() if ck is None else ck
+        dtype = fw.dtype(t, ck.files[t.file])
         if rows is None:
             part, offset, nbytes = t, t.offset, t.nbytes
         else:
@@ -146,14 +287,16 @@ class safe_open:  # noqa: N801 - safetensors' name
             offset, nbytes = t.offset + lo * row_bytes, (hi - lo) * row_bytes
             part = Tensor((t.name, t.file, t.dtype, (hi - lo,) + t.shape[1:], offset, nbytes),
                            t.index)
-        fw.check_shape(part, dtype, self._ck.files[t.file])
+        fw.check_shape(part, dtype, ck.files[t.file])
         if fw.name == "flax":
             # A JAX array of its own; indexing it makes another (JAX has no views).
-            out = read_groups(fw.mod, {self._dev: [(part, self._file(t.file), dtype)]})
+            with self._file(ck, t.file) as f:
+                out = read_groups(fw.mod, {self._dev: [(part, f, dtype)]})
             return out[self._dev][0] if key is None else out[self._dev][0][key]
         buf = fw.empty(nbytes, self._dev)
         if nbytes:
-            self._file(t.file).read(fw.io_target(buf), nbytes, offset)
+            with self._file(ck, t.file) as f:
+                f.read(fw.io_target(buf), nbytes, offset)
         out = fw.view(buf, 0, part, dtype)
         if key is None:
             return out

@@ -48,10 +48,11 @@ def save_file(tensors: Mapping[str, Any], filename: PathArg,
     ------
     RuntimeError
         Tensors that share memory (safetensors' message: save one of them, or use
-        ``safetensors.torch.save_model``).
+        ``safetensors.torch.save_model``); a meta tensor ("Cannot copy out of meta tensor",
+        PyTorch's words, as safetensors raises it).
     ValueError
         A non-contiguous PyTorch tensor (safetensors' message; NumPy and CuPy arrays are written
-        in C order, as ``ascontiguousarray`` gives them), a sparse or meta tensor, not a dict.
+        in C order, as ``ascontiguousarray`` gives them), sparse tensors (all named), not a dict.
     TypeError
         A dtype safetensors has no type for; metadata that is not str → str.
     OSError
