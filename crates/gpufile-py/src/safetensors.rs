@@ -318,7 +318,7 @@ type ParsedFile = (Option<BTreeMap<String, String>>, Vec<TensorRow>);
 /// `safetensors.deserialize` and `load(bytes)`: the package slices `data` by these rows.
 #[pyfunction]
 fn safetensors_parse(data: &[u8]) -> PyResult<ParsedFile> {
-    let h = gpufile::formats::safetensors::Header::from_bytes(std::path::Path::new("bytes"), data)
+    let h = gpufile::safetensors::Header::from_bytes(std::path::Path::new("bytes"), data)
         .map_err(to_py)?;
     let rows = h
         .tensors
