@@ -81,6 +81,13 @@ echo "== cargo test"
 # its tests; the harness prints a dot per test.
 cargo test --workspace 2>&1 -- --quiet
 
+echo "== examples/rust: the program a Rust user copies, a project of its own over the crate"
+# The workspace's target directory: the crate and its dependencies are built already. --locked:
+# where the crate's dependencies changed, refresh its lock file (cp Cargo.lock examples/rust/,
+# then one plain `cargo run` there prunes it).
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" \
+    cargo run --quiet --locked --manifest-path examples/rust/Cargo.toml
+
 echo "== C and C++ APIs: CMake build, GoogleTest (plain and ASan+UBSan), install, examples/cpp"
 if [ $run_cpp = 1 ]; then bash scripts/cpp_test.sh; else echo "!! left out (GPUFILE_SKIP_CPP=1)"; fi
 

@@ -1,5 +1,5 @@
 //! Many reads and writes submitted as one (KvikIO's `BatchHandle::submit`): the core's
-//! [`gpufile_core::batch::submit`] groups them by file, buffer and direction, one request of many
+//! [`gpufile_core::__private::batch::submit`] groups them by file, buffer and direction, one request of many
 //! ranges per group, and checks every group before any byte moves; C gets a future per group.
 
 use std::collections::hash_map::Entry;
@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use gpufile_core::batch::{self, Op, OpBuffer};
+use gpufile_core::__private::batch::{self, Op, OpBuffer};
 use gpufile_core::source::Endpoint;
 use gpufile_core::Engine;
 

@@ -3,9 +3,9 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use gpufile_core::config::CompatMode;
-use gpufile_core::cuda::{self, MemoryKind};
-use gpufile_core::cufile::{self, DriverSetting, DriverValue};
+use gpufile_core::__private::cuda::{self, MemoryKind};
+use gpufile_core::__private::cufile::{self, DriverSetting, DriverValue};
+use gpufile_core::CompatMode;
 use gpufile_core::{Engine, Error, Memory};
 
 use crate::error::{guard, CallError};
@@ -134,8 +134,8 @@ pub unsafe extern "C" fn gpufile_compat_mode_preferred(
             CompatMode::On => true,
             CompatMode::Off => false,
             CompatMode::Auto => {
-                let policy = gpufile_core::plan::Policy::from(&s);
-                let chosen = gpufile_core::plan::choose_path(
+                let policy = gpufile_core::__private::plan::Policy::from(&s);
+                let chosen = gpufile_core::__private::plan::choose_path(
                     Memory::Device,
                     usize::MAX,
                     policy,
@@ -305,7 +305,7 @@ unsafe fn fd_or_path(
     // SAFETY: non-null and NUL-terminated by the caller's contract.
     let bytes = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
     let p = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes));
-    let f = gpufile_core::pagecache::open(&p)?;
+    let f = gpufile_core::__private::pagecache::open(&p)?;
     Ok((f.as_raw_fd(), p, Some(f)))
 }
 
@@ -330,7 +330,8 @@ pub unsafe extern "C" fn gpufile_page_cache_info(
         out_arg(out_total, "out_total")?;
         // SAFETY: the caller's contract.
         let (fd, p, _open) = unsafe { fd_or_path(fd, path)? };
-        let (cached, total) = gpufile_core::pagecache::page_cache_info(fd, &p, offset, length)?;
+        let (cached, total) =
+            gpufile_core::__private::pagecache::page_cache_info(fd, &p, offset, length)?;
         // SAFETY: checked non-null; the caller's contract.
         unsafe {
             put(out_cached, cached);
@@ -357,7 +358,7 @@ pub unsafe extern "C" fn gpufile_drop_file_page_cache(
         // SAFETY: the caller's contract.
         let (fd, p, _open) = unsafe { fd_or_path(fd, path)? };
         let sync = sync_first != 0;
-        Ok(gpufile_core::pagecache::drop_file_page_cache(
+        Ok(gpufile_core::__private::pagecache::drop_file_page_cache(
             fd, &p, offset, length, sync,
         )?)
     })
@@ -375,7 +376,7 @@ pub unsafe extern "C" fn gpufile_drop_system_page_cache(
 ) -> gpufile_status {
     guard(|| {
         out_arg(out, "out")?;
-        let done = gpufile_core::pagecache::drop_system_page_cache(
+        let done = gpufile_core::__private::pagecache::drop_system_page_cache(
             reclaim_dentries_and_inodes != 0,
             sync_first != 0,
         );

@@ -6,8 +6,8 @@ use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-use gpufile_core::error::Op;
-use gpufile_core::formats::safetensors::FormatError;
+use gpufile_core::safetensors::FormatError;
+use gpufile_core::Op;
 use gpufile_core::{Error, ErrorKind};
 
 /// What every call returns: `GPUFILE_OK`, or the type of the error it stored as the calling

@@ -57,7 +57,7 @@ pub unsafe extern "C" fn gpufile_file_io_path(
 /// # Safety
 /// As `gpufile_file_io_path`'s out-parameters.
 unsafe fn report_path(
-    path: &gpufile_core::plan::IoPath,
+    path: &gpufile_core::IoPath,
     out_backend: *mut gpufile_backend,
     reason: *mut c_char,
     len: usize,

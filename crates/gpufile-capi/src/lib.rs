@@ -29,11 +29,11 @@ use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use gpufile_core::config::CompatMode;
-use gpufile_core::cuda::{self, MemoryKind, PointerInfo};
-use gpufile_core::request::{Range, Ranges};
+use gpufile_core::__private::cuda::{self, MemoryKind, PointerInfo};
 use gpufile_core::source::Endpoint;
+use gpufile_core::CompatMode;
 use gpufile_core::{Buffer, Direction, Engine, Error, FileHandle, IoFuture, Request, Settings};
+use gpufile_core::{Range, Ranges};
 
 pub use batch::{gpufile_batch_op, gpufile_batch_submit};
 pub use error::{

@@ -7,8 +7,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use gpufile_core::batch::OpBuffer;
-use gpufile_core::formats::safetensors::{submit_load, Checkpoint, Files, LoadError, Target};
+use gpufile_core::__private::batch::OpBuffer;
+use gpufile_core::safetensors::{submit_load, Checkpoint, Files, LoadError, Target};
 use gpufile_core::source::Source;
 use gpufile_core::Engine;
 

@@ -1,18 +1,15 @@
 //! Saving from C: `gpufile_save_file` (one safetensors file) and `gpufile_save_checkpoint` (a
-//! Hugging Face sharded checkpoint), over the core's `formats::safetensors::save::file::
-//! save_file` and `formats::safetensors::save::checkpoint::save_checkpoint`.
+//! Hugging Face sharded checkpoint), over the core's `gpufile::safetensors::save_file`
+//! and `gpufile::safetensors::save_checkpoint`.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use gpufile_core::formats::safetensors::save::checkpoint::{
-    parse_size, save_checkpoint, SaveOptions,
+use gpufile_core::safetensors::{
+    parse_size, save_checkpoint, save_file, Dtype, FileOptions, SaveError, SaveOptions, TensorRow,
 };
-use gpufile_core::formats::safetensors::save::file::{save_file, FileOptions};
-use gpufile_core::formats::safetensors::save::write::{SaveError, TensorRow};
-use gpufile_core::formats::safetensors::Dtype;
 use gpufile_core::{Buffer, Engine};
 
 use crate::error::{guard, CallError};

@@ -3,8 +3,8 @@
 
 use std::ffi::c_char;
 
-use gpufile_core::config::{Input, Name, Value};
 use gpufile_core::Engine;
+use gpufile_core::{Input, Name, Value};
 
 use crate::error::{give_text, guard, CallError};
 use crate::{gpufile_status, out_arg, put, text};

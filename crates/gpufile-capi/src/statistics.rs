@@ -203,8 +203,8 @@ pub struct gpufile_counters {
     pub http_retry_backoff_ns: u64,
 }
 
-impl From<observe::counters::Counters> for gpufile_counters {
-    fn from(c: observe::counters::Counters) -> Self {
+impl From<observe::Counters> for gpufile_counters {
+    fn from(c: observe::Counters) -> Self {
         gpufile_counters {
             remote_size_probes: c.remote_size_probes,
             remote_size_probing_ns: c.remote_size_probing_ns,

@@ -1,10 +1,10 @@
 //! Stream-ordered reads and writes (KvikIO's `read_async` / `write_async`): queued on the
-//! caller's CUDA stream through `gpufile_core::stream`, returning at once with a future.
+//! caller's CUDA stream through `gpufile_core::__private::stream`, returning at once with a future.
 
 use std::ffi::c_void;
 
-use gpufile_core::cuda::{self, Context, PointerInfo};
-use gpufile_core::stream::{self, OnStream, StreamOrder};
+use gpufile_core::__private::cuda::{self, Context, PointerInfo};
+use gpufile_core::__private::stream::{self, OnStream, StreamOrder};
 use gpufile_core::{Direction, Engine, Request};
 
 use crate::error::{guard, CallError};
@@ -54,7 +54,7 @@ fn stream_device(info: Option<PointerInfo>) -> Result<Option<(Context, i32)>, Ca
     Ok(match cuda::current_context() {
         Err(_) => None,
         Ok(Some(ctx)) => Some((ctx, cuda::context_device(ctx)?)),
-        Ok(None) => match cuda::device_count() {
+        Ok(None) => match gpufile_core::device_count() {
             Ok(n) if n > 0 => Some((cuda::primary_context(0)?, 0)),
             _ => None,
         },

@@ -154,7 +154,7 @@ fn doc_example_compiles_and_runs() {
 
 #[test]
 fn a_c_program_saves_a_sharded_checkpoint_the_loader_reads() {
-    use gpufile_core::formats::safetensors::Checkpoint;
+    use gpufile_core::safetensors::Checkpoint;
     let Some(cc) = compiler() else {
         println!("skipped: no C compiler (set CC, or install gcc)");
         return;
@@ -208,7 +208,7 @@ fn a_c_program_saves_a_sharded_checkpoint_the_loader_reads() {
 
 #[test]
 fn a_c_program_saves_one_safetensors_file_the_reader_reads() {
-    use gpufile_core::formats::safetensors::Header;
+    use gpufile_core::safetensors::Header;
     let Some(cc) = compiler() else {
         println!("skipped: no C compiler (set CC, or install gcc)");
         return;

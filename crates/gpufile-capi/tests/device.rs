@@ -6,7 +6,6 @@
 use std::ptr;
 
 use gpufile::*;
-use gpufile_core::cuda;
 
 #[path = "../../gpufile/tests/common/gpu.rs"]
 mod gpu;
@@ -22,7 +21,7 @@ fn device_memory_is_read_into_and_a_size_past_its_allocation_refused() {
     let path = dir.path().join("device.bin");
     std::fs::write(&path, &want).expect("write the file");
     let c_path = std::ffi::CString::new(path.to_str().expect("a UTF-8 path")).expect("no NUL");
-    let dev = cuda::DeviceBuffer::new(len, 0).expect("device memory");
+    let dev = gpufile_core::DeviceBuffer::new(len, 0).expect("device memory");
     let addr = dev.addr() as usize as *mut std::ffi::c_void;
 
     let mut file = ptr::null_mut();

@@ -9,7 +9,7 @@ use std::ffi::OsStr;
 
 use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
-use gpufile::config;
+use gpufile::__private::config;
 
 use crate::error::CliError;
 

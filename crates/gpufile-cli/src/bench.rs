@@ -11,11 +11,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpufile::config::{Input, Name, Settings};
-use gpufile::cuda::DeviceBuffer;
+use gpufile::DeviceBuffer;
 use gpufile::{Buffer, Engine, FileHandle, Memory, Request};
+use gpufile::{Input, Name, Settings};
 
-use gpufile::plan::IoPath;
+use gpufile::IoPath;
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
 use serde_json::json;
@@ -124,7 +124,7 @@ fn fill(buf: &mut [u8], seed: u64) {
 /// Makes `path` cold: its pages leave the page cache (no privileges needed).
 fn drop_caches(path: &Path) -> CliResult {
     let f = std::fs::File::open(path)?;
-    gpufile::pagecache::drop_file_page_cache(f.as_raw_fd(), path, 0, 0, true)?;
+    gpufile::__private::pagecache::drop_file_page_cache(f.as_raw_fd(), path, 0, 0, true)?;
     Ok(())
 }
 
@@ -348,7 +348,7 @@ pub(crate) fn run(args: &BenchArgs, units: Units) -> CliResult {
     }
     let task_sizes: Vec<String> = args.task_sizes.clone();
     let memories: Vec<Memory> = if args.memory.is_empty() {
-        vec![if gpufile::cuda::device_count().unwrap_or(0) > 0 {
+        vec![if gpufile::device_count().unwrap_or(0) > 0 {
             Memory::Device
         } else {
             Memory::Host

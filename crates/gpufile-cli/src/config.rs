@@ -4,7 +4,7 @@
 //! parse stops every other command; here it is shown in its setting's row with the reason, the
 //! other rows as they would be, and the command exits 1.
 
-use gpufile::config::{self, Kind, State};
+use gpufile::__private::config::{Kind, State};
 use gpufile::Engine;
 use gpufile_diag::schema;
 use gpufile_diag::units;
@@ -80,7 +80,7 @@ fn rows() -> Result<(Vec<Row>, Vec<gpufile::Error>), CliError> {
         Ok(engine) => (engine.report(), Vec::new()),
         Err(gpufile::Error::InvalidEnv { .. }) => {
             let (state, errors) = State::from_env_each(|v| std::env::var_os(v));
-            let report = config::Name::ALL
+            let report = gpufile::Name::ALL
                 .iter()
                 .map(|n| (*n, state.settings.get(*n), state.origin(*n).clone()))
                 .collect();
@@ -123,9 +123,9 @@ fn rows() -> Result<(Vec<Row>, Vec<gpufile::Error>), CliError> {
 }
 
 /// A value for people: sizes as bytes and with units.
-fn shown(kind: Kind, value: &config::Value) -> String {
+fn shown(kind: Kind, value: &gpufile::Value) -> String {
     match (kind, value) {
-        (Kind::Size | Kind::PositiveSize, config::Value::Int(n)) => {
+        (Kind::Size | Kind::PositiveSize, gpufile::Value::Int(n)) => {
             format!("{n} ({})", units::size(*n))
         }
         _ => value.to_string(),

@@ -12,7 +12,7 @@ pub(crate) enum Destination {
     Host(Vec<u8>),
     /// Device memory of GPU `ordinal`.
     Device {
-        buf: gpufile::cuda::DeviceBuffer,
+        buf: gpufile::DeviceBuffer,
         ordinal: i32,
         name: String,
     },
@@ -31,8 +31,8 @@ impl Destination {
         what: &str,
     ) -> Result<(Self, Option<String>), CliError> {
         let gpu = |ordinal: i32| -> Result<Self, CliError> {
-            let name = gpufile::cuda::device_name(ordinal)?;
-            let buf = gpufile::cuda::DeviceBuffer::new(size, ordinal)?;
+            let name = gpufile::__private::cuda::device_name(ordinal)?;
+            let buf = gpufile::DeviceBuffer::new(size, ordinal)?;
             Ok(Destination::Device { buf, ordinal, name })
         };
         let host_memory = || -> Result<Self, CliError> {

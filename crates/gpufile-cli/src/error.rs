@@ -105,7 +105,7 @@ fn os_errno(e: &std::io::Error) -> Option<i32> {
 /// directory"), without the " (os error 2)" Rust appends, also inside a wrapping library's text.
 pub(crate) fn os_text(e: &std::io::Error) -> String {
     if let Some(errno) = e.raw_os_error() {
-        return gpufile::error::os_message(errno);
+        return gpufile::__private::error::os_message(errno);
     }
     let mut text = e.to_string();
     while let Some(at) = text.find(" (os error ") {

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use gpufile::config;
+use gpufile::__private::config;
 use gpufile::{FileHandle, Memory};
 use gpufile_diag::units::Units;
 

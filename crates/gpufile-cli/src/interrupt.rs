@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 
 use crate::CliError;
 

@@ -107,7 +107,7 @@ where
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let json = args.iter().skip(1).any(|a| a == "--json");
-    for text in gpufile::config::take_unknown_env_warnings() {
+    for text in gpufile::__private::config::take_unknown_env_warnings() {
         eprintln!("gpufile: warning: {text}");
     }
     let cli = match Cli::try_parse_from(&args) {

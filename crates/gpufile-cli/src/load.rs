@@ -24,12 +24,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpufile::batch::OpBuffer;
-use gpufile::formats::safetensors::{
+use gpufile::__private::batch::OpBuffer;
+use gpufile::observe::Report;
+use gpufile::safetensors::{
     submit_load, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan, Target,
 };
-use gpufile::future::StopFlag;
-use gpufile::observe::Report;
+use gpufile::StopFlag;
 use gpufile::{Engine, ErrorKind, FileHandle, IoPath, Memory, Settings};
 use gpufile_diag::schema;
 use gpufile_diag::units::{self, Units};
@@ -601,7 +601,7 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufile::formats::safetensors::Header;
+    use gpufile::safetensors::Header;
 
     /// A checkpoint of one file with tensors `names` (F32, 2 elements each), parsed from bytes.
     fn checkpoint(names: &[&str]) -> Checkpoint {

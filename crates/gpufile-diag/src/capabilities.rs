@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use gpufile::cufile::{self, StorageType};
+use gpufile::__private::cufile::{self, StorageType};
 use serde_json::{json, Value};
 
 use crate::{schema, units};

@@ -7,10 +7,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use gpufile::config::CompatMode;
-use gpufile::cuda;
-use gpufile::cufile;
-use gpufile::plan::{self, Availability, IoPath, Memory, Policy};
+use gpufile::__private::cuda;
+use gpufile::__private::cufile;
+use gpufile::__private::plan::{self, Availability, Policy};
+use gpufile::CompatMode;
+use gpufile::{IoPath, Memory};
 use serde_json::{json, Value};
 
 use crate::capabilities::{self, Capabilities};
@@ -126,7 +127,7 @@ fn loaded_path(name: &str) -> Option<String> {
 }
 
 fn gpus() -> Vec<Gpu> {
-    let n = cuda::device_count().unwrap_or(0);
+    let n = gpufile::device_count().unwrap_or(0);
     (0..n as i32)
         .map(|ordinal| {
             let pci = cuda::device_pci_address(ordinal).ok();
@@ -324,7 +325,7 @@ pub fn check(path: Option<&Path>) -> CheckReport {
             // The same two steps a request takes: the path, then (for a file) the registration.
             let path = plan::choose_path(Memory::Device, usize::MAX, policy, cufile::availability)
                 .and_then(|p| match (&file, p.backend) {
-                    (Some(f), plan::Backend::Cufile) => {
+                    (Some(f), gpufile::Backend::Cufile) => {
                         plan::after_registration(p, policy, f.cufile_registers.clone())
                     }
                     _ => Ok(p),

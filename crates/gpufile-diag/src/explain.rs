@@ -13,11 +13,12 @@
 
 use std::path::PathBuf;
 
-use gpufile::config::{CompatMode, Settings};
-use gpufile::cufile;
-use gpufile::error::{Error, Result};
-use gpufile::plan::{self, Availability, Backend, IoPath, Memory};
+use gpufile::__private::cufile;
+use gpufile::__private::plan::{self, Availability};
+use gpufile::{Backend, IoPath, Memory};
+use gpufile::{CompatMode, Settings};
 use gpufile::{Engine, FileHandle};
+use gpufile::{Error, Result};
 
 use crate::units;
 
@@ -129,11 +130,11 @@ pub struct Explanation {
     /// cuFile's execution settings used.
     pub cufile_execution: Option<CufileExecution>,
     /// How a gather of many small ranges of a local file would move its bytes under these
-    /// settings: io_uring or `pread`, and why ([`gpufile::engine::host_io`]).
+    /// settings: io_uring or `pread`, and why ([`gpufile::__private::engine::host_io`]).
     pub gather_host_io: gpufile::HostIo,
     /// Whether a gather of many small ranges into this memory has the GPU copy hot ranges
     /// itself (gpufile's gather kernel over registered page cache) under these settings.
-    pub gather_dma: plan::Dma,
+    pub gather_dma: gpufile::Dma,
     /// Notes (assumptions, caveats).
     pub notes: Vec<String>,
 }
@@ -155,10 +156,10 @@ impl Request {
             s.gds_threshold = g;
         }
         plan::check_task_size(None, s.task_size)?;
-        if s.num_threads == 0 || s.num_threads > gpufile::config::MAX_THREADS {
+        if s.num_threads == 0 || s.num_threads > gpufile::__private::config::MAX_THREADS {
             return Err(Error::InvalidArgument(format!(
                 "num_threads must be between 1 and {}",
-                gpufile::config::MAX_THREADS
+                gpufile::__private::config::MAX_THREADS
             )));
         }
         Ok(s)
@@ -275,7 +276,7 @@ pub fn explain_with(
         ));
     }
     Ok(Explanation {
-        gather_host_io: gpufile::engine::host_io(&s, true),
+        gather_host_io: gpufile::__private::engine::host_io(&s, true),
         gather_dma: plan::page_cache_dma(&s, req.memory == Memory::Device, req.size, || None),
         size: req.size,
         file_offset: req.file_offset,
@@ -298,23 +299,25 @@ pub fn explain_with(
     })
 }
 
-/// The plan's page-cache DMA decision for a device read (see `gpufile::exec::dma`), in words.
-fn render_dma(dma: &plan::Dma) -> String {
+/// The plan's page-cache DMA decision for a device read (see the core's `exec::dma`), in words.
+fn render_dma(dma: &gpufile::Dma) -> String {
     match dma {
-        plan::Dma::SettingOff => {
+        gpufile::Dma::SettingOff => {
             "page-cache DMA off (dma_cache_size 0): every chunk goes through the bounce buffers"
                 .into()
         }
-        plan::Dma::DirectIo => {
+        gpufile::Dma::DirectIo => {
             "page-cache DMA off: auto_direct_io_read asks for O_DIRECT reads".into()
         }
-        plan::Dma::Small => format!(
+        gpufile::Dma::Small => format!(
             "page-cache DMA: not for reads under {}",
             human(plan::DMA_MIN_REQUEST)
         ),
-        plan::Dma::NotADeviceRead => "page-cache DMA: only for device reads of local files".into(),
-        plan::Dma::Disabled(why) => format!("page-cache DMA off in this process: {why}"),
-        plan::Dma::On(budget) => format!(
+        gpufile::Dma::NotADeviceRead => {
+            "page-cache DMA: only for device reads of local files".into()
+        }
+        gpufile::Dma::Disabled(why) => format!("page-cache DMA off in this process: {why}"),
+        gpufile::Dma::On(budget) => format!(
             "page-cache DMA on (dma_cache_size {}): where this file was read before and a \
              {} granule is all in the page cache, the GPU copies it straight from there \
              (registered once, kept); a first read of a file version bounces",
@@ -355,8 +358,8 @@ impl plan::Machine for Predicted<'_> {
         }
     }
 
-    fn io_uring(&mut self) -> std::result::Result<String, plan::HostIoReason> {
-        gpufile::exec::uring::probe()
+    fn io_uring(&mut self) -> std::result::Result<String, gpufile::HostIoReason> {
+        gpufile::__private::exec::uring_probe()
     }
 
     fn dma_disabled(&mut self) -> Option<String> {

@@ -7,7 +7,7 @@
 //! [`reason`]'s; a probe that can fail is always [`outcome`]'s object.
 
 use gpufile::observe::{PathTotals, Report};
-use gpufile::plan::{IoPath, Reason};
+use gpufile::{IoPath, Reason};
 use serde_json::{json, Value};
 
 use crate::units;
@@ -122,7 +122,7 @@ pub fn throughput(r: &Report) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufile::plan::Backend;
+    use gpufile::Backend;
 
     #[test]
     fn reasons_have_the_same_fields_with_or_without_detail() {

@@ -7,7 +7,7 @@
 //!   or [`Units::Both`] is asked for.
 //! - JSON carries plain numbers: sizes in bytes, rates in `..._gb_per_s` (decimal).
 //!
-//! Input sizes are parsed by `gpufile::config::parse_size` (decimal `GB`, binary `GiB`, `G`).
+//! Input sizes are parsed by `gpufile::__private::config::parse_size` (decimal `GB`, binary `GiB`, `G`).
 
 use std::fmt;
 

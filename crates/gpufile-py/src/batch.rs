@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use gpufile::batch::{self, Op, OpBuffer, Submission};
+use gpufile::__private::batch::{self, Op, OpBuffer, Submission};
 use gpufile::source::Endpoint;
 use gpufile::{Direction, Engine, FileHandle, IoFuture};
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -188,7 +188,7 @@ pub(crate) fn submit_ops(
 }
 
 /// The order several files' writes go into one batch, under the process settings
-/// (`gpufile::batch::interleave`): `files` holds each file's writes' lengths in file order;
+/// (`gpufile::__private::batch::interleave`): `files` holds each file's writes' lengths in file order;
 /// the pieces as `(file, write, at, len)`, indices into `files`.
 #[pyfunction]
 pub(crate) fn interleave(files: Vec<Vec<usize>>) -> PyResult<Vec<(usize, usize, usize, usize)>> {

@@ -4,8 +4,8 @@
 
 use std::ffi::CStr;
 
-use gpufile::batch::OpBuffer;
-use gpufile::cuda::{PointerInfo, StreamWait};
+use gpufile::__private::batch::OpBuffer;
+use gpufile::__private::cuda::{PointerInfo, StreamWait};
 use gpufile::{Buffer, Direction, Memory, Request};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi;
@@ -173,7 +173,9 @@ pub(crate) fn typestr_itemsize(typestr: &str) -> Option<usize> {
 fn classify(len: usize, addr: u64) -> PyResult<Option<PointerInfo>> {
     match len {
         0 => Ok(None),
-        _ => gpufile::cuda::classify(addr).map(Some).map_err(to_py),
+        _ => gpufile::__private::cuda::classify(addr)
+            .map(Some)
+            .map_err(to_py),
     }
 }
 
@@ -196,7 +198,9 @@ const PER_THREAD_STREAM: u64 = 2;
 fn stream_wait(info: &PointerInfo, handle: u64) -> PyResult<StreamWait> {
     let ctx = match info.context {
         Some(c) => c,
-        None => gpufile::cuda::primary_context(info.device.unwrap_or(0)).map_err(to_py)?,
+        None => {
+            gpufile::__private::cuda::primary_context(info.device.unwrap_or(0)).map_err(to_py)?
+        }
     };
     Ok(StreamWait { handle, ctx })
 }
@@ -206,10 +210,10 @@ fn stream_wait(info: &PointerInfo, handle: u64) -> PyResult<StreamWait> {
 /// wait; otherwise `cuStreamSynchronize` runs with the GIL released.
 pub(crate) fn wait_for_stream(py: Python<'_>, info: &PointerInfo, handle: u64) -> PyResult<()> {
     let wait = stream_wait(info, handle)?;
-    if gpufile::cuda::stream_idle(handle, wait.ctx).map_err(to_py)? {
+    if gpufile::__private::cuda::stream_idle(handle, wait.ctx).map_err(to_py)? {
         return Ok(());
     }
-    py.detach(|| gpufile::cuda::synchronize_stream(handle, wait.ctx))
+    py.detach(|| gpufile::__private::cuda::synchronize_stream(handle, wait.ctx))
         .map_err(to_py)
 }
 

@@ -1,7 +1,7 @@
 //! cuFile: the driver, its library, properties and parameters, cufile.json, and registration of
 //! buffers and streams.
 
-use gpufile::cufile::{DriverSetting, DriverValue};
+use gpufile::__private::cufile::{DriverSetting, DriverValue};
 use pyo3::exceptions::{PyKeyError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
@@ -13,19 +13,24 @@ use crate::tools::json_to_py;
 /// Extra folders to find libcufile.so.0 in (before the system loader).
 #[pyfunction]
 pub(crate) fn cufile_set_search_dirs(dirs: Vec<std::path::PathBuf>) {
-    gpufile::cufile::set_search_dirs(dirs);
+    gpufile::__private::cufile::set_search_dirs(dirs);
 }
 
 /// `(major, minor)` of libcufile, `(0, 0)` where it cannot be loaded or does not say (KvikIO).
 #[pyfunction]
 pub(crate) fn cufile_version(py: Python<'_>) -> (i32, i32) {
-    py.detach(|| gpufile::cufile::version().ok().flatten().unwrap_or((0, 0)))
+    py.detach(|| {
+        gpufile::__private::cufile::version()
+            .ok()
+            .flatten()
+            .unwrap_or((0, 0))
+    })
 }
 
 /// Where libcufile was loaded from, or why not.
 #[pyfunction]
 pub(crate) fn cufile_library(py: Python<'_>) -> (bool, String) {
-    py.detach(|| match gpufile::cufile::library() {
+    py.detach(|| match gpufile::__private::cufile::library() {
         Ok(l) => (true, l.path.clone()),
         Err(e) => (false, e.to_string()),
     })
@@ -34,7 +39,9 @@ pub(crate) fn cufile_library(py: Python<'_>) -> (bool, String) {
 /// The driver's properties as a dict (opens the driver).
 #[pyfunction]
 pub(crate) fn cufile_properties(py: Python<'_>) -> PyResult<Py<PyAny>> {
-    let props = py.detach(gpufile::cufile::properties).map_err(to_py)?;
+    let props = py
+        .detach(gpufile::__private::cufile::properties)
+        .map_err(to_py)?;
     let value = serde_json::to_value(&props).map_err(|e| GpufileError::new_err(e.to_string()))?;
     json_to_py(py, &value)
 }
@@ -42,7 +49,9 @@ pub(crate) fn cufile_properties(py: Python<'_>) -> PyResult<Py<PyAny>> {
 /// `[(name, value)]` as cuFile reports them (`cuFileGetParameter*`).
 #[pyfunction]
 pub(crate) fn cufile_parameters(py: Python<'_>) -> PyResult<Vec<(String, String)>> {
-    let params = py.detach(gpufile::cufile::parameters).map_err(to_py)?;
+    let params = py
+        .detach(gpufile::__private::cufile::parameters)
+        .map_err(to_py)?;
     Ok(params.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }
 
@@ -53,8 +62,8 @@ pub(crate) fn cufile_parameters(py: Python<'_>) -> PyResult<Vec<(String, String)
 pub(crate) fn cufile_config(
     path: Option<PathArg>,
 ) -> PyResult<(std::path::PathBuf, Vec<(String, String)>)> {
-    let path = path.map_or_else(gpufile::cufile::config_path, |p| p.0);
-    let values = gpufile::cufile::read_config(&path).map_err(to_py)?;
+    let path = path.map_or_else(gpufile::__private::cufile::config_path, |p| p.0);
+    let values = gpufile::__private::cufile::read_config(&path).map_err(to_py)?;
     Ok((path, values))
 }
 
@@ -67,7 +76,7 @@ fn driver_setting(name: &str) -> PyResult<DriverSetting> {
 pub(crate) fn cufile_driver_get(py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
     let setting = driver_setting(name)?;
     let value = py
-        .detach(|| gpufile::cufile::driver_setting(setting))
+        .detach(|| gpufile::__private::cufile::driver_setting(setting))
         .map_err(to_py)?;
     Ok(match value {
         DriverValue::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
@@ -107,20 +116,22 @@ pub(crate) fn cufile_driver_set(
     } else {
         DriverValue::Int(uint_arg(name, Some(value), None)?.unwrap_or(0))
     };
-    py.detach(|| gpufile::cufile::set_driver_setting(setting, value))
+    py.detach(|| gpufile::__private::cufile::set_driver_setting(setting, value))
         .map_err(to_py)
 }
 
 /// Opens the cuFile driver.
 #[pyfunction]
 pub(crate) fn cufile_driver_open(py: Python<'_>) -> PyResult<()> {
-    py.detach(gpufile::cufile::driver_open).map_err(to_py)
+    py.detach(gpufile::__private::cufile::driver_open)
+        .map_err(to_py)
 }
 
 /// Closes the cuFile driver if gpufile opened it; refused while files are registered with it.
 #[pyfunction]
 pub(crate) fn cufile_driver_close(py: Python<'_>) -> PyResult<()> {
-    py.detach(gpufile::cufile::driver_close).map_err(to_py)
+    py.detach(gpufile::__private::cufile::driver_close)
+        .map_err(to_py)
 }
 
 pub(crate) fn device_base(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(u64, usize)> {
@@ -128,7 +139,9 @@ pub(crate) fn device_base(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(u
         BufferView::Device { addr, info, .. } => {
             let info = match info {
                 Some(i) => i,
-                None => py.detach(|| gpufile::cuda::classify(addr)).map_err(to_py)?,
+                None => py
+                    .detach(|| gpufile::__private::cuda::classify(addr))
+                    .map_err(to_py)?,
             };
             Ok((info.base, info.size))
         }
@@ -142,7 +155,7 @@ pub(crate) fn device_base(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(u
 #[pyfunction]
 pub(crate) fn memory_register(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
     let (base, size) = device_base(py, buf)?;
-    py.detach(|| gpufile::cufile::buf_register(base, size))
+    py.detach(|| gpufile::__private::cufile::buf_register(base, size))
         .map_err(to_py)
 }
 
@@ -150,7 +163,7 @@ pub(crate) fn memory_register(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResul
 #[pyfunction]
 pub(crate) fn memory_deregister(py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
     let (base, _) = device_base(py, buf)?;
-    py.detach(|| gpufile::cufile::buf_deregister(base))
+    py.detach(|| gpufile::__private::cufile::buf_deregister(base))
         .map_err(to_py)
 }
 
@@ -174,13 +187,13 @@ pub(crate) fn stream_synchronize(
 #[pyfunction]
 #[pyo3(signature = (stream, flags=0))]
 pub(crate) fn stream_register(py: Python<'_>, stream: u64, flags: u32) -> PyResult<()> {
-    py.detach(|| gpufile::cufile::stream_register(stream, flags))
+    py.detach(|| gpufile::__private::cufile::stream_register(stream, flags))
         .map_err(to_py)
 }
 
 /// `cuFileStreamDeregister`.
 #[pyfunction]
 pub(crate) fn stream_deregister(py: Python<'_>, stream: u64) -> PyResult<()> {
-    py.detach(|| gpufile::cufile::stream_deregister(stream))
+    py.detach(|| gpufile::__private::cufile::stream_deregister(stream))
         .map_err(to_py)
 }

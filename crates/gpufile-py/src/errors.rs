@@ -9,8 +9,8 @@
 //! `RuntimeError`), made once at import by [`register`]; `GpufileError` itself derives from
 //! `RuntimeError`.
 
-use gpufile::error::Op;
 use gpufile::Error;
+use gpufile::Op;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -224,7 +224,7 @@ fn to_py_with(call: Call, e: Error, more: &str) -> PyErr {
                 offset,
                 len,
             } => {
-                let reason = gpufile::error::os_message(errno);
+                let reason = gpufile::__private::error::os_message(errno);
                 let what = match op {
                     Op::Read | Op::Write | Op::Map | Op::Advise => {
                         format!("{op} of {len} bytes at offset {offset}: {reason}")

@@ -2,8 +2,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use gpufile::cuda::Context;
-use gpufile::stream::{OnStream, StreamOrder};
+use gpufile::__private::cuda::Context;
+use gpufile::__private::stream::{OnStream, StreamOrder};
 use gpufile::{Direction, Engine, Error, FileHandle, IoFuture, Memory, Request};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -98,7 +98,7 @@ impl NativeFile {
         result
     }
 
-    /// A stream-ordered `raw`: queued on `stream` (see `gpufile::stream`), returning at once.
+    /// A stream-ordered `raw`: queued on `stream` (see `gpufile::__private::stream`), returning at once.
     /// The buffer and the file are held until the request has ended, whatever becomes of the
     /// returned future (dropping it never waits for the stream).
     #[allow(clippy::too_many_arguments)]
@@ -138,7 +138,9 @@ impl NativeFile {
                 let settings = engine.shared_settings();
                 // SAFETY: the view (export or array object) is held until the request has
                 // ended (`keep` below); the stream is the caller's, used during this call only.
-                unsafe { gpufile::stream::submit(&engine, endpoint, req, settings, on, prefer) }
+                unsafe {
+                    gpufile::__private::stream::submit(&engine, endpoint, req, settings, on, prefer)
+                }
             })
             .map_err(to_py)?;
         let keep = (view, buf.clone().unbind(), slf.clone().into_any().unbind());
@@ -436,7 +438,7 @@ impl NativeFile {
                 let view = BufferView::describe(b)?;
                 (view.memory(), view.request_len(size)?, None)
             }
-            None => match gpufile::cuda::device_count() {
+            None => match gpufile::device_count() {
                 Ok(n) if n > 0 => (Memory::Device, usize::MAX, None),
                 Ok(_) => (Memory::Host, usize::MAX, Some("no CUDA device".to_owned())),
                 Err(e) => (Memory::Host, usize::MAX, Some(e.to_string())),
@@ -625,7 +627,7 @@ fn raw_request(
 /// own; for host memory, the thread's current context, else device 0's primary one. `None`
 /// where there is no CUDA driver or device (the request then runs at once).
 fn stream_device(view: &BufferView) -> PyResult<Option<(Context, i32)>> {
-    use gpufile::cuda;
+    use gpufile::__private::cuda;
     if let BufferView::Device {
         info: Some(info), ..
     } = view
@@ -640,7 +642,7 @@ fn stream_device(view: &BufferView) -> PyResult<Option<(Context, i32)>> {
     match cuda::current_context() {
         Err(_) => Ok(None),
         Ok(Some(ctx)) => Ok(Some((ctx, cuda::context_device(ctx).map_err(to_py)?))),
-        Ok(None) => match cuda::device_count() {
+        Ok(None) => match gpufile::device_count() {
             Ok(n) if n > 0 => Ok(Some((cuda::primary_context(0).map_err(to_py)?, 0))),
             _ => Ok(None),
         },

@@ -62,7 +62,7 @@ fn open_error(py: Python<'_>, e: Error) -> PyErr {
     let Error::Os {
         errno,
         ref path,
-        op: gpufile::error::Op::Open,
+        op: gpufile::Op::Open,
         ..
     } = e
     else {
@@ -73,7 +73,10 @@ fn open_error(py: Python<'_>, e: Error) -> PyErr {
     let Ok(name) = base.name().map(|n| n.to_string()) else {
         return to_py(e);
     };
-    let message = format!("Unable to open file: {}", gpufile::error::os_message(errno));
+    let message = format!(
+        "Unable to open file: {}",
+        gpufile::__private::error::os_message(errno)
+    );
     let args = (errno, message, path.to_string_lossy().into_owned()).into_pyobject(py);
     kvikio_compatible(py, base, &name, args)
 }

@@ -5,8 +5,8 @@
 //! arrays of one length) before the request is built; the engine then checks the ranges
 //! against the buffer and the file, so a bad range is an error before any byte moves.
 
-use gpufile::engine::PathReport;
-use gpufile::plan::Dma;
+use gpufile::Dma;
+use gpufile::PathReport;
 use gpufile::{Direction, Ranges, Request};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;

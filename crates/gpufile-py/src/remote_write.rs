@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 use gpufile::{Direction, Engine};
 use gpufile_remote::RemoteWriter;
 use pyo3::prelude::*;
@@ -159,7 +159,7 @@ fn write_safetensors_remote(
     metadata: Option<std::collections::BTreeMap<String, String>>,
 ) -> PyResult<u64> {
     let _notices = crate::notices::OnReturn(py);
-    use gpufile::formats::safetensors::save::plan_save;
+    use gpufile::__private::safetensors::plan_save;
     let w = Arc::clone(&writer.get().writer);
     let mut views = Vec::with_capacity(tensors.len());
     let mut rows = Vec::with_capacity(tensors.len());
@@ -217,7 +217,7 @@ fn save_checkpoint_url(
     metadata: Option<std::collections::BTreeMap<String, String>>,
 ) -> PyResult<Vec<(String, String)>> {
     let _notices = crate::notices::OnReturn(py);
-    use gpufile::formats::safetensors::save::checkpoint::SaveOptions;
+    use gpufile::safetensors::SaveOptions;
     use gpufile_remote::SaveCheckpointError;
     let saved =
         crate::safetensors::save_interruptibly(py, tensors, |rows, stop, engine, settings| {

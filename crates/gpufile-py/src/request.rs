@@ -3,8 +3,8 @@
 //! object) on the process engine with the GIL released ([`submit`]). The ranges are checked by
 //! the engine, against the endpoint, before any byte moves.
 
-use gpufile::engine::PathReport;
 use gpufile::source::Endpoint;
+use gpufile::PathReport;
 use gpufile::{Direction, Engine, IoFuture, Request};
 use pyo3::prelude::*;
 

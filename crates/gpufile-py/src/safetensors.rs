@@ -1,20 +1,18 @@
-//! Bindings of `gpufile::formats::safetensors`: validated headers, read plans, selection and
+//! Bindings of `gpufile::safetensors`: validated headers, read plans, selection and
 //! loading into the caller's buffers (the core's `load`: the package allocates, the core
 //! selects and reads); the save side: headers
 //! built as the reference serializer builds them, tensors written by the engine straight from
-//! their memory, and files published whole (`gpufile::publish`).
+//! their memory, and files published whole (`gpufile::__private::publish`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use gpufile::formats::safetensors::save::write::{
-    submit_files, FileToWrite, SaveError, TensorRow as CoreRow,
-};
-use gpufile::formats::safetensors::save::{checkpoint, file};
-use gpufile::formats::safetensors::save::{plan_save, SaveTensor};
-use gpufile::formats::safetensors::{
-    submit_load, Checkpoint, Dtype, Files, FormatError, LoadError, PlanOptions, Target,
+use gpufile::__private::safetensors::{plan_save, submit_files, FileToWrite, SaveTensor};
+use gpufile::safetensors::{
+    parse_size, save_checkpoint as core_save_checkpoint, save_file as core_save_file, submit_load,
+    Checkpoint, Dtype, FileOptions, Files, FormatError, LoadError, PlanOptions, SaveError,
+    SaveOptions, Target, TensorRow as CoreRow,
 };
 use gpufile::source::Source;
 use gpufile::{Direction, Engine};
@@ -43,7 +41,7 @@ pub(crate) fn to_py(e: FormatError) -> PyErr {
             FormatError::Io { path, source } => match source.raw_os_error() {
                 Some(errno) => (
                     errno,
-                    gpufile::error::os_message(errno),
+                    gpufile::__private::error::os_message(errno),
                     path.to_string_lossy().into_owned(),
                 )
                     .into_pyobject(py),
@@ -168,7 +166,7 @@ impl SafetensorsCheckpoint {
     }
 
     /// Plans reading tensors `selection` (indices into `tensors()`) into one allocation.
-    #[pyo3(signature = (selection, align=gpufile::formats::safetensors::DEFAULT_ALIGN, coalesce=true))]
+    #[pyo3(signature = (selection, align=gpufile::safetensors::DEFAULT_ALIGN, coalesce=true))]
     fn plan(&self, selection: Vec<usize>, align: u64, coalesce: bool) -> PyResult<PlanRows> {
         let plan = self
             .inner
@@ -320,7 +318,7 @@ type ParsedFile = (Option<BTreeMap<String, String>>, Vec<TensorRow>);
 /// `safetensors.deserialize` and `load(bytes)`: the package slices `data` by these rows.
 #[pyfunction]
 fn safetensors_parse(data: &[u8]) -> PyResult<ParsedFile> {
-    let h = gpufile::formats::safetensors::Header::from_bytes(std::path::Path::new("bytes"), data)
+    let h = gpufile::safetensors::Header::from_bytes(std::path::Path::new("bytes"), data)
         .map_err(to_py)?;
     let rows = h
         .tensors
@@ -430,7 +428,7 @@ pub(crate) fn save_error(e: SaveError) -> PyErr {
 }
 
 /// Writes several safetensors files (`(file, tensors, metadata)` each, as `write_safetensors`)
-/// as one batch, their writes interleaved (`gpufile::formats::safetensors::save::write::
+/// as one batch, their writes interleaved (`gpufile::__private::safetensors::
 /// submit_files`); their sizes.
 #[pyfunction]
 fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult<Vec<u64>> {
@@ -468,7 +466,7 @@ fn write_safetensors_files(py: Python<'_>, files: Vec<SaveFile<'_>>) -> PyResult
 
 /// Saves one safetensors file at `path`, crash-safe (GIL released; Ctrl-C stops it, nothing
 /// published): `tensors` as `write_safetensors` takes them, written under a temporary name and
-/// renamed over `path` (`gpufile::formats::safetensors::save::file::save_file`). The file's
+/// renamed over `path` (`gpufile::safetensors::save_file`). The file's
 /// size.
 #[pyfunction]
 #[pyo3(signature = (path, tensors, metadata=None, durable=true))]
@@ -481,24 +479,24 @@ fn save_file(
 ) -> PyResult<u64> {
     let _notices = crate::notices::OnReturn(py);
     let saved = save_interruptibly(py, tensors, |rows, stop, engine, settings| {
-        let options = file::FileOptions {
+        let options = FileOptions {
             metadata: metadata.as_ref(),
             durable,
             stop: Some(stop),
         };
         // SAFETY: `save_interruptibly` holds every row's buffer until this returns.
-        unsafe { file::save_file(&path.0, rows, &options, engine, settings) }
+        unsafe { core_save_file(&path.0, rows, &options, engine, settings) }
     })?;
     saved.map_err(save_error)
 }
 
 /// `max_shard_size`: a positive int (bytes) or a str read as every size is (`"5GB"` as
 /// huggingface_hub reads it, `"5GiB"`, `"5 GiB"`:
-/// `gpufile::formats::safetensors::save::checkpoint::parse_size`).
+/// `gpufile::safetensors::parse_size`).
 #[pyfunction]
 fn parse_shard_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(text) = size.extract::<String>() {
-        return checkpoint::parse_size(&text).map_err(PyValueError::new_err);
+        return parse_size(&text).map_err(PyValueError::new_err);
     }
     let n: i128 = size.extract()?;
     if n <= 0 {
@@ -544,7 +542,7 @@ where
 }
 
 /// The stop function of a save that runs with the GIL released
-/// (`gpufile::formats::safetensors::save::checkpoint::SaveOptions::stop`): Ctrl-C stops it.
+/// (`gpufile::safetensors::SaveOptions::stop`): Ctrl-C stops it.
 /// The signal is seen with the GIL taken back briefly and kept in `interrupt`, to be raised
 /// once the core has cancelled and cleaned up.
 pub(crate) fn signal_stop(interrupt: &Mutex<Option<PyErr>>) -> impl Fn() -> bool + Sync + '_ {
@@ -562,7 +560,7 @@ pub(crate) fn signal_stop(interrupt: &Mutex<Option<PyErr>>) -> impl Fn() -> bool
 /// Saves a Hugging Face checkpoint into the local directory `directory` (GIL released):
 /// `tensors` as `write_safetensors` takes them, `sizes` each one's size for sharding,
 /// `max_shard_size` in bytes. The weight map ((tensor, file) in the order of the tensors)
-/// (`gpufile::formats::safetensors::save::checkpoint::save_checkpoint`).
+/// (`gpufile::safetensors::save_checkpoint`).
 #[pyfunction]
 #[pyo3(signature = (directory, tensors, sizes, max_shard_size, metadata=None, durable=true))]
 fn save_checkpoint(
@@ -576,7 +574,7 @@ fn save_checkpoint(
 ) -> PyResult<Vec<(String, String)>> {
     let _notices = crate::notices::OnReturn(py);
     let saved = save_interruptibly(py, tensors, |rows, stop, engine, settings| {
-        let options = checkpoint::SaveOptions {
+        let options = SaveOptions {
             max_shard_size,
             metadata: metadata.as_ref(),
             durable,
@@ -584,23 +582,23 @@ fn save_checkpoint(
             stop: Some(stop),
         };
         // SAFETY: `save_interruptibly` holds every row's buffer until this returns.
-        unsafe { checkpoint::save_checkpoint(&directory.0, rows, &options, engine, settings) }
+        unsafe { core_save_checkpoint(&directory.0, rows, &options, engine, settings) }
     })?;
     Ok(saved.map_err(save_error)?.weight_map)
 }
 
 /// A file written under a temporary name and published by renaming it over its final name
-/// (`gpufile::publish::PendingFile`); dropped unpublished, its temporary is removed.
+/// (`gpufile::__private::publish::PendingFile`); dropped unpublished, its temporary is removed.
 #[pyclass(frozen, module = "gpufile._native")]
 struct PendingFile {
-    inner: Mutex<gpufile::publish::PendingFile>,
+    inner: Mutex<gpufile::__private::publish::PendingFile>,
     file: Py<NativeFile>,
     /// Running while the file is written for a durable publish (`start_write_behind`).
-    write_behind: Mutex<Option<gpufile::publish::WriteBehind>>,
+    write_behind: Mutex<Option<gpufile::__private::publish::WriteBehind>>,
 }
 
 impl PendingFile {
-    fn lock(&self) -> std::sync::MutexGuard<'_, gpufile::publish::PendingFile> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, gpufile::__private::publish::PendingFile> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -621,7 +619,7 @@ impl PendingFile {
     #[new]
     fn new(py: Python<'_>, path: PathArg) -> PyResult<Self> {
         let pending = py
-            .detach(|| gpufile::publish::PendingFile::create(&path.0))
+            .detach(|| gpufile::__private::publish::PendingFile::create(&path.0))
             .map_err(crate::errors::to_py)?;
         let file = Py::new(py, NativeFile::from_handle(pending.handle().clone()))?;
         Ok(PendingFile {
@@ -632,7 +630,7 @@ impl PendingFile {
     }
 
     /// Has the disk write the file's pages while it is written, until `publish` or `discard`
-    /// (`gpufile::publish::PendingFile::write_behind`): for a durable save, so that its final
+    /// (`gpufile::__private::publish::PendingFile::write_behind`): for a durable save, so that its final
     /// `fsync` finds little left to write. Idempotent.
     fn start_write_behind(&self) {
         let mut running = self.write_behind.lock().unwrap_or_else(|e| e.into_inner());
@@ -696,21 +694,21 @@ impl PendingFile {
 /// `fsync` of a directory (its names created, renamed or removed become durable).
 #[pyfunction]
 fn sync_dir(py: Python<'_>, path: PathArg) -> PyResult<()> {
-    py.detach(|| gpufile::publish::sync_dir(&path.0))
+    py.detach(|| gpufile::__private::publish::sync_dir(&path.0))
         .map_err(crate::errors::to_py)
 }
 
-/// Whether a file name is one of gpufile's temporary names (`gpufile::publish`).
+/// Whether a file name is one of gpufile's temporary names (`gpufile::__private::publish`).
 #[pyfunction]
 fn is_temporary_name(name: PathBuf) -> bool {
-    gpufile::publish::is_temporary(name.as_os_str())
+    gpufile::__private::publish::is_temporary(name.as_os_str())
 }
 
-/// The commit lock of a directory (`gpufile::publish::DirLock`): held from the constructor
+/// The commit lock of a directory (`gpufile::__private::publish::DirLock`): held from the constructor
 /// (which waits for it, GIL released) until `release()` or the end of a `with` block.
 #[pyclass(frozen, module = "gpufile._native")]
 struct DirLock {
-    held: Mutex<Option<gpufile::publish::DirLock>>,
+    held: Mutex<Option<gpufile::__private::publish::DirLock>>,
 }
 
 #[pymethods]
@@ -718,7 +716,7 @@ impl DirLock {
     #[new]
     fn new(py: Python<'_>, path: PathArg) -> PyResult<Self> {
         let held = py
-            .detach(|| gpufile::publish::DirLock::acquire(&path.0))
+            .detach(|| gpufile::__private::publish::DirLock::acquire(&path.0))
             .map_err(crate::errors::to_py)?;
         Ok(DirLock {
             held: Mutex::new(Some(held)),
@@ -749,7 +747,7 @@ impl DirLock {
 
 /// Removes the temporaries of `directory` that no save will publish (written by a process of
 /// this host that is gone, unlocked, not in `keep`); returns how many
-/// (`gpufile::publish::remove_stale_temporaries`). Call it holding the directory's `DirLock`.
+/// (`gpufile::__private::publish::remove_stale_temporaries`). Call it holding the directory's `DirLock`.
 #[pyfunction]
 fn remove_stale_temporaries(
     py: Python<'_>,
@@ -757,16 +755,16 @@ fn remove_stale_temporaries(
     keep: Vec<PathBuf>,
 ) -> PyResult<usize> {
     let keep = keep.into_iter().map(PathBuf::into_os_string).collect();
-    py.detach(|| gpufile::publish::remove_stale_temporaries(&directory.0, &keep))
+    py.detach(|| gpufile::__private::publish::remove_stale_temporaries(&directory.0, &keep))
         .map_err(crate::errors::to_py)
 }
 
 /// The real path of `file`, which must lie inside `directory` by the rule of a checkpoint
-/// directory's files (`gpufile::formats::safetensors::resolve_inside`): `SafetensorError`
+/// directory's files (`gpufile::__private::safetensors::resolve_inside`): `SafetensorError`
 /// where a symlink leads out of it, `OSError` where it cannot be resolved.
 #[pyfunction]
 fn resolve_inside(py: Python<'_>, directory: PathArg, file: PathArg) -> PyResult<PathBuf> {
-    py.detach(|| gpufile::formats::safetensors::resolve_inside(&directory.0, &file.0))
+    py.detach(|| gpufile::__private::safetensors::resolve_inside(&directory.0, &file.0))
         .map_err(to_py)
 }
 

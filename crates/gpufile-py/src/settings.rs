@@ -1,7 +1,8 @@
 //! Settings: KvikIO's `defaults` over the process engine's default settings; the pinned pool.
 
-use gpufile::config::{self, Input, Kind, Name, Origin, Value};
+use gpufile::__private::config::{self, Kind};
 use gpufile::Engine;
+use gpufile::{Input, Name, Origin, Value};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString, PyTuple};

@@ -6,7 +6,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use gpufile::config::{self, Input, Name, Value};
+use gpufile::__private::config;
 use gpufile::{Engine, Memory};
+use gpufile::{Input, Name, Value};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList};
@@ -52,7 +53,7 @@ pub(crate) fn take_notices() -> Vec<String> {
 /// in the process (the package issues them with `warnings.warn` at import).
 #[pyfunction]
 pub(crate) fn take_env_warnings() -> Vec<String> {
-    gpufile::config::take_unknown_env_warnings()
+    gpufile::__private::config::take_unknown_env_warnings()
 }
 
 /// Test seam: `[(call, after, fault, times)]` with call "read"/"write" and fault "eintr",
@@ -60,7 +61,7 @@ pub(crate) fn take_env_warnings() -> Vec<String> {
 /// "panic" or an errno; `[]` turns injection off.
 #[pyfunction]
 pub(crate) fn _inject_faults(rules: Vec<(String, u64, Bound<'_, PyAny>, u64)>) -> PyResult<()> {
-    use gpufile::posix::faults::{self, Call, Fault, Rule};
+    use gpufile::__private::posix::faults::{self, Call, Fault, Rule};
     let mut parsed = Vec::new();
     for (call, after, fault, times) in rules {
         let call = match call.as_str() {
@@ -99,7 +100,7 @@ pub(crate) fn _inject_faults(rules: Vec<(String, u64, Bound<'_, PyAny>, u64)>) -
 }
 
 /// The descriptor `fd`, or where it is `None` `path` opened as every path is
-/// ([`gpufile::pagecache::open`]: a FIFO is refused at once), for `f`; `path` names the file in
+/// ([`gpufile::__private::pagecache::open`]: a FIFO is refused at once), for `f`; `path` names the file in
 /// errors.
 fn with_descriptor<T>(
     fd: Option<i32>,
@@ -110,7 +111,7 @@ fn with_descriptor<T>(
     match fd {
         Some(fd) => f(fd),
         None => {
-            let file = gpufile::pagecache::open(path)?;
+            let file = gpufile::__private::pagecache::open(path)?;
             f(file.as_raw_fd())
         }
     }
@@ -129,7 +130,7 @@ pub(crate) fn page_cache_info(
     let p = &path.0;
     py.detach(|| {
         with_descriptor(fd, p, |fd| {
-            gpufile::pagecache::page_cache_info(fd, p, offset, length)
+            gpufile::__private::pagecache::page_cache_info(fd, p, offset, length)
         })
     })
     .map_err(to_py)
@@ -149,7 +150,7 @@ pub(crate) fn drop_file_page_cache(
     let p = &path.0;
     py.detach(|| {
         with_descriptor(fd, p, |fd| {
-            gpufile::pagecache::drop_file_page_cache(fd, p, offset, length, sync_first)
+            gpufile::__private::pagecache::drop_file_page_cache(fd, p, offset, length, sync_first)
         })
     })
     .map_err(to_py)
@@ -163,7 +164,10 @@ pub(crate) fn drop_system_page_cache(
     sync_first: bool,
 ) -> bool {
     py.detach(|| {
-        gpufile::pagecache::drop_system_page_cache(reclaim_dentries_and_inodes, sync_first)
+        gpufile::__private::pagecache::drop_system_page_cache(
+            reclaim_dentries_and_inodes,
+            sync_first,
+        )
     })
 }
 
@@ -173,13 +177,13 @@ pub(crate) fn drop_system_page_cache(
 pub(crate) fn compat_mode_preferred(py: Python<'_>) -> PyResult<bool> {
     py.detach(|| -> gpufile::Result<bool> {
         let s = Engine::global()?.settings();
-        let policy = gpufile::plan::Policy::from(&s);
+        let policy = gpufile::__private::plan::Policy::from(&s);
         Ok(
-            match gpufile::plan::choose_path(
+            match gpufile::__private::plan::choose_path(
                 Memory::Device,
                 usize::MAX,
                 policy,
-                gpufile::cufile::availability,
+                gpufile::__private::cufile::availability,
             ) {
                 Ok(p) => p.backend == gpufile::Backend::GpufilePosix,
                 Err(_) => false, // OFF (or require_gds) insists on cuFile

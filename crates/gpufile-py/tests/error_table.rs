@@ -10,7 +10,7 @@
 #[allow(dead_code)]
 mod kinds;
 
-use gpufile::formats::safetensors::FormatError;
+use gpufile::safetensors::FormatError;
 use gpufile::{Error, ErrorKind};
 use gpufile_capi_for_tests::gpufile_status::{self, *};
 use gpufile_remote::{RemoteError, RemoteFailure};
@@ -58,7 +58,7 @@ fn table() -> Vec<(ErrorKind, gpufile_status, &'static str)> {
 
 /// One error of each core variant, and one of each remote failure as the core holds it.
 fn every_error() -> Vec<Error> {
-    let mut all = gpufile::error::one_of_each();
+    let mut all = gpufile::__private::error::one_of_each();
     all.extend(RemoteFailure::one_of_each().into_iter().map(|kind| {
         Error::from(RemoteError {
             url: "http://127.0.0.1:1/a".into(),

@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gpufile::formats::safetensors::{Checkpoint, FormatError, Header, Index, MAX_INDEX_LEN};
+use gpufile::safetensors::{Checkpoint, FormatError, Header, Index, MAX_INDEX_LEN};
 use percent_encoding::utf8_percent_encode;
 
 use crate::error::{RemoteError, RemoteFailure};

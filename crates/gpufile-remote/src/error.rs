@@ -140,7 +140,8 @@ impl From<RemoteError> for gpufile::Error {
         // Every remote failure reaches the core through here: the core learns how to classify
         // them before it holds the first.
         static REGISTER: Once = Once::new();
-        REGISTER.call_once(|| gpufile::error::register_source_kind(SOURCE_WHAT, classify));
+        REGISTER
+            .call_once(|| gpufile::__private::error::register_source_kind(SOURCE_WHAT, classify));
         gpufile::Error::from_source(SOURCE_WHAT, e)
     }
 }

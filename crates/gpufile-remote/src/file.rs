@@ -113,7 +113,7 @@ impl RemoteFile {
     fn fetch_size(&self) -> Result<u64> {
         let began = std::time::Instant::now();
         let size = self.ask_size();
-        gpufile::observe::counters::count_remote_size_probe(began.elapsed());
+        gpufile::__private::observe::count_remote_size_probe(began.elapsed());
         size
     }
 
@@ -498,7 +498,7 @@ impl Source for RemoteFile {
     }
 
     /// KvikIO's range check ([`RemoteFile::check_range`]), against the size known at open.
-    fn check(&self, ranges: &gpufile::request::Ranges) -> Result<()> {
+    fn check(&self, ranges: &gpufile::Ranges) -> Result<()> {
         ranges
             .as_slice()
             .iter()
@@ -556,7 +556,7 @@ impl Source for RemoteFile {
         }
         // KvikIO's reactor pool starts at the first read under MULTI_POLL, which fixes its
         // reactor settings; gpufile keeps that rule though it has no pool.
-        if !gpufile::config::remote_io_started() {
+        if !gpufile::__private::config::remote_io_started() {
             if let Ok(engine) = gpufile::Engine::global() {
                 engine.note_remote_read();
             }

@@ -15,14 +15,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 
-use gpufile::formats::safetensors::save::checkpoint::{
-    layout, CheckpointIndex, CheckpointLayout, SaveOptions, INDEX_NAME,
+use gpufile::__private::safetensors::{
+    layout, plan_save, CheckpointLayout, SavePlan, INDEX_NAME, STOP_POLL,
 };
-use gpufile::formats::safetensors::save::write::{SaveError, TensorRow, STOP_POLL};
-use gpufile::formats::safetensors::save::{plan_save, SavePlan};
-use gpufile::formats::safetensors::FormatError;
-use gpufile::future::StopFlag;
+use gpufile::safetensors::{CheckpointIndex, FormatError, SaveError, SaveOptions, TensorRow};
 use gpufile::source::{Endpoint, Sink};
+use gpufile::StopFlag;
 use gpufile::{Buffer, Engine, Error, IoFuture, Request, Settings};
 
 use crate::syntax::endpoint::RemoteEndpointType;

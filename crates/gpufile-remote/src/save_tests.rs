@@ -1,8 +1,8 @@
 //! Checkpoints saved by URL to a PUT server on 127.0.0.1 that this file runs.
 
 use super::*;
-use gpufile::formats::safetensors::save::checkpoint::save_checkpoint as save_local;
-use gpufile::formats::safetensors::Dtype;
+use gpufile::safetensors::save_checkpoint as save_local;
+use gpufile::safetensors::Dtype;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -192,7 +192,7 @@ fn one_shard_is_model_safetensors_with_the_metadata_and_no_index() {
     assert_eq!(s.order, ["/one/model.safetensors"]);
     assert_eq!(index.weight_map.len(), 5);
     let body = &s.bodies["/one/model.safetensors"];
-    let h = gpufile::formats::safetensors::Header::from_bytes(Path::new("x"), body).unwrap();
+    let h = gpufile::safetensors::Header::from_bytes(Path::new("x"), body).unwrap();
     let meta = h.metadata.unwrap();
     assert_eq!(
         (meta["format"].as_str(), meta["step"].as_str()),

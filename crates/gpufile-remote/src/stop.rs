@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 
 /// How long a socket read or a backoff waits before it looks at the stop flag again: a
 /// cancelled request or credential fetch ends within about this long (Python polls for Ctrl-C

@@ -31,9 +31,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use gpufile::future::StopFlag;
-use gpufile::request::Range;
 use gpufile::source::{IoContext, Sink};
+use gpufile::Range;
+use gpufile::StopFlag;
 use gpufile::{Error, Result};
 
 use crate::error::{RemoteError, RemoteFailure};

@@ -30,14 +30,11 @@ mod validate;
 mod value;
 
 pub(crate) use log::log_notice;
-pub use log::{log_settings, LogLevel, LogSettings, LOG_ENV_VARS};
+pub use log::{LogSettings, LOG_ENV_VARS};
 pub use state::{
     cufile_path, log_notices_to_stderr, note_remote_read, remote_io_started, Origin, State,
 };
-pub use table::{
-    default_num_threads, Bounds, Kind, Name, Settings, ENV_PREFIXES, MAX_BOUNCE_BUFFER_SIZE,
-    MAX_DEFAULT_THREADS, MAX_HTTP_ATTEMPTS, MAX_HTTP_TIMEOUT, MAX_SIZE, MAX_THREADS,
-};
-pub use unknown_env::{take_unknown_env_warnings, unknown_env_vars, UnknownEnvVar, OTHER_ENV_VARS};
+pub use table::{Bounds, Kind, Name, Settings, ENV_PREFIXES, MAX_THREADS};
+pub use unknown_env::take_unknown_env_warnings;
 pub use validate::{parse_size, validate};
 pub use value::{CompatMode, Input, RemoteIoBackend, RemoteReactorDispatch, Value};

@@ -218,7 +218,7 @@ impl Engine {
 
     /// Called by a remote source as each read runs: the first under the default
     /// `remote_io_backend` MULTI_POLL fixes KvikIO's reactor settings
-    /// ([`config::note_remote_read`]).
+    /// (`config::note_remote_read`).
     pub fn note_remote_read(&self) {
         if !config::remote_io_started() {
             config::note_remote_read(self.shared_settings().remote_io_backend);
@@ -258,7 +258,7 @@ impl Engine {
         self.bounce.pooled()
     }
 
-    /// Bytes of page cache registered for DMA now (see [`crate::exec::dma`]).
+    /// Bytes of page cache registered for DMA now (see `crate::exec::dma`).
     pub fn dma_registered_bytes(&self) -> usize {
         self.dma.registered()
     }
@@ -290,7 +290,7 @@ impl Engine {
     /// sink) under `settings`: checked, planned ([`crate::plan::plan_request`]), then run by the
     /// executor its plan names. A request whose caller waits at once
     /// ([`Request::caller_waits`]) may run on the calling thread, or take a share of its tasks
-    /// (see [`crate::plan::CallerPart`]); its future then comes back done, or sooner done.
+    /// (see `crate::plan::CallerPart`); its future then comes back done, or sooner done.
     ///
     /// Argument errors (reading past the end of the file, a write-only handle, a device range
     /// past its allocation, compat_mode OFF without cuFile) come back before any byte moves.

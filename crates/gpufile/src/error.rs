@@ -14,7 +14,7 @@ mod kind;
 
 #[doc(hidden)]
 pub use kind::one_of_each;
-pub use kind::{os_kind, register_source_kind, ErrorKind, SourceKindFn};
+pub use kind::{os_kind, register_source_kind, ErrorKind};
 
 /// Result alias used across gpufile.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -242,7 +242,7 @@ pub enum Error {
     TasksFailed {
         /// The first task's error.
         first: Box<Error>,
-        /// The other tasks' errors, in the order they ended (at most [`MAX_TASK_ERRORS`]).
+        /// The other tasks' errors, in the order they ended (at most `MAX_TASK_ERRORS`).
         others: Vec<Error>,
         /// Further failed tasks not listed.
         not_shown: usize,

@@ -334,7 +334,7 @@ impl IoFuture {
         }
     }
 
-    /// Cancels the tasks not yet started (see [`Completion::cancel`]); wait for the future
+    /// Cancels the tasks not yet started (see `Completion::cancel`); wait for the future
     /// afterwards to know that no worker still uses the buffer.
     pub fn cancel(&self) {
         match &self.inner {
@@ -344,7 +344,7 @@ impl IoFuture {
         }
     }
 
-    /// Runs `f` once every request of the future has ended (see [`Completion::on_done`]): at
+    /// Runs `f` once every request of the future has ended (see `Completion::on_done`): at
     /// once on this thread if they have, else on the thread that ends the last one.
     pub fn on_done(&self, f: impl FnOnce() + Send + 'static) {
         self.on_done_boxed(Box::new(f));

@@ -97,11 +97,6 @@ impl FileMapping {
         self.len
     }
 
-    /// Whether nothing is mapped.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// `(resident, pages)` of `[start, start + len)` of the mapping (page-aligned `start`,
     /// clamped to the mapping); `stop` ends the count early when it says so of a window's
     /// flags (the count so far is returned).

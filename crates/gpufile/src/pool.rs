@@ -145,11 +145,13 @@ impl ThreadPool {
     }
 
     /// Number of workers.
+    #[cfg(test)]
     pub fn size(&self) -> usize {
         lock(&self.workers).len()
     }
 
     /// Queues a job.
+    #[cfg(test)]
     pub fn submit(&self, job: Job) {
         self.shared.push(std::iter::once(job));
     }

@@ -139,7 +139,7 @@ pub struct Request {
     pub after: Option<StreamWait>,
     /// The caller waits for the future at once (a blocking read or write): the plan may run a
     /// small request on the calling thread, or give it a share of the tasks
-    /// ([`crate::plan::CallerPart`]).
+    /// (`crate::plan::CallerPart`).
     pub caller_waits: bool,
     /// A flag of the caller's that ends the request's preparation early: a source's request
     /// before the plan ([`crate::source::Source::before_split_read`]), which a binding that

@@ -5,9 +5,10 @@
 
 use std::io::Write;
 
-use gpufile::cuda::{self, DeviceBuffer, Event, PinnedBuffer, Stream};
-use gpufile::cufile::{self, RegisteredFile};
-use gpufile::plan::Availability;
+use gpufile::__private::cuda::{self, Event, PinnedBuffer, Stream};
+use gpufile::__private::cufile::{self, RegisteredFile};
+use gpufile::__private::plan::Availability;
+use gpufile::DeviceBuffer;
 use gpufile::{Buffer, CompatMode, Engine, Error, FileHandle, Request, Settings};
 
 // The name common/gpu.rs gives the core crate (the C API's tests share that file).

@@ -1,4 +1,4 @@
-//! Stream-ordered requests from Rust alone (`gpufile::stream`): the submit returns at once, the
+//! Stream-ordered requests from Rust alone (`gpufile::__private::stream`): the submit returns at once, the
 //! request waits for the work queued on the stream before it, and the work queued after it sees
 //! its bytes, for each order the device can do. The stream's earlier work is a wait on a flag
 //! the test sets (no kernel needed). Each test is ignored unless asked for (`--include-ignored`,
@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpufile::cuda::{self, Context, DeviceBuffer, PinnedBuffer, Stream};
-use gpufile::stream::{self, OnStream, StreamOrder};
+use gpufile::__private::cuda::{self, Context, PinnedBuffer, Stream};
+use gpufile::__private::stream::{self, OnStream, StreamOrder};
+use gpufile::DeviceBuffer;
 use gpufile::{Buffer, Direction, Engine, Error, FileHandle, Request};
 
 // The name common/gpu.rs gives the core crate (the C API's tests share that file).

@@ -248,7 +248,7 @@ fn a_billion_tiny_tasks_stream_lazily_and_cancel_promptly() {
 fn a_private_engine_runs_requests_and_shuts_down() {
     let data = pattern(1 << 20, 9);
     let f = file_with(&data);
-    let engine = Engine::new(gpufile::config::State::from_env(|_| None).unwrap());
+    let engine = Engine::new(gpufile::__private::config::State::from_env(|_| None).unwrap());
     let h = FileHandle::open(f.path(), "r").unwrap();
     let mut back = vec![0u8; data.len()];
     let settings = engine.settings();
@@ -335,7 +335,7 @@ fn within_10s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
 
 #[test]
 fn a_fifo_is_refused_at_open_without_waiting_for_its_other_end() {
-    use gpufile::formats::safetensors::{Checkpoint, FormatError};
+    use gpufile::safetensors::{Checkpoint, FormatError};
     use gpufile::source::{MapOptions, MmapSource};
     let dir = tempfile::tempdir().unwrap();
     let names = ["f", "f.safetensors", "model.safetensors.index.json"];

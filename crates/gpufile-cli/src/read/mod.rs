@@ -13,9 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use gpufile::config::{Input, Name};
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 use gpufile::{Engine, Request, Settings};
+use gpufile::{Input, Name};
 use gpufile_diag::units::{self, Units};
 use gpufile_remote::RemoteStats;
 

@@ -6,8 +6,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::destination::Destination;
-use gpufile::future::StopFlag;
 use gpufile::source::{IoContext, Source};
+use gpufile::StopFlag;
 use gpufile::{FileHandle, IoPath};
 use gpufile_diag::schema;
 use gpufile_remote::{ReadPlan, RemoteEndpointType, RemoteFile, RemoteStats};
@@ -70,7 +70,7 @@ impl ReadSource {
         dest: &mut Destination,
         (offset, size): (u64, usize),
         settings: &gpufile::Settings,
-        stop: &gpufile::future::StopFlag,
+        stop: &gpufile::StopFlag,
     ) -> gpufile::Result<ReadPath> {
         Ok(match self {
             ReadSource::Local(file) => {

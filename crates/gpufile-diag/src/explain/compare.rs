@@ -5,11 +5,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use gpufile::config::Settings;
-use gpufile::error::{Error, Result};
 use gpufile::observe::{self, Report};
-use gpufile::plan::Memory;
+use gpufile::Memory;
+use gpufile::Settings;
 use gpufile::{Buffer, Engine, FileHandle};
+use gpufile::{Error, Result};
 use serde_json::{json, Value};
 
 use super::render::human;
@@ -47,7 +47,7 @@ fn run_with(req: &Request, defaults: &Settings, h: &FileHandle) -> Result<Report
             unsafe { submit(h, req_at(Buffer::host(&mut buf)), &settings) }.and_then(|f| f.wait())
         }
         Memory::Device => {
-            let buf = gpufile::cuda::DeviceBuffer::new(req.size, req.device)?;
+            let buf = gpufile::DeviceBuffer::new(req.size, req.device)?;
             let buffer = Buffer::Device {
                 addr: buf.addr(),
                 len: req.size,
@@ -139,7 +139,7 @@ pub fn explain_and_run(req: &Request, file: Option<&Path>, run: bool) -> Result<
 /// The memory a read goes to where the user named none: GPU 0 where CUDA has a device, else host
 /// memory with the reason (the CLI's `read`, `load` and `explain --run`, Python's `explain`).
 pub fn default_memory() -> (Memory, Option<String>) {
-    match gpufile::cuda::device_count() {
+    match gpufile::device_count() {
         Ok(0) => (Memory::Host, Some("no CUDA device".into())),
         Ok(_) => (Memory::Device, None),
         Err(e) => (Memory::Host, Some(e.to_string())),

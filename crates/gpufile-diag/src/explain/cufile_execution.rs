@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use gpufile::cufile;
+use gpufile::__private::cufile;
 
 /// cuFile's `execution.*` settings that decide how it splits one request.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use gpufile::plan::Memory;
+use gpufile::Memory;
 use serde_json::{json, Value};
 
 use super::Explanation;
@@ -95,7 +95,7 @@ impl Explanation {
                 "reason": self.gather_host_io.reason.to_string(),
             },
             "gather_kernel": {
-                "on": matches!(self.gather_dma, gpufile::plan::Dma::On(_)),
+                "on": matches!(self.gather_dma, gpufile::Dma::On(_)),
                 "reason": self.gather_dma.to_string(),
             },
             "cufile": cufile,

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 use gpufile::{Error, Result};
 
 use super::object::GcsObject;

@@ -361,7 +361,7 @@ impl Client {
                     if n < policy.max_attempts {
                         self.counters.retries.fetch_add(1, Ordering::Relaxed);
                         let delay = policy.backoff(n);
-                        gpufile::observe::counters::count_http_retry(delay);
+                        gpufile::__private::observe::count_http_retry(delay);
                         let ms = delay.as_millis() as u64;
                         let request = format!("{} {}", t.what(method), t.shown);
                         eprintln!(

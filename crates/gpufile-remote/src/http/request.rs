@@ -3,8 +3,8 @@
 
 use std::sync::Mutex;
 
-use gpufile::future::StopFlag;
 use gpufile::Error;
+use gpufile::StopFlag;
 use ureq::http::Response;
 use ureq::Body;
 

@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::io;
 use std::time::{Duration, Instant};
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 use ureq::tls::TlsConfig;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
@@ -132,7 +132,7 @@ impl<In: Transport> Connector<In> for Timing {
                         true => now.saturating_duration_since(tcp_end),
                         false => Duration::ZERO,
                     };
-                    gpufile::observe::counters::count_http_connection(
+                    gpufile::__private::observe::count_http_connection(
                         LOOKUP.with(|l| l.get()),
                         tcp_end.saturating_duration_since(begin),
                         tls,

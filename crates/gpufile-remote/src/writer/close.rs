@@ -3,7 +3,7 @@
 //! it unmade (AbortMultipartUpload). Both have a form whose requests stop soon after a caller's
 //! [`StopFlag`] is set (Ctrl-C), however long the server stalls.
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 use gpufile::{Error, Result};
 
 use super::multipart::{form, s3_error, xml_escape};

@@ -2,7 +2,7 @@
 //! UploadPart, and the XML of S3's answers (CompleteMultipartUpload and
 //! AbortMultipartUpload are sent by close).
 
-use gpufile::future::StopFlag;
+use gpufile::StopFlag;
 use gpufile::{Error, Result};
 
 use super::{lock, Dest, RemoteWriter};

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use gpufile::request::Range;
 use gpufile::source::IoContext;
+use gpufile::Range;
 use gpufile::{Error, Result};
 
 use super::multipart::{S3_MAX_PART, S3_MAX_PARTS, S3_MIN_PART};

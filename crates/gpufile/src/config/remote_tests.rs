@@ -1,5 +1,6 @@
 //! KvikIO 26.10's reactor settings and logger variables: their variables, spellings and rules.
 
+use super::unknown_env::unknown_env_vars;
 use super::*;
 use crate::error::Error;
 use crate::Engine;

@@ -173,7 +173,7 @@ pub fn cufile_path() -> Option<std::path::PathBuf> {
 /// changed.
 static REMOTE_IO_STARTED: AtomicBool = AtomicBool::new(false);
 
-/// Whether KvikIO's reactor pool would have started by now (see [`note_remote_read`]).
+/// Whether KvikIO's reactor pool would have started by now (see `note_remote_read`).
 pub fn remote_io_started() -> bool {
     REMOTE_IO_STARTED.load(Ordering::Relaxed)
 }

@@ -177,7 +177,7 @@ settings! {
     /// read again goes to the GPU by DMA straight from the page cache, with no CPU copy
     /// (gpufile's addition; default 0: off, because pinned page-cache pages cannot be
     /// invalidated by another process's `O_DIRECT` write to the file, which then leaves stale
-    /// pages in the page cache). See [`crate::exec::dma`].
+    /// pages in the page cache). See `crate::exec::dma`.
     dma_cache_size / DmaCacheSize: usize = 0;
         kind Size(0, MAX_SIZE, LARGEST_OFFSET);
         env ["DMA_CACHE_SIZE"];
@@ -206,7 +206,7 @@ settings! {
         kind Count(1, u32::MAX as u64, "reactor threads; KvikIO's unsigned int");
         env ["REMOTE_IO_NUM_REACTORS"];
     /// How KvikIO's `MULTI_POLL` backend spreads one read over its reactors (see
-    /// [`RemoteReactorDispatch`]); accepted and kept as `remote_io_num_reactors` is.
+    /// `RemoteReactorDispatch`); accepted and kept as `remote_io_num_reactors` is.
     remote_io_reactor_dispatch / RemoteIoReactorDispatch: RemoteReactorDispatch =
         RemoteReactorDispatch::PerChunk;
         kind RemoteReactorDispatch;
@@ -306,7 +306,7 @@ pub enum Kind {
     Seconds,
     /// A [`RemoteIoBackend`].
     RemoteIoBackend,
-    /// A [`RemoteReactorDispatch`].
+    /// A `RemoteReactorDispatch`.
     RemoteReactorDispatch,
 }
 

@@ -1,6 +1,9 @@
 //! The settings against KvikIO's names, defaults and spellings; the table, bounds and parsers
 //! against every setting and any input (proptest).
 
+use super::table::{
+    MAX_BOUNCE_BUFFER_SIZE, MAX_DEFAULT_THREADS, MAX_HTTP_ATTEMPTS, MAX_HTTP_TIMEOUT, MAX_SIZE,
+};
 use super::*;
 use proptest::prelude::*;
 use std::collections::HashMap;

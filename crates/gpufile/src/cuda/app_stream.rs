@@ -28,22 +28,6 @@ pub fn stream_idle(handle: u64, ctx: Context) -> Result<bool> {
     unsafe { result::stream_query(handle as CUstream) }
 }
 
-/// Whether the stream `handle` orders itself with the legacy default stream (a stream created
-/// without `CU_STREAM_NON_BLOCKING`, the legacy stream itself, the per-thread default stream):
-/// work queued on the legacy stream later waits for it. Unknown (the driver cannot say) counts
-/// as blocking.
-pub fn stream_is_blocking(handle: u64, ctx: Context) -> bool {
-    if handle <= 2 {
-        return true; // the legacy stream (0, 1) and the per-thread default stream (2)
-    }
-    let Ok(_g) = push_unless_current(ctx) else {
-        return true;
-    };
-    // SAFETY: the caller's live stream (CUDA Array Interface v3 contract).
-    unsafe { result::stream_get_flags(handle as CUstream) }
-        .map_or(true, |flags| flags & sys::CU_STREAM_NON_BLOCKING == 0)
-}
-
 /// A copy queued on an application's stream by [`copy_on_stream`].
 #[derive(Clone, Copy, Debug)]
 pub enum StreamCopy {

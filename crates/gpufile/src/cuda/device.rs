@@ -27,13 +27,6 @@ pub fn device_total_memory(ordinal: i32) -> Result<usize> {
     result::device_total_mem(result::device_get(ordinal)?)
 }
 
-/// A device's free and total memory in bytes, as the driver counts them now (`cuMemGetInfo` in
-/// its primary context).
-pub fn device_free_memory(ordinal: i32) -> Result<(usize, usize)> {
-    let _g = super::context::ContextGuard::push(super::context::primary_context(ordinal)?)?;
-    result::mem_get_info()
-}
-
 /// A device's PCI address as sysfs names it ("0000:3b:00.0").
 pub fn device_pci_address(ordinal: i32) -> Result<String> {
     let dev = result::device_get(ordinal)?;

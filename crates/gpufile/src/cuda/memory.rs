@@ -104,11 +104,6 @@ impl HostRegistration {
     pub fn len(&self) -> usize {
         self.len
     }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for HostRegistration {

@@ -27,13 +27,13 @@ mod result;
 mod stream;
 
 pub use app_stream::{
-    copy_on_stream, launch_host_func, stream_idle, stream_is_blocking, stream_wait_value32,
-    synchronize_stream, StreamCopy,
+    copy_on_stream, launch_host_func, stream_idle, stream_wait_value32, synchronize_stream,
+    StreamCopy,
 };
 pub use context::{context_device, current_context, primary_context, Context, ContextGuard};
 pub use device::{
-    device_attribute, device_count, device_free_memory, device_name, device_pci_address,
-    device_total_memory, driver_version, stream_ops_support, StreamOpsSupport,
+    device_count, device_name, device_pci_address, device_total_memory, driver_version,
+    stream_ops_support, StreamOpsSupport,
 };
 pub use kernel::{gather_kernel, GatherKernel, GatherPiece};
 pub use mark::{StreamMark, StreamWait};

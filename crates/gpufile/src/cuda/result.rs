@@ -250,21 +250,6 @@ pub(super) unsafe fn stream_query(stream: CUstream) -> Result<bool> {
     }
 }
 
-/// `cuStreamGetFlags`, where the driver exports it.
-///
-/// # Safety
-/// As for [`stream_synchronize`].
-pub(super) unsafe fn stream_get_flags(stream: CUstream) -> Result<c_uint> {
-    let api = api()?;
-    let get = api
-        .stream_get_flags
-        .ok_or_else(|| missing("cuStreamGetFlags"))?;
-    let mut flags = 0;
-    // SAFETY: the caller's contract; plain out-parameter.
-    check("cuStreamGetFlags", unsafe { get(stream, &mut flags) })?;
-    Ok(flags)
-}
-
 /// Refuses unless the driver exports `cuStreamWaitValue32` (v2 or v1).
 pub(super) fn has_stream_wait_value32() -> Result<()> {
     let api = api()?;
@@ -584,16 +569,6 @@ pub(super) unsafe fn launch_kernel(
             std::ptr::null_mut(),
         )
     })
-}
-
-/// `cuMemGetInfo`: (free, total) bytes of the current context's device.
-pub(super) fn mem_get_info() -> Result<(usize, usize)> {
-    let api = api()?;
-    let get = api.mem_get_info.ok_or_else(|| missing("cuMemGetInfo"))?;
-    let (mut free, mut total) = (0, 0);
-    // SAFETY: plain out-parameters; the caller made a context current.
-    check("cuMemGetInfo", unsafe { get(&mut free, &mut total) })?;
-    Ok((free, total))
 }
 
 #[cfg(test)]

@@ -36,17 +36,16 @@ pub mod statistics;
 pub use capabilities::{
     bar_size_kb, p2p_flags, parameter_limits, P2pFlags, StorageType, SIZE_T_PARAMETERS,
 };
-pub use configuration::{config_path, parameters, parse_config, read_config, strip_comments};
+pub use configuration::{config_path, parameters, read_config};
 pub use driver::{
     availability, driver_close, driver_is_open, driver_open, registered_files, stats_at_open,
     watch_stats,
 };
-pub use library::{candidates, library, set_search_dirs, version};
+pub use library::{library, set_search_dirs, version};
 pub use properties::{
     driver_setting, properties, set_driver_setting, DriverSetting, DriverValue, Properties,
 };
 pub use registration::{
     buf_deregister, buf_register, stream_deregister, stream_register, RegisteredFile,
 };
-pub use result::op_error_name;
-pub use statistics::{decode_l3, enable_stats, Stats};
+pub use statistics::{enable_stats, Stats};

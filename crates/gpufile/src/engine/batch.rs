@@ -17,7 +17,7 @@ impl Engine {
     /// planned before any starts, then all are queued back to back, so the workers go from one
     /// file to the next with no gap; the future ends when all have, with the total bytes (or the
     /// first error). Where the batch keeps every worker busy its requests run as whole
-    /// `task_size` tasks ([`plan::batch_keeps_tasks_whole`]).
+    /// `task_size` tasks (`plan::batch_keeps_tasks_whole`).
     ///
     /// A request refused (past the end of its file, reads whose destinations overlap, ...)
     /// refuses the batch before any byte moves.

@@ -303,7 +303,7 @@ impl Target {
     }
 }
 
-/// A gather's host I/O under `settings` ([`plan::choose_host_io`], with the kernel probed once
+/// A gather's host I/O under `settings` (`plan::choose_host_io`, with the kernel probed once
 /// per process); `pread` while fault injection is on, whose seam io_uring would bypass.
 pub fn host_io(settings: &Settings, local_file: bool) -> HostIo {
     plan::choose_host_io(settings.io_uring, local_file, io_uring)

@@ -46,7 +46,7 @@ use crate::source::LocalFile;
 
 /// Registration unit, bytes, and the smallest device read that uses the cache: decided by the
 /// plan ([`crate::plan::DMA_GRANULE`], [`crate::plan::DMA_MIN_REQUEST`]).
-pub use crate::plan::{DMA_GRANULE as GRANULE, DMA_MIN_REQUEST as MIN_REQUEST};
+pub use crate::plan::DMA_GRANULE as GRANULE;
 /// Most files the cache remembers (entries without registrations cost a few words each).
 const MAX_FILES: usize = 4096;
 /// How long ago a file must have last changed (its ctime) for its pages to be registered, on

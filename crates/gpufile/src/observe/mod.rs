@@ -8,31 +8,47 @@
 //! 2. [`totals`] gives the same counters since the process started.
 //! 3. Fallbacks and other decisions worth knowing are [`notice`]d once; the Python package logs
 //!    them with `logging`, `KVIKIO_LOG_LEVEL` (INFO or below) writes them to `KVIKIO_LOG_FILE`
-//!    or stderr ([`crate::config::LogSettings`]), and `RUST_LOG` (any value naming gpufile, or
+//!    or stderr (`crate::config::LogSettings`), and `RUST_LOG` (any value naming gpufile, or
 //!    info/debug) prints them.
-//! 4. Every finished operation passes through [`record`] once: it feeds the totals above and,
+//! 4. Every finished operation passes through `record` once: it feeds the totals above and,
 //!    where a [`Monitor`] is registered, the observations of [`ops`] (KvikIO 26.10's
 //!    `Observation`s, with gpufile's path and reason) and the [`SummaryMonitor`]s built on them.
 //!    One source for both: `observe()` and a monitor cannot disagree on what ran.
+//!
+//! ```
+//! let path = std::env::temp_dir().join(format!("gpufile-doc-obs-{}", std::process::id()));
+//! std::fs::write(&path, vec![7u8; 1 << 16])?;
+//! let obs = gpufile::observe::begin();
+//! let f = gpufile::FileHandle::open(&path, "r")?;
+//! let mut buf = vec![0u8; 1 << 16];
+//! f.read(&mut buf, 0, None)?;
+//! let report = gpufile::observe::end(obs);
+//! assert!(report.gpufile_posix.bytes >= 1 << 16); // other threads' reads count too
+//! println!("{}", report.to_json());
+//! # std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::cufile::{self, Stats};
+use crate::cufile;
+/// cuFile's own counters, as a [`Report`] carries them.
+pub use crate::cufile::Stats;
 use crate::plan::Backend;
 
-pub mod counters;
+pub(crate) mod counters;
 pub mod ops;
-pub mod summary;
+pub(crate) mod summary;
 mod summary_format;
 
-pub use counters::counters;
+pub use counters::{counters, Counters};
 pub use ops::{ClockAnchor, DataPath, IoBackend, Monitor, Operation, Why};
 pub use summary::{BackendTotals, PathRow, Summary, SummaryMonitor};
 pub use summary_format::{format_duration_ns, format_nbytes, format_rate, ReportRows};
 
 #[derive(Default)]
-struct Counters {
+struct PathCounters {
     ops: AtomicU64,
     tasks: AtomicU64,
     bytes: AtomicU64,
@@ -41,9 +57,9 @@ struct Counters {
     dma_bytes: AtomicU64,
 }
 
-static POSIX: Counters = Counters::new();
-static CUFILE: Counters = Counters::new();
-static REMOTE: Counters = Counters::new();
+static POSIX: PathCounters = PathCounters::new();
+static CUFILE: PathCounters = PathCounters::new();
+static REMOTE: PathCounters = PathCounters::new();
 
 /// The row of [`Report`] a request is counted in: the path its bytes took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,9 +81,9 @@ impl Row {
     }
 }
 
-impl Counters {
+impl PathCounters {
     const fn new() -> Self {
-        Counters {
+        PathCounters {
             ops: AtomicU64::new(0),
             tasks: AtomicU64::new(0),
             bytes: AtomicU64::new(0),

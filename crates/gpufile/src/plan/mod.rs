@@ -24,7 +24,7 @@
 
 use crate::config::Settings;
 use crate::error::Error;
-pub use crate::request::{Direction, Memory, Range, Ranges};
+pub use crate::request::{Direction, Memory, Ranges};
 
 mod gather;
 mod host_io;
@@ -73,12 +73,12 @@ pub struct Shape<'a> {
     pub len: usize,
     /// The request's own task size (`None`: the settings' one, cut for idle workers).
     pub task_size: Option<usize>,
-    /// The caller waits for the request at once (see [`CallerPart`]).
+    /// The caller waits for the request at once (see `CallerPart`).
     pub caller_waits: bool,
-    /// No other request is in flight (see [`alone_task_size`]).
+    /// No other request is in flight (see `alone_task_size`).
     pub alone: bool,
     /// The request is one of a batch that keeps every worker busy with whole `task_size`
-    /// tasks ([`batch_keeps_tasks_whole`]).
+    /// tasks (`batch_keeps_tasks_whole`).
     pub batch_whole: bool,
     /// What the endpoint states about itself.
     pub needs: Needs,

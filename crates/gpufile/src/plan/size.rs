@@ -127,7 +127,7 @@ pub fn batch_keeps_tasks_whole(
     false
 }
 
-/// Registration unit of page-cache DMA, bytes ([`crate::exec::dma`]): the size of the
+/// Registration unit of page-cache DMA, bytes (`crate::exec::dma`): the size of the
 /// registration rate in docs/performance.md, "Page-cache DMA (`exec/dma.rs`)".
 pub const DMA_GRANULE: usize = 64 << 20;
 

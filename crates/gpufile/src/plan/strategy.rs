@@ -89,7 +89,7 @@ impl Chunks {
 }
 
 /// Whether a device read copies hot chunks (a gather: ranges) straight from registered page
-/// cache ([`crate::exec::dma`]); which chunks do is known only per chunk (its granule is all
+/// cache (`crate::exec::dma`); which chunks do is known only per chunk (its granule is all
 /// resident, the file is unchanged).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", content = "detail", rename_all = "kebab-case")]

@@ -3,6 +3,7 @@
 use super::tests::{never, plan_with, rows};
 use super::*;
 use crate::config::CompatMode;
+use crate::request::Range;
 
 /// A shape of one range of `len` bytes at 0 (the ranges live as long as the test).
 fn one_range(len: usize) -> Ranges {

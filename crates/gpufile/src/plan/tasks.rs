@@ -159,6 +159,7 @@ impl TaskSplit {
 }
 
 /// Every task of `size` bytes at `file_offset` (see [`TaskSplit`]). `size` 0 gives no task.
+#[cfg(test)]
 pub fn split(file_offset: u64, size: usize, task_size: usize) -> impl Iterator<Item = Task> {
     let s = TaskSplit::new(file_offset, size, task_size);
     (0..s.count()).map(move |i| s.task(i))

@@ -1,5 +1,6 @@
 use super::*;
 use crate::config::CompatMode;
+use crate::request::Range;
 
 #[test]
 fn a_waiting_caller_runs_one_task_shares_a_small_device_read_and_leaves_the_rest() {

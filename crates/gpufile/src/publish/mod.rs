@@ -38,7 +38,7 @@ use crate::file::{FileHandle, OpenMode};
 
 mod dir;
 mod seam;
-pub use dir::{host_tag, remove_stale_temporaries, temp_owner, DirLock, TempOwner, LOCK_NAME};
+pub use dir::{host_tag, remove_stale_temporaries, DirLock};
 #[cfg(test)]
 pub(crate) use seam::with_hook;
 pub(crate) use seam::{before, Step};
@@ -385,6 +385,7 @@ impl Drop for PendingFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dir::temp_owner;
 
     fn names(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)

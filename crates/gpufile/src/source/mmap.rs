@@ -341,7 +341,7 @@ impl Source for MmapSource {
         self.copy_out(dst, offset, call, false)
     }
 
-    /// Chunks on their way to a GPU are stored past the CPU's caches (see [`crate::streamed`]):
+    /// Chunks on their way to a GPU are stored past the CPU's caches (see `crate::streamed`):
     /// the mapping is there either way, so no chunk size pays more for it.
     fn read_for_device(&self, dst: &mut [u8], offset: u64, call: IoContext<'_>) -> Result<()> {
         self.copy_out(dst, offset, call, true)

@@ -6,11 +6,9 @@
 //! passed, where there is no GPU, and the GPU machine runs it with `--include-ignored`, where a
 //! missing device fails it (see [`require_gpu`]) instead of passing without running.
 
-use gpufile_core::cuda;
-
 /// Panics (fails the test) unless a CUDA device is usable, saying why not.
 pub fn require_gpu() {
-    match cuda::device_count() {
+    match gpufile_core::device_count() {
         Ok(n) if n > 0 => {}
         Ok(_) => panic!(
             "the CUDA driver finds no device, and this test needs one (it runs where asked for \

@@ -7,7 +7,8 @@
 //!    each tensor's file offset.
 //! 2. Write the header at offset 0 and each tensor's bytes at its offset, in any order and all
 //!    at once (one stream of requests: the tensors tile the data area, so the writes cover the
-//!    whole file); [`save_host`] does it for host slices, crash-safe (see [`crate::publish`]).
+//!    whole file); [`file::save_file`] does it from host or device memory, crash-safe (see
+//!    [`crate::publish`]).
 //!
 //! The layout is the reference serializer's: tensors sorted by dtype, largest alignment first
 //! (the order of [`Dtype::ALL`], reversed), then by name (byte order); data offsets in that
@@ -193,6 +194,8 @@ pub fn plan_save(
 /// Saves host tensors (`SaveTensor`s with their bytes) to `path`, crash-safe: written under a
 /// temporary name through the engine (every tensor at once), then published (see
 /// [`crate::publish::PendingFile::publish`]; `durable` syncs). The bytes written: the file size.
+/// The tests' reference writer; [`file::save_file`] is the one every front end calls.
+#[cfg(test)]
 pub fn save_host(
     path: &Path,
     tensors: &[(SaveTensor, &[u8])],

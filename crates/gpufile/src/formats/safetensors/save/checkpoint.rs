@@ -20,8 +20,8 @@ use crate::{Engine, Error, Settings};
 
 use super::commit::commit;
 pub use super::index::{
-    is_shard_name, referenced_names, remove_stale_checkpoint_temporaries, shard_name,
-    CheckpointIndex, MetaValue, INDEX_NAME, SINGLE_NAME,
+    remove_stale_checkpoint_temporaries, shard_name, CheckpointIndex, MetaValue, INDEX_NAME,
+    SINGLE_NAME,
 };
 use super::write::{submit_files, wait_stoppable, FileToWrite, SaveError, TensorRow};
 
@@ -76,7 +76,7 @@ pub struct SaveOptions<'a> {
     /// Each tensor's size for sharding, in the order of the tensors (huggingface_hub counts a
     /// tensor's whole storage); `None`: each buffer's length.
     pub sizes: Option<&'a [u64]>,
-    /// Asked every [`STOP_POLL`] while the shards are written: `true` cancels the save (its
+    /// Asked every `STOP_POLL` while the shards are written: `true` cancels the save (its
     /// requests are cancelled and waited for, nothing is published, the error is
     /// [`Error::Cancelled`]). How a binding lets Ctrl-C stop a long save.
     pub stop: Option<&'a (dyn Fn() -> bool + Sync)>,
@@ -94,16 +94,14 @@ impl std::fmt::Debug for SaveOptions<'_> {
     }
 }
 
-pub use super::write::STOP_POLL;
-
-/// A checkpoint's files before any is written: the shards as [`split`] fills them, their
+/// A checkpoint's files before any is written: the shards as `split` fills them, their
 /// names, the metadata of each file and the index. Where the checkpoint goes (a directory, an
 /// object store's prefix) is the caller's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointLayout {
     /// Each shard's tensors: indices into the rows, in order.
     pub shards: Vec<Vec<usize>>,
-    /// Each shard's file name: [`SINGLE_NAME`] for one shard, else [`shard_name`]s.
+    /// Each shard's file name: `SINGLE_NAME` for one shard, else `shard_name`s.
     pub names: Vec<String>,
     /// Every file's `__metadata__`: `format: pt`, and for a single file the caller's metadata.
     pub file_metadata: BTreeMap<String, String>,
@@ -180,7 +178,7 @@ pub fn layout(
 }
 
 /// Saves `tensors` as a Hugging Face checkpoint in `dir` (see the module's header): shards as
-/// [`split`] makes them, each written by `engine` with `settings` from the tensors' own memory
+/// `split` makes them, each written by `engine` with `settings` from the tensors' own memory
 /// (host or device). The index (also for one shard, where no index file is written). On an
 /// error every temporary is gone and the directory holds what it held (a refused tensor or
 /// argument creates no directory), or, on [`SaveError::Committed`], loads as the new checkpoint.

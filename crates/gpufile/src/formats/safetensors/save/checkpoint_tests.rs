@@ -1,4 +1,5 @@
 use super::*;
+use crate::formats::safetensors::save::index::is_shard_name;
 use crate::formats::safetensors::{Checkpoint, Dtype};
 
 #[test]
