@@ -297,7 +297,8 @@ impl Ranges {
             bytes,
             max_len: row_bytes.min(bytes),
             uniform_len: (!rows.is_empty()).then_some(row_bytes),
-            past_file_limit: file_end.is_none_or(|e| e > i64::MAX as u64),
+            // No row, no offset: a base past the limit reads nothing and is not refused.
+            past_file_limit: !rows.is_empty() && file_end.is_none_or(|e| e > i64::MAX as u64),
             buf_end: Some(bytes),
             file_end: (!rows.is_empty()).then_some(file_end.unwrap_or(u64::MAX)),
             buf_chain: true,
@@ -519,6 +520,15 @@ mod tests {
             file_chain: pairs().all(|w| w[0].end() <= w[1].file_offset),
             packed: pairs().all(|w| w[0].buf_offset.saturating_add(w[0].len) == w[1].buf_offset),
         }
+    }
+
+    /// No row at a base near the largest file offset: nothing to read, nothing past the limit
+    /// (the case the property below found).
+    #[test]
+    fn no_rows_at_a_base_near_the_limit_read_nothing_and_are_not_refused() {
+        let r = Ranges::rows(&[], 40, 1, i64::MAX as u64 - 10).unwrap();
+        assert_eq!(r.facts(), naive(r.as_slice()));
+        assert!(!r.facts().past_file_limit);
     }
 
     proptest::proptest! {
