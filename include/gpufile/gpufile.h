@@ -213,7 +213,8 @@ typedef struct {
   uint64_t dma_bytes;
   // "GET"/"PUT" for a remote object, NULL for local I/O (static).
   const char *http_method;
-  // The file path or URL (not NUL-terminated).
+  // The file path or URL (not NUL-terminated): valid while the file, mapping or remote
+  // object it names is open (only during the callback for what holds no such text).
   const char *source;
   // Bytes of `source`.
   size_t source_len;
@@ -1052,6 +1053,53 @@ gpufile_status gpufile_summary_free(gpufile_summary *s);
 
 // KvikIO's name of backend `b` (`IoBackend`), NUL-terminated and static; NULL past the last.
 const char *gpufile_io_backend_name(uint8_t b);
+
+// Whether any monitor is registered now (KvikIO's `detail::monitoring_enabled`): 1 or 0.
+int32_t gpufile_monitor_active(void);
+
+// Delivers `*obs`, an operation the caller ran itself (the kvikio shim's
+// `detail::LogicalObservationRecorder`), to the registered monitors as gpufile delivers its
+// own: its start (`finish` 0: `end_ns`, `bytes_transferred` and `ok` are ignored) or its end.
+// Its gpufile path follows from `backend`, its reason says it was reported; `path`, `reason`,
+// `tasks` and `dma_bytes` are ignored. An `id` of 0 gets a fresh one, stored back. Refused
+// (`GPUFILE_BAD_ARGUMENT`) from inside a callback.
+//
+// # Safety
+// `obs` is valid for reads and a write; its `source` is valid for `source_len` bytes.
+gpufile_status gpufile_monitor_report(gpufile_io_observation *obs, int32_t finish);
+
+// Copies `c` as text into `buf`: `what` 0 its JSON object (every counter), 1 the report of
+// the groups counted (`""` for none), 2 the report of every group.
+//
+// # Safety
+// `c` is valid for a read; `buf` is null or valid for writes of `len` bytes; `needed` is null
+// or valid for a write.
+gpufile_status gpufile_counters_text(const gpufile_counters *c,
+                                     int32_t what,
+                                     char *buf,
+                                     size_t len,
+                                     size_t *needed);
+
+// A summary of the numbers `*v` (its derived values ignored), into a new handle: what a
+// summary built or edited by hand renders from. It carries no paths and is no reading of a
+// monitor (so no baseline for `gpufile_summary_since`).
+//
+// # Safety
+// `v` is valid for a read; `out` is valid for a write.
+gpufile_status gpufile_summary_from_values(const gpufile_summary_values *v, gpufile_summary **out);
+
+// Copies, for KvikIO backend `backend` of `s`, gpufile's paths that carried its operations
+// (`what` 0: "gpufile-posix", `+`-joined, `""` if none) or their reasons (`what` 1:
+// `; `-joined) into `buf`.
+//
+// # Safety
+// `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
+gpufile_status gpufile_summary_backend_path(const gpufile_summary *s,
+                                            uint8_t backend,
+                                            int32_t what,
+                                            char *buf,
+                                            size_t len,
+                                            size_t *needed);
 
 // Queues a read of `size` bytes at `file_offset` of `file` into `buf` (device or host memory)
 // on the CUDA stream `cuda_stream` (a `CUstream`/`cudaStream_t`; NULL is the legacy default

@@ -17,6 +17,7 @@
 #include <gpufile/gpufile.hpp>
 #include <kvikio/compat_mode.hpp>
 #include <kvikio/defaults.hpp>
+#include <kvikio/detail/in_monitor.hpp>
 #include <kvikio/error.hpp>
 #include <kvikio/file_utils.hpp>
 #include <kvikio/shim/cufile_h_wrapper.hpp>
@@ -110,6 +111,9 @@ class FileHandle {
                                  bool sync_default_stream  = true,
                                  ThreadPool* /*thread_pool*/ = &defaults::thread_pool())
   {
+    detail::expect_not_in_monitor("read");
+    // KvikIO refuses it before anything starts: no operation, so no observation.
+    KVIKIO_EXPECT(task_size > 0, "`task_size` must be positive", std::invalid_argument);
     sync_if_device(buf, sync_default_stream);
     auto opts = options(task_size, gds_threshold);
     return detail::as_kvikio([&] { return _file.pread(buf, size, file_offset, opts); });
@@ -124,6 +128,9 @@ class FileHandle {
                                   bool sync_default_stream  = true,
                                   ThreadPool* /*thread_pool*/ = &defaults::thread_pool())
   {
+    detail::expect_not_in_monitor("write");
+    // KvikIO refuses it before anything starts: no operation, so no observation.
+    KVIKIO_EXPECT(task_size > 0, "`task_size` must be positive", std::invalid_argument);
     sync_if_device(buf, sync_default_stream);
     auto opts = options(task_size, gds_threshold);
     return detail::as_kvikio([&] { return _file.pwrite(buf, size, file_offset, opts); });
@@ -245,6 +252,7 @@ class FileHandle {
   std::size_t blocking(
     bool write, void* buf, std::size_t size, std::size_t file_offset, bool sync_default_stream)
   {
+    detail::expect_not_in_monitor(write ? "write" : "read");
     sync_if_device(buf, sync_default_stream);
     gpufile::Range range{file_offset, size, 0};
     auto opts               = options(0, defaults::gds_threshold()).c();
@@ -270,6 +278,7 @@ class FileHandle {
     KVIKIO_EXPECT(file_offset >= 0 && devPtr_offset >= 0,
                   "file_offset and devPtr_offset must not be negative",
                   std::invalid_argument);
+    detail::expect_not_in_monitor(write ? "write" : "read");
     void* buf           = static_cast<char*>(devPtr_base) + devPtr_offset;
     gpufile_future* raw = nullptr;
     auto const status   = write ? gpufile_file_write_async(_file.handle(),

@@ -19,6 +19,7 @@
 
 #include <gpufile/gpufile.hpp>
 #include <kvikio/defaults.hpp>
+#include <kvikio/detail/in_monitor.hpp>
 #include <kvikio/error.hpp>
 #include <kvikio/file_handle.hpp>
 #include <kvikio/threadpool_wrapper.hpp>
@@ -85,6 +86,7 @@ class MmapHandle {
                                  ThreadPool* /*thread_pool*/     = &defaults::thread_pool())
   {
     KVIKIO_EXPECT(!closed(), "Cannot read from a closed MmapHandle", std::runtime_error);
+    detail::expect_not_in_monitor("read");
     // KvikIO's MmapHandle takes no buffer size: the read's own length bounds it.
     return detail::as_kvikio(
       [&] { return _m.pread(buf, static_cast<std::size_t>(-1), size, offset, task_size); });

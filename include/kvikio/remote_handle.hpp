@@ -20,6 +20,7 @@
 
 #include <gpufile/gpufile.hpp>
 #include <kvikio/defaults.hpp>
+#include <kvikio/detail/in_monitor.hpp>
 #include <kvikio/error.hpp>
 #include <kvikio/threadpool_wrapper.hpp>
 
@@ -322,6 +323,7 @@ class RemoteHandle {
                                   ")");
     }
     if (size == 0) { return make_ready(0); }
+    detail::expect_not_in_monitor("read");
     if (!_file) {
       throw std::runtime_error(
         "gpufile reads remote objects itself: a RemoteEndpoint subclass of the program's own (" +

@@ -37,7 +37,8 @@ pub struct gpufile_io_observation {
     pub dma_bytes: u64,
     /// "GET"/"PUT" for a remote object, NULL for local I/O (static).
     pub http_method: *const c_char,
-    /// The file path or URL (not NUL-terminated).
+    /// The file path or URL (not NUL-terminated): valid while the file, mapping or remote
+    /// object it names is open (only during the callback for what holds no such text).
     pub source: *const c_char,
     /// Bytes of `source`.
     pub source_len: usize,
@@ -89,7 +90,17 @@ unsafe impl Sync for CallbackMonitor {}
 impl CallbackMonitor {
     fn call(&self, f: gpufile_monitor_fn, op: &Operation<'_>) {
         let Some(f) = f else { return };
-        let (source, reason) = (op.source(), op.why.to_string());
+        // The source's own text where it holds one: it lives as long as the handle, past the
+        // callback, as KvikIO's does.
+        let owned;
+        let source = match op.endpoint.described() {
+            Some(s) => s,
+            None => {
+                owned = op.source();
+                owned.as_str()
+            }
+        };
+        let reason = op.why.to_string();
         let method = op.http_method().map(|m| match m {
             "GET" => c"GET".as_ptr(),
             _ => c"PUT".as_ptr(),
@@ -522,4 +533,198 @@ pub extern "C" fn gpufile_io_backend_name(b: u8) -> *const c_char {
         Some(IoBackend::RemoteHdfs) => c"REMOTE_HDFS".as_ptr(),
         None => std::ptr::null(),
     }
+}
+
+/// Whether any monitor is registered now (KvikIO's `detail::monitoring_enabled`): 1 or 0.
+#[no_mangle]
+pub extern "C" fn gpufile_monitor_active() -> i32 {
+    i32::from(ops::active())
+}
+
+/// Delivers `*obs`, an operation the caller ran itself (the kvikio shim's
+/// `detail::LogicalObservationRecorder`), to the registered monitors as gpufile delivers its
+/// own: its start (`finish` 0: `end_ns`, `bytes_transferred` and `ok` are ignored) or its end.
+/// Its gpufile path follows from `backend`, its reason says it was reported; `path`, `reason`,
+/// `tasks` and `dma_bytes` are ignored. An `id` of 0 gets a fresh one, stored back. Refused
+/// (`GPUFILE_BAD_ARGUMENT`) from inside a callback.
+///
+/// # Safety
+/// `obs` is valid for reads and a write; its `source` is valid for `source_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_monitor_report(
+    obs: *mut gpufile_io_observation,
+    finish: i32,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(obs, "obs")?;
+        // SAFETY: checked non-null; valid for reads and a write by the caller's contract.
+        let o = unsafe { &mut *obs };
+        let backend = *IoBackend::ALL
+            .get(o.backend as usize)
+            .ok_or_else(|| CallError::bad(format!("backend {} is not 0 to 4", o.backend)))?;
+        let source = match o.source.is_null() {
+            true => String::new(),
+            // SAFETY: `source_len` bytes at `source` by the caller's contract.
+            false => String::from_utf8_lossy(unsafe {
+                std::slice::from_raw_parts(o.source.cast::<u8>(), o.source_len)
+            })
+            .into_owned(),
+        };
+        let mut op = ops::ReportedOperation {
+            id: o.id,
+            start_ns: o.start_ns,
+            end_ns: o.end_ns,
+            offset: o.offset,
+            size: o.size,
+            bytes_transferred: o.bytes_transferred,
+            direction: match o.direction {
+                0 => Direction::Read,
+                _ => Direction::Write,
+            },
+            memory: match o.memory_kind {
+                0 => Memory::Host,
+                _ => Memory::Device,
+            },
+            backend,
+            ok: o.ok != 0,
+            source,
+        };
+        ops::report(&mut op, finish != 0)?;
+        o.id = op.id;
+        Ok(())
+    })
+}
+
+/// Copies `c` as text into `buf`: `what` 0 its JSON object (every counter), 1 the report of
+/// the groups counted (`""` for none), 2 the report of every group.
+///
+/// # Safety
+/// `c` is valid for a read; `buf` is null or valid for writes of `len` bytes; `needed` is null
+/// or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_counters_text(
+    c: *const gpufile_counters,
+    what: i32,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        if c.is_null() {
+            return Err(CallError::bad("c is NULL"));
+        }
+        // SAFETY: checked non-null; valid for a read by the caller's contract.
+        let c = unsafe { *c };
+        let c = observe::counters::Counters {
+            remote_size_probes: c.remote_size_probes,
+            remote_size_probing_ns: c.remote_size_probing_ns,
+            http_connections: c.http_connections,
+            http_dns_ns: c.http_dns_ns,
+            http_tcp_ns: c.http_tcp_ns,
+            http_tls_ns: c.http_tls_ns,
+            http_retries: c.http_retries,
+            http_retry_backoff_ns: c.http_retry_backoff_ns,
+        };
+        let text = match what {
+            0 => c.to_json(),
+            1 => c.report(ReportRows::Used),
+            2 => c.report(ReportRows::All),
+            _ => return Err(CallError::bad(format!("what {what} is not 0, 1 or 2"))),
+        };
+        // SAFETY: the caller's contract.
+        unsafe { give_text(&text, buf, len, needed) };
+        Ok(())
+    })
+}
+
+/// A summary of the numbers `*v` (its derived values ignored), into a new handle: what a
+/// summary built or edited by hand renders from. It carries no paths and is no reading of a
+/// monitor (so no baseline for `gpufile_summary_since`).
+///
+/// # Safety
+/// `v` is valid for a read; `out` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_summary_from_values(
+    v: *const gpufile_summary_values,
+    out: *mut *mut gpufile_summary,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out, "out")?;
+        if v.is_null() {
+            return Err(CallError::bad("v is NULL"));
+        }
+        // SAFETY: checked non-null; valid for a read by the caller's contract.
+        let v = unsafe { &*v };
+        let mut s = Summary {
+            start_ns: v.start_ns,
+            end_ns: v.end_ns,
+            anchor: ops::ClockAnchor {
+                steady_ns: v.anchor_steady_ns,
+                wall_ns: v.anchor_wall_ns,
+            },
+            num_ops: v.num_ops,
+            num_reads: v.num_reads,
+            num_writes: v.num_writes,
+            bytes_requested: v.bytes_requested,
+            bytes_transferred: v.bytes_transferred,
+            bytes_read: v.bytes_read,
+            bytes_written: v.bytes_written,
+            num_errors: v.num_errors,
+            total_duration_ns: v.total_duration_ns,
+            busy_ns: v.busy_ns,
+            interval: true,
+            ..Summary::default()
+        };
+        for (b, t) in s.by_backend.iter_mut().zip(&v.by_backend) {
+            b.num_ops = t.num_ops;
+            b.bytes_transferred = t.bytes_transferred;
+            b.total_duration_ns = t.total_duration_ns;
+            b.num_errors = t.num_errors;
+        }
+        let c = v.counters;
+        s.counters = observe::counters::Counters {
+            remote_size_probes: c.remote_size_probes,
+            remote_size_probing_ns: c.remote_size_probing_ns,
+            http_connections: c.http_connections,
+            http_dns_ns: c.http_dns_ns,
+            http_tcp_ns: c.http_tcp_ns,
+            http_tls_ns: c.http_tls_ns,
+            http_retries: c.http_retries,
+            http_retry_backoff_ns: c.http_retry_backoff_ns,
+        };
+        give_summary(out, s);
+        Ok(())
+    })
+}
+
+/// Copies, for KvikIO backend `backend` of `s`, gpufile's paths that carried its operations
+/// (`what` 0: "gpufile-posix", `+`-joined, `""` if none) or their reasons (`what` 1:
+/// `; `-joined) into `buf`.
+///
+/// # Safety
+/// `buf` is null or valid for writes of `len` bytes; `needed` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_summary_backend_path(
+    s: *const gpufile_summary,
+    backend: u8,
+    what: i32,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> gpufile_status {
+    guard(|| {
+        let s = SUMMARIES.get(s as usize)?;
+        let b = *IoBackend::ALL
+            .get(backend as usize)
+            .ok_or_else(|| CallError::bad(format!("backend {backend} is not 0 to 4")))?;
+        let (path, reason) = s.path_and_reason(b);
+        let text = match what {
+            0 => path,
+            1 => reason,
+            _ => return Err(CallError::bad(format!("what {what} is not 0 or 1"))),
+        };
+        // SAFETY: the caller's contract.
+        unsafe { give_text(&text, buf, len, needed) };
+        Ok(())
+    })
 }

@@ -490,6 +490,10 @@ impl Source for RemoteFile {
         self.shown.clone()
     }
 
+    fn described(&self) -> Option<&str> {
+        Some(&self.shown)
+    }
+
     fn io_backend(&self) -> gpufile::observe::IoBackend {
         match self.access {
             Access::WebHdfs { .. } => gpufile::observe::IoBackend::RemoteHdfs,

@@ -405,6 +405,10 @@ impl Sink for RemoteWriter {
         self.shown.clone()
     }
 
+    fn described(&self) -> Option<&str> {
+        Some(&self.shown)
+    }
+
     fn io_backend(&self) -> gpufile::observe::IoBackend {
         match self.dest {
             Dest::WebHdfs { .. } => gpufile::observe::IoBackend::RemoteHdfs,

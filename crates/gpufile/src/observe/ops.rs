@@ -121,6 +121,8 @@ pub enum Why<'a> {
     Planned(&'a Reason),
     /// The error that refused the operation.
     Refused(&'a Error),
+    /// A layer above the engine ran the operation itself and reported it ([`report`]).
+    Reported,
 }
 
 impl fmt::Display for Why<'_> {
@@ -128,6 +130,7 @@ impl fmt::Display for Why<'_> {
         match self {
             Why::Planned(r) => r.fmt(f),
             Why::Refused(e) => write!(f, "refused before any byte moved: {e}"),
+            Why::Reported => f.write_str("reported by the caller, not run by gpufile's engine"),
         }
     }
 }
@@ -303,6 +306,113 @@ pub(crate) fn deliver(op: &Operation<'_>, finish: bool) {
         }));
     }
     IN_CALLBACK.with(|c| c.set(false));
+}
+
+/// An operation a layer above the engine ran itself (the C++ shim's
+/// `kvikio::detail::LogicalObservationRecorder`), as it reports it to [`report`].
+#[derive(Clone, Debug)]
+pub struct ReportedOperation {
+    /// Its id; 0 asks [`report`] for a fresh one (stored back).
+    pub id: u64,
+    /// When it was issued, as [`steady_ns`].
+    pub start_ns: u64,
+    /// When it ended (ignored at its start).
+    pub end_ns: u64,
+    /// Offset of its first byte.
+    pub offset: u64,
+    /// Bytes asked for.
+    pub size: u64,
+    /// Bytes moved.
+    pub bytes_transferred: u64,
+    /// Read or write.
+    pub direction: Direction,
+    /// The caller's memory.
+    pub memory: Memory,
+    /// KvikIO's backend; gpufile's path follows from it.
+    pub backend: IoBackend,
+    /// False if it failed.
+    pub ok: bool,
+    /// The file path or URL.
+    pub source: String,
+}
+
+/// What a reported operation's endpoint says it is: the caller's text.
+struct ReportedEndpoint(String);
+
+impl crate::source::Source for ReportedEndpoint {
+    fn describe(&self) -> String {
+        self.0.clone()
+    }
+
+    fn size(&self) -> Result<u64> {
+        Ok(0)
+    }
+
+    fn read_at(&self, _: &mut [u8], _: u64, _: crate::source::IoContext<'_>) -> Result<()> {
+        Err(Error::InvalidArgument(
+            "a reported operation moves no bytes here".into(),
+        ))
+    }
+}
+
+impl crate::source::Sink for ReportedEndpoint {
+    fn describe(&self) -> String {
+        self.0.clone()
+    }
+
+    fn write_at(&self, _: &[u8], _: u64, _: crate::source::IoContext<'_>) -> Result<()> {
+        Err(Error::InvalidArgument(
+            "a reported operation moves no bytes here".into(),
+        ))
+    }
+}
+
+/// Delivers `op`'s start (`finish` false) or its end to the registered monitors, as the
+/// engine delivers its own: for a layer that ran the operation itself. Its path is gpufile's
+/// for the backend (cuFile's accelerated one for GDS) and its reason [`Why::Reported`].
+/// Refused from inside a callback.
+pub fn report(op: &mut ReportedOperation, finish: bool) -> Result<()> {
+    refuse_in_callback("report an operation")?;
+    if op.id == 0 {
+        op.id = next_id();
+    }
+    if !active() || (!finish && STARTS.load(Ordering::Relaxed) == 0) {
+        return Ok(());
+    }
+    let endpoint = match op.direction {
+        Direction::Read => Endpoint::Read(Arc::new(ReportedEndpoint(op.source.clone()))),
+        Direction::Write => Endpoint::Write(Arc::new(ReportedEndpoint(op.source.clone()))),
+    };
+    let path = match op.backend {
+        IoBackend::Posix => DataPath::GpufilePosix,
+        IoBackend::Gds => DataPath::CufileNvfs,
+        IoBackend::Mmap => DataPath::Mmap,
+        IoBackend::RemoteHttp | IoBackend::RemoteHdfs => DataPath::Remote,
+    };
+    let start = instant_at(op.start_ns);
+    let (end, bytes_transferred, ok) = match finish {
+        true => (instant_at(op.end_ns), op.bytes_transferred, op.ok),
+        false => (start, 0, true),
+    };
+    let o = Operation {
+        id: op.id,
+        start,
+        end,
+        offset: op.offset,
+        size: op.size,
+        bytes_transferred,
+        direction: op.direction,
+        memory: op.memory,
+        backend: op.backend,
+        path,
+        why: Why::Reported,
+        tasks: 1,
+        dma_bytes: 0,
+        ok,
+        endpoint: &endpoint,
+    };
+    deliver(&o, finish);
+    Ok(())
 }
 
 /// The process's clock origin: an instant and `CLOCK_MONOTONIC` read together, so that a

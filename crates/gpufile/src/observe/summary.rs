@@ -236,7 +236,7 @@ impl ReasonKey {
     fn matches(&self, why: &Why<'_>) -> bool {
         match (self, why) {
             (ReasonKey::Planned(a), Why::Planned(b)) => a == *b,
-            (ReasonKey::Text(a), Why::Refused(_)) => *a == why.to_string(),
+            (ReasonKey::Text(a), Why::Refused(_) | Why::Reported) => *a == why.to_string(),
             _ => false,
         }
     }
@@ -301,7 +301,7 @@ impl Totals {
             None if p.reasons.len() < REASONS_PER_PATH => {
                 let key = match op.why {
                     Why::Planned(r) => ReasonKey::Planned(r.clone()),
-                    Why::Refused(_) => ReasonKey::Text(op.why.to_string()),
+                    Why::Refused(_) | Why::Reported => ReasonKey::Text(op.why.to_string()),
                 };
                 p.reasons.push((key, 1));
             }
@@ -336,13 +336,18 @@ impl Totals {
 }
 
 /// Busy time: the union of the operations' spans, built from their ends alone (each end
-/// carries its start, so no start needs delivering): a span counts from where the union so far
-/// stops, so overlapping work counts once and the gaps between calls count as idle. Exact
-/// where operations end in the order they started; where one that started earlier ends later,
-/// its part before the other's start is missed (an undercount, never past the wall time).
+/// carries its start, so no start needs delivering). The open stretch `[stretch_start,
+/// covered_until)` grows at either end as ends arrive, in whatever order; a span after it
+/// closes it and opens the next; nothing before `floor` (the span's start, or where the last
+/// closed stretch ended) counts again. So overlapping work counts once and the gaps between
+/// calls count as idle; what it can miss (an undercount, never past the wall time) is a span
+/// reported late that falls wholly between two stretches. An operation still running counts
+/// once it ends.
 #[derive(Clone, Debug)]
 struct Busy {
     busy_ns: u64,
+    floor: Instant,
+    stretch_start: Instant,
     covered_until: Instant,
 }
 
@@ -350,14 +355,40 @@ impl Busy {
     fn new(start: Instant) -> Self {
         Busy {
             busy_ns: 0,
+            floor: start,
+            stretch_start: start,
             covered_until: start,
         }
     }
 
     fn on_finish(&mut self, start: Instant, end: Instant) {
-        let from = start.max(self.covered_until);
-        if end > from {
-            self.busy_ns += end.duration_since(from).as_nanos() as u64;
+        let ns = |a: Instant, b: Instant| b.saturating_duration_since(a).as_nanos() as u64;
+        let from = start.max(self.floor);
+        if end <= from {
+            return;
+        }
+        if from > self.covered_until {
+            // After the open stretch: it closes, this one opens.
+            self.floor = self.covered_until;
+            self.stretch_start = from;
+            self.covered_until = end;
+            self.busy_ns += ns(from, end);
+            return;
+        }
+        if from < self.stretch_start {
+            if end >= self.stretch_start {
+                // Reaches back past the open stretch's start: the stretch grows backwards.
+                self.busy_ns += ns(from, self.stretch_start);
+                self.stretch_start = from;
+            } else {
+                // Wholly between the last closed stretch and the open one.
+                self.busy_ns += ns(from, end);
+                self.floor = end;
+                return;
+            }
+        }
+        if end > self.covered_until {
+            self.busy_ns += ns(self.covered_until.max(from), end);
             self.covered_until = end;
         }
     }
@@ -395,7 +426,10 @@ impl Monitor for Shared {
 
     fn on_finish(&self, op: &Operation<'_>) {
         let mut st = self.lock();
-        if st.registered.is_some_and(|r| op.start >= r) && st.stopped.is_none() {
+        // An operation that started before the monitor registered, or before its last reset,
+        // is not the span's: neither counted nor timed.
+        let mine = st.registered.is_some_and(|r| op.start >= r.max(st.start));
+        if mine && st.stopped.is_none() {
             st.busy.on_finish(op.start, op.end);
             st.totals.add(op);
         }
@@ -516,6 +550,61 @@ mod tests {
         let mut b = Busy::new(at(100));
         b.on_finish(at(90), at(110));
         assert_eq!(b.busy_ns, 10_000_000);
+    }
+
+    #[test]
+    fn busy_time_closes_at_the_last_end_and_opens_at_the_first_start_whatever_the_order() {
+        let t0 = Instant::now();
+        let at = |ns: u64| t0 + Duration::from_nanos(ns);
+        // [0, 50) and [1, 100), the later end reported first: the stretch still opens at 0.
+        let mut b = Busy::new(t0);
+        b.on_finish(at(1), at(100));
+        b.on_finish(at(0), at(50));
+        assert_eq!(b.busy_ns, 100);
+        // [50, 100) reported before [0, 100): the stretch reaches back to 0, once.
+        let mut b = Busy::new(t0);
+        b.on_finish(at(50), at(100));
+        b.on_finish(at(0), at(100));
+        assert_eq!(b.busy_ns, 100);
+        // A closed stretch is never counted twice, whatever arrives after it.
+        let mut b = Busy::new(t0);
+        b.on_finish(at(0), at(10));
+        b.on_finish(at(20), at(30));
+        b.on_finish(at(0), at(30));
+        assert!(b.busy_ns <= 30, "{}", b.busy_ns);
+    }
+
+    #[test]
+    fn an_operation_that_began_before_a_reset_is_not_counted_after_it() {
+        let monitor = SummaryMonitor::new().unwrap();
+        let before = ops::steady_ns(Instant::now());
+        std::thread::sleep(Duration::from_millis(2));
+        monitor.reset();
+        let mut op = ops::ReportedOperation {
+            id: 0,
+            start_ns: before,
+            end_ns: ops::steady_ns(Instant::now()),
+            offset: 0,
+            size: 8,
+            bytes_transferred: 8,
+            direction: Direction::Read,
+            memory: crate::request::Memory::Host,
+            backend: IoBackend::Posix,
+            ok: true,
+            source: "reported".into(),
+        };
+        ops::report(&mut op, true).unwrap();
+        assert_eq!(monitor.get().num_ops, 0);
+        // One that began after it is.
+        op.start_ns = ops::steady_ns(Instant::now());
+        op.end_ns = op.start_ns + 1_000;
+        ops::report(&mut op, true).unwrap();
+        let s = monitor.get();
+        assert_eq!((s.num_ops, s.bytes_transferred), (1, 8));
+        assert_eq!(s.by_path[0].path, "gpufile-posix");
+        assert!(s.by_path[0].reasons[0]
+            .0
+            .starts_with("reported by the caller"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use super::counters::Counters;
 use super::ops::IoBackend;
 use super::summary::Summary;
 use crate::error::{Error, Result};
@@ -135,39 +136,7 @@ impl Summary {
             }
             row(&label, v);
         }
-        let c = &self.counters;
-        if all || c.remote_size_probes > 0 {
-            row(
-                "http size probes",
-                format!(
-                    "{} probes, {}",
-                    c.remote_size_probes,
-                    format_duration_ns(c.remote_size_probing_ns)
-                ),
-            );
-        }
-        if all || c.http_connections > 0 {
-            row(
-                "http handshake",
-                format!(
-                    "{} connections, {} dns, {} tcp, {} tls",
-                    c.http_connections,
-                    format_duration_ns(c.http_dns_ns),
-                    format_duration_ns(c.http_tcp_ns),
-                    format_duration_ns(c.http_tls_ns)
-                ),
-            );
-        }
-        if all || c.http_retries > 0 {
-            row(
-                "http retries",
-                format!(
-                    "{} retries, {} backoff",
-                    c.http_retries,
-                    format_duration_ns(c.http_retry_backoff_ns)
-                ),
-            );
-        }
+        self.counters.rows(all, &mut row);
         // gpufile's answer to "which path, and why": one row per path, then its reasons.
         for p in &self.by_path {
             let mut v = format!(
@@ -299,6 +268,68 @@ impl Summary {
             return Err(bad("wrong length"));
         }
         serde_json::from_slice(&bytes[HEADER..]).map_err(|e| bad(&e.to_string()))
+    }
+}
+
+impl Counters {
+    /// KvikIO's `Counters::report`: one line per group (size probes, handshakes, retries),
+    /// newline-terminated; under [`ReportRows::Used`] only the groups counted, so an empty
+    /// reading is `""`.
+    pub fn report(&self, rows: ReportRows) -> String {
+        let mut out = String::new();
+        self.rows(
+            rows == ReportRows::All,
+            &mut |label: &str, value: String| {
+                let _ = writeln!(out, "  {label:<21}{value}");
+            },
+        );
+        out
+    }
+
+    /// KvikIO's `Counters::to_json`: every counter, whatever was used, durations in ns.
+    pub fn to_json(&self) -> String {
+        let mut o = Obj::default();
+        for (k, v) in self.fields() {
+            o.num(k, v);
+        }
+        o.end()
+    }
+
+    /// Hands each group's report row to `row` (every group where `all`).
+    fn rows(&self, all: bool, row: &mut dyn FnMut(&str, String)) {
+        let c = self;
+        if all || c.remote_size_probes > 0 {
+            row(
+                "http size probes",
+                format!(
+                    "{} probes, {}",
+                    c.remote_size_probes,
+                    format_duration_ns(c.remote_size_probing_ns)
+                ),
+            );
+        }
+        if all || c.http_connections > 0 {
+            row(
+                "http handshake",
+                format!(
+                    "{} connections, {} dns, {} tcp, {} tls",
+                    c.http_connections,
+                    format_duration_ns(c.http_dns_ns),
+                    format_duration_ns(c.http_tcp_ns),
+                    format_duration_ns(c.http_tls_ns)
+                ),
+            );
+        }
+        if all || c.http_retries > 0 {
+            row(
+                "http retries",
+                format!(
+                    "{} retries, {} backoff",
+                    c.http_retries,
+                    format_duration_ns(c.http_retry_backoff_ns)
+                ),
+            );
+        }
     }
 }
 

@@ -212,6 +212,10 @@ impl Source for LocalFile {
         self.path.display().to_string()
     }
 
+    fn described(&self) -> Option<&str> {
+        self.path.to_str()
+    }
+
     fn size(&self) -> Result<u64> {
         self.current_size()
     }
@@ -300,6 +304,10 @@ impl Source for LocalFile {
 impl Sink for LocalFile {
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn described(&self) -> Option<&str> {
+        self.path.to_str()
     }
 
     /// Refuses a file not open for writing.

@@ -319,6 +319,10 @@ impl Source for MmapSource {
         self.path().display().to_string()
     }
 
+    fn described(&self) -> Option<&str> {
+        self.path().to_str()
+    }
+
     fn io_backend(&self) -> crate::observe::IoBackend {
         crate::observe::IoBackend::Mmap
     }

@@ -43,6 +43,12 @@ pub trait Source: Send + Sync {
     /// What is read, for errors and reports: a path or a URL.
     fn describe(&self) -> String;
 
+    /// [`Source::describe`]'s text, borrowed for as long as the source lives, where it holds
+    /// it as text (what an observation's `source` points at, so that it outlives the callback).
+    fn described(&self) -> Option<&str> {
+        None
+    }
+
     /// Size in bytes, as known now (a request past it is refused before any byte moves).
     fn size(&self) -> Result<u64>;
 
@@ -124,6 +130,12 @@ pub trait Sink: Send + Sync {
     /// What is written, for errors and reports.
     fn describe(&self) -> String;
 
+    /// [`Sink::describe`]'s text, borrowed for as long as the sink lives (as
+    /// [`Source::described`]).
+    fn described(&self) -> Option<&str> {
+        None
+    }
+
     /// Writes all of `src` at `offset`, or fails.
     fn write_at(&self, src: &[u8], offset: u64, call: IoContext<'_>) -> Result<()>;
 
@@ -182,6 +194,14 @@ impl Endpoint {
         match self {
             Endpoint::Read(s) => s.describe(),
             Endpoint::Write(s) => s.describe(),
+        }
+    }
+
+    /// [`Endpoint::describe`]'s text borrowed from the source or sink, where it holds it.
+    pub fn described(&self) -> Option<&str> {
+        match self {
+            Endpoint::Read(s) => s.described(),
+            Endpoint::Write(s) => s.described(),
         }
     }
 
