@@ -615,7 +615,7 @@ pub unsafe extern "C" fn gpufile_counters_text(
         }
         // SAFETY: checked non-null; valid for a read by the caller's contract.
         let c = unsafe { *c };
-        let c = observe::counters::Counters {
+        let c = observe::Counters {
             remote_size_probes: c.remote_size_probes,
             remote_size_probing_ns: c.remote_size_probing_ns,
             http_connections: c.http_connections,
@@ -682,7 +682,7 @@ pub unsafe extern "C" fn gpufile_summary_from_values(
             b.num_errors = t.num_errors;
         }
         let c = v.counters;
-        s.counters = observe::counters::Counters {
+        s.counters = observe::Counters {
             remote_size_probes: c.remote_size_probes,
             remote_size_probing_ns: c.remote_size_probing_ns,
             http_connections: c.http_connections,
