@@ -22,9 +22,10 @@ def _copy(tmp_path):
     src.mkdir()
     for name in ("mkdocs.yml", "CHANGELOG.md"):
         shutil.copy(ROOT / name, src / name)
-    for name in ("docs", "python", "scripts"):
+    # examples: docs/rust.md includes the Rust example's source.
+    for name in ("docs", "python", "scripts", "examples"):
         shutil.copytree(ROOT / name, src / name,
-                        ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+                        ignore=shutil.ignore_patterns("*.so", "__pycache__", "target"))
     return src
 
 

@@ -12,7 +12,7 @@ from . import _native
 # A tensor as the core takes it: (name, safetensors dtype, logical shape, buffer).
 Row = tuple
 
-_TORCH_CODES = {
+TORCH_CODES = {
     "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
     "uint64": "U64", "int32": "I32", "uint32": "U32", "int16": "I16", "uint16": "U16",
     "int8": "I8", "uint8": "U8", "bool": "BOOL", "complex64": "C64",
@@ -21,7 +21,7 @@ _TORCH_CODES = {
     "float4_e2m1fn_x2": "F4",
 }
 # NumPy's (and ml_dtypes', and CuPy's) names: the ones safetensors.numpy accepts.
-_NUMPY_CODES = {k: v for k, v in _TORCH_CODES.items() if k != "float4_e2m1fn_x2"}
+_NUMPY_CODES = {k: v for k, v in TORCH_CODES.items() if k != "float4_e2m1fn_x2"}
 
 #: The message of ``safetensors.torch`` for tensors that share memory (kept word for word:
 #: code that catches it matches on it).
@@ -118,7 +118,7 @@ def _torch_row(name: str, t: Any) -> Row:
         raise ValueError(_non_contiguous_message(name))
     t = t.detach()
     dtype = str(t.dtype).split(".")[-1]
-    code = _TORCH_CODES.get(dtype)
+    code = TORCH_CODES.get(dtype)
     if code is None:
         raise TypeError(f"tensor {name!r} is {t.dtype}, which safetensors has no type for")
     shape = list(t.shape)

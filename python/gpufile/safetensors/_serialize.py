@@ -10,7 +10,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from .. import _native, _save
-from .._save_rows import _TORCH_CODES, check_metadata
+from .._save_rows import TORCH_CODES, check_metadata
 from ._checkpoint import PathArg, Tensor
 from ._frameworks import Framework
 
@@ -44,7 +44,7 @@ class TensorSpec:
 
     def __init__(self, *, dtype: str, shape: Sequence[int], data_ptr: int,
                  data_len: int) -> None:
-        code = _TORCH_CODES.get(dtype) if isinstance(dtype, str) else None
+        code = TORCH_CODES.get(dtype) if isinstance(dtype, str) else None
         if code is None:
             raise SafetensorError(f'Unknown dtype "{dtype}". Supported dtypes: '
                                   f"{', '.join(_SPEC_DTYPES)}")
