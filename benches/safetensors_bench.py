@@ -151,8 +151,34 @@ def load_instanttensor(path, dev):
     return out, None
 
 
+def load_plain_read(path, dev):
+    """The ceiling a checkpoint load is measured against: each file read whole by one plain
+    gpufile read into one CUDA buffer (header bytes included), the tensors views of it."""
+    import torch
+
+    import gpufile
+    dtypes = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+    out, bufs = {}, []
+    for f in files_of(path):
+        size = os.path.getsize(f)
+        buf = torch.empty(size, dtype=torch.uint8, device=f"cuda:{dev}")
+        with gpufile.CuFile(f, "r") as fh:
+            if fh.read(buf) != size:
+                raise AssertionError(f"{f}: short read")
+        bufs.append(buf)
+        n = struct.unpack("<Q", bytes(buf[:8].cpu().numpy()))[0]
+        header = json.loads(bytes(buf[8:8 + n].cpu().numpy()))
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = meta["data_offsets"]
+            out[name] = buf[8 + n + a:8 + n + b].view(dtypes[meta["dtype"]]).view(meta["shape"])
+    return out, None
+
+
 LOADERS = {
     "gpufile": ("gpufile", load_gpufile),
+    "plain read (gpufile, whole files)": ("gpufile", load_plain_read),
     "safetensors": ("safetensors", load_safetensors),
     "fastsafetensors (nogds)": ("fastsafetensors", load_fastsafetensors),
     "InstantTensor": ("instanttensor", load_instanttensor),
