@@ -80,8 +80,10 @@ cpp_device() {  # the C++ API's device tests: a test that skips means the GPU wa
 }
 
 # The pytest files that touch cuFile's state (the udev entry some write), the GPU's memory (JAX
-# preallocates), or need the GPU to themselves: one process; every other file: a second process
-# beside it. Two processes take the round's pytest from about 9 minutes to the longer half.
+# preallocates), or need the GPU to themselves: one process; every other file: in
+# $rest_shards processes beside it, the files dealt out in turn. One process took about 9 minutes
+# and two more than 6 (the second half); the machine has 16 cores.
+rest_shards=${GPUFILE_ROUND_SHARDS:-4}
 gpu_files() {
   local f
   for f in tests/test_*.py; do
@@ -102,17 +104,28 @@ pytest_half() {  # pytest_half NAME FILES...: one process's share, its log under
   return $rc
 }
 
-pytest_all() {  # every pytest test, in two processes; a GPU test that skips fails
-  local gpu=() rest=() f rc=0 pid_gpu pid_rest log
+pytest_all() {  # every pytest test, in 1 + $rest_shards processes; a GPU test that skips fails
+  local gpu=() f rc=0 i n=0 pids=() names=(gpu) log
+  local -a shard
   mapfile -t gpu < <(gpu_files)
-  for f in tests/test_*.py; do
-    [[ " ${gpu[*]} " == *" $f "* ]] || rest+=("$f")
+  pytest_half gpu "${gpu[@]}" & pids+=($!)
+  for i in $(seq 1 "$rest_shards"); do
+    shard=()
+    n=0
+    for f in tests/test_*.py; do
+      [[ " ${gpu[*]} " == *" $f "* ]] && continue
+      [ $((n % rest_shards + 1)) = "$i" ] && shard+=("$f")
+      n=$((n + 1))
+    done
+    [ ${#shard[@]} -gt 0 ] || continue
+    pytest_half "rest$i" "${shard[@]}" & pids+=($!)
+    names+=("rest$i")
   done
-  pytest_half gpu "${gpu[@]}" & pid_gpu=$!
-  pytest_half rest "${rest[@]}" & pid_rest=$!
-  wait $pid_gpu || rc=$?
-  wait $pid_rest || rc=$((rc ? rc : $?))
-  for log in "$out/pytest-gpu.log" "$out/pytest-rest.log"; do
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || rc=$((rc ? rc : $?))
+  done
+  for i in "${names[@]}"; do
+    log=$out/pytest-$i.log
     echo "-- $(basename "$log")"
     grep -E "PASSED|FAILED|ERROR|SKIPPED" "$log" | grep -v PASSED | head -30 || true
     grep -B2 -A12 "Fatal Python error" "$log" | head -40 || true

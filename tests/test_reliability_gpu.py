@@ -207,27 +207,53 @@ def _renamed_over(tmp_path, n):
     return p, other, old, new
 
 
-@pytest.mark.parametrize("compat", ["on", "off"])
-def test_device_io_after_a_rename_over_the_path_reaches_the_opened_file(tmp_path, compat):
-    """Before, the O_DIRECT descriptor was opened by path: every page-aligned bounce chunk (and
-    cuFile's registration) went to the file renamed over the path. Now to the opened file."""
-    if compat == "off" and not HAVE_CUFILE:
-        pytest.skip("libcufile is not installed")
-    n = 32 << 20
-    p, other, old, new = _renamed_over(tmp_path, n)
-    data = pattern(n // 2, 3)
+_RENAMED_OVER = textwrap.dedent("""
+    import json, os, sys
+    import cupy as cp, numpy as np
+    import gpufile
+    from gpufile import defaults
+    path, other, compat, data_path = sys.argv[1:5]
+    data = np.fromfile(data_path, dtype=np.uint8)
+    n = 2 * data.size
     settings = {"compat_mode": compat, "auto_direct_io_read": True,
                 "auto_direct_io_write": True}
     dev = cp.zeros(n, dtype=cp.uint8)
-    try:
-        with defaults.set(settings), gpufile.CuFile(p, "r+") as f:
-            os.rename(other, p)
-            assert f.read(dev) == n
-            assert f.write(cp.asarray(data), file_offset=n // 2) == n // 2
-            with open(f"/proc/self/fd/{f.fileno()}", "rb") as g:
-                opened = g.read()
-    except gpufile.CufileError as e:  # compat_mode OFF where cuFile cannot register this disk
-        pytest.skip(f"cuFile refuses this file: {e}")
-    assert cp.asnumpy(dev).tobytes() == old.tobytes()
+    with defaults.set(settings), gpufile.CuFile(path, "r+") as f:
+        os.rename(other, path)
+        out = {"read": f.read(dev), "path": list(f.io_path)}
+        out["written"] = f.write(cp.asarray(data), file_offset=n // 2)
+        with open(f"/proc/self/fd/{f.fileno()}", "rb") as g:
+            opened = g.read()
+    cp.asnumpy(dev).tofile(data_path + ".dev")
+    with open(data_path + ".opened", "wb") as g:
+        g.write(opened)
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.parametrize("compat", ["on", "off"])
+def test_device_io_after_a_rename_over_the_path_reaches_the_opened_file(tmp_path, compat,
+                                                                        request):
+    """Before, the O_DIRECT descriptor was opened by path: every page-aligned bounce chunk (and
+    cuFile's registration) went to the file renamed over the path. Now to the opened file.
+    compat_mode OFF runs on a disk cuFile registers (the udev properties written, as root), in a
+    fresh interpreter: a refusal there fails the test."""
+    n = 32 << 20
+    if compat == "off":
+        request.getfixturevalue("cufile_disk")  # the udev entry for tmp_path's disk
+    p, other, old, new = _renamed_over(tmp_path, n)
+    data = pattern(n // 2, 3)
+    data_path = tmp_path / "data.bin"
+    data.tofile(data_path)
+    r = subprocess.run([sys.executable, "-c", _RENAMED_OVER, str(p), str(other), compat,
+                        str(data_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["read"] == n and out["written"] == n // 2, out
+    if compat == "off":
+        assert out["path"][0] == "cufile", out
+    dev = np.fromfile(f"{data_path}.dev", dtype=np.uint8)
+    assert dev.tobytes() == old.tobytes()
+    opened = (tmp_path / "data.bin.opened").read_bytes()
     assert opened == old[: n // 2].tobytes() + data.tobytes()
     assert np.fromfile(p, dtype=np.uint8).tobytes() == new.tobytes()
