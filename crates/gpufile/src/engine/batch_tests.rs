@@ -1,7 +1,7 @@
 use super::*;
 use crate::exec::host::HostExec;
-use crate::exec::SendPtr;
 use crate::plan::{self, TaskSplit};
+use crate::request::SendPtr;
 use crate::request::{Buffer, Direction};
 use crate::FileHandle;
 
