@@ -58,7 +58,7 @@ fn shared_read(engine: &Engine, h: &FileHandle, buf: &mut [u8], threads: usize) 
         .run(
             exec,
             split,
-            (crate::observe::Row::GpufilePosix, None),
+            (crate::observe::Row::GpufilePosix, None, None),
             threads,
             runs,
             true,

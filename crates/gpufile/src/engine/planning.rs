@@ -68,6 +68,9 @@ impl Engine {
             device,
         };
         let plan = plan::plan_request(shape, settings, &mut machine);
+        if let Some(local) = local {
+            observe::file_notice(local); // its registration may have opened O_DIRECT
+        }
         let path = plan.path?;
         let strategy = plan
             .strategy
