@@ -218,7 +218,8 @@ class FileSystemWriter(_fs.FileSystemWriter):
         by torch's own stager."""
         from torch.utils import _pytree
 
-        from . import _async_save, defaults
+        from . import defaults
+        from ._saving import background
         leaves = [v for v in _pytree.tree_leaves(state_dict) if isinstance(v, torch.Tensor)]
         if any(type(v) is not torch.Tensor and not isinstance(v, torch.nn.Parameter)
                for v in leaves):
@@ -226,10 +227,10 @@ class FileSystemWriter(_fs.FileSystemWriter):
                             "reason": "tensor subclasses: torch's own stager"}
             return super().stage(state_dict)
         limit = int(defaults.get("async_save_pinned_limit"))
-        on_device, why = _async_save.device_snapshot(
+        on_device, why = background.device_snapshot(
             [(None, v) for v in leaves], int(defaults.get("async_save_device_limit")))
         snapshot = {id(v) for v in leaves if v.device.type == "cuda" and v.device in on_device}
-        total = sum(_async_save.aligned(v) for v in leaves if id(v) not in snapshot)
+        total = sum(background.aligned(v) for v in leaves if id(v) not in snapshot)
         if total > limit:
             raise ValueError(f"staging needs {total} bytes of pinned host memory, more than "
                              f"async_save_pinned_limit ({limit} bytes); raise the setting")
@@ -249,7 +250,7 @@ class FileSystemWriter(_fs.FileSystemWriter):
             at = offsets.get(key, 0)
             n = v.numel() * v.element_size()
             dst = buf[at:at + n].view(v.dtype).reshape(v.shape)
-            offsets[key] = at + _async_save.aligned(v)
+            offsets[key] = at + background.aligned(v)
             if v.is_contiguous():
                 dst.copy_(v.detach(), non_blocking=v.device.type == "cuda")
             else:
@@ -265,7 +266,7 @@ class FileSystemWriter(_fs.FileSystemWriter):
         except BaseException:
             self._staging_free.set()
             raise
-        gpu = sum(_async_save.aligned(v) for v in leaves if v.device.type == "cuda")
+        gpu = sum(background.aligned(v) for v in leaves if v.device.type == "cuda")
         self.staging = ({"where": "device", "bytes": gpu, "reason": why} if not pinned else
                         {"where": "pinned", "bytes": total,
                          "reason": why if gpu and not snapshot else "CPU tensors"})
@@ -387,7 +388,7 @@ class FileSystemWriter(_fs.FileSystemWriter):
                 except FileNotFoundError:
                     pass
             # And temporaries that killed saves left (their process is gone).
-            from ._save import remove_stale_temporaries
+            from ._saving.local import remove_stale_temporaries
             remove_stale_temporaries(directory)
             if removed and self.sync_files:
                 _native.sync_dir(directory)

@@ -28,7 +28,11 @@ pub unsafe extern "C" fn gpufile_file_fd(
         let file = file_of(file)?;
         let fd = match o_direct {
             0 => file.fd(),
-            1 => file.local().direct_fd().unwrap_or(-1),
+            // Asked through the handle, which says why where there is none (no `/proc`).
+            1 => match file.is_direct_io_supported() {
+                true => file.local().direct_fd().unwrap_or(-1),
+                false => -1,
+            },
             other => {
                 return Err(CallError::bad(format!(
                     "o_direct {other} is neither 0 nor 1"

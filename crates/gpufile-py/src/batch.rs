@@ -16,7 +16,8 @@ use pyo3::prelude::*;
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, PathArg};
-use crate::file::{Held, NativeBatchFuture, NativeFile, NativeFuture};
+use crate::file::NativeFile;
+use crate::future::{Held, NativeBatchFuture, NativeFuture};
 use crate::request::{self, Args};
 
 /// Many files as one stream of requests (`gpufile.read_batch` / `write_batch`): `entries` are

@@ -11,6 +11,7 @@ mod cufile;
 mod dlpack;
 mod errors;
 mod file;
+mod future;
 mod kinds;
 mod mmap;
 mod notices;
@@ -36,8 +37,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CufileError", py.get_type::<errors::CufileError>())?;
     errors::register(m)?;
     m.add_class::<file::NativeFile>()?;
-    m.add_class::<file::NativeFuture>()?;
-    m.add_class::<file::NativeBatchFuture>()?;
+    m.add_class::<future::NativeFuture>()?;
+    m.add_class::<future::NativeBatchFuture>()?;
     m.add_class::<mmap::NativeMmap>()?;
     m.add_class::<settings::SettingsSnapshot>()?;
     m.add_class::<tools::Observation>()?;
@@ -83,7 +84,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(batch::submit_batch, m)?,
         wrap_pyfunction!(batch::submit_ops, m)?,
         wrap_pyfunction!(batch::interleave, m)?,
-        wrap_pyfunction!(file::when_all, m)?,
+        wrap_pyfunction!(future::when_all, m)?,
         wrap_pyfunction!(callbacks::callbacks_close, m)?,
     ] {
         m.add_function(f)?;

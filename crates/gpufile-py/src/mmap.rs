@@ -13,7 +13,7 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 
 use crate::buffer::BufferView;
 use crate::errors::{to_py, type_name, uint_arg, PathArg};
-use crate::file::{wait_interruptibly, NativeFuture};
+use crate::future::{wait_interruptibly, NativeFuture};
 use crate::request::{self, Args};
 
 /// KvikIO raises `RuntimeError` where gpufile raises a more precise type (a file that does not

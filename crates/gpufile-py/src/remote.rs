@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use crate::buffer::BufferView;
 use crate::errors::open_err;
 use crate::errors::to_py;
-use crate::file::NativeFuture;
+use crate::future::NativeFuture;
 use crate::request::{self, Args};
 
 /// An open remote object (the engine under `gpufile.RemoteFile`).

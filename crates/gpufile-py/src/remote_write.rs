@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use crate::buffer::BufferView;
 use crate::errors::open_err;
 use crate::errors::to_py;
-use crate::file::NativeFuture;
+use crate::future::NativeFuture;
 use crate::request::{self, Args};
 use crate::stoppable::{run_stoppable, Ended};
 
@@ -194,7 +194,7 @@ fn write_safetensors_remote(
             unsafe { engine.submit_batch(&batch, &settings) }
         })
         .map_err(to_py)?;
-    let result = crate::file::wait_interruptibly(py, &fut);
+    let result = crate::future::wait_interruptibly(py, &fut);
     drop(views);
     drop(header);
     result?;

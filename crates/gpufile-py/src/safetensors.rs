@@ -19,7 +19,8 @@ use gpufile::{Direction, Engine};
 
 use crate::buffer::BufferView;
 use crate::errors::PathArg;
-use crate::file::{wait_interruptibly, NativeFile};
+use crate::file::NativeFile;
+use crate::future::wait_interruptibly;
 use pyo3::exceptions::{PyIndexError, PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};

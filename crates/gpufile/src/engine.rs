@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::exec::bounce::BouncePool;
 use crate::exec::dma::DmaCache;
 use crate::future::{lock, IoFuture};
-use crate::plan::{Dma, HostIo, IoPath};
+use crate::plan::{self, Dma, HostIo, HostIoReason, IoPath};
 use crate::pool::ThreadPool;
 use crate::request::Request;
 use crate::source::Endpoint;
@@ -31,8 +31,23 @@ mod planning;
 pub(crate) mod shared_writes;
 mod watch;
 
-pub use planning::host_io;
 use planning::Prepared;
+
+/// A gather's host I/O under `settings` (`plan::choose_host_io`, with the kernel probed once
+/// per process); `pread` while fault injection is on, whose seam io_uring would bypass.
+pub fn host_io(settings: &Settings, local_file: bool) -> HostIo {
+    plan::choose_host_io(settings.io_uring, local_file, io_uring)
+}
+
+/// Whether io_uring can gather here: the kernel probed once per process by its executor; not
+/// while fault injection is on, whose `pread`/`pwrite` seam io_uring would bypass. The engine
+/// answers this for planning, which names no executor.
+fn io_uring() -> std::result::Result<String, HostIoReason> {
+    match crate::posix::faults::active() {
+        true => Err(HostIoReason::FaultInjection),
+        false => crate::exec::uring::probe(),
+    }
+}
 
 /// Requests started and not yet finished, with a condvar for [`Engine::shutdown`].
 #[derive(Default)]

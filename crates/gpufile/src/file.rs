@@ -19,6 +19,7 @@ use std::sync::Arc;
 use crate::config::Settings;
 use crate::engine::Engine;
 use crate::error::{Error, Op, Result};
+use crate::observe;
 use crate::plan::IoPath;
 use crate::request::{Buffer, Direction, Memory, Request};
 use crate::source::reopen;
@@ -260,7 +261,9 @@ impl FileHandle {
     /// Whether this file has an `O_DIRECT` descriptor (the file system accepts `O_DIRECT` and
     /// `/proc` is there to open the open file again); opens it where it can.
     pub fn is_direct_io_supported(&self) -> bool {
-        self.inner.local.direct_fd().is_some()
+        let supported = self.inner.local.direct_fd().is_some();
+        observe::file_notice(&self.inner.local);
+        supported
     }
 
     /// The file side of a request in direction `dir` (what [`Engine::submit`] takes).
@@ -316,7 +319,9 @@ impl FileHandle {
     /// Registers the file with cuFile now (as the first cuFile request would), or says why
     /// cuFile refuses it.
     pub fn cufile_registration(&self) -> Result<()> {
-        self.inner.local.registered().map(|_| ())
+        let registered = self.inner.local.registered().map(|_| ());
+        observe::file_notice(&self.inner.local); // registration may have opened O_DIRECT
+        registered
     }
 }
 

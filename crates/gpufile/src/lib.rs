@@ -73,13 +73,14 @@
 //! What is public is what this page lists (docs/rust.md gives the list and what may change);
 //! `__private` holds what gpufile's own crates share and is no API.
 //!
-//! Layers inside the crate, one direction (a module uses only those above it in this list,
-//! except where noted): `error` → `config`, `cuda` (the result layer and RAII wrappers over
-//! `gpufile-sys`), `future`, `streamed` → `request` (uses `cuda`'s pointer facts and `future`'s
-//! stop flag), `pool` → `posix` → `plan` (pure decisions) → `pagecache`, `cufile` → `observe`,
-//! `source` (where bytes come from and go to; the two use each other: a source names its
-//! observed backend and its notices, an observation names its endpoint) → `exec` (one executor
-//! per backend) → `engine` (the one request path) → `file` (a local file's handle), `stream`
+//! Layers inside the crate, one direction (a module uses only those before it in this list):
+//! `error` → `config`, `cuda` (the result layer and RAII wrappers over `gpufile-sys`), `future`, `streamed` → `request` (uses `cuda`'s pointer facts and `future`'s
+//! stop flag), `pool` → `posix` → `plan` (pure decisions) → `pagecache`, `cufile` → `source`
+//! (where bytes come from and go to; a source states the KvikIO backend it is observed under,
+//! and a local file keeps the notice it comes to have for whoever asked it) → `observe` (what
+//! ran: counters, notices, monitors; an observation names its endpoint) → `exec` (one executor
+//! per backend) → `engine` (the one request path; it answers planning's questions about the
+//! executors, and forwards a file's notice) → `file` (a local file's handle), `stream`
 //! (requests queued on an application's CUDA stream), `batch` (many operations as a request per
 //! file, buffer and direction) → `publish` (crash-safe new files) → `formats` (safetensors) →
 //! the public `safetensors` facade.

@@ -239,6 +239,23 @@ impl Request {
     }
 }
 
+/// A raw pointer that crosses to a worker thread. The request's caller keeps the memory valid
+/// (the `# Safety` contract of [`crate::Engine::submit`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SendPtr(pub *mut u8);
+// SAFETY: the pointer is only dereferenced by the one task that owns its disjoint range, while the
+// caller guarantees the memory outlives the request.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above: shared between runs, each dereferences only the ranges of its own tasks.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    /// The address `offset` bytes further.
+    pub fn at(self, offset: usize) -> *mut u8 {
+        self.0.wrapping_add(offset)
+    }
+}
+
 /// A request moves to the thread that runs it (the stream launcher, a binding's GIL-free
 /// closure) as it is: no wrapper restates the buffer's contract.
 const _: () = {

@@ -72,7 +72,7 @@ from ._checkpoint import PathArg  # noqa: F401
 from ._frameworks import DeviceLike  # noqa: F401
 from ._load import DeviceMap, Filter, load_checkpoint, load_file  # noqa: F401
 from ._open import safe_open
-from ._saving import (
+from .._saving.api import (
     SafeTensorsSaveFuture,
     async_save,
     reserve_async_staging,

@@ -9,8 +9,9 @@ import ctypes
 import os
 from typing import Any, Mapping, Sequence
 
-from .. import _native, _save
-from .._save_rows import TORCH_CODES, check_metadata
+from .. import _native
+from .._saving import local
+from .._saving.rows import TORCH_CODES, check_metadata
 from ._checkpoint import PathArg, Tensor
 from ._frameworks import Framework
 
@@ -105,14 +106,14 @@ def serialize(tensor_dict: Mapping[str, TensorSpec],
               metadata: Mapping[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file of ``tensor_dict`` (``safetensors.serialize``): the
     header built by gpufile's core, byte-identical to ``safetensors``'."""
-    return _save.save_rows(_rows(tensor_dict), check_metadata(metadata))
+    return local.save_rows(_rows(tensor_dict), check_metadata(metadata))
 
 
 def serialize_file(tensor_dict: Mapping[str, TensorSpec], filename: PathArg,
                    metadata: Mapping[str, str] | None = None) -> None:
     """Writes a safetensors file of ``tensor_dict`` (``safetensors.serialize_file``), published
     whole as :func:`gpufile.safetensors.save_file` publishes it."""
-    _save.write_file(_rows(tensor_dict), os.fspath(filename), check_metadata(metadata),
+    local.write_file(_rows(tensor_dict), os.fspath(filename), check_metadata(metadata),
                      durable=True)
 
 

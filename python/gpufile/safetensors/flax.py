@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Union
 
-from .. import _save
+from .._saving import local
 from ._frameworks import import_jax
 from ._open import safe_open
 from ._serialize import load_bytes
@@ -19,13 +19,13 @@ __all__ = ["load", "load_file", "save", "save_file"]
 
 def save(tensors: Dict[str, Any], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a safetensors file of ``tensors`` (JAX or NumPy arrays)."""
-    return _save.save(tensors, metadata)
+    return local.save(tensors, metadata)
 
 
 def save_file(tensors: Dict[str, Any], filename: Union[str, os.PathLike],
               metadata: Optional[Dict[str, str]] = None) -> None:
     """Saves ``tensors`` (JAX or NumPy arrays) to ``filename``, published whole."""
-    _save.save_file(tensors, filename, metadata)
+    local.save_file(tensors, filename, metadata)
 
 
 def load(data: bytes) -> Dict[str, Any]:

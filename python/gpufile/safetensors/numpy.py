@@ -11,7 +11,7 @@ from typing import Dict, Optional, Union
 
 import numpy as np
 
-from .. import _save
+from .._saving import local
 from ._open import safe_open
 from ._serialize import load_bytes
 
@@ -21,7 +21,7 @@ __all__ = ["load", "load_file", "save", "save_file"]
 def save(tensor_dict: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a safetensors file of ``tensor_dict`` (big-endian arrays written
     little-endian, as the format is)."""
-    return _save.save(tensor_dict, metadata, expected="numpy")
+    return local.save(tensor_dict, metadata, expected="numpy")
 
 
 def save_file(tensor_dict: Dict[str, np.ndarray], filename: Union[str, os.PathLike],
@@ -35,7 +35,7 @@ def save_file(tensor_dict: Dict[str, np.ndarray], filename: Union[str, os.PathLi
     TypeError
         A dtype safetensors has no type for.
     """
-    _save.save_file(tensor_dict, filename, metadata, expected="numpy")
+    local.save_file(tensor_dict, filename, metadata, expected="numpy")
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 
-from .. import _save, _save_rows
+from .._saving import local, rows
 from ._open import safe_open
 from ._serialize import load_bytes
 
@@ -40,12 +40,12 @@ def storage_size(tensor: torch.Tensor) -> int:
 
 def _end_ptr(tensor: torch.Tensor) -> int:
     """One past the last byte of ``tensor``'s last element."""
-    return _save_rows.end_ptr(tensor)
+    return rows.end_ptr(tensor)
 
 
 def _find_shared_tensors(state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
     """Names grouped by the memory they share (a group per tensor that shares none)."""
-    return _save_rows.shared_groups(state_dict)
+    return rows.shared_groups(state_dict)
 
 
 def _is_complete(tensor: torch.Tensor) -> bool:
@@ -142,7 +142,7 @@ def load_model(model: torch.nn.Module, filename: Union[str, os.PathLike],
 
 def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The bytes of a safetensors file of ``tensors`` (contiguous, dense, no shared memory)."""
-    return _save.save(tensors, metadata, expected="torch")
+    return local.save(tensors, metadata, expected="torch")
 
 
 def save_file(tensors: Dict[str, torch.Tensor], filename: Union[str, os.PathLike],
@@ -156,7 +156,7 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Union[str, os.PathLike
     RuntimeError
         Tensors that share memory (use :func:`save_model`); a meta tensor.
     """
-    _save.save_file(tensors, filename, metadata, expected="torch")
+    local.save_file(tensors, filename, metadata, expected="torch")
 
 
 def load_file(filename: Union[str, os.PathLike], device: Union[str, int] = "cpu", *,

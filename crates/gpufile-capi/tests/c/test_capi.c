@@ -1,9 +1,10 @@
 /* The C API as a C program uses it: real files in the folder given as argv[1], host memory.
  * Built and run by tests/c_api.rs against libgpufile.a and libgpufile.so. */
 #undef NDEBUG
-#define _POSIX_C_SOURCE 200809L /* setenv */
+#define _GNU_SOURCE /* setenv, O_DIRECT */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -403,6 +404,26 @@ static void test_page_cache(void) {
 }
 
 /* KvikIO's and gpufile's environment variables are read at the first call. */
+/* The O_DIRECT descriptor is the file's second one, opened with O_DIRECT, or -1 where the file
+ * system refuses it; the buffered one has no O_DIRECT. */
+static void test_descriptors(void) {
+    char path[4200];
+    in_dir(path, sizeof path, "descriptors.bin");
+    gpufile_file *f = NULL;
+    assert(gpufile_file_open(path, "w+", &f) == GPUFILE_OK);
+    int fd = -1, direct = -1;
+    assert(gpufile_file_fd(f, 0, &fd) == GPUFILE_OK && fd >= 0);
+    assert((fcntl(fd, F_GETFL) & O_DIRECT) == 0);
+    assert(gpufile_file_fd(f, 1, &direct) == GPUFILE_OK);
+    if (direct >= 0) {
+        assert(direct != fd);
+        assert((fcntl(direct, F_GETFL) & O_DIRECT) != 0);
+    }
+    int again = -2;
+    assert(gpufile_file_fd(f, 1, &again) == GPUFILE_OK && again == direct);
+    assert(gpufile_file_close(f) == GPUFILE_OK);
+}
+
 static void test_environment(void) {
     const char *want = getenv("EXPECT_NUM_THREADS");
     if (want == NULL) return;
@@ -429,6 +450,7 @@ int main(int argc, char **argv) {
     test_stale_handles();
     test_bad_sizes();
     test_page_cache();
+    test_descriptors();
     puts("test_capi: all passed");
     return 0;
 }

@@ -38,6 +38,6 @@ pub use device::{
 pub use kernel::{gather_kernel, GatherKernel, GatherPiece};
 pub use mark::{StreamMark, StreamWait};
 pub use memory::{DeviceBuffer, HostRegistration, PinnedBuffer};
-pub use pointer::{classify, MemoryKind, PointerInfo};
+pub use pointer::{classify, DeviceTarget, MemoryKind, PointerInfo};
 pub(crate) use result::api;
 pub use stream::{Event, Stream};

@@ -1,4 +1,5 @@
-//! Pointer classification: what kind of memory an address is, on which device, in which context.
+//! Pointer classification: what kind of memory an address is, on which device, in which context;
+//! and the resolved GPU memory a request's executors address ([`DeviceTarget`]).
 
 use gpufile_sys as sys;
 
@@ -33,6 +34,18 @@ pub struct PointerInfo {
     pub base: u64,
     /// Size of that allocation.
     pub size: usize,
+}
+
+/// GPU memory as a request's executors address it: the first byte of the caller's range, the
+/// context that owns its allocation and the device holding it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTarget {
+    /// First byte of the caller's range.
+    pub addr: u64,
+    /// The context owning the allocation.
+    pub ctx: Context,
+    /// The device ordinal.
+    pub device: i32,
 }
 
 /// Classifies `addr` with `cuPointerGetAttributes` (which, unlike `cuPointerGetAttribute`,

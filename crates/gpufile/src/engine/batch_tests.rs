@@ -1,7 +1,7 @@
 use super::*;
 use crate::exec::host::HostExec;
-use crate::exec::SendPtr;
 use crate::plan::{self, TaskSplit};
+use crate::request::SendPtr;
 use crate::request::{Buffer, Direction};
 use crate::FileHandle;
 
@@ -58,7 +58,7 @@ fn shared_read(engine: &Engine, h: &FileHandle, buf: &mut [u8], threads: usize) 
         .run(
             exec,
             split,
-            (crate::observe::Row::GpufilePosix, None),
+            (crate::observe::Row::GpufilePosix, None, None),
             threads,
             runs,
             true,

@@ -287,3 +287,32 @@ fn a_source_learns_before_a_split_read_and_the_read_is_planned_again() {
     assert_eq!(source.asked.load(Ordering::SeqCst), 2);
     assert!(buf.iter().all(|b| *b == 7));
 }
+
+/// A local file says nothing itself (sources sit below `observe`): the notice it comes to have
+/// (no direct I/O where `/proc` is missing) reaches the user through the request that met it,
+/// with its text as the file gives it.
+#[test]
+fn a_files_notice_is_said_by_the_request_on_it() {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut f, &[5u8; 1 << 16]).unwrap();
+    let h = crate::FileHandle::open(f.path(), "r").unwrap();
+    let text = "no direct I/O: /proc/self/fd is missing: O_DIRECT needs a second descriptor of \
+                the open file (the path may name another file by now)";
+    assert!(!crate::observe::said("no-direct-io")
+        .iter()
+        .any(|t| t == text));
+    h.local().refuse_direct_as_without_proc();
+    assert_eq!(h.local().direct_fd(), None);
+    let engine = Engine::new(config::State::from_env(|_| None).unwrap());
+    let mut buf = vec![0u8; 1 << 16];
+    let req = Request::read(Buffer::host(&mut buf), 0);
+    // SAFETY: `buf` outlives the wait below.
+    let fut = unsafe { engine.submit(&h.endpoint(Direction::Read), req, &engine.settings()) };
+    assert_eq!(fut.unwrap().wait().unwrap(), 1 << 16);
+    assert!(buf.iter().all(|b| *b == 5));
+    assert_eq!(
+        crate::observe::said("no-direct-io"),
+        [text],
+        "the notice is said once, with the file's text"
+    );
+}

@@ -25,6 +25,10 @@ use crate::source::{Endpoint, LocalFile};
 use super::planning::{Prepared, Target};
 use super::watch::Watch;
 
+/// What a request's end records: the row it is counted in, its watch (where monitors are
+/// registered), and the local file whose notice it says (one its tasks gave it: no direct I/O).
+pub(super) type Ending = (observe::Row, Option<Watch>, Option<Arc<LocalFile>>);
+
 impl Engine {
     /// Starts a prepared request: the executor its plan names, on the runs its plan names.
     ///
@@ -71,6 +75,7 @@ impl Engine {
         if let (Direction::Write, Some(local)) = (direction, &local) {
             self.dma.forget(local); // its pages must be unpinned for the write
         }
+        let file = local.clone();
         let exec = self.executor(
             endpoint,
             local,
@@ -81,11 +86,11 @@ impl Engine {
         )?;
         let exec = after_stream(exec, after)?;
         let fut = match plan.caller {
-            CallerPart::Whole => self.run_here(exec, plan.tasks, row, watch),
+            CallerPart::Whole => self.run_here(exec, plan.tasks, (row, watch, file)),
             part => self.run(
                 exec,
                 plan.tasks,
-                (row, watch),
+                (row, watch, file),
                 settings.num_threads,
                 plan.runs,
                 part == CallerPart::Share,
@@ -198,7 +203,7 @@ impl Engine {
     }
 
     /// Runs `split` on the workers of a pool of `threads`: `runs` runs of `exec` (the plan's);
-    /// the request is recorded and leaves the in-flight count when its last task ends, before
+    /// the request is recorded (`ending`) and leaves the in-flight count when its last task ends, before
     /// any waiter wakes. With `share`, the calling thread is one of those runs: it
     /// takes tasks beside the workers until none is left, then returns (the caller waits next;
     /// see [`plan::CALLER_SHARE_MAX`]).
@@ -206,7 +211,7 @@ impl Engine {
         &self,
         exec: Arc<dyn Executor>,
         split: TaskSplit,
-        (row, watch): (observe::Row, Option<Watch>),
+        ending: Ending,
         threads: usize,
         runs: usize,
         share: bool,
@@ -218,7 +223,7 @@ impl Engine {
         // the last queued run gets a worker and finds nothing left to do.
         let slot = Arc::new(Mutex::new(Some(exec)));
         let done_slot = Arc::clone(&slot);
-        let completion = self.completion(row, count, watch, move || {
+        let completion = self.completion(ending, count, move || {
             let exec = lock(&done_slot).take();
             exec.map_or(0, |e| e.dma_bytes())
         });
@@ -247,12 +252,11 @@ impl Engine {
         &self,
         exec: Arc<dyn Executor>,
         split: TaskSplit,
-        row: observe::Row,
-        watch: Option<Watch>,
+        ending: Ending,
     ) -> IoFuture {
         let tasks = Tasks::new(split, 1);
         let counted = Arc::clone(&exec);
-        let completion = self.completion(row, tasks.count(), watch, move || counted.dma_bytes());
+        let completion = self.completion(ending, tasks.count(), move || counted.dma_bytes());
         let runs = Runs::new(1);
         runs.run(&*exec, &tasks, &completion);
         IoFuture::pending(completion)
@@ -260,13 +264,13 @@ impl Engine {
 
     /// The completion of a request of `count` tasks, counted in flight from now (and, where
     /// `watch`ed, told to the monitors as started); when its last task ends it runs `release`
-    /// (which lets the executor go and says how many bytes it copied by page-cache DMA),
-    /// records the request and leaves the in-flight count.
+    /// (which lets the executor go and says how many bytes it copied by page-cache DMA), says
+    /// the notice its local file came to have while it ran, records the request and leaves the
+    /// in-flight count.
     pub(super) fn completion(
         &self,
-        row: observe::Row,
+        (row, watch, file): Ending,
         count: usize,
-        watch: Option<Watch>,
         release: impl FnOnce() -> u64 + Send + 'static,
     ) -> Arc<Completion> {
         self.in_flight.enter();
@@ -280,6 +284,9 @@ impl Engine {
         };
         Completion::new(count, move |o| {
             let dma = release();
+            if let Some(file) = file {
+                observe::file_notice(&file); // its tasks may have opened O_DIRECT
+            }
             let end = Instant::now();
             let op = watch
                 .as_ref()

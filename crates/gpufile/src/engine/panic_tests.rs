@@ -56,7 +56,7 @@ fn a_panicking_task_fails_its_request_and_later_requests_run() {
                 .run(
                     exec,
                     split,
-                    (crate::observe::Row::GpufilePosix, None),
+                    (crate::observe::Row::GpufilePosix, None, None),
                     threads,
                     runs,
                     share,
@@ -74,8 +74,7 @@ fn a_panicking_task_fails_its_request_and_later_requests_run() {
     let fut = engine.run_here(
         Arc::new(PanicAt(0)),
         TaskSplit::new(0, 10, 10),
-        crate::observe::Row::GpufilePosix,
-        None,
+        (crate::observe::Row::GpufilePosix, None, None),
     );
     let r = fut
         .wait_timeout(Duration::from_secs(1))

@@ -7,19 +7,15 @@ use std::sync::Arc;
 
 use super::{Engine, PathReport};
 use crate::config::Settings;
-use crate::cuda::{self, MemoryKind};
+use crate::cuda::{self, DeviceTarget, MemoryKind};
 use crate::cufile::{self, RegisteredFile};
 use crate::error::{Error, Result};
-use crate::exec::bounce::DeviceTarget;
-use crate::exec::dma::DmaCache;
-use crate::exec::SendPtr;
 use crate::future::StopFlag;
 use crate::observe;
 use crate::plan::{
-    self, Backend, CallerPart, Dma, HostIo, HostIoReason, IoPath, Reason, Shape, Strategy,
-    TaskSplit,
+    self, Backend, CallerPart, Dma, HostIoReason, IoPath, Reason, Shape, Strategy, TaskSplit,
 };
-use crate::request::{Buffer, Direction, Memory, Ranges, Request};
+use crate::request::{Buffer, Direction, Memory, Ranges, Request, SendPtr};
 use crate::source::{Endpoint, IoContext, LocalFile};
 
 impl Engine {
@@ -54,23 +50,27 @@ impl Engine {
     }
 
     /// Plans `shape` on `endpoint` (see [`plan::plan_request`]) with this machine's answers:
-    /// cuFile's availability, the endpoint's registration, io_uring, page-cache DMA. Says once
-    /// why device I/O does not take cuFile's path where AUTO falls back.
+    /// cuFile's availability, the endpoint's registration, io_uring (the engine's probe), page-cache
+    /// DMA (`dma_disabled`: why the engine's page-cache registrations are off, if they are).
+    /// Says once why device I/O does not take cuFile's path where AUTO falls back.
     pub(super) fn plan(
         endpoint: &Endpoint,
         local: Option<&Arc<LocalFile>>,
         shape: &Shape<'_>,
         settings: &Settings,
-        dma: Option<&DmaCache>,
+        dma_disabled: Option<&str>,
         device: Option<DeviceTarget>,
     ) -> Result<Planned> {
         let mut machine = ThisMachine {
             local,
             registration: None,
-            dma,
+            dma_disabled,
             device,
         };
         let plan = plan::plan_request(shape, settings, &mut machine);
+        if let Some(local) = local {
+            observe::file_notice(local); // its registration may have opened O_DIRECT
+        }
         let path = plan.path?;
         let strategy = plan
             .strategy
@@ -168,7 +168,7 @@ impl Engine {
                 local.as_ref(),
                 shape,
                 settings,
-                Some(&self.dma),
+                self.dma.disabled(),
                 device,
             )
         };
@@ -303,28 +303,14 @@ impl Target {
     }
 }
 
-/// A gather's host I/O under `settings` (`plan::choose_host_io`, with the kernel probed once
-/// per process); `pread` while fault injection is on, whose seam io_uring would bypass.
-pub fn host_io(settings: &Settings, local_file: bool) -> HostIo {
-    plan::choose_host_io(settings.io_uring, local_file, io_uring)
-}
-
-/// Whether io_uring can gather here: the kernel probed once per process; not while fault
-/// injection is on, whose `pread`/`pwrite` seam io_uring would bypass.
-pub(super) fn io_uring() -> std::result::Result<String, HostIoReason> {
-    match crate::posix::faults::active() {
-        true => Err(HostIoReason::FaultInjection),
-        false => crate::exec::uring::probe(),
-    }
-}
-
 /// This machine, as the planner asks it ([`plan::Machine`]).
 pub(super) struct ThisMachine<'a> {
     pub(super) local: Option<&'a Arc<LocalFile>>,
     /// Set where the plan asked for the registration: `Some(None)` where it was refused.
     pub(super) registration: Option<Option<Arc<RegisteredFile>>>,
-    /// The engine's page-cache registrations (`None`: a path asked without an engine).
-    pub(super) dma: Option<&'a DmaCache>,
+    /// Why the engine's page-cache registrations are off in this process, if they are (`None`
+    /// too for a path asked without an engine).
+    pub(super) dma_disabled: Option<&'a str>,
     /// The caller's GPU memory (`None`: host memory, or a path asked without memory).
     pub(super) device: Option<DeviceTarget>,
 }
@@ -346,11 +332,11 @@ impl plan::Machine for ThisMachine<'_> {
     }
 
     fn io_uring(&mut self) -> std::result::Result<String, HostIoReason> {
-        io_uring()
+        super::io_uring()
     }
 
     fn dma_disabled(&mut self) -> Option<String> {
-        self.dma.and_then(|d| d.disabled()).map(str::to_owned)
+        self.dma_disabled.map(str::to_owned)
     }
 
     fn gather_kernel(&mut self) -> std::result::Result<(), String> {

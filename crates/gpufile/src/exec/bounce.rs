@@ -14,11 +14,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::cuda::{self, Context, ContextGuard};
+use crate::cuda::{self, Context, ContextGuard, DeviceTarget};
 use crate::error::{Error, Result};
 use crate::exec::dma::{DmaRead, Granule};
+pub use crate::exec::lane::BouncePool;
 use crate::exec::lane::{with_lane, CopyQueue, Lane, Lent};
-pub use crate::exec::lane::{BouncePool, DeviceTarget};
 use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::Completion;
 use crate::plan::{Chunks, Task};

@@ -18,15 +18,16 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::cuda::{ContextGuard, GatherKernel, GatherPiece};
+use crate::cuda::{ContextGuard, DeviceTarget, GatherKernel, GatherPiece};
 use crate::error::Result;
 use crate::exec::dma::{DmaRead, Held};
-use crate::exec::lane::{with_lane, BouncePool, CopyQueue, DeviceTarget, Lent};
+use crate::exec::lane::{with_lane, BouncePool, CopyQueue, Lent};
 use crate::exec::uring::{self, Piece};
-use crate::exec::{Endpoint, Executor, Lease, SendPtr, Tasks};
+use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::Completion;
 use crate::plan::HostIoBackend;
 use crate::request::Range;
+use crate::request::SendPtr;
 use crate::source::{IoContext, LocalFile};
 
 /// Where a gather's bytes land (or come from).

@@ -1,8 +1,9 @@
 //! Host memory ⇄ a source or sink: each task reads or writes its own range of the caller's
 //! buffer in place.
 
-use crate::exec::{Endpoint, Executor, Lease, SendPtr, Tasks};
+use crate::exec::{Endpoint, Executor, Lease, Tasks};
 use crate::future::Completion;
+use crate::request::SendPtr;
 use crate::source::IoContext;
 
 /// The host executor of one request.

@@ -65,17 +65,6 @@ impl BouncePool {
     }
 }
 
-/// The GPU side of a request.
-#[derive(Clone, Copy, Debug)]
-pub struct DeviceTarget {
-    /// First byte of the caller's range.
-    pub addr: u64,
-    /// The context owning the allocation.
-    pub ctx: Context,
-    /// The device ordinal.
-    pub device: i32,
-}
-
 /// A worker's stream and events for one context.
 pub(crate) struct Lane {
     pub(crate) stream: Stream,

@@ -36,6 +36,7 @@ use crate::cufile;
 /// cuFile's own counters, as a [`Report`] carries them.
 pub use crate::cufile::Stats;
 use crate::plan::Backend;
+use crate::source::LocalFile;
 
 pub(crate) mod counters;
 pub mod ops;
@@ -336,6 +337,24 @@ pub fn notice(kind: &'static str, text: String) {
         eprintln!("[gpufile] {text}");
     }
     n.pending.push(text);
+}
+
+/// Says the notice `file` has come to have, if any ([`LocalFile::notice`]: no direct I/O);
+/// called by whoever asked the file for its `O_DIRECT` descriptor (the engine as it plans and
+/// ends a request, a file handle), since the file itself says nothing.
+pub(crate) fn file_notice(file: &LocalFile) {
+    if let Some((kind, text)) = file.notice() {
+        notice(kind, text);
+    }
+}
+
+/// The texts said so far of notices of `kind` (what `take_notices` gives may be taken by
+/// another test meanwhile).
+#[cfg(test)]
+pub(crate) fn said(kind: &str) -> Vec<String> {
+    let n = NOTICES.lock().unwrap_or_else(|e| e.into_inner());
+    let said = n.said.iter().find(|(k, _)| *k == kind);
+    said.map(|(_, t)| t.clone()).unwrap_or_default()
 }
 
 /// Notices not yet taken (for the Python package's logger).

@@ -19,46 +19,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use crate::error::{Error, Result};
 use crate::plan::Reason;
 use crate::request::{Direction, Memory};
+pub use crate::source::backend::IoBackend;
 use crate::source::Endpoint;
-
-/// The KvikIO backend an operation belongs to (KvikIO's `IoBackend`, same order and names).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum IoBackend {
-    /// POSIX reads and writes: gpufile's own path on a local file, page-cache DMA and the
-    /// GPU's gather included.
-    Posix = 0,
-    /// cuFile (GPUDirect Storage, or cuFile's own compat path).
-    Gds = 1,
-    /// A memory-mapped file.
-    Mmap = 2,
-    /// HTTP(S): plain URLs, S3, Google Cloud Storage.
-    RemoteHttp = 3,
-    /// WebHDFS.
-    RemoteHdfs = 4,
-}
-
-impl IoBackend {
-    /// Every backend, in KvikIO's order.
-    pub const ALL: [IoBackend; 5] = [
-        IoBackend::Posix,
-        IoBackend::Gds,
-        IoBackend::Mmap,
-        IoBackend::RemoteHttp,
-        IoBackend::RemoteHdfs,
-    ];
-
-    /// KvikIO's name: `"POSIX"`, `"GDS"`, `"MMAP"`, `"REMOTE_HTTP"`, `"REMOTE_HDFS"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            IoBackend::Posix => "POSIX",
-            IoBackend::Gds => "GDS",
-            IoBackend::Mmap => "MMAP",
-            IoBackend::RemoteHttp => "REMOTE_HTTP",
-            IoBackend::RemoteHdfs => "REMOTE_HDFS",
-        }
-    }
-}
 
 /// gpufile's data path of an operation: finer than [`IoBackend`], it says which of gpufile's
 /// mechanisms moved the bytes (KvikIO cannot say this).

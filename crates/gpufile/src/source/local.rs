@@ -48,13 +48,40 @@ pub struct LocalFile {
     readable: bool,
     writable: bool,
     /// A second descriptor with O_DIRECT, opened on first need, or why there is none.
-    direct: OnceLock<std::result::Result<File, String>>,
+    direct: OnceLock<std::result::Result<File, Refused>>,
     /// A read-only mapping of the file, never touched, only asked by `mincore` which pages are
     /// in the page cache (made on first need; None where the file cannot be mapped).
     residency: OnceLock<Option<FileMapping>>,
     /// The largest size the file was seen to have (`u64::MAX`: not a regular file, no size to
     /// check against). A read that ends within it needs no `fstat`; one past it looks again.
     size_seen: AtomicU64,
+}
+
+/// Why a file has no O_DIRECT descriptor, and whether the user is told ([`LocalFile::notice`]).
+#[derive(Debug)]
+struct Refused {
+    why: String,
+    notice: bool,
+}
+
+impl Refused {
+    /// No `/proc`: one text for every file, which the user is told.
+    fn without_proc() -> Self {
+        Refused {
+            why: format!(
+                "{PROC_FD} is missing: O_DIRECT needs a second descriptor of the open file (the \
+                 path may name another file by now)"
+            ),
+            notice: true,
+        }
+    }
+
+    fn quietly(why: impl Into<String>) -> Self {
+        Refused {
+            why: why.into(),
+            notice: false,
+        }
+    }
 }
 
 impl std::fmt::Debug for LocalFile {
@@ -134,26 +161,38 @@ impl LocalFile {
 
     /// Why the file has no O_DIRECT descriptor (`None`: it has one).
     pub fn direct_refused(&self) -> Option<&str> {
-        self.direct_file().err().map(String::as_str)
+        self.direct_file().err().map(|r| r.why.as_str())
     }
 
-    fn direct_file(&self) -> std::result::Result<&File, &String> {
+    /// What the file has to tell the user, as a notice's kind and text: that it has no direct
+    /// I/O for want of `/proc` (one text for every file, so said once per process). Asked, never
+    /// opened here. The file says nothing itself (sources sit below `crate::observe`): whoever
+    /// asked it for its `O_DIRECT` descriptor forwards this (`crate::observe::file_notice`).
+    pub(crate) fn notice(&self) -> Option<(&'static str, String)> {
+        match self.direct.get() {
+            Some(Err(Refused { why, notice: true })) => {
+                Some(("no-direct-io", format!("no direct I/O: {why}")))
+            }
+            _ => None,
+        }
+    }
+
+    /// Makes the file as it is where `/proc` is missing: no `O_DIRECT` descriptor, and the
+    /// notice that says why (the tests cannot take `/proc` away).
+    #[cfg(test)]
+    pub(crate) fn refuse_direct_as_without_proc(&self) {
+        let _ = self.direct.set(Err(Refused::without_proc()));
+    }
+
+    fn direct_file(&self) -> std::result::Result<&File, &Refused> {
         self.direct
             .get_or_init(|| {
-                reopen(self.fd(), self.readable, self.writable, libc::O_DIRECT).map_err(|e| {
-                    match e.raw_os_error() {
-                        Some(libc::EINVAL) => "the file system refuses O_DIRECT".to_owned(),
-                        _ if !Path::new(PROC_FD).is_dir() => {
-                            let why = format!(
-                                "{PROC_FD} is missing: O_DIRECT needs a second descriptor of \
-                                 the open file (the path may name another file by now)"
-                            );
-                            // One text, so said once per process, not once per file.
-                            crate::observe::notice("no-direct-io", format!("no direct I/O: {why}"));
-                            why
-                        }
-                        _ => format!("O_DIRECT open of the file failed: {e}"),
-                    }
+                reopen(self.fd(), self.readable, self.writable, libc::O_DIRECT).map_err(|e| match e
+                    .raw_os_error()
+                {
+                    Some(libc::EINVAL) => Refused::quietly("the file system refuses O_DIRECT"),
+                    _ if !Path::new(PROC_FD).is_dir() => Refused::without_proc(),
+                    _ => Refused::quietly(format!("O_DIRECT open of the file failed: {e}")),
                 })
             })
             .as_ref()

@@ -323,8 +323,8 @@ impl Source for MmapSource {
         self.path().to_str()
     }
 
-    fn io_backend(&self) -> crate::observe::IoBackend {
-        crate::observe::IoBackend::Mmap
+    fn io_backend(&self) -> super::IoBackend {
+        super::IoBackend::Mmap
     }
 
     fn size(&self) -> Result<u64> {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::future::StopFlag;
 use crate::request::{Direction, Range, Ranges};
+use backend::IoBackend;
 
 /// What one call of a source or sink may use beyond the range itself.
 #[derive(Clone, Copy, Debug)]
@@ -77,8 +78,8 @@ pub trait Source: Send + Sync {
 
     /// The KvikIO backend its reads are observed under (a local file's: POSIX, or GDS where
     /// cuFile runs them).
-    fn io_backend(&self) -> crate::observe::IoBackend {
-        crate::observe::IoBackend::Posix
+    fn io_backend(&self) -> IoBackend {
+        IoBackend::Posix
     }
 
     /// Whether each task costs the source a request of its own to a server (a remote object's
@@ -151,8 +152,8 @@ pub trait Sink: Send + Sync {
     }
 
     /// The KvikIO backend its writes are observed under.
-    fn io_backend(&self) -> crate::observe::IoBackend {
-        crate::observe::IoBackend::Posix
+    fn io_backend(&self) -> IoBackend {
+        IoBackend::Posix
     }
 
     /// The size of the parts the sink takes its bytes in (an object store's multipart upload):
@@ -182,7 +183,7 @@ impl Endpoint {
     }
 
     /// The KvikIO backend its requests are observed under.
-    pub fn io_backend(&self) -> crate::observe::IoBackend {
+    pub fn io_backend(&self) -> IoBackend {
         match self {
             Endpoint::Read(s) => s.io_backend(),
             Endpoint::Write(s) => s.io_backend(),
@@ -244,6 +245,7 @@ impl Endpoint {
     }
 }
 
+pub(crate) mod backend;
 mod local;
 pub(crate) use local::reopen;
 pub use local::{LocalFile, DIRECT_ALIGN};

@@ -1,16 +1,19 @@
 """Saving entry points with safetensors' names (``save_file``, ``save``) and gpufile's
-``save_checkpoint``, ``async_save`` and ``reserve_async_staging``; the work is
-``gpufile._save``'s and ``gpufile._async_save``'s."""
+``save_checkpoint``, ``async_save`` and ``reserve_async_staging``, as ``gpufile.safetensors``
+exports them; the work is ``local``'s and ``background``'s."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from .. import _async_save, _save, defaults
-from ._checkpoint import PathArg
+from .. import defaults
+from . import background, local
+
+if TYPE_CHECKING:  # a name for annotations only: importing gpufile.safetensors imports this
+    from ..safetensors._checkpoint import PathArg
 
 #: What :func:`async_save` returns.
-SafeTensorsSaveFuture = _async_save.SaveFuture
+SafeTensorsSaveFuture = background.SaveFuture
 
 
 def save_file(tensors: Mapping[str, Any], filename: PathArg,
@@ -59,13 +62,13 @@ def save_file(tensors: Mapping[str, Any], filename: PathArg,
         The file could not be written (``ENOSPC``, ``EIO``, ...): the error names ``filename``;
         nothing was published and the temporary file is removed.
     """
-    _save.save_file(tensors, filename, metadata, durable=durable)
+    local.save_file(tensors, filename, metadata, durable=durable)
 
 
 def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file of ``tensors`` (``safetensors.torch.save``): the same
     bytes :func:`save_file` writes. Checks and errors as :func:`save_file`."""
-    return _save.save(tensors, metadata)
+    return local.save(tensors, metadata)
 
 
 def save_checkpoint(state_dict: Mapping[str, Any], directory: PathArg,
@@ -109,7 +112,7 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: PathArg,
         The index (``metadata``, ``weight_map``), also for a single file (no index file is
         written then).
     """
-    return _save.save_checkpoint(state_dict, directory, max_shard_size, metadata=metadata,
+    return local.save_checkpoint(state_dict, directory, max_shard_size, metadata=metadata,
                                  durable=durable)
 
 
@@ -132,7 +135,7 @@ def async_save(tensors: Mapping[str, Any], path: PathArg,
     previous one still writes from that buffer waits for it first. NumPy, CuPy and JAX arrays
     are copied to host arrays (a JAX array may be deleted or donated once this returns).
     """
-    return _async_save.async_save(tensors, path, metadata, sharded, max_shard_size, durable,
+    return background.async_save(tensors, path, metadata, sharded, max_shard_size, durable,
                                   int(defaults.get("async_save_pinned_limit")),
                                   int(defaults.get("async_save_device_limit")))
 
@@ -142,4 +145,4 @@ def reserve_async_staging(nbytes: int) -> int:
     take a snapshot) now, at least ``nbytes`` bytes, so that no save pays for the allocation
     (about 1.4 s per 4 GiB) while its caller waits (gpufile's addition). Returns the buffer's
     size; at most ``async_save_pinned_limit`` bytes (more is a ``ValueError``)."""
-    return _async_save.reserve(nbytes, int(defaults.get("async_save_pinned_limit")))
+    return background.reserve(nbytes, int(defaults.get("async_save_pinned_limit")))

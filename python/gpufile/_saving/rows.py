@@ -1,13 +1,13 @@
 """Tensors described for the core's safetensors writers, as ``safetensors`` checks them (a row
 per tensor: name, dtype code, shape, a flat byte view of its memory), and the arguments of a
-checkpoint save; shared by the local saves (``_save``) and the saves by URL (``_save_remote``)."""
+checkpoint save; shared by the local saves (``local``) and the saves by URL (``remote``)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any, Mapping
 
-from . import _native
+from .. import _native
 
 # A tensor as the core takes it: (name, safetensors dtype, logical shape, buffer).
 Row = tuple

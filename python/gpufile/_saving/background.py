@@ -1,5 +1,5 @@
 """``gpufile.safetensors.async_save``: the tensors are snapshotted before the call returns, then
-written in the background by ``_save``'s ``save_file`` or ``save_checkpoint``.
+written in the background by ``local``'s ``save_file`` or ``save_checkpoint``.
 
 Where a snapshot of PyTorch tensors goes, decided per call (``SaveFuture.staging()`` says which
 and why):
@@ -22,9 +22,9 @@ import functools
 import threading
 from typing import Any, Mapping
 
-from ._future import call_back, wake
-from ._save import save_checkpoint, save_file
-from ._save_rows import (
+from .._future import call_back, wake
+from .local import save_checkpoint, save_file
+from .rows import (
     check_metadata,
     describe,
     is_cupy,

@@ -1,7 +1,7 @@
 """Saving safetensors files and Hugging Face checkpoints (``gpufile.safetensors.save_file``,
-``save_checkpoint``; ``async_save`` stages in ``_async_save`` and calls these): tensors described
-for the core (``_save_rows``), written from their own memory, published whole; a URL goes to
-``_save_remote``."""
+``save_checkpoint``; ``async_save`` stages in ``background`` and calls these): tensors
+described for the core (``rows``), written from their own memory, published whole; a URL goes
+to ``remote``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import json
 import os
 from typing import Any, Mapping, Sequence
 
-from . import _native, _save_remote
-from ._save_rows import (
+from .. import _native
+from . import remote
+from .rows import (
     INDEX_NAME,
     JaxDeviceBytes,
     Row,
@@ -49,9 +50,9 @@ def write_file(rows: Sequence[Row], filename: Any, metadata: dict[str, str] | No
 def save_file(tensors: Mapping[str, Any], filename: Any, metadata: Any = None, *,
               durable: bool = True, expected: str | None = None) -> None:
     """``expected``: the one kind of tensor the caller takes (``"torch"``, ``"numpy"``), as
-    ``safetensors.torch`` and ``safetensors.numpy`` check it (``_save_rows.describe``)."""
+    ``safetensors.torch`` and ``safetensors.numpy`` check it (``rows.describe``)."""
     if _native.is_url(filename):
-        return _save_remote.save_file(tensors, filename, metadata)
+        return remote.save_file(tensors, filename, metadata)
     rows = describe(tensors, expected)
     meta = check_metadata(metadata)
     sync_producers(tensors)
@@ -123,7 +124,7 @@ def save_checkpoint(state_dict: Mapping[str, Any], directory: Any,
     (views of one buffer) of the tensors the caller gave. A local directory is saved by the
     core (``gpufile::formats::safetensors::save::checkpoint``), GIL released."""
     if _native.is_url(directory):
-        return _save_remote.save_checkpoint(state_dict, directory, max_shard_size,
+        return remote.save_checkpoint(state_dict, directory, max_shard_size,
                                             metadata=metadata, sizes=sizes)
     rows = describe(state_dict)
     if sizes is None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from . import _native
-from ._save_rows import check_metadata, describe, parse_size, storage_size, sync_producers
-from .remote_file import RemoteFile
+from .. import _native
+from ..remote_file import RemoteFile
+from .rows import check_metadata, describe, parse_size, storage_size, sync_producers
 
 
 def write_url(rows: Any, url: str, meta: dict[str, str] | None) -> None:
