@@ -14,6 +14,7 @@ import pytest
 
 import gpufile
 import gpufile.safetensors as gs
+from conftest import gpu_reason
 
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors")
@@ -229,3 +230,32 @@ def test_ranks_as_processes_read_the_checkpoint_once(checkpoint):
         assert rep["gathered_equal"], rep  # rank 0 put the shards back together
     # The sharded tensors' bytes are read once, over all ranks.
     assert sum(rep["sharded"] for rep in reports) == size(sharded)
+
+
+GPU_REASON = gpu_reason()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPU_REASON is not None, reason=GPU_REASON or "no CUDA device")
+@pytest.mark.parametrize("framework", ["pt", "cupy"])
+def test_shards_and_slices_land_in_gpu_memory_the_framework_allocated(checkpoint, framework):
+    import cupy as cp
+    path, tensors = checkpoint
+    names = [n for n, t in tensors.items() if framework == "pt" or t.dtype != torch.bfloat16]
+    for rank in range(3):
+        with gpufile.observe() as obs:
+            got = gs.load_checkpoint(path, "cuda:0", framework=framework, filter=names,
+                                     shard=PLAN, rank=rank, world_size=3)
+        for n in names:
+            want = _expected(n, tensors[n], rank, 3)
+            host = got[n].cpu() if framework == "pt" else torch.from_numpy(cp.asnumpy(got[n]))
+            assert tuple(host.shape) == tuple(want.shape) and torch.equal(host, want), n
+        paths = obs.report.paths
+        assert paths["gpufile-posix"]["bytes"] + paths["cufile"]["bytes"] == \
+            sum(_expected(n, tensors[n], rank, 3).numel() * tensors[n].element_size()
+                for n in names)
+    with gs.safe_open(path, framework, device=0) as f:
+        w = "model.layers.0.self_attn.o_proj.weight"
+        part = f.get_slice(w)[:, 2:5]
+        host = part.cpu() if framework == "pt" else torch.from_numpy(cp.asnumpy(part))
+        assert torch.equal(host, tensors[w][:, 2:5])

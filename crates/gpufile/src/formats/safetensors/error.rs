@@ -249,7 +249,8 @@ pub enum FormatError {
 impl FormatError {
     /// What kind of failure this is, in the core's one table ([`ErrorKind`]): an OS error by
     /// its errno (one without an errno is [`ErrorKind::Os`] 0), a name the checkpoint lacks
-    /// [`ErrorKind::UnknownName`], plan options [`ErrorKind::BadArgument`], a FIFO or socket
+    /// [`ErrorKind::UnknownName`], plan options and shardings [`ErrorKind::BadArgument`], a
+    /// FIFO or socket
     /// [`ErrorKind::NotSeekable`], and a file that breaks the format
     /// [`ErrorKind::InvalidData`].
     pub fn kind(&self) -> ErrorKind {
