@@ -7,6 +7,13 @@ loader's tensors are compared bit for bit with safetensors' own result. A loader
 missing is skipped with the reason. Prints a table; writes JSON to $OUT (or --out).
 
     python benches/safetensors_bench.py [--dir DIR] [--gb 8] [--device 0] [--repeats 3]
+    python benches/safetensors_bench.py --ranks 2 4 8 [--gb 1]     # tensor-parallel ranks
+
+`--ranks N...`: N simulated tensor-parallel ranks in turn (hot), each loading its shard of the
+one-file checkpoint with `load_checkpoint(..., shard=...)` (q/k/v/gate/up "colwise", o/down
+"rowwise"): the bytes each rank reads (from `gpufile.observe()`), its GB/s, and that of a plain
+read of the same byte count from the same file into memory allocated for it; every shard
+compared with slicing the full tensor. Host memory where CUDA is missing.
 
 Cold runs evict the files with gpufile.drop_file_page_cache (no root needed) and, as root, also
 write 3 to /proc/sys/vm/drop_caches.
@@ -215,7 +222,11 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--only", nargs="*", help="loader names to run (default: all)")
+    p.add_argument("--ranks", type=int, nargs="*",
+                   help="tensor-parallel world sizes to simulate (each rank in turn)")
     args = p.parse_args()
+    if args.ranks:
+        return tp_ranks(args)
 
     import importlib.util
 
@@ -286,6 +297,79 @@ def main() -> int:
         json.dump({"bytes": nbytes, "tensors": len(layout), "device": dev,
                    "gpu": torch.cuda.get_device_name(dev), "repeats": args.repeats,
                    "results": results}, f, indent=1)
+    print(f"wrote {out}")
+    return 0
+
+
+TP_PLAN = {"layers.*.self_attn.q_proj": "colwise", "layers.*.self_attn.k_proj": "colwise",
+           "layers.*.self_attn.v_proj": "colwise", "layers.*.self_attn.o_proj": "rowwise",
+           "layers.*.mlp.gate_proj": "colwise", "layers.*.mlp.up_proj": "colwise",
+           "layers.*.mlp.down_proj": "rowwise"}
+
+
+def tp_ranks(args) -> int:
+    """`--ranks`: each simulated rank's shard load against a plain read of its byte count."""
+    import torch
+
+    import gpufile
+    import gpufile.safetensors as gs
+    single, _, layout = generate(args.dir, args.gb)
+    nbytes = sum(2 * a * b for _, (a, b) in layout)
+    device = f"cuda:{args.device}" if torch.cuda.is_available() else "cpu"
+    sync = (lambda: torch.cuda.synchronize(args.device)) if device != "cpu" else (lambda: None)
+    full = gs.load_checkpoint(single, "cpu")  # the reference (and the page cache warmed)
+    with open(single, "rb") as f:
+        data_start = 8 + struct.unpack("<Q", f.read(8))[0]
+
+    def timed(fn):
+        times = []
+        for _ in range(args.repeats):
+            sync()
+            t0 = time.perf_counter()
+            out = fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+        return out, statistics.median(times)
+
+    rows, results = [], []
+    for world in args.ranks:
+        for rank in range(world):
+            with gpufile.observe() as obs:
+                got = gs.load_checkpoint(single, device, shard=TP_PLAN, rank=rank,
+                                         world_size=world)
+            read = obs.report["gpufile-posix"]["bytes"] + obs.report["cufile"]["bytes"]
+            for name, t in got.items():
+                word = next(w for k, w in TP_PLAN.items() if k.split(".")[-1] in name)
+                dim = 0 if word == "colwise" else 1
+                want = full[name].chunk(world, dim)[rank] if full[name].shape[dim] else full[name]
+                if not torch.equal(t.cpu().view(torch.int16), want.view(torch.int16)):
+                    raise AssertionError(f"rank {rank} of {world}: {name} differs")
+            del got
+            _, shard_s = timed(lambda: gs.load_checkpoint(single, device, shard=TP_PLAN,
+                                                          rank=rank, world_size=world))
+            def plain():  # into memory allocated for it, as the load allocates its own
+                buf = torch.empty(read, dtype=torch.uint8, device=device)
+                with gpufile.CuFile(single, "r") as f:
+                    f.read(buf.numpy() if device == "cpu" else buf, read, data_start)
+            _, plain_s = timed(plain)
+            entry = {"world": world, "rank": rank, "bytes": read, "share": read / nbytes,
+                     "shard_gb_per_s": read / shard_s / 1e9,
+                     "plain_gb_per_s": read / plain_s / 1e9}
+            entry["ratio"] = entry["shard_gb_per_s"] / entry["plain_gb_per_s"]
+            results.append(entry)
+            rows.append((world, rank, read, f"{entry['share']:.4f}",
+                         f"{entry['shard_gb_per_s']:.2f}", f"{entry['plain_gb_per_s']:.2f}",
+                         f"{entry['ratio']:.2f}"))
+    head = ("N", "rank", "bytes read", "share", "shard GB/s", "plain GB/s", "ratio")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    print(f"{nbytes / 1e9:.2f} GB bf16, {len(layout)} tensors, {device}, hot, medians of "
+          f"{args.repeats}; every shard verified")
+    for r in [head] + rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+    os.makedirs(args.out, exist_ok=True)
+    out = os.path.join(args.out, "safetensors_tp_bench.json")
+    with open(out, "w") as f:
+        json.dump({"bytes": nbytes, "device": device, "results": results}, f, indent=1)
     print(f"wrote {out}")
     return 0
 

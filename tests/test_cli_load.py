@@ -223,6 +223,43 @@ def test_argument_errors(tmp_path):
     assert r.returncode == 2
 
 
+def _chunk(a, dim, rank, world):
+    """This rank's part as torch.chunk (and transformers' get_tensor_shard) cuts it."""
+    n = a.shape[dim]
+    size = -(-n // world)
+    start = min(rank * size, n)
+    return a.take(range(start, min(start + size, n)), axis=dim)
+
+
+def test_shard_reads_only_this_ranks_part_and_verifies_it(tmp_path):
+    tensors = model_tensors()
+    write_shards(tmp_path, tensors, n=3)
+    rules = {"*.attn.q": ("rowwise", 1), "model.embed.weight": ("0", 0), "*.attn.k": ("1", 1)}
+    spec = ",".join(f"{p}={w}" for p, (w, _) in rules.items())
+    sharded = [n for n in tensors if n.endswith(("attn.q", "attn.k")) or n.startswith("model.e")]
+    replicated = nbytes(tensors) - nbytes(tensors, sharded)
+    total = 0
+    for rank in range(2):
+        rep = load_json(tmp_path, "--host", "--verify", "--shard", spec, "--rank", rank,
+                        "--world-size", 2)
+        dim = {n: d for n in sharded for p, (_, d) in rules.items()
+               if n.endswith(p.lstrip("*")) or n == p}
+        want = replicated + sum(_chunk(tensors[n], dim[n], rank, 2).nbytes for n in sharded)
+        assert rep["bytes"] == want and rep["verified"] is True
+        assert rep["observed"]["by_path"]["gpufile-posix"]["bytes"] == want
+        total += rep["bytes"] - replicated
+    assert total == nbytes(tensors, sharded)  # every sharded byte read once over the ranks
+    r = gpufile_cli(tmp_path, "--host", "--shard", "*.attn.q=colwize", "--rank", 0,
+                    "--world-size", 2)
+    assert r.returncode == 1 and 'invalid sharding: unknown split "colwize"' in r.stderr
+    r = gpufile_cli(tmp_path, "--host", "--shard", "*.attn.q=0", "--rank", 2, "--world-size", 2)
+    assert r.returncode == 1 and "rank 2 is not one of world_size 2 ranks" in r.stderr
+    r = gpufile_cli(tmp_path, "--host", "--shard", "colwise", "--rank", 0, "--world-size", 2)
+    assert r.returncode == 1 and "is not PATTERN=SPLIT" in r.stderr
+    r = gpufile_cli(tmp_path, "--host", "--rank", 0)
+    assert r.returncode == 2 and "--shard" in r.stderr
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(GPU_REASON is not None, reason=GPU_REASON or "")
 def test_sharded_checkpoint_to_gpu_0(tmp_path):

@@ -5,10 +5,11 @@
 //! 1. [`Checkpoint::open`] reads and validates every header before a byte of data is read (a bad
 //!    file is refused, naming the file and the tensor).
 //! 2. [`Checkpoint::select`] picks the tensors (`--filter`, the core's rule) and
-//!    [`Checkpoint::plan`] gives their byte ranges, adjacent tensors of a file merged, and where
-//!    each tensor lands in one destination allocation.
+//!    [`Checkpoint::plan_parts`] gives their byte ranges (with `--shard`, this rank's part of
+//!    each sharded tensor: [`Checkpoint::shard_parts`]), adjacent tensors of a file merged, and
+//!    where each tensor lands in one destination allocation.
 //! 3. One allocation (GPU memory, or host memory with `--host` or where no GPU can be used),
-//!    then every range of every file goes to the engine at once (the core's [`submit_load`],
+//!    then every range of every file goes to the engine at once (the core's [`submit_parts`],
 //!    as Python and C load: one [`Engine::submit_batch`]): the workers go from one file to the
 //!    next with no gap.
 //! 4. Tensors, bytes, seconds, GB/s, tensors/s and what ran (the path report); `--verify`
@@ -27,7 +28,8 @@ use std::time::Instant;
 use gpufile::__private::batch::OpBuffer;
 use gpufile::observe::Report;
 use gpufile::safetensors::{
-    submit_load, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan, Target,
+    block_read, submit_parts, Checkpoint, Files, FormatError, LoadError, PlanOptions, ReadPlan,
+    Sharding, Span, Split, Target,
 };
 use gpufile::StopFlag;
 use gpufile::{Engine, ErrorKind, FileHandle, IoPath, Memory, Settings};
@@ -62,6 +64,18 @@ pub(crate) struct LoadArgs {
     /// ending in `*` selects every tensor whose name starts with what precedes it.
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
     filter: Vec<String>,
+    /// Load only this rank's part of each tensor a pattern matches (tensor-parallel):
+    /// PATTERN=SPLIT pairs separated by commas, SPLIT `colwise`, `rowwise`, `replicate` or a
+    /// dimension, as Python's load_checkpoint(shard=...); with --rank and --world-size.
+    #[arg(long, value_delimiter = ',', value_name = "PATTERN=SPLIT,...",
+          requires_all = ["rank", "world_size"])]
+    shard: Vec<String>,
+    /// This rank, from 0 (with --shard).
+    #[arg(long, value_name = "N", requires = "shard")]
+    rank: Option<u64>,
+    /// How many ranks share the tensors (with --shard).
+    #[arg(long, value_name = "N", requires = "shard")]
+    world_size: Option<u64>,
     /// Compare every tensor's bytes with a plain read of its range of the file.
     #[arg(long)]
     verify: bool,
@@ -132,6 +146,30 @@ fn select(checkpoint: &Checkpoint, filter: &[String]) -> Result<Vec<usize>, CliE
         ));
     }
     Ok(checkpoint.select(&patterns)?)
+}
+
+/// The part of each selected tensor this rank reads by `--shard` (the core's [`Sharding`]; none
+/// without it: every tensor whole); a rule that is no `PATTERN=SPLIT` is a usage error.
+fn shard_parts(
+    checkpoint: &Checkpoint,
+    selection: &[usize],
+    args: &LoadArgs,
+) -> Result<Vec<Option<Vec<Span>>>, CliError> {
+    if args.shard.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut rules = Vec::with_capacity(args.shard.len());
+    for rule in &args.shard {
+        let Some((pattern, split)) = rule.trim().rsplit_once('=') else {
+            return Err(CliError::invalid(format!(
+                "--shard: {rule:?} is not PATTERN=SPLIT"
+            )));
+        };
+        rules.push((pattern.to_owned(), Split::parse(split)?));
+    }
+    let (rank, world) = (args.rank.unwrap_or(0), args.world_size.unwrap_or(1));
+    let sharding = Sharding::new(rank, world, rules)?;
+    Ok(checkpoint.shard_parts(selection, &sharding)?)
 }
 
 /// What one file of the checkpoint gave.
@@ -346,12 +384,13 @@ impl Loaded {
     }
 }
 
-/// Reads the `selection` into `dest` as the core loads a checkpoint ([`submit_load`]: one
-/// batch of requests over every file); the bytes read. A progress bar in `bar`'s units where
+/// Reads the `selection` (each tensor whole, or its part in `parts`) into `dest` as the core
+/// loads a checkpoint ([`submit_parts`]: one batch of requests over every file); the bytes
+/// read. A progress bar in `bar`'s units where
 /// given.
 fn read_all(
     (checkpoint, sources): (&Checkpoint, &Files),
-    selection: &[usize],
+    (selection, parts): (&[usize], &[Option<Vec<Span>>]),
     dest: &mut Destination,
     settings: &Settings,
     bar: Option<Units>,
@@ -365,12 +404,13 @@ fn read_all(
     // SAFETY: `dest` is neither used nor dropped until the future has been waited on below
     // (an interrupted wait included).
     let submitted = unsafe {
-        submit_load(
+        submit_parts(
             &*Engine::global()?,
             settings,
             checkpoint,
             sources,
             std::slice::from_ref(&target),
+            &[parts.to_vec()],
         )
     }
     .map_err(|e| match e {
@@ -405,24 +445,38 @@ fn read_all(
 fn verify(
     checkpoint: &Checkpoint,
     remote: Option<&[Arc<gpufile_remote::RemoteFile>]>,
-    selection: &[usize],
+    (selection, parts): (&[usize], &[Option<Vec<Span>>]),
     plan: &ReadPlan,
     dest: &Destination,
     stop: &StopFlag,
 ) -> Result<(), CliError> {
     let mut files: HashMap<usize, std::fs::File> = HashMap::new();
     let (mut want, mut got) = (Vec::new(), Vec::new());
-    for (&i, &at) in selection.iter().zip(&plan.dests) {
+    for (k, (&i, &at)) in selection.iter().zip(&plan.dests).enumerate() {
         let entry = &checkpoint.entries[i];
         let header = &checkpoint.files[entry.file];
         let info = checkpoint.info(entry);
         let os = |op| move |e| CliError::os(op, &header.path, &e);
-        let mut done = 0u64;
-        while done < info.len() {
-            let n = (info.len() - done).min(VERIFY_CHUNK as u64) as usize;
+        let start = header.data_start + info.start;
+        let whole: Vec<Span> = info.shape.iter().map(|&n| Span::whole(n)).collect();
+        let part = parts.get(k).and_then(Option::as_ref);
+        let read = block_read(info, start, part.unwrap_or(&whole))?;
+        // Each range of the tensor (or its part), in pieces of at most VERIFY_CHUNK bytes:
+        // (file offset, offset in what was read of the tensor).
+        let pieces = read.ranges.iter().flat_map(|r| {
+            (0..r.len.div_ceil(VERIFY_CHUNK)).map(move |c| {
+                let o = c * VERIFY_CHUNK;
+                (
+                    r.file_offset + o as u64,
+                    r.buf_offset + o,
+                    (r.len - o).min(VERIFY_CHUNK),
+                )
+            })
+        });
+        for (at_file, done, n) in pieces {
+            let done = done as u64;
             want.resize(n, 0);
             got.resize(n, 0);
-            let at_file = header.data_start + info.start + done;
             match remote {
                 Some(remote) => {
                     crate::read::plain_remote_read(&remote[entry.file], &mut want, at_file, stop)?
@@ -446,15 +500,19 @@ fn verify(
                     "verification-failed",
                     format!(
                         "verification failed: {}: tensor {:?} differs from the file at byte {} \
-                         of the tensor",
+                         of the {}",
                         header.path.display(),
                         info.name,
-                        done + k as u64
+                        done + k as u64,
+                        if part.is_some() {
+                            "part read"
+                        } else {
+                            "tensor"
+                        }
                     ),
                 )
                 .with_path(&header.path));
             }
-            done += n as u64;
         }
     }
     Ok(())
@@ -489,7 +547,8 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     };
     let header_seconds = start.elapsed().as_secs_f64();
     let selection = select(&checkpoint, &args.filter)?;
-    let plan = checkpoint.plan(&selection, PlanOptions::default())?;
+    let parts = shard_parts(&checkpoint, &selection, args)?;
+    let plan = checkpoint.plan_parts(&selection, &parts, PlanOptions::default())?;
 
     // Allocated (host memory: zeroed, so no page faults) before the clock starts: the reads
     // are what `seconds` times.
@@ -514,7 +573,7 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     let start = Instant::now();
     let bytes = read_all(
         (&checkpoint, &sources),
-        &selection,
+        (&selection, &parts),
         &mut dest,
         &settings,
         (!args.json).then_some(rates),
@@ -529,7 +588,7 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
             verify(
                 &checkpoint,
                 remote.as_deref(),
-                &selection,
+                (&selection, &parts),
                 &plan,
                 &dest,
                 stop,
@@ -559,6 +618,9 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
     for r in &plan.ranges {
         files[r.file].bytes += r.len;
     }
+    for g in &plan.gathers {
+        files[g.file].bytes += g.bytes;
+    }
     let loaded = Loaded {
         checkpoint: match url {
             Some(u) => gpufile_remote::redact(u).into(),
@@ -569,7 +631,7 @@ pub(crate) fn run(args: &LoadArgs, rates: Units) -> Result<(), CliError> {
         tensors_total: checkpoint.entries.len(),
         bytes,
         checkpoint_bytes: checkpoint.bytes(),
-        requests: plan.ranges.len(),
+        requests: plan.ranges.len() + plan.gathers.len(),
         allocation: plan.total,
         header_seconds,
         allocation_seconds,
@@ -682,14 +744,30 @@ mod tests {
                 .copy_from_slice(&data[at..at + r.len as usize]);
         }
         let mut dest = Destination::Host(host);
-        verify(&ck, None, &selection, &plan, &dest, &StopFlag::default()).unwrap();
+        verify(
+            &ck,
+            None,
+            (&selection, &[]),
+            &plan,
+            &dest,
+            &StopFlag::default(),
+        )
+        .unwrap();
 
         let Destination::Host(host) = &mut dest else {
             unreachable!()
         };
         let wrong = plan.dests[1] as usize + VERIFY_CHUNK + 5;
         host[wrong] ^= 1;
-        let e = verify(&ck, None, &selection, &plan, &dest, &StopFlag::default()).unwrap_err();
+        let e = verify(
+            &ck,
+            None,
+            (&selection, &[]),
+            &plan,
+            &dest,
+            &StopFlag::default(),
+        )
+        .unwrap_err();
         let text = e.to_string();
         assert!(
             text.contains("m.safetensors")

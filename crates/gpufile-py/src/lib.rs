@@ -21,6 +21,7 @@ mod remote_open;
 mod remote_write;
 mod request;
 mod safetensors;
+mod safetensors_save;
 mod settings;
 mod statistics;
 mod stoppable;

@@ -168,7 +168,7 @@ fn write_safetensors_remote(
         rows.push(((name, dtype, shape), view.len() as u64));
         views.push(view);
     }
-    let specs = crate::safetensors::specs(rows)?;
+    let specs = crate::safetensors_save::specs(rows)?;
     let plan = plan_save(std::path::Path::new(w.url()), &specs, metadata.as_ref())
         .map_err(crate::safetensors::to_py)?;
     let mut header = plan.header.clone();
@@ -219,8 +219,10 @@ fn save_checkpoint_url(
     let _notices = crate::notices::OnReturn(py);
     use gpufile::safetensors::SaveOptions;
     use gpufile_remote::SaveCheckpointError;
-    let saved =
-        crate::safetensors::save_interruptibly(py, tensors, |rows, stop, engine, settings| {
+    let saved = crate::safetensors_save::save_interruptibly(
+        py,
+        tensors,
+        |rows, stop, engine, settings| {
             let options = SaveOptions {
                 max_shard_size,
                 metadata: metadata.as_ref(),
@@ -230,7 +232,8 @@ fn save_checkpoint_url(
             };
             // SAFETY: `save_interruptibly` holds every row's buffer until this returns.
             unsafe { gpufile_remote::save_checkpoint(&prefix, rows, &options, engine, settings) }
-        })?;
+        },
+    )?;
     match saved {
         Ok(index) => Ok(index.weight_map),
         Err(SaveCheckpointError::Format(e)) => Err(crate::safetensors::to_py(e)),

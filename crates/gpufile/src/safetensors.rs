@@ -55,9 +55,10 @@ pub use crate::formats::safetensors::save::checkpoint::{
 pub use crate::formats::safetensors::save::file::{save_file, FileOptions};
 pub use crate::formats::safetensors::save::write::{SaveError, TensorRow};
 pub use crate::formats::safetensors::{
-    submit_load, Checkpoint, Dtype, Entry, Files, FormatError, Header, Index, LoadError,
-    PlanOptions, ReadPlan, ReadRange, Submitted, Target, TensorInfo, DEFAULT_ALIGN,
-    INDEX_FILE_NAME, MAX_HEADER_LEN, MAX_INDEX_LEN,
+    block_read, chunk, submit_load, submit_parts, BlockRead, Checkpoint, Dtype, Entry, Files,
+    FormatError, Gather, Header, Index, LoadError, PlanOptions, ReadPlan, ReadRange, Sharding,
+    Span, Split, Submitted, Target, TensorInfo, DEFAULT_ALIGN, INDEX_FILE_NAME, MAX_HEADER_LEN,
+    MAX_INDEX_LEN,
 };
 
 /// A tensor in host memory, to save: its name, element type, shape and bytes (C order).

@@ -13,6 +13,7 @@ from ..cufile import CuFile
 from ._checkpoint import Checkpoint, PathArg, Tensor
 from ._frameworks import BITS, DeviceLike, Framework, device_number
 from ._jax import read_groups
+from ._load import shaped
 
 SafetensorError = _native.SafetensorError
 
@@ -45,12 +46,42 @@ class Slice:
     def __getitem__(self, key: Any) -> Any:
         """Indexes as ``safetensors`` does (ints, slices, ``...``, ``[]``; out-of-range bounds
         are a ``SafetensorError``, not clipped), and with NumPy's steps (negative ones too).
-        Only the rows of the first dimension that the index touches are read; the result owns
-        its memory."""
+        Only the bytes the index touches in every dimension are read (a block of columns: one
+        range per row, one request), straight into the result's memory; a step in the last
+        dimension reads the run that covers it. Sub-byte dtypes and ``framework="flax"`` read
+        the rows of the first dimension the index touches. The result owns its memory."""
         t = self._t
         key = _checked(t, key)
-        rows, key = _row_range(t, key)
-        return self._h._read(t, rows, key, self._ck)
+        if self._h._fw.name == "flax" or t.dtype in BITS or not t.shape:
+            rows, key = _row_range(t, key)
+            return self._h._read(t, rows, key, self._ck)
+        spans, dims = _spans(t, key)
+        return self._h._read_block(t, spans, dims, self._ck)
+
+
+def _spans(t: Tensor, key: tuple) -> tuple[list[tuple[int, int, int]], list[Any]]:
+    """The block ``key`` (checked) touches as the core takes it, (start, count, step) per
+    dimension with steps positive, and per dimension what is left to do in memory: None (an
+    int: the dimension goes), else (step, reversed) of the slice."""
+    spans: list[tuple[int, int, int]] = []
+    dims: list[Any] = []
+    for d, n in enumerate(t.shape):
+        k = key[d] if d < len(key) else slice(None)
+        if not isinstance(k, slice):
+            spans.append((k, 1, 1))
+            dims.append(None)
+            continue
+        r = range(*k.indices(n))
+        if not r:
+            spans.append((0, 0, 1))
+            dims.append((1, False))
+        elif r.step > 0:
+            spans.append((r.start, len(r), r.step))
+            dims.append((r.step, False))
+        else:
+            spans.append((r[-1], len(r), -r.step))
+            dims.append((-r.step, True))
+    return spans, dims
 
 
 def _shown(key: tuple) -> str:
@@ -273,6 +304,40 @@ class safe_open:  # noqa: N801 - safetensors' name
         if h is None:
             h = self._handles[i] = ck.open_file(i)
         yield h
+
+    def _read_block(self, t: Tensor, spans: list[tuple[int, int, int]], dims: list[Any],
+                    ck: Checkpoint) -> Any:
+        """The block ``spans`` of ``t`` read by the core (one request of its ranges) into memory
+        of its own, then what ``dims`` leave to do: ints dropped (a view), a covered step kept,
+        reversed slices flipped (a copy)."""
+        fw = self._fw
+        dtype = fw.dtype(t, ck.files[t.file])
+        total, _, shapes = ck.native.plan_parts([t.index], [spans])
+        part = shaped(t, shapes[0], dtype.itemsize)
+        fw.check_shape(part, dtype, ck.files[t.file])
+        buf = fw.empty(total, self._dev)
+        if total:
+            ck.native.load([([t.index], fw.io_target(buf))], [[spans]])
+        out = fw.view(buf, 0, part, dtype)
+        key: list[Any] = []
+        flip: list[int] = []
+        for d, (want, how) in enumerate(zip(spans, dims)):
+            if how is None:
+                key.append(0)
+                continue
+            step = how[0] if part.shape[d] != want[1] else 1  # a step the read covered
+            if how[1]:
+                flip.append(sum(h is not None for h in dims[:d]))
+            key.append(slice(None, None, step))
+        out = out[tuple(key)]
+        if not flip and all(k == 0 or k.step == 1 for k in key):
+            return out
+        if fw.name == "pt":
+            return (out.flip(flip) if flip else out).clone(
+                memory_format=fw.mod.contiguous_format)
+        for d in flip:
+            out = fw.mod.flip(out, d)
+        return fw.mod.array(out, order="C")
 
     def _read(self, t: Tensor, rows: tuple[int, int] | None, key: tuple | None,
               ck: Checkpoint | None = None) -> Any:

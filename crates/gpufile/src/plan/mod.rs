@@ -132,8 +132,10 @@ pub fn plan_request(shape: &Shape<'_>, settings: &Settings, machine: &mut dyn Ma
         true => settings.bounce_buffer_size,
         false => settings.task_size,
     };
-    // A batch that keeps every worker busy runs its requests as whole tasks, ungrouped.
-    let gather = !shape.batch_whole && gathers(shape.ranges, shape.task_size, group_bytes);
+    // A gather is grouped in a batch that keeps every worker busy too: a group (at most a task
+    // or a bounce buffer of bytes) is a whole task, where a task per small range (a column
+    // block's rows) would cost a worker's wake-up, and on a device a copy, per range.
+    let gather = gathers(shape.ranges, shape.task_size, group_bytes);
     // A gather moves each range by itself: cuFile would too, so gds_threshold is a range's.
     let path_len = match gather {
         true => shape.ranges.facts().max_len,

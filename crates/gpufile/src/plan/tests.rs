@@ -607,6 +607,15 @@ fn what_is_gathered_and_its_path() {
     assert_eq!(path.reason, Reason::BelowGdsThreshold);
     assert!(plan.tasks.is_grouped());
     assert_eq!(plan.tasks.count(), 16);
+    // One of a batch that keeps every worker busy (a tensor-parallel rank's column blocks
+    // beside whole tensors): grouped too, a group being a whole task of its own.
+    let in_batch = Shape {
+        batch_whole: true,
+        ..shape
+    };
+    let plan = plan_with(&in_batch, &s, never, || panic!("no registration"));
+    assert!(plan.tasks.is_grouped());
+    assert_eq!(plan.tasks.count(), 16);
     // A device write of many ranges keeps a task per range.
     let write = Shape {
         direction: Direction::Write,

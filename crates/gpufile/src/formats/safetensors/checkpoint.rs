@@ -10,6 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::header::open_for_reading;
+use super::shard::{block_read, Span};
 use super::{
     FormatError, Header, Index, Result, TensorInfo, DEFAULT_ALIGN, INDEX_FILE_NAME, MAX_INDEX_LEN,
 };
@@ -148,16 +149,37 @@ pub struct ReadRange {
 pub struct ReadPlan {
     /// Ranges to read, by file then offset; none empty, none overlapping in the destination.
     pub ranges: Vec<ReadRange>,
+    /// Tensors read in part in more than one range ([`Checkpoint::plan_parts`]): each one
+    /// request of its ranges.
+    pub gathers: Vec<Gather>,
     /// Destination offset of each selected tensor, in the order of the selection.
     pub dests: Vec<u64>,
+    /// The shape each selected tensor is read as (its own, or its part's), in the order of the
+    /// selection.
+    pub shapes: Vec<Vec<u64>>,
     /// Size of the destination allocation.
     pub total: u64,
+}
+
+/// The ranges of one tensor read in part, one request: file offsets in file `file`, buffer
+/// offsets from `dest`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gather {
+    /// Index into [`Checkpoint::files`].
+    pub file: usize,
+    /// Offset of the part in the destination allocation.
+    pub dest: u64,
+    /// The ranges, packed from `dest` in C order of the part.
+    pub ranges: Vec<crate::request::Range>,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 impl ReadPlan {
     /// Bytes the plan reads.
     pub fn bytes(&self) -> u64 {
-        self.ranges.iter().map(|r| r.len).sum()
+        self.ranges.iter().map(|r| r.len).sum::<u64>()
+            + self.gathers.iter().map(|g| g.bytes).sum::<u64>()
     }
 }
 
@@ -377,6 +399,26 @@ impl Checkpoint {
     /// read. Each range starts `options.align`-aligned; each tensor is aligned to its element
     /// size (a merged run is split where the file layout would misalign one).
     pub fn plan(&self, selection: &[usize], options: PlanOptions) -> Result<ReadPlan> {
+        self.plan_parts(selection, &[], options)
+    }
+
+    /// [`Checkpoint::plan`] with `parts[i]` the block of `selection[i]` to read (`None`, or
+    /// `parts` empty: whole; a tensor selected twice is read as its first part): a block in one
+    /// range is planned as a tensor is, one in several ranges is a [`Gather`] of its own
+    /// (`block_read`'s ranges), laid out in C order of the block read.
+    pub fn plan_parts(
+        &self,
+        selection: &[usize],
+        parts: &[Option<Vec<Span>>],
+        options: PlanOptions,
+    ) -> Result<ReadPlan> {
+        if !parts.is_empty() && parts.len() != selection.len() {
+            return Err(FormatError::InvalidOptions(format!(
+                "{} parts for {} tensors",
+                parts.len(),
+                selection.len()
+            )));
+        }
         if options.align == 0 || !options.align.is_power_of_two() {
             return Err(FormatError::InvalidOptions(format!(
                 "align must be a power of two, got {}",
@@ -396,15 +438,41 @@ impl Checkpoint {
         });
         order.dedup();
         let overflow = || FormatError::InvalidOptions("destination size overflows".into());
-        let mut dest_of: HashMap<usize, u64> = HashMap::with_capacity(order.len());
+        let mut part_of: HashMap<usize, &Vec<Span>> = HashMap::new();
+        for (&i, part) in selection.iter().zip(parts) {
+            if let Some(p) = part {
+                part_of.entry(i).or_insert(p);
+            }
+        }
+        let mut dest_of: HashMap<usize, (u64, Vec<u64>)> = HashMap::with_capacity(order.len());
         let mut ranges: Vec<ReadRange> = Vec::new();
+        let mut gathers: Vec<Gather> = Vec::new();
         let mut cursor = 0u64;
         for i in order {
             let e = &self.entries[i];
             let info = self.info(e);
             let elem = info.dtype.align();
-            let offset = self.files[e.file].data_start + info.start;
-            let len = info.len();
+            let mut offset = self.files[e.file].data_start + info.start;
+            let mut len = info.len();
+            let mut shape = info.shape.clone();
+            if let Some(spans) = part_of.get(&i) {
+                let block = block_read(info, offset, spans)?;
+                shape = block.shape();
+                len = block.bytes;
+                if block.ranges.len() > 1 {
+                    let d = align_up(cursor, options.align.max(elem)).ok_or_else(overflow)?;
+                    cursor = d.checked_add(len).ok_or_else(overflow)?;
+                    gathers.push(Gather {
+                        file: e.file,
+                        dest: d,
+                        ranges: block.ranges,
+                        bytes: len,
+                    });
+                    dest_of.insert(i, (d, shape));
+                    continue;
+                }
+                offset = block.ranges.first().map_or(offset, |r| r.file_offset);
+            }
             // An empty tensor is a view of no bytes: offset 0 is aligned and in range.
             let dest = if len == 0 {
                 0
@@ -414,6 +482,7 @@ impl Checkpoint {
                         if options.coalesce
                             && r.file == e.file
                             && r.offset + r.len == offset
+                            && r.dest + r.len == cursor
                             && (r.dest + r.len) % elem == 0 =>
                     {
                         let d = r.dest + r.len;
@@ -433,11 +502,13 @@ impl Checkpoint {
                 }
             };
             cursor = cursor.max(dest.checked_add(len).ok_or_else(overflow)?);
-            dest_of.insert(i, dest);
+            dest_of.insert(i, (dest, shape));
         }
         Ok(ReadPlan {
             ranges,
-            dests: selection.iter().map(|i| dest_of[i]).collect(),
+            gathers,
+            dests: selection.iter().map(|i| dest_of[i].0).collect(),
+            shapes: selection.iter().map(|i| dest_of[i].1.clone()).collect(),
             total: cursor,
         })
     }

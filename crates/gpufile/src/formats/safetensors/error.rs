@@ -207,6 +207,10 @@ pub enum FormatError {
     /// Plan options out of range.
     #[error("invalid plan options: {0}")]
     InvalidOptions(String),
+    /// A sharding or a part of a tensor that cannot be read: an unknown split word, a
+    /// dimension the tensor lacks, a rank not below the world size, indices past the shape.
+    #[error("invalid sharding: {0}")]
+    InvalidShard(String),
     /// A FIFO or a socket where a file was expected: refused before `open(2)` can wait for the
     /// FIFO's other end.
     #[error(
@@ -245,7 +249,8 @@ pub enum FormatError {
 impl FormatError {
     /// What kind of failure this is, in the core's one table ([`ErrorKind`]): an OS error by
     /// its errno (one without an errno is [`ErrorKind::Os`] 0), a name the checkpoint lacks
-    /// [`ErrorKind::UnknownName`], plan options [`ErrorKind::BadArgument`], a FIFO or socket
+    /// [`ErrorKind::UnknownName`], plan options and shardings [`ErrorKind::BadArgument`], a
+    /// FIFO or socket
     /// [`ErrorKind::NotSeekable`], and a file that breaks the format
     /// [`ErrorKind::InvalidData`].
     pub fn kind(&self) -> ErrorKind {
@@ -257,7 +262,7 @@ impl FormatError {
             FormatError::UnknownTensor { .. } | FormatError::NoMatch { .. } => {
                 ErrorKind::UnknownName
             }
-            FormatError::InvalidOptions(_) => ErrorKind::BadArgument,
+            FormatError::InvalidOptions(_) | FormatError::InvalidShard(_) => ErrorKind::BadArgument,
             FormatError::Replaced { .. }
             | FormatError::TooShort { .. }
             | FormatError::HeaderTooLarge { .. }
@@ -367,6 +372,7 @@ impl FormatError {
                 missing: vec!["x.*".into()],
             },
             FormatError::InvalidOptions(reason()),
+            FormatError::InvalidShard(reason()),
             FormatError::NotSeekable {
                 path: path(),
                 what: "a FIFO",
@@ -404,7 +410,7 @@ impl FormatError {
             FormatError::DuplicateTensor { second, .. } => Some(second),
             FormatError::MissingTensor { index, .. } => Some(index),
             FormatError::OutsideCheckpoint { file, .. } => Some(file),
-            FormatError::InvalidOptions(_) => None,
+            FormatError::InvalidOptions(_) | FormatError::InvalidShard(_) => None,
         }
     }
 

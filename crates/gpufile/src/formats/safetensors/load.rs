@@ -7,13 +7,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::{Checkpoint, FormatError, PlanOptions, ReadPlan};
+use super::{Checkpoint, FormatError, PlanOptions, ReadPlan, Span};
 use crate::batch::OpBuffer;
 use crate::config::Settings;
 use crate::engine::Engine;
 use crate::file::FileHandle;
 use crate::future::IoFuture;
-use crate::request::{Buffer, Direction, Request};
+use crate::request::{Buffer, Direction, Ranges, Request};
 use crate::source::{Endpoint, Source};
 
 /// Where a checkpoint's files are read from.
@@ -195,6 +195,33 @@ pub unsafe fn submit_load(
     files: &Files,
     targets: &[Target],
 ) -> Result<Submitted, LoadError> {
+    // SAFETY: the caller's contract.
+    unsafe { submit_parts(engine, settings, checkpoint, files, targets, &[]) }
+}
+
+/// [`submit_load`] with parts of tensors: `parts[t]` for target `t` (none: every target's
+/// tensors whole) as [`Checkpoint::plan_parts`] takes them, each target laid out as that plan
+/// says. A part in several ranges (a column block, a strided slice) is one request of its
+/// ranges ([`Request::read_ranges`]) straight into its place in the target.
+///
+/// # Safety
+/// As for [`submit_load`].
+pub unsafe fn submit_parts(
+    engine: &Engine,
+    settings: &Settings,
+    checkpoint: &Checkpoint,
+    files: &Files,
+    targets: &[Target],
+    parts: &[Vec<Option<Vec<Span>>>],
+) -> Result<Submitted, LoadError> {
+    if !parts.is_empty() && parts.len() != targets.len() {
+        return Err(FormatError::InvalidOptions(format!(
+            "parts for {} targets, given {} targets",
+            parts.len(),
+            targets.len()
+        ))
+        .into());
+    }
     if let Files::Sources(s) = files {
         if s.len() != checkpoint.files.len() {
             return Err(FormatError::InvalidOptions(format!(
@@ -208,9 +235,10 @@ pub unsafe fn submit_load(
     let mut plans = Vec::with_capacity(targets.len());
     let mut pieces = Vec::new();
     for (t, target) in targets.iter().enumerate() {
-        let plan = checkpoint.plan(&target.selection, PlanOptions::default())?;
+        let part = parts.get(t).map_or(&[][..], Vec::as_slice);
+        let plan = checkpoint.plan_parts(&target.selection, part, PlanOptions::default())?;
         let room = target.buffer.map_or(0, |b| b.buffer.len() as u64);
-        if !plan.ranges.is_empty() && room < plan.total {
+        if (!plan.ranges.is_empty() || !plan.gathers.is_empty()) && room < plan.total {
             let names: Vec<&str> = target
                 .selection
                 .iter()
@@ -253,38 +281,54 @@ pub unsafe fn submit_load(
         }
     }
     let mut endpoints: Vec<Option<Endpoint>> = vec![None; checkpoint.files.len()];
-    let mut batch = Vec::with_capacity(runs.len());
-    for run in &runs {
-        let endpoint = match &endpoints[run.file] {
-            Some(e) => e.clone(),
-            None => {
-                let e = match files {
-                    Files::Sources(s) => Endpoint::Read(s[run.file].clone()),
-                    Files::Local => {
-                        let header = &checkpoint.files[run.file];
-                        let f = FileHandle::open(&header.path, "r")?;
-                        header.check_same_file(f.local().file())?;
-                        f.endpoint(Direction::Read)
-                    }
-                };
-                endpoints[run.file] = Some(e.clone());
-                e
+    let mut endpoint = |file: usize| -> Result<Endpoint, LoadError> {
+        if let Some(e) = &endpoints[file] {
+            return Ok(e.clone());
+        }
+        let e = match files {
+            Files::Sources(s) => Endpoint::Read(s[file].clone()),
+            Files::Local => {
+                let header = &checkpoint.files[file];
+                let f = FileHandle::open(&header.path, "r")?;
+                header.check_same_file(f.local().file())?;
+                f.endpoint(Direction::Read)
             }
         };
+        endpoints[file] = Some(e.clone());
+        Ok(e)
+    };
+    let mut batch = Vec::with_capacity(runs.len());
+    for run in &runs {
         let Some(dest) = targets[run.target].buffer else {
             unreachable!("a target with ranges has a buffer (checked above)")
         };
         let req = Request::read(sub(dest.buffer, run.buf_offset, run.len), run.offset)
             .pointer_info(dest.pointer_info)
             .after(dest.after);
-        batch.push((endpoint, req));
+        batch.push((endpoint(run.file)?, req));
+    }
+    let mut gathers = 0;
+    for (plan, target) in plans.iter().zip(targets) {
+        for g in &plan.gathers {
+            let Some(dest) = target.buffer else {
+                unreachable!("a target with ranges has a buffer (checked above)")
+            };
+            // In range: the part ends within the plan's total, at most the buffer's length.
+            let part = sub(dest.buffer, g.dest as usize, g.bytes as usize);
+            let req = Request::read_ranges(part, Ranges::Many(g.ranges.clone().into()))
+                .pointer_info(dest.pointer_info)
+                .after(dest.after);
+            batch.push((endpoint(g.file)?, req));
+            gathers += 1;
+        }
     }
     // SAFETY: the caller's contract for every target's buffer; every request's memory is
-    // inside its target's buffer, or spans targets laid out back to back (`contiguous`).
+    // inside its target's buffer, or spans targets laid out back to back (`contiguous`); a
+    // gather's ranges lie inside its part (`block_read` packs them from 0 to its bytes).
     let future = unsafe { engine.submit_batch(&batch, settings) }?;
     Ok(Submitted {
         future,
         plans,
-        requests: runs.len(),
+        requests: runs.len() + gathers,
     })
 }

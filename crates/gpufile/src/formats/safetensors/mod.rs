@@ -23,7 +23,8 @@
 //! The modules: `dtype` ([`Dtype`]), `error` ([`FormatError`]), `header` (one file's
 //! [`Header`] and its [`TensorInfo`]), `index` (a sharded checkpoint's [`Index`]), `checkpoint`
 //! ([`Checkpoint`] and its [`ReadPlan`]), [`load`] (selecting tensors and reading them, as every
-//! binding does) and [`save`] (writing files).
+//! binding does), `shard` (parts of tensors: a block's byte ranges, tensor-parallel
+//! [`Sharding`]) and [`save`] (writing files).
 
 mod checkpoint;
 mod dtype;
@@ -34,15 +35,19 @@ pub mod load;
 #[cfg(test)]
 mod load_tests;
 pub mod save;
+mod shard;
+#[cfg(test)]
+mod shard_tests;
 #[cfg(test)]
 mod tests;
 
-pub use checkpoint::{resolve_inside, Checkpoint, Entry, PlanOptions, ReadPlan, ReadRange};
+pub use checkpoint::{resolve_inside, Checkpoint, Entry, Gather, PlanOptions, ReadPlan, ReadRange};
 pub use dtype::Dtype;
 pub use error::FormatError;
 pub use header::{Header, TensorInfo};
 pub use index::Index;
-pub use load::{submit_load, Files, LoadError, Submitted, Target};
+pub use load::{submit_load, submit_parts, Files, LoadError, Submitted, Target};
+pub use shard::{block_read, chunk, BlockRead, Sharding, Span, Split};
 
 /// Largest header gpufile reads, as in the `safetensors` crate (100 MB): a larger length field
 /// is not a safetensors file, and would size an allocation by untrusted input.
