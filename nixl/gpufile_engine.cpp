@@ -128,6 +128,15 @@ bool parse_path_mode(const std::string &meta, PathMode &out) {
   return true;
 }
 
+// What errors call the file of descriptor `fd`: its path where /proc tells it, else "fd N".
+std::string fd_name(uint64_t fd) {
+  char target[4096];
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+  if (n <= 0 || target[0] != '/') return "fd " + std::to_string(fd);
+  return std::string(target, static_cast<size_t>(n));
+}
+
 const char *mem_name(nixl_mem_t m) {
   switch (m) {
     case DRAM_SEG: return "DRAM";
@@ -222,7 +231,7 @@ nixl_status_t Engine::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nix
     md->sync = pm.sync;
     path_dev_ids_.insert(mem.devId);
   } else {
-    md->name = mem.metaInfo.empty() ? "fd " + std::to_string(mem.devId) : mem.metaInfo;
+    md->name = mem.metaInfo.empty() ? fd_name(mem.devId) : mem.metaInfo;
     if (mem.devId > static_cast<uint64_t>(INT32_MAX) ||
         gpufile_file_from_fd(static_cast<int>(mem.devId), md->name.c_str(), &md->file) !=
             GPUFILE_OK) {
