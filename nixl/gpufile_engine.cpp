@@ -2,6 +2,7 @@
 #include "gpufile_engine.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -341,7 +342,12 @@ nixl_status_t Engine::checkXfer(nixlBackendReqH *handle) const {
       report_error(gpufile_error("checkXfer"));
       return req->result = NIXL_ERR_BACKEND;
     }
-    if (done == 0) return NIXL_IN_PROG;
+    if (done == 0) {
+      // A caller polling without pause would hold a core gpufile's workers need (on a small
+      // machine, every core): give it to them before answering.
+      sched_yield();
+      return NIXL_IN_PROG;
+    }
   }
   for (gpufile_future *f : req->futures) {
     if (gpufile_future_wait(f, nullptr) != GPUFILE_OK) {

@@ -36,16 +36,16 @@ def headers_dir() -> Path | None:
     return found[0].parent.parent if found else None
 
 
-def build_plugin() -> Path:
+def build_plugin(profile: str = "dev") -> Path:
     """libplugin_GPUFILE.so: $GPUFILE_NIXL_PLUGIN, or built now by scripts/build_nixl_plugin.sh
-    against libgpufile's debug build (cargo and the compiler decide what is out of date)."""
+    against libgpufile's `profile` build (cargo and the compiler decide what is out of date)."""
     env = os.environ.get("GPUFILE_NIXL_PLUGIN")
     if env:
         return Path(env)
     headers = headers_dir()
     assert headers is not None, "no NIXL headers (headers_dir)"
-    build = ROOT / "build/nixl-plugin-test"
-    env = dict(os.environ, NIXL_INCLUDE_DIR=str(headers), GPUFILE_CARGO_PROFILE="dev")
+    build = ROOT / ("build/nixl-plugin-test" if profile == "dev" else f"build/nixl-plugin-{profile}")
+    env = dict(os.environ, NIXL_INCLUDE_DIR=str(headers), GPUFILE_CARGO_PROFILE=profile)
     out = subprocess.run([str(ROOT / "scripts/build_nixl_plugin.sh"), str(build)], env=env,
                          capture_output=True, text=True)
     assert out.returncode == 0, f"scripts/build_nixl_plugin.sh failed:\n{out.stdout}\n{out.stderr}"
