@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -94,3 +95,44 @@ class PluginReport:
 
     def last_path(self) -> str:
         return self._text(self.lib.gpufile_nixl_last_path)
+
+
+def vtable_methods(so: Path, vtable: str) -> list[str]:
+    """The methods of the vtable `vtable` (a mangled `_ZTV...` name) of the shared object `so`,
+    slot by slot after the offset and type slots, without their class (`prepXfer(...) const`,
+    `~()` for a destructor): what NIXL's agent calls through a plugin's engine pointer. Read
+    from its relocations (binutils' nm and readelf)."""
+    syms, where = {}, None
+    for line in subprocess.run(["nm", "-S", "--defined-only", str(so)], capture_output=True,
+                               text=True, check=True).stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[3] == vtable:
+            where = (int(parts[0], 16), int(parts[1], 16))
+        if len(parts) >= 3:
+            syms.setdefault(int(parts[0], 16), parts[-1])
+    assert where, f"{so} has no {vtable}"
+    start, length = where
+    slots: list[str] = [""] * (length // 8)
+    for line in subprocess.run(["readelf", "-rW", str(so)], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        parts = line.split()
+        if len(parts) < 4 or len(parts[0]) != 16:
+            continue
+        try:
+            off = int(parts[0], 16)
+        except ValueError:
+            continue
+        if not start <= off < start + length:
+            continue
+        if "RELATIVE" in parts[2]:
+            slots[(off - start) // 8] = syms.get(int(parts[-1], 16), parts[-1])
+        else:
+            slots[(off - start) // 8] = parts[4]
+    names = subprocess.run(["c++filt"], input="\n".join(slots[2:]), capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    out = []
+    for name in names:
+        method = re.match(r"^[\w:]*?::(~?\w+\(.*)$", name)
+        text = method.group(1) if method else name
+        out.append(re.sub(r"^~\w+\(", "~(", text))
+    return out

@@ -108,6 +108,18 @@ def run(agent, op: str, local: list, remote: list, mem: str = "DRAM") -> str:
         agent.release_xfer_handle(h)
 
 
+def test_the_engine_s_vtable_is_the_one_the_wheel_s_own_plugins_have(plugin):
+    """NIXL's agent calls a plugin's engine through nixlBackendEngine's vtable, and checks only
+    the plugin API's version number: the headers the plugin was built with must give the
+    virtual functions of the installed NIXL, slot by slot, signatures (and libstdc++'s string
+    ABI) included. The wheel's own POSIX plugin was built with that NIXL's headers."""
+    posix = (Path(API.__file__).resolve().parent.parent / ".nixl_cu13.mesonpy.libs/plugins"
+             / "libplugin_POSIX.so")
+    want = nixl_support.vtable_methods(posix, "_ZTV15nixlPosixEngine")
+    got = nixl_support.vtable_methods(plugin, "_ZTVN12gpufile_nixl6EngineE")
+    assert len(want) == 27 and got == want
+
+
 def test_many_ranges_by_descriptor_are_one_gpufile_request(agent, reg, report, tmp_path):
     n = 256
     data = pattern(n * BLOCK, seed=1)
