@@ -33,15 +33,19 @@ std::string gpufile_error(const char *doing) {
 // What one registered region or file is to the backend.
 class Md : public nixlBackendMD {
  public:
-  Md(nixl_mem_t kind, uintptr_t base, size_t len) : nixlBackendMD(true), kind(kind), base(base), len(len) {}
+  Md(nixl_mem_t kind, uintptr_t base, size_t len)
+      : nixlBackendMD(true), kind(kind), base(base), len(len) {}
   ~Md() override {
     if (file != nullptr) gpufile_file_close(file);
+    if (remote != nullptr) gpufile_remote_close(remote);
   }
   nixl_mem_t kind;
   uintptr_t base;  // DRAM/VRAM: the region's start
   size_t len;
-  gpufile_file *file = nullptr;  // FILE: gpufile's handle on it
-  std::string name;              // FILE: its path, or "fd N"
+  gpufile_file *file = nullptr;            // FILE: gpufile's handle on it
+  gpufile_remote_file *remote = nullptr;   // OBJ: gpufile's handle on the object
+  uint64_t nbytes = 0;                     // OBJ: its size
+  std::string name;                        // FILE: its path, or "fd N"; OBJ: its URL
   bool by_path = false;
   uint64_t dev_id = 0;
   bool sync = false;  // path mode's "sync": a write transfer ends with fsync
@@ -59,6 +63,7 @@ class Req : public nixlBackendReqH {
     futures.clear();
   }
   std::vector<gpufile_batch_op> ops;
+  std::vector<const Md *> objects;  // OBJ: ops[i] reads from objects[i]
   std::vector<gpufile_future *> futures;
   std::vector<size_t> group;
   std::vector<const Md *> sync_files;  // files to fsync once a write ends
@@ -186,13 +191,30 @@ Engine::Engine(const nixlBackendInitParams *init_params) : nixlBackendEngine(ini
   }
 }
 
-nixl_mem_list_t Engine::getSupportedMems() const { return {DRAM_SEG, VRAM_SEG, FILE_SEG}; }
+nixl_mem_list_t Engine::getSupportedMems() const {
+  return {DRAM_SEG, VRAM_SEG, FILE_SEG, OBJ_SEG};
+}
 
 nixl_status_t Engine::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem,
                                   nixlBackendMD *&out) {
   out = nullptr;
   if (nixl_mem == DRAM_SEG || nixl_mem == VRAM_SEG) {
     out = new Md(nixl_mem, mem.addr, mem.len);
+    return NIXL_SUCCESS;
+  }
+  if (nixl_mem == OBJ_SEG) {
+    // metaInfo is the object's URL: s3://, gs://, http(s)://, webhdfs:// (gpufile's
+    // credential chains apply).
+    auto md = std::make_unique<Md>(nixl_mem, mem.addr, mem.len);
+    md->dev_id = mem.devId;
+    md->name = mem.metaInfo;
+    if (gpufile_remote_open(mem.metaInfo.c_str(), GPUFILE_REMOTE_AUTO, nullptr, 0, -1,
+                            &md->remote) != GPUFILE_OK ||
+        gpufile_remote_nbytes(md->remote, &md->nbytes) != GPUFILE_OK) {
+      report_error(gpufile_error("registerMem"));
+      return NIXL_ERR_BACKEND;
+    }
+    out = md.release();
     return NIXL_SUCCESS;
   }
   if (nixl_mem != FILE_SEG) {
@@ -260,9 +282,14 @@ nixl_status_t Engine::prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_
                                const nixl_meta_dlist_t &remote, const std::string &,
                                nixlBackendReqH *&handle, const nixl_opt_b_args_t *) const {
   const bool local_ok = local.getType() == DRAM_SEG || local.getType() == VRAM_SEG;
-  if (!local_ok || remote.getType() != FILE_SEG) {
+  const bool object = remote.getType() == OBJ_SEG;
+  if (!local_ok || (remote.getType() != FILE_SEG && !object)) {
     report_error(std::string("prepXfer: ") + mem_name(local.getType()) + " <-> " +
-                 mem_name(remote.getType()) + " is not supported (DRAM or VRAM <-> FILE)");
+                 mem_name(remote.getType()) + " is not supported (DRAM or VRAM <-> FILE or OBJ)");
+    return NIXL_ERR_NOT_SUPPORTED;
+  }
+  if (object && operation == NIXL_WRITE) {
+    report_error("prepXfer: writes to objects are not supported by the GPUFILE backend yet");
     return NIXL_ERR_NOT_SUPPORTED;
   }
   if (local.descCount() != remote.descCount()) {
@@ -283,12 +310,20 @@ nixl_status_t Engine::prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_
                    " bytes in memory and " + std::to_string(r.len) + " in the file");
       return NIXL_ERR_INVALID_PARAM;
     }
-    if (lmd == nullptr || rmd == nullptr || rmd->file == nullptr) {
+    if (lmd == nullptr || rmd == nullptr || (rmd->file == nullptr && rmd->remote == nullptr)) {
       report_error("prepXfer: descriptor " + std::to_string(i) + " is not registered with GPUFILE");
       return NIXL_ERR_INVALID_PARAM;
     }
     // One buffer per registered region: the ranges of a list into one region and one file
     // become one gpufile request of many ranges.
+    if (object && (r.addr > rmd->nbytes || l.len > rmd->nbytes - r.addr)) {
+      report_error("prepXfer: descriptor " + std::to_string(i) + " reads " +
+                   std::to_string(l.len) + " bytes at offset " + std::to_string(r.addr) +
+                   " of " + rmd->name + ", past its end (" + std::to_string(rmd->nbytes) +
+                   " bytes)");
+      return NIXL_ERR_INVALID_PARAM;
+    }
+    if (object) req->objects.push_back(rmd);
     gpufile_batch_op op{};
     op.file = rmd->file;
     op.buf = reinterpret_cast<void *>(lmd->base);
@@ -302,7 +337,8 @@ nixl_status_t Engine::prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_
       req->sync_files.push_back(rmd);
     }
   }
-  req->path = path_report(req->ops);
+  req->path = object ? std::to_string(req->ops.size()) + " ranges: remote\n"
+                     : path_report(req->ops);
   handle = req.release();
   return NIXL_SUCCESS;
 }
@@ -317,6 +353,25 @@ nixl_status_t Engine::postXfer(const nixl_xfer_op_t &, const nixl_meta_dlist_t &
   if (n == 0) {
     req->result = NIXL_SUCCESS;
     return NIXL_SUCCESS;
+  }
+  if (!req->objects.empty()) {
+    // One gpufile request per object range (the C API reads a remote object one range at
+    // a time); the ranges were checked against the objects' sizes by prepXfer.
+    for (size_t i = 0; i < n; ++i) {
+      const gpufile_batch_op &op = req->ops[i];
+      gpufile_future *f = nullptr;
+      if (gpufile_remote_pread(req->objects[i]->remote,
+                               static_cast<char *>(op.buf) + op.buf_offset, op.size,
+                               op.file_offset, 0, &f) != GPUFILE_OK) {
+        report_error(gpufile_error("postXfer"));
+        req->release();
+        req->result = NIXL_ERR_BACKEND;
+        return NIXL_ERR_BACKEND;
+      }
+      req->futures.push_back(f);
+    }
+    req->posted = true;
+    return NIXL_IN_PROG;
   }
   std::vector<gpufile_future *> futures(n, nullptr);
   req->group.assign(n, 0);
@@ -376,6 +431,20 @@ nixl_status_t Engine::queryMem(const nixl_reg_dlist_t &descs,
   resp.clear();
   resp.reserve(descs.descCount());
   for (int i = 0; i < descs.descCount(); ++i) {
+    if (descs.getType() == OBJ_SEG) {
+      gpufile_remote_file *remote = nullptr;
+      uint64_t nbytes = 0;
+      const bool ok = gpufile_remote_open(descs[i].metaInfo.c_str(), GPUFILE_REMOTE_AUTO,
+                                          nullptr, 0, -1, &remote) == GPUFILE_OK &&
+                      gpufile_remote_nbytes(remote, &nbytes) == GPUFILE_OK;
+      if (remote != nullptr) gpufile_remote_close(remote);
+      if (ok) {
+        resp.emplace_back(nixl_b_params_t{{"size", std::to_string(nbytes)}});
+      } else {
+        resp.emplace_back(std::nullopt);
+      }
+      continue;
+    }
     PathMode pm;
     std::string path = descs[i].metaInfo;
     if (parse_path_mode(path, pm)) path = pm.path;

@@ -23,7 +23,7 @@ extern "C" {
 NIXL_PLUGIN_EXPORT nixlBackendPlugin *nixl_plugin_init() {
   return nixlBackendPluginCreator<gpufile_nixl::Engine>::create(
       NIXL_PLUGIN_API_VERSION, "GPUFILE", GPUFILE_NIXL_VERSION, options(),
-      {DRAM_SEG, VRAM_SEG, FILE_SEG});
+      {DRAM_SEG, VRAM_SEG, FILE_SEG, OBJ_SEG});
 }
 
 NIXL_PLUGIN_EXPORT void nixl_plugin_fini() {}

@@ -1,6 +1,6 @@
 """NIXL's GPUFILE backend (libplugin_GPUFILE.so, docs/nixl.md) driven through NIXL's own Python
 agent from the nixl-cu13 wheel: DRAM <-> FILE by descriptor and by path, many descriptors as one
-gpufile request, errors as NIXL error states with gpufile's message, a release mid-transfer,
+gpufile request, DRAM <- OBJ over HTTP and S3 (moto), errors as NIXL error states with gpufile's message, a release mid-transfer,
 VRAM behind a GPU check. The plugin is built against libgpufile's debug build
 (scripts/build_nixl_plugin.sh; GPUFILE_NIXL_PLUGIN names a prebuilt one)."""
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import nixl_support
-from conftest import gpu_reason, pattern, run_python
+from conftest import gpu_reason, pattern, run_python, set_s3_env
 
 API = nixl_support.nixl_api()
 pytestmark = pytest.mark.skipif(
@@ -235,7 +235,84 @@ def test_query_memory_gives_file_sizes(agent, tmp_path):
 def test_backend_parameters_are_gpufile_settings(agent):
     params = agent.get_plugin_params("GPUFILE")
     assert {"num_threads", "task_size", "dma_cache_size", "compat_mode"} <= set(params)
-    assert set(agent.get_backend_mem_types("GPUFILE")) == {"DRAM_SEG", "VRAM_SEG", "FILE_SEG"}
+    assert set(agent.get_backend_mem_types("GPUFILE")) == {"DRAM_SEG", "VRAM_SEG", "FILE_SEG",
+                                                           "OBJ_SEG"}
+
+
+def read_objects(agent, reg, urls: dict[str, np.ndarray], block: int):
+    """Every object of `urls` read in blocks, in reverse block order, by one transfer into one
+    DRAM buffer, through OBJ descriptors whose metaInfo is the URL; the buffer."""
+    total = sum(len(d) for d in urls.values())
+    buf = np.zeros(total, dtype=np.uint8)
+    reg.dram(buf)
+    local, remote, at = [], [], 0
+    for dev, (url, data) in enumerate(urls.items(), start=3000):
+        reg.regs.append(agent.register_memory([(0, len(data), dev, url)], "OBJ",
+                                              backends=["GPUFILE"]))
+        for off in reversed(range(0, len(data), block)):
+            n = min(block, len(data) - off)
+            local.append((buf.ctypes.data + at + off, n))
+            remote.append((off, n, dev))
+        at += len(data)
+    ldescs = agent.get_xfer_descs([(a, n, 0) for a, n in local], "DRAM")
+    rdescs = agent.get_xfer_descs(remote, "OBJ")
+    h = agent.initialize_xfer("READ", ldescs, rdescs, agent.name, backends=["GPUFILE"])
+    state = agent.transfer(h)
+    deadline = time.monotonic() + 30
+    while state == "PROC" and time.monotonic() < deadline:
+        state = agent.check_xfer_state(h)
+    agent.release_xfer_handle(h)
+    assert state == "DONE"
+    return buf
+
+
+def test_objects_over_http_read_into_dram(agent, reg, report, tmp_path):
+    from gpufile._http_server import LocalHttpServer
+
+    files = {"a.bin": pattern(300_001, 10), "b.bin": pattern(65_536, 11)}
+    for name, data in files.items():
+        data.tofile(tmp_path / name)
+    with LocalHttpServer(tmp_path, max_lifetime=60) as server:
+        urls = {f"{server.url}/{name}": data for name, data in files.items()}
+        buf = read_objects(agent, reg, urls, 50_000)
+        assert np.array_equal(buf, np.concatenate(list(files.values())))
+        got = agent.query_memory([(0, 0, 0, u) for u in urls] + [(0, 0, 0, f"{server.url}/no")],
+                                 "GPUFILE", "OBJ")
+        assert [g and g["size"] for g in got] == ["300001", "65536", None]
+        # A range past an object's end is refused when the transfer is made, naming it.
+        url = next(iter(urls))
+        out = np.zeros(16, dtype=np.uint8)
+        reg.dram(out)
+        # Registered longer than the object (NIXL knows no object sizes): the agent passes
+        # the descriptor on, the backend refuses it.
+        reg.regs.append(agent.register_memory([(0, 1 << 20, 3100, url)], "OBJ",
+                                              backends=["GPUFILE"]))
+        with pytest.raises(Exception, match="NIXL_ERR"):
+            agent.initialize_xfer(
+                "READ", agent.get_xfer_descs([(out.ctypes.data, 16, 0)], "DRAM"),
+                agent.get_xfer_descs([(300_000, 16, 3100)], "OBJ"), agent.name,
+                backends=["GPUFILE"])
+        assert "past its end (300001 bytes)" in report.last_error()
+        with pytest.raises(Exception, match="NIXL_ERR_NOT_SUPPORTED"):
+            agent.initialize_xfer(
+                "WRITE", agent.get_xfer_descs([(out.ctypes.data, 16, 0)], "DRAM"),
+                agent.get_xfer_descs([(0, 16, 3100)], "OBJ"), agent.name, backends=["GPUFILE"])
+        assert "writes to objects are not supported" in report.last_error()
+    with pytest.raises(Exception, match="NIXL_ERR_BACKEND"):
+        agent.register_memory([(0, 10, 3101, url)], "OBJ", backends=["GPUFILE"])
+    assert "registerMem" in report.last_error() and "127.0.0.1" in report.last_error()
+
+
+def test_an_s3_object_reads_into_dram_with_gpufile_s_credential_chain(agent, reg, moto_endpoint,
+                                                                      monkeypatch):
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
+    set_s3_env(monkeypatch, moto_endpoint, "testing-key", "testing-secret")
+    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="kvcache")
+    data = pattern(1_000_003, 12)
+    client.put_object(Bucket="kvcache", Key="layer/0.bin", Body=data.tobytes())
+    buf = read_objects(agent, reg, {"s3://kvcache/layer/0.bin": data}, 128 << 10)
+    assert np.array_equal(buf, data)
 
 
 def test_release_mid_transfer_cancels_what_has_not_started(plugin_dir, plugin, tmp_path):
