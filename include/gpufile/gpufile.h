@@ -312,6 +312,17 @@ gpufile_status gpufile_file_open_mode(const char *path,
                                       uint32_t mode,
                                       gpufile_file **out);
 
+// Opens a handle on the file the open descriptor `fd` refers to, with `fd`'s access mode
+// (NIXL's FILE descriptors, a descriptor another library opened): reads and writes go to that
+// file at their offsets and leave `fd` and its offset alone; `fd` stays the caller's to
+// close. The handle has its own descriptor of the file, opened through `/proc/self/fd`
+// (without `fd`'s `O_APPEND` or `O_DIRECT`); `name` (may be NULL: "fd N") is what errors call
+// the file. A descriptor that is not open is `GPUFILE_OTHER` with errno `EBADF`.
+//
+// # Safety
+// `name` is null or a NUL-terminated string; `out` is null or valid for a write of a pointer.
+gpufile_status gpufile_file_from_fd(int fd, const char *name, gpufile_file **out);
+
 // Closes `file` and frees its handle. Requests still running keep the file open until they
 // end (their futures stay valid). A handle closed already, or NULL, is `GPUFILE_BAD_ARGUMENT`.
 gpufile_status gpufile_file_close(gpufile_file *file);
@@ -626,6 +637,13 @@ gpufile_status gpufile_future_wait_for(const gpufile_future *fut,
 // # Safety
 // `out_done` is null or valid for a write of an `int`.
 gpufile_status gpufile_future_done(const gpufile_future *fut, int *out_done);
+
+// Cancels what `fut`'s request has not started yet: its tasks not yet begun end as skipped,
+// those running go on to their end, and the future then ends with the error "cancelled"
+// (`GPUFILE_OTHER`) unless it had ended already. Returns at once; wait for the future (or
+// free it) to know no worker still uses the buffer. Bytes of the buffer (or, for a write, of
+// the file) that the skipped tasks would have moved keep their values.
+gpufile_status gpufile_future_cancel(const gpufile_future *fut);
 
 // Frees `fut`. A request still running is waited for first (as the destructor of the
 // `std::future` of `std::async` does), so that no byte of its buffer is touched after this

@@ -104,6 +104,19 @@ pub unsafe extern "C" fn gpufile_future_done(
     })
 }
 
+/// Cancels what `fut`'s request has not started yet: its tasks not yet begun end as skipped,
+/// those running go on to their end, and the future then ends with the error "cancelled"
+/// (`GPUFILE_OTHER`) unless it had ended already. Returns at once; wait for the future (or
+/// free it) to know no worker still uses the buffer. Bytes of the buffer (or, for a write, of
+/// the file) that the skipped tasks would have moved keep their values.
+#[no_mangle]
+pub extern "C" fn gpufile_future_cancel(fut: *const gpufile_future) -> gpufile_status {
+    guard(|| {
+        future_of(fut)?.cancel();
+        Ok(())
+    })
+}
+
 /// Frees `fut`. A request still running is waited for first (as the destructor of the
 /// `std::future` of `std::async` does), so that no byte of its buffer is touched after this
 /// returns; its result is dropped (call `gpufile_future_wait` first to learn it). A future

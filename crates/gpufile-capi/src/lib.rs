@@ -43,8 +43,8 @@ pub use error::{
 use error::{guard, CallError};
 pub(crate) use future::give_future;
 pub use future::{
-    gpufile_future_done, gpufile_future_free, gpufile_future_on_done, gpufile_future_wait,
-    gpufile_future_wait_for,
+    gpufile_future_cancel, gpufile_future_done, gpufile_future_free, gpufile_future_on_done,
+    gpufile_future_wait, gpufile_future_wait_for,
 };
 use handles::Table;
 pub use io_path::{gpufile_file_io_path, gpufile_file_request_io_path};
@@ -188,6 +188,62 @@ pub unsafe extern "C" fn gpufile_file_open_mode(
         // SAFETY: the caller's contract.
         let flags = unsafe { text(flags, "flags")? };
         let id = FILES.insert(FileHandle::open_with_mode(path, flags, mode)?);
+        // SAFETY: checked non-null; valid by the caller's contract.
+        unsafe { put(out, id as *mut gpufile_file) };
+        Ok(())
+    })
+}
+
+/// Opens a handle on the file the open descriptor `fd` refers to, with `fd`'s access mode
+/// (NIXL's FILE descriptors, a descriptor another library opened): reads and writes go to that
+/// file at their offsets and leave `fd` and its offset alone; `fd` stays the caller's to
+/// close. The handle has its own descriptor of the file, opened through `/proc/self/fd`
+/// (without `fd`'s `O_APPEND` or `O_DIRECT`); `name` (may be NULL: "fd N") is what errors call
+/// the file. A descriptor that is not open is `GPUFILE_OTHER` with errno `EBADF`.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string; `out` is null or valid for a write of a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gpufile_file_from_fd(
+    fd: c_int,
+    name: *const c_char,
+    out: *mut *mut gpufile_file,
+) -> gpufile_status {
+    guard(|| {
+        out_arg(out, "out")?;
+        let name = if name.is_null() {
+            std::path::PathBuf::from(format!("fd {fd}"))
+        } else {
+            // SAFETY: non-null, NUL-terminated by the caller's contract.
+            let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+            Path::new(OsStr::from_bytes(bytes)).to_path_buf()
+        };
+        if fd < 0 {
+            return Err(CallError::bad(format!(
+                "{}: fd {fd} is negative",
+                name.display()
+            )));
+        }
+        // SAFETY: F_GETFD on a plain integer; no memory is passed.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            let errno = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EBADF);
+            let (offset, len, op) = (0, 0, gpufile_core::Op::Stat);
+            return Err(Error::Os {
+                op,
+                path: name,
+                offset,
+                len,
+                errno,
+            }
+            .into());
+        }
+        // SAFETY: `fd` was open just above and the caller keeps it open during the call (the
+        // contract of every descriptor passed in); `from_fd` only asks its flags and reopens
+        // the file through it.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let id = FILES.insert(FileHandle::from_fd(borrowed, &name)?);
         // SAFETY: checked non-null; valid by the caller's contract.
         unsafe { put(out, id as *mut gpufile_file) };
         Ok(())

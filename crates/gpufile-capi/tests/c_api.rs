@@ -300,3 +300,19 @@ fn a_c_monitor_sees_one_observation_per_read_with_gpufile_s_path_and_reason() {
         );
     }
 }
+
+#[test]
+fn a_c_program_opens_a_file_by_its_descriptor_and_cancels_a_running_read() {
+    let Some(cc) = compiler() else {
+        println!("skipped: no C compiler (set CC, or install gcc)");
+        return;
+    };
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/test_fd_cancel.c");
+    for (kind, lib) in links() {
+        let tmp = tempfile::tempdir().expect("a temporary folder");
+        let exe = tmp.path().join(format!("test_fd_cancel_{kind}"));
+        compile(&cc, &source, &exe, &lib);
+        let out = run(&exe, &[tmp.path()]);
+        assert!(out.contains("test_fd_cancel: all passed"), "{kind}: {out}");
+    }
+}
