@@ -91,6 +91,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(f)?;
     }
     safetensors::register(m)?;
+    safetensors_save::register(m)?;
     remote::register(m)?;
     remote_open::register(m)?;
     remote_write::register(m)?;

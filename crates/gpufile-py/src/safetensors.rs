@@ -1,6 +1,6 @@
 //! Bindings of `gpufile::safetensors`: validated headers, read plans, selection, sharding and
 //! loading into the caller's buffers (the core's `load`: the package allocates, the core
-//! selects and reads). The save side is `safetensors_save`.
+//! selects and reads). The save side is `safetensors_save`, which builds on this one.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -357,5 +357,5 @@ fn select_error(py: Python<'_>, e: FormatError) -> PyErr {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SafetensorError", m.py().get_type::<SafetensorError>())?;
     m.add_class::<SafetensorsCheckpoint>()?;
-    crate::safetensors_save::register(m)
+    Ok(())
 }
