@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 import numpy as np
 import pytest
@@ -128,6 +129,8 @@ def test_a_forked_child_saves_where_its_parent_was_waiting_for_the_lock(tmp_path
             _save(how, 2, d)
             # Whole, of one save: the parent's commit, waiting too, may come after.
             code = 0 if how == "dcp" or _version(d) in (1.0, 2.0) else 3
+        except BaseException:
+            traceback.print_exc()  # the child's failure, in the test's captured output
         finally:
             os._exit(code)
     status = _wait_child(pid, 15)
