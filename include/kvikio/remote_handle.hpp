@@ -316,7 +316,8 @@ class RemoteHandle {
                                  std::size_t task_size     = defaults::task_size(),
                                  ThreadPool* /*thread_pool*/ = &defaults::thread_pool())
   {
-    if (file_offset + size > _nbytes) {
+    // Compared without the sum, which wraps for offsets near SIZE_MAX and let them through.
+    if (file_offset > _nbytes || size > _nbytes - file_offset) {
       throw std::invalid_argument("cannot read " + std::to_string(file_offset) + "+" +
                                   std::to_string(size) + " bytes into a " +
                                   std::to_string(_nbytes) + " bytes file (" + _endpoint->str() +

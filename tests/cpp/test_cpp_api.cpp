@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -331,6 +332,10 @@ TEST_F(CppApi, kvikio_mmap_and_remote_handle)
   EXPECT_EQ(r.read(buf.data(), 4096, 100), 4096u);
   EXPECT_EQ(0, std::memcmp(buf.data(), data.data() + 100, 4096));
   EXPECT_THROW((void)r.read(buf.data(), 100, data.size()), std::invalid_argument);
+  // An offset whose sum with the size wraps past SIZE_MAX is refused the same way, before any
+  // request (the check compared the wrapped sum, and the read went on).
+  EXPECT_THROW((void)r.read(buf.data(), 4, std::numeric_limits<std::size_t>::max() - 1),
+               std::invalid_argument);
   kvikio::RemoteHandle h(std::make_unique<kvikio::HttpEndpoint>(server.url() + "/data.bin"));
   EXPECT_EQ(h.nbytes(), data.size());
 }
