@@ -49,6 +49,7 @@ class Md : public nixlBackendMD {
   bool by_path = false;
   uint64_t dev_id = 0;
   bool sync = false;  // path mode's "sync": a write transfer ends with fsync
+  FileKey key{};      // FILE: which file it is, for queryMem's gpufile_path
 };
 
 // One transfer: the operations of its descriptor list, submitted as one gpufile batch.
@@ -71,11 +72,15 @@ class Req : public nixlBackendReqH {
   bool posted = false;
   nixl_status_t result = NIXL_IN_PROG;
   std::string path;  // what gpufile runs each request of it as, and why
+  std::map<FileKey, std::string> file_paths;  // the lines of `path` of each file
 };
 
 // gpufile's path report of each request a batch of `ops` becomes (one per file, buffer and
-// direction): "NAME: POSIX|CUFILE: reason", one a line.
-std::string path_report(const std::vector<gpufile_batch_op> &ops) {
+// direction): "N ranges: POSIX|CUFILE: reason", one a line; `files` gives each file's key, and
+// `per_file` gets the lines of each.
+std::string path_report(const std::vector<gpufile_batch_op> &ops,
+                        const std::map<const gpufile_file *, FileKey> &files,
+                        std::map<FileKey, std::string> &per_file) {
   std::map<std::pair<const gpufile_file *, void *>, std::vector<gpufile_range>> groups;
   for (const auto &op : ops) {
     groups[{op.file, op.buf}].push_back({op.file_offset, op.size, op.buf_offset});
@@ -93,10 +98,12 @@ std::string path_report(const std::vector<gpufile_batch_op> &ops) {
       out += gpufile_error("path") + "\n";
       continue;
     }
-    out += std::to_string(ranges.size()) + " ranges: ";
-    out += backend == GPUFILE_BACKEND_CUFILE ? "CUFILE: " : "POSIX: ";
-    out += reason;
-    out += "\n";
+    std::string line = std::to_string(ranges.size()) + " ranges: ";
+    line += backend == GPUFILE_BACKEND_CUFILE ? "CUFILE: " : "POSIX: ";
+    line += reason;
+    line += "\n";
+    out += line;
+    per_file[files.at(key.first)] += line;
   }
   return out;
 }
@@ -162,8 +169,23 @@ const std::vector<std::string> &setting_names() {
       "auto_direct_io_read", "auto_direct_io_write", "require_gds", "direct_io_uncached",
       "io_uring", "dma_cache_size", "http_max_attempts", "http_status_codes", "http_timeout",
       "remote_io_backend", "remote_io_num_reactors", "remote_io_reactor_dispatch",
-      "remote_io_max_concurrent_requests", "remote_part_size"};
+      "remote_io_max_concurrent_requests", "remote_part_size", "async_save_pinned_limit",
+      "async_save_device_limit"};
   return names;
+}
+
+nixl_b_params_t current_settings() {
+  nixl_b_params_t out;
+  for (const auto &name : setting_names()) {
+    size_t needed = 0;
+    if (gpufile_settings_get_str(name.c_str(), nullptr, 0, &needed) != GPUFILE_OK) continue;
+    std::string value(needed, '\0');
+    if (gpufile_settings_get_str(name.c_str(), value.data(), value.size(), nullptr) != GPUFILE_OK)
+      continue;
+    value.resize(std::strlen(value.c_str()));
+    out[name] = value;
+  }
+  return out;
 }
 
 void report_error(const std::string &text) {
@@ -189,6 +211,10 @@ Engine::Engine(const nixlBackendInitParams *init_params) : nixlBackendEngine(ini
       return;
     }
   }
+  // The settings not given are listed with the values they have now, so that the agent's
+  // backend parameters (`get_backend_params`) say what the backend runs with. The base class
+  // only adds keys: a setting given (an empty value included) keeps its text.
+  for (const auto &[key, value] : current_settings()) (void)setInitParam(key, value);
 }
 
 nixl_mem_list_t Engine::getSupportedMems() const {
@@ -264,15 +290,30 @@ nixl_status_t Engine::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nix
       return NIXL_ERR_BACKEND;
     }
   }
+  int fd = -1;
+  struct stat st {};
+  if (gpufile_file_fd(md->file, 0, &fd) == GPUFILE_OK && ::fstat(fd, &st) == 0) {
+    md->key = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++file_regs_[md->key];
+  }
   out = md.release();
   return NIXL_SUCCESS;
 }
 
 nixl_status_t Engine::deregisterMem(nixlBackendMD *meta) {
   auto *md = static_cast<Md *>(meta);
-  if (md != nullptr && md->by_path) {
+  if (md != nullptr && md->kind == FILE_SEG) {
     std::lock_guard<std::mutex> lock(mutex_);
-    path_dev_ids_.erase(md->dev_id);
+    if (md->by_path) path_dev_ids_.erase(md->dev_id);
+    // Kept while a registration of the file lasts: the map stays as small as the files
+    // registered.
+    if (--file_regs_[md->key] == 0) {
+      file_regs_.erase(md->key);
+      last_paths_.erase(md->key);
+    }
   }
   delete md;  // closes gpufile's handle; requests still running keep the file open
   return NIXL_SUCCESS;
@@ -337,8 +378,16 @@ nixl_status_t Engine::prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_
       req->sync_files.push_back(rmd);
     }
   }
-  req->path = object ? std::to_string(req->ops.size()) + " ranges: remote\n"
-                     : path_report(req->ops);
+  if (object) {
+    req->path = std::to_string(req->ops.size()) + " ranges: remote\n";
+  } else {
+    std::map<const gpufile_file *, FileKey> files;
+    for (int i = 0; i < remote.descCount(); ++i) {
+      const auto *rmd = static_cast<const Md *>(remote[i].metadataP);
+      files[rmd->file] = rmd->key;
+    }
+    req->path = path_report(req->ops, files, req->file_paths);
+  }
   handle = req.release();
   return NIXL_SUCCESS;
 }
@@ -418,6 +467,12 @@ nixl_status_t Engine::checkXfer(nixlBackendReqH *handle) const {
     }
   }
   report_path(req->path);
+  if (!req->file_paths.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto &[key, text] : req->file_paths) {
+      if (file_regs_.count(key) != 0) last_paths_[key] = text;
+    }
+  }
   return req->result = NIXL_SUCCESS;
 }
 
@@ -453,9 +508,16 @@ nixl_status_t Engine::queryMem(const nixl_reg_dlist_t &descs,
       resp.emplace_back(std::nullopt);
       continue;
     }
-    resp.emplace_back(nixl_b_params_t{{"size", std::to_string(st.st_size)},
-                                      {"mode", std::to_string(st.st_mode)},
-                                      {"mtime", std::to_string(st.st_mtime)}});
+    nixl_b_params_t answer{{"size", std::to_string(st.st_size)},
+                           {"mode", std::to_string(st.st_mode)},
+                           {"mtime", std::to_string(st.st_mtime)}};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = last_paths_.find(
+          {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)});
+      if (it != last_paths_.end()) answer["gpufile_path"] = it->second;
+    }
+    resp.emplace_back(std::move(answer));
   }
   return NIXL_SUCCESS;
 }

@@ -3,6 +3,7 @@
 #ifndef GPUFILE_NIXL_ENGINE_H
 #define GPUFILE_NIXL_ENGINE_H
 
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -12,8 +13,16 @@
 
 namespace gpufile_nixl {
 
+// A file as the kernel knows it (st_dev, st_ino): registrations by path and by descriptor of
+// one file, and queryMem's path or path mode, name the same one.
+using FileKey = std::pair<uint64_t, uint64_t>;
+
 // The gpufile settings the backend takes as NIXL backend parameters (all of gpufile's).
 const std::vector<std::string> &setting_names();
+
+// Those of `setting_names` that gpufile's C API reads, with their current values as text
+// (`gpufile_settings_get_str`): the backend's options and their defaults.
+nixl_b_params_t current_settings();
 
 // Records the text of a failure (what `gpufile_nixl_last_error` gives) and prints it on
 // stderr, as NIXL's own backends log theirs.
@@ -62,6 +71,10 @@ class Engine : public nixlBackendEngine {
   // its devId and range, so two files by path under one devId would be ambiguous.
   mutable std::mutex mutex_;
   std::set<uint64_t> path_dev_ids_;
+  // Registrations of each file, and the path report (gpufile_path in queryMem's answer) of the
+  // last transfer that ended well on it, kept while the file is registered.
+  std::map<FileKey, size_t> file_regs_;
+  mutable std::map<FileKey, std::string> last_paths_;
 };
 
 }  // namespace gpufile_nixl

@@ -8,13 +8,10 @@
 
 namespace {
 
-// The backend's parameters: gpufile's settings by name. An empty value leaves the setting as
-// gpufile has it (its default, or its GPUFILE_*/KVIKIO_* environment variable).
-nixl_b_params_t options() {
-  nixl_b_params_t params;
-  for (const auto &name : gpufile_nixl::setting_names()) params[name] = "";
-  return params;
-}
+// The backend's parameters: gpufile's settings by name, each with the value it has when NIXL
+// loads the plugin (its default, or its GPUFILE_*/KVIKIO_* environment variable). An empty
+// value given to create_backend leaves the setting as gpufile has it.
+nixl_b_params_t options() { return gpufile_nixl::current_settings(); }
 
 }  // namespace
 

@@ -6,6 +6,7 @@ VRAM behind a GPU check. The plugin is built against libgpufile's debug build
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -83,6 +84,7 @@ class Registered:
             self.agent.deregister_memory(r, backends=["GPUFILE"])
         for fd in self.fds:
             os.close(fd)
+        self.regs, self.fds = [], []
 
 
 @pytest.fixture
@@ -230,6 +232,70 @@ def test_query_memory_gives_file_sizes(agent, tmp_path):
     got = agent.query_memory([(0, 0, 0, str(path)), (0, 0, 0, f"ro:{path}"),
                               (0, 0, 0, str(tmp_path / "missing"))], "GPUFILE", "FILE")
     assert [g and g["size"] for g in got] == ["12345", "12345", None]
+
+
+def test_query_memory_gives_the_path_and_reason_of_the_last_transfer_on_each_file(
+        agent, reg, tmp_path):
+    """NIXL's agent gives a caller no text of a transfer (its telemetry is numbers, its
+    query_xfer_backend a backend's name): query_memory's answer for a file is where the path
+    and reason of the last transfer that ended on it come back, each file its own lines."""
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    da, db = pattern(4 * BLOCK, seed=5), pattern(2 * BLOCK, seed=6)
+    da.tofile(a)
+    db.tofile(b)
+    buf = np.zeros(6 * BLOCK, dtype=np.uint8)
+    reg.dram(buf)
+    fd = reg.file_fd(a, os.O_RDONLY, da.nbytes)
+    dev = reg.file_path(f"ro:{b}", 1 << 20, db.nbytes)  # no fd has this number
+
+    def query():
+        got = agent.query_memory([(0, 0, 0, str(a)), (0, 0, 0, f"ro:{b}")], "GPUFILE", "FILE")
+        return [g.get("gpufile_path") for g in got]
+
+    assert query() == [None, None]  # no transfer yet
+    local = [(buf.ctypes.data + i * BLOCK, BLOCK) for i in range(6)]
+    remote = ([(i * BLOCK, BLOCK, fd) for i in range(4)]
+              + [(i * BLOCK, BLOCK, dev) for i in range(2)])
+    assert run(agent, "READ", local, remote) == "DONE"
+    assert np.array_equal(buf, np.concatenate([da, db]))
+    why = "POSIX: host buffer: cuFile gains nothing for host memory\n"
+    assert query() == [f"4 ranges: {why}", f"2 ranges: {why}"]
+    reg.close()  # kept while a file is registered
+    assert query() == [None, None]
+
+
+def test_backend_options_are_gpufile_settings_with_their_values(plugin_dir, plugin):
+    """In a process of its own, with a setting from the environment: the plugin's options are
+    every setting libgpufile knows, each with its value, and the backend's parameters say what
+    it runs with (those given to create_backend as given, the rest as gpufile has them)."""
+    code = textwrap.dedent(f"""
+        import ctypes, json, os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import nixl_support
+        api = nixl_support.nixl_api()
+        a = api.nixl_agent("options", api.nixl_agent_config(backends=[]))
+        plugin = a.get_plugin_params("GPUFILE")
+        a.create_backend("GPUFILE", {{"num_threads": "3", "dma_cache_size": "1MiB"}})
+        backend = a.get_backend_params("GPUFILE")
+        lib = ctypes.CDLL(os.path.join(os.environ["NIXL_PLUGIN_DIR"], "libgpufile.so"))
+        assert lib.gpufile_settings_get_str(b"no_such_setting", None, 0, None) != 0
+        lib.gpufile_last_error_message.restype = ctypes.c_size_t
+        msg = ctypes.create_string_buffer(4096)
+        lib.gpufile_last_error_message(msg, 4096)
+        print(json.dumps({{"plugin": plugin, "backend": backend, "error": msg.value.decode()}}))
+    """)
+    out = run_python(code, env={"NIXL_PLUGIN_DIR": str(plugin_dir),
+                                "GPUFILE_TASK_SIZE": "1MiB", "GPUFILE_HTTP_TIMEOUT": "7"})
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.splitlines()[-1])
+    known = got["error"].split("known settings: ", 1)[1].split(", ")
+    plugin, backend = got["plugin"], got["backend"]
+    assert sorted(plugin) == sorted(known) and "remote_part_size" in known
+    assert (plugin["task_size"], plugin["http_timeout"], plugin["num_threads"] != "3",
+            plugin["dma_cache_size"], plugin["compat_mode"]) == ("1048576", "7", True, "0", "AUTO")
+    assert sorted(backend) == sorted(known)
+    assert {k: v for k, v in backend.items() if plugin[k] != v} == {
+        "num_threads": "3", "dma_cache_size": "1MiB"}
 
 
 def test_backend_parameters_are_gpufile_settings(agent):
