@@ -46,6 +46,7 @@ fn submit(
     settings: &Settings,
     checkpoint: &Checkpoint,
     file: usize,
+    mut buf: Vec<u8>,
 ) -> Result<InFlight, DigestError> {
     let header = &checkpoint.files[file];
     let single = Checkpoint::from_headers(&header.path, vec![header.clone()], None, None)?;
@@ -54,7 +55,9 @@ fn submit(
     let total = single
         .plan(&selection, Default::default())
         .map(|p| p.total)?;
-    let mut buf = vec![0u8; total as usize];
+    // A buffer an earlier file used: its pages are already there (a fresh one faults each
+    // page in as the read lands).
+    buf.resize(total as usize, 0);
     let target = Target {
         selection,
         buffer: (total > 0).then(|| OpBuffer::new(Buffer::host(&mut buf))),
@@ -83,10 +86,11 @@ pub fn digest_files(
     if n == 0 {
         return Ok(());
     }
-    let mut pending = Some(submit(engine, settings, checkpoint, 0)?);
+    let mut pending = Some(submit(engine, settings, checkpoint, 0, Vec::new())?);
+    let mut spare = Vec::new();
     let mut clock = Instant::now();
     for file in 0..n {
-        let this = pending.take().expect("a read submitted for each file");
+        let mut this = pending.take().expect("a read submitted for each file");
         let read = this.submitted.future.wait()?;
         let expected = this.submitted.bytes();
         if read as u64 != expected {
@@ -97,7 +101,8 @@ pub fn digest_files(
             });
         }
         if file + 1 < n {
-            pending = Some(submit(engine, settings, checkpoint, file + 1)?);
+            let buf = std::mem::take(&mut spare);
+            pending = Some(submit(engine, settings, checkpoint, file + 1, buf)?);
         }
         let plan = &this.submitted.plans[0];
         let ranges: Vec<(usize, usize)> = this
@@ -123,6 +128,8 @@ pub fn digest_files(
             seconds: (now - clock).as_secs_f64(),
         };
         clock = now;
+        // The read is done: its memory serves the file after next.
+        spare = std::mem::take(&mut this.buf);
         drop(this);
         each(done)?;
     }
