@@ -13,7 +13,7 @@
 //! same per-file table ([`FileDigests`], `size` optional) in its header's `__metadata__` under
 //! [`METADATA_KEY`], as a JSON string (metadata values are strings).
 //!
-//! How to use: [`digest_files`] a [`Checkpoint`], collect a [`Manifest`], [`write_manifest`];
+//! How to use: [`digest_files`] a [`Checkpoint`](super::Checkpoint), collect a [`Manifest`], [`write_manifest`];
 //! later [`read_manifest`] (or [`embedded`]) and [`compare`] each file's digests with what
 //! [`digest_files`] computes now.
 

@@ -112,7 +112,11 @@ fn files_read_through_the_engine_hash_to_blake3_of_each_tensor() {
     let a = write_file(&dir.path().join("a.safetensors"), &sizes, None);
     let b = write_file(&dir.path().join("b.safetensors"), &[7, 0], None);
     // Read into the memory `a` was read into (the buffers go round): a stale byte would show.
-    let c = write_file(&dir.path().join("c.safetensors"), &[LEAF + 3, 2 * LEAF], None);
+    let c = write_file(
+        &dir.path().join("c.safetensors"),
+        &[LEAF + 3, 2 * LEAF],
+        None,
+    );
     let ck = Checkpoint::open(dir.path()).unwrap();
     for threads in [1, 2] {
         let got = digest_all(&ck, threads);
