@@ -118,7 +118,8 @@ def test_the_documented_schema_is_complete():
     # An outcome's value may be an object of this page, named in its meaning: `[{cufile-bar}]`.
     used |= set(re.findall(r"value: `\[?\{([a-z0-9-]+)\}\]?`", DOC.read_text()))
     assert used <= set(SCHEMA), used - set(SCHEMA)
-    commands = {"config", "read", "check", "explain", "bench", "load", "error-output"}
+    commands = {"config", "read", "check", "explain", "bench", "load", "digest", "verify",
+                "error-output"}
     assert set(SCHEMA) - used <= commands | {"outcome"}, set(SCHEMA) - used - commands
 
 

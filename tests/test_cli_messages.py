@@ -18,8 +18,8 @@ def cli(*args, env=None):
                           text=True, env=clean, timeout=120)
 
 
-@pytest.mark.parametrize("command", [["read"], ["check"], ["explain"], ["load"],
-                                     ["bench", "--sizes", "1k", "--file"]])
+@pytest.mark.parametrize("command", [["read"], ["check"], ["explain"], ["load"], ["digest"],
+                                     ["verify"], ["bench", "--sizes", "1k", "--file"]])
 def test_a_missing_file_reads_the_same_in_every_command(tmp_path, command):
     missing = tmp_path / "missing.bin"
     r = cli(*command, str(missing))

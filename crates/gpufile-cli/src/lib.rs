@@ -1,4 +1,5 @@
-//! The `gpufile` command line: `config`, `read`, `check`, `explain`, `bench`, `load`.
+//! The `gpufile` command line: `config`, `read`, `check`, `explain`, `bench`, `load`, `digest`,
+//! `verify`.
 //!
 //! The same [`run`] serves the standalone binary and `python -m gpufile`, so both behave alike.
 //! It never exits the process itself: it returns the exit status (0 success, 1 an error, a bad
@@ -6,7 +7,7 @@
 //! (docs/json.md); sizes print with units and rates with theirs (`--units`).
 //!
 //! One module per command (`config`, `read`, `check`, `explain`, `bench`, `load`, each with its
-//! arguments and a `run`); this file holds the parser, the dispatch and the output helpers.
+//! arguments and a `run`; `digest` holds both `digest` and `verify`); this file holds the parser, the dispatch and the output helpers.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -20,6 +21,7 @@ mod bench;
 mod check;
 mod config;
 mod destination;
+mod digest;
 mod error;
 mod explain;
 mod interrupt;
@@ -68,6 +70,13 @@ enum Command {
     /// allocation or host memory, as one stream of requests, and print tensors/s, GB/s and the
     /// path taken.
     Load(load::LoadArgs),
+    /// Write a manifest of BLAKE3 digests of every tensor of a safetensors checkpoint (file,
+    /// index or directory of shards), read through the engine and hashed on every core.
+    Digest(digest::DigestArgs),
+    /// Check every tensor of a safetensors checkpoint against its digests (the manifest
+    /// `digest` wrote, or the table in each file's __metadata__); print per-file rates and
+    /// every mismatch.
+    Verify(digest::VerifyArgs),
 }
 
 /// The `--help` text of `gpufile` (`None`) or of one of its commands, as the command prints it:
@@ -91,7 +100,9 @@ pub fn command_names() -> Vec<String> {
 
 /// The subcommand named in `args`, for the error object of a command line that did not parse.
 fn command_name(args: &[OsString]) -> Option<String> {
-    const NAMES: [&str; 6] = ["config", "read", "check", "explain", "bench", "load"];
+    const NAMES: [&str; 8] = [
+        "config", "read", "check", "explain", "bench", "load", "digest", "verify",
+    ];
     args.iter()
         .skip(1)
         .filter_map(|a| a.to_str())
@@ -146,6 +157,8 @@ where
         Command::Explain(_) => "explain",
         Command::Bench(_) => "bench",
         Command::Load(_) => "load",
+        Command::Digest(_) => "digest",
+        Command::Verify(_) => "verify",
     };
     // --units belongs to the commands that print a rate (read, explain --run, bench, load).
     let result = match cli.command {
@@ -155,6 +168,8 @@ where
         Command::Explain(args) => explain::run(&args, args.units),
         Command::Bench(args) => bench::run(&args, args.units),
         Command::Load(args) => load::run(&args, args.units),
+        Command::Digest(args) => digest::run_digest(&args),
+        Command::Verify(args) => digest::run_verify(&args),
     };
     match result {
         Ok(()) => 0,

@@ -354,7 +354,7 @@ fn explain_reads_as_prose_with_the_task_size_setting_under_settings() {
 
 #[test]
 fn units_is_an_option_of_the_commands_that_print_a_rate_only() {
-    for command in ["read", "explain", "bench", "load"] {
+    for command in ["read", "explain", "bench", "load", "digest", "verify"] {
         let o = gpufile(&[command, "--help"], &[]);
         assert!(stdout(&o).contains("--units <UNITS>"), "{command}");
     }

@@ -49,6 +49,8 @@ use crate::Engine;
 
 /// The memory of a [`Target`]: a [`Buffer`] (host or device), with what is known of it.
 pub use crate::batch::OpBuffer;
+/// BLAKE3 digests of a checkpoint's tensors: compute, keep in a manifest, check.
+pub use crate::formats::safetensors::digest;
 pub use crate::formats::safetensors::save::checkpoint::{
     parse_size, save_checkpoint, CheckpointIndex, MetaValue, SaveOptions,
 };

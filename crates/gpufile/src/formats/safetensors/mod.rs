@@ -24,9 +24,10 @@
 //! [`Header`] and its [`TensorInfo`]), `index` (a sharded checkpoint's [`Index`]), `checkpoint`
 //! ([`Checkpoint`] and its [`ReadPlan`]), [`load`] (selecting tensors and reading them, as every
 //! binding does), `shard` (parts of tensors: a block's byte ranges, tensor-parallel
-//! [`Sharding`]) and [`save`] (writing files).
+//! [`Sharding`]) [`save`] (writing files) and [`digest`] (BLAKE3 digests of tensors).
 
 mod checkpoint;
+pub mod digest;
 mod dtype;
 mod error;
 mod header;
