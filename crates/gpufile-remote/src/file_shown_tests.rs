@@ -36,12 +36,13 @@ fn server() -> (u16, Arc<Mutex<Vec<String>>>) {
             };
             let length = if body.is_empty() { 10 } else { body.len() };
             let length = if status.starts_with("404") { 0 } else { length };
+            // Logged before the answer: a client that has its answer finds its request logged.
+            shared.lock().unwrap().push(head);
             let _ = write!(
                 conn,
                 "HTTP/1.1 {status}\r\nContent-Length: {length}\r\nAccept-Ranges: bytes\r\n\
                  Connection: close\r\n\r\n{body}"
             );
-            shared.lock().unwrap().push(head);
         }
     });
     (port, log)
