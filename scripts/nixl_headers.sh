@@ -36,7 +36,13 @@ if [ -n "${NIXL_GIT_DIR:-}" ]; then
 else
   url="https://github.com/ai-dynamo/nixl/archive/$ref.tar.gz"
   echo "downloading $url"
-  curl -fsSL "$url" | tar -xz -C "$tmp" --strip-components=1 --wildcards \
+  if ! curl -fsSL "$url" -o "$tmp/nixl.tar.gz"; then
+    echo "FAILED: could not download $url (no way to GitHub from here?); set NIXL_GIT_DIR to" \
+      "the git directory of a clone of ai-dynamo/nixl, or give cmake NIXL_INCLUDE_DIR" \
+      "(docs/nixl.md)" >&2
+    exit 1
+  fi
+  tar -xzf "$tmp/nixl.tar.gz" -C "$tmp" --strip-components=1 --wildcards \
     '*/src/api/cpp/*' '*/src/core/telemetry/*' '*/src/utils/common/*'
 fi
 rm -rf "$dest"
